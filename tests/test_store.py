@@ -1,0 +1,68 @@
+"""The store's transactions: a failed or killed writer leaves every table as it was."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from indexing.store import QUERIES, QUERY_SCHEMA, Store
+
+
+def _query_rows(*ids: str) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"query_id": i, "text": f"text {i}", "task": "t", "text_hash": i} for i in ids], schema=QUERY_SCHEMA
+    )
+
+
+def test_transaction_commits(tmp_path):
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a", "b"))
+    assert store.count(QUERIES) == 2
+    assert not (tmp_path / "h" / "journal.json").exists()
+
+
+def test_failed_transaction_rolls_back_every_table(tmp_path):
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a"))
+    with pytest.raises(RuntimeError, match="boom"):
+        with store.transaction():
+            store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("b", "c"))
+            store.add_vectors("enc", ["a"], [[1.0, 0.0]])  # a table created inside the transaction
+            raise RuntimeError("boom")
+    assert store.read(QUERIES).column("query_id").to_pylist() == ["a"]
+    assert store.vector_dim("enc") is None  # the new table is gone
+    assert not (tmp_path / "h" / "journal.json").exists()
+
+
+def test_journal_left_by_a_dead_writer_is_rolled_back_on_open(tmp_path):
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a"))
+    # What a process killed mid-write leaves behind: a journal, and a half-done write.
+    versions = store.versions()
+    (tmp_path / "h" / "journal.json").write_text(json.dumps({"versions": versions}))
+    store._db.open_table(QUERIES).add(_query_rows("half-written"))
+    reopened = Store(tmp_path / "h")
+    assert reopened.read(QUERIES).column("query_id").to_pylist() == ["a"]
+    assert not (tmp_path / "h" / "journal.json").exists()
+
+
+def test_writes_outside_a_transaction_are_refused(tmp_path):
+    store = Store(tmp_path / "h")
+    with pytest.raises(RuntimeError, match="transaction"):
+        store.table(QUERIES, QUERY_SCHEMA)
+
+
+def test_vector_dimension_is_fixed_per_encoder(tmp_path):
+    from registry.errors import InputError
+
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.add_vectors("enc", ["x"], [[1.0, 0.0, 0.0]])
+    with pytest.raises(InputError, match="3-d"):
+        with store.transaction():
+            store.add_vectors("enc", ["y"], [[1.0, 0.0]])
+    assert store.cached_vectors("enc", ["x", "y"]).keys() == {"x"}
