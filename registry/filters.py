@@ -1,0 +1,203 @@
+"""Filters on model metadata: `--where`, `--pool FILTER`, `--models FILTER`.
+
+A small expression language, parsed and validated here and evaluated in Python: user text never
+reaches the database as a query string.
+
+    access == open
+    family in (llama3, qwen) and params_b <= 70
+    not (provider == "reseller") or name ~ Llama
+    tags has synthetic
+
+Fields: `name`, the typed metadata (family, params_b, provider, endpoint, licence, access, tags) and
+any free-form metadata key present on at least one model. Operators: == != < <= > >= (numbers compare
+as numbers), `in (a, b, ...)`, `~` (substring, case-insensitive), `has` (a tag in tags). Combine with
+and / or / not and parentheses. Values are bare words, numbers or quoted strings. A model without the
+field never matches a comparison (except !=).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from registry.errors import InputError
+
+__all__ = ["ModelFilter", "parse_filter"]
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+      | (?P<op>==|!=|<=|>=|<|>|~|\(|\)|,)
+      | (?P<word>[^\s"'(),<>=!~]+)
+    )""",
+    re.VERBOSE,
+)
+_KEYWORDS = {"and", "or", "not", "in", "has"}
+
+Predicate = Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class ModelFilter:
+    text: str
+    fields: frozenset[str]
+    _predicate: Predicate
+
+    def __call__(self, metadata: dict[str, Any]) -> bool:
+        return self._predicate(metadata)
+
+    def select(self, records: Iterable) -> list:
+        """The ModelRecords that match."""
+        return [r for r in records if self(_flat(r))]
+
+
+def _flat(record) -> dict[str, Any]:
+    flat = record.metadata()
+    flat["name"] = record.name
+    return flat
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    tokens, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if not match or match.end() == pos:
+            raise InputError(f"cannot read the filter at {text[pos:]!r}", field="filter")
+        kind = match.lastgroup
+        value = match.group(kind)
+        if kind == "string":
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        elif kind == "word" and value.lower() in _KEYWORDS:
+            kind, value = "kw", value.lower()
+        tokens.append((kind, value))
+        pos = match.end()
+    return tokens
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _compare(op: str, actual: Any, expected: str) -> bool:
+    if actual is None:
+        return op == "!="
+    a, e = _number(actual), _number(expected)
+    if a is not None and e is not None:
+        left, right = a, e
+    else:
+        left, right = str(actual).lower(), expected.lower()
+        if op in ("<", "<=", ">", ">="):
+            return False
+    return {"==": left == right, "!=": left != right, "<": left < right, "<=": left <= right,
+            ">": left > right, ">=": left >= right}[op]
+
+
+class _Parser:
+    def __init__(self, text: str, known_fields: set[str]) -> None:
+        self.tokens = _tokens(text)
+        self.pos = 0
+        self.known = known_fields
+        self.used: set[str] = set()
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str]:
+        token = self.peek()
+        if token is None:
+            raise InputError("the filter ends too early", field="filter")
+        self.pos += 1
+        return token
+
+    def expect(self, value: str) -> None:
+        token = self.take()
+        if token[1] != value:
+            raise InputError(f"expected {value!r} in the filter, found {token[1]!r}", field="filter")
+
+    def parse(self) -> Predicate:
+        if not self.tokens:
+            raise InputError("the filter is empty", field="filter")
+        predicate = self.disjunction()
+        if self.peek() is not None:
+            raise InputError(f"unexpected {self.peek()[1]!r} in the filter", field="filter")
+        return predicate
+
+    def disjunction(self) -> Predicate:
+        parts = [self.conjunction()]
+        while self.peek() == ("kw", "or"):
+            self.take()
+            parts.append(self.conjunction())
+        return parts[0] if len(parts) == 1 else (lambda m: any(p(m) for p in parts))
+
+    def conjunction(self) -> Predicate:
+        parts = [self.negation()]
+        while self.peek() == ("kw", "and"):
+            self.take()
+            parts.append(self.negation())
+        return parts[0] if len(parts) == 1 else (lambda m: all(p(m) for p in parts))
+
+    def negation(self) -> Predicate:
+        if self.peek() == ("kw", "not"):
+            self.take()
+            inner = self.negation()
+            return lambda m: not inner(m)
+        if self.peek() == ("op", "("):
+            self.take()
+            inner = self.disjunction()
+            self.expect(")")
+            return inner
+        return self.comparison()
+
+    def value(self) -> str:
+        kind, value = self.take()
+        if kind not in ("word", "string"):
+            raise InputError(f"expected a value in the filter, found {value!r}", field="filter")
+        return value
+
+    def comparison(self) -> Predicate:
+        kind, field = self.take()
+        if kind not in ("word", "string"):
+            raise InputError(f"expected a field name in the filter, found {field!r}", field="filter")
+        if field not in self.known:
+            raise InputError(f"unknown field {field!r} in the filter; known fields: {', '.join(sorted(self.known))}",
+                             field="filter")
+        self.used.add(field)
+        kind, op = self.take()
+        if (kind, op) == ("kw", "in"):
+            self.expect("(")
+            options = [self.value()]
+            while self.peek() == ("op", ","):
+                self.take()
+                options.append(self.value())
+            self.expect(")")
+            return lambda m: any(_compare("==", m.get(field), o) for o in options)
+        if (kind, op) == ("kw", "has"):
+            tag = self.value().lower()
+            return lambda m: tag in {str(t).lower() for t in (m.get(field) or [])}
+        if op == "~":
+            needle = self.value().lower()
+            return lambda m: m.get(field) is not None and needle in str(m.get(field)).lower()
+        if kind != "op" or op not in ("==", "!=", "<", "<=", ">", ">="):
+            raise InputError(f"expected an operator after {field!r} in the filter, found {op!r}", field="filter")
+        expected = self.value()
+        return lambda m: _compare(op, m.get(field), expected)
+
+
+def parse_filter(text: str, records: Iterable) -> ModelFilter:
+    """Parse `text` against the fields the given ModelRecords have; refuses unknown fields."""
+    from registry.records import METADATA_FIELDS
+
+    known = {"name", *METADATA_FIELDS}
+    for record in records:
+        known.update(record.extra)
+    parser = _Parser(text, known)
+    predicate = parser.parse()
+    return ModelFilter(text=text, fields=frozenset(parser.used), _predicate=predicate)
