@@ -157,3 +157,26 @@ def required_text(value: object, *, file: Path | str, line: int, field: str) -> 
     if not text:
         raise InputError("empty value", file=file, line=line, field=field)
     return text
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """Objects of a JSON Lines file as (line number, object); blank lines are skipped.
+
+    Refuses non-UTF-8 text and an empty file (as read_utf8), a line that is not JSON, and a line
+    that is not a JSON object.
+    """
+    import json  # local: only the JSON Lines importers need it
+
+    text = read_utf8(path)
+    # Split on "\n" only: str.splitlines() also splits on U+2028 and friends, which JSON strings
+    # written with ensure_ascii=False may hold raw.
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise InputError(f"not JSON ({err.msg} at column {err.colno})", file=path, line=number) from None
+        if not isinstance(value, dict):
+            raise InputError(f"expected a JSON object, found {type(value).__name__}", file=path, line=number)
+        yield number, value

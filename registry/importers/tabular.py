@@ -1,0 +1,227 @@
+"""Plain evaluation tables: JSON Lines (.jsonl) or Parquet (.parquet), one evaluation per row.
+
+    model     the model's name, its key in the registry
+    score     a number in [0, 1] (a bool counts as 0/1)
+    query     the query's text     } at least one of the two per row
+    query_id  the query's id       }
+    task      optional
+
+A row with text and no id gets the id query_id_for_text(text) ("t:" and a hash of the text), so the
+same text always lands on the same query. A row with an id and no text refers to a query already in
+the store: the batch carries no Query for it, and the store-level check (elsewhere) refuses ids it
+does not hold. A row with both adds the Query. Every id, given or derived, is prefixed with
+id_prefix.
+
+JSON Lines: one object per line, blank lines skipped; errors name the line. Parquet: errors name the
+row, counted from 1 and passed as `line`. Text columns may be strings or bytes (bytes must be
+UTF-8). The same query id with two different texts is refused naming both rows; the same (model,
+query) twice keeps the last score and says so in batch.warnings.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+from registry.errors import InputError
+from registry.importers._common import ImportBatch, parse_score, query_id_for_text, read_jsonl, required_text
+from registry.records import ModelRecord, Query
+
+SUFFIXES = (".jsonl", ".parquet")
+_TEXT_COLUMNS = ("model", "query", "query_id", "task")
+
+
+def looks_like(path: Path) -> bool:
+    """A .jsonl or .parquet file whose first row (or schema) has `model` and `score`.
+
+    The columns are checked, not only the suffix, because lm-eval's samples files are .jsonl too.
+    """
+    if not path.is_file() or path.suffix.lower() not in SUFFIXES:
+        return False
+    if path.suffix.lower() == ".parquet":
+        columns = _parquet_columns(path)
+    else:
+        columns = _first_jsonl_keys(path)
+    return columns is not None and {"model", "score"} <= columns and bool({"query", "query_id"} & columns)
+
+
+def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
+    if not path.is_file():
+        raise InputError("no such file", file=path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows, kind = _jsonl_rows(path), "jsonl"
+    elif suffix == ".parquet":
+        rows, kind = _parquet_rows(path), "parquet"
+    else:
+        raise InputError(f"expected a {' or '.join(SUFFIXES)} file", file=path)
+
+    batch = ImportBatch(source=f"{kind}:{path.resolve()}")
+    try:
+        task_conflicts = _add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
+    except InputError as err:
+        if kind == "parquet" and err.line is not None and not err.problem.startswith("row "):
+            # Parquet has rows, not lines: say so, as the rest of the Parquet errors do.
+            raise InputError(f"row {err.line}: {err.problem}", file=err.file, line=err.line, field=err.field) from None
+        raise
+
+    for name in dict.fromkeys(batch.eval_models):
+        batch.models.append(ModelRecord(name=name))
+    if task_conflicts:
+        batch.warnings.append(
+            f"{path}: {task_conflicts} rows give a query another task than its first row; the first task was kept"
+        )
+    dropped = batch.drop_duplicate_evaluations()
+    if dropped:
+        batch.warnings.append(f"{path}: {dropped} repeated (model, query) rows; the last score of each was kept")
+    return batch
+
+
+def _add_rows(
+    batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
+) -> int:
+    """Adds every row's query and evaluation; returns how many rows disagree on a query's task."""
+    file_name = str(path)
+    firsts: dict[str, tuple[str, str, int]] = {}  # query id -> (text, task, line) of its first row with text
+    task_conflicts = 0
+    for line, row in rows:
+        model = required_text(row.get("model"), file=path, line=line, field="model")
+        score = parse_score(row.get("score"), file=path, line=line, field="score")
+        text = _optional_text(row.get("query"), file=path, line=line, field="query")
+        given_id = _optional_text(row.get("query_id"), file=path, line=line, field="query_id")
+        task = _optional_text(row.get("task"), file=path, line=line, field="task") or ""
+        if given_id is not None:
+            query_id = id_prefix + given_id.strip()
+        elif text is not None:
+            query_id = id_prefix + query_id_for_text(text)
+        else:
+            raise InputError("no query text and no query_id", file=path, line=line, field="query")
+
+        if text is not None:  # an id alone names a query already in the store: no Query for it
+            first = firsts.get(query_id)
+            if first is None:
+                firsts[query_id] = (text, task, line)
+                batch.add_query(Query(id=query_id, text=text, task=task), file=file_name, line=line)
+            elif first[0] != text:
+                raise InputError(
+                    f"query_id {query_id!r} has a different text on {_where(kind)} {first[2]}",
+                    file=path, line=line, field="query",
+                )
+            else:
+                task_conflicts += task != first[1]
+        batch.add_evaluation(model, query_id, score, file=file_name, line=line)
+    return task_conflicts
+
+
+def _optional_text(value: Any, *, file: Path, line: int, field: str) -> str | None:
+    """A text cell: None when absent or blank; anything but a string (or an id number) is refused."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"expected text, found {type(value).__name__}", file=file, line=line, field=field)
+    if isinstance(value, int):
+        if field != "query_id":
+            raise InputError("expected text, found a number", file=file, line=line, field=field)
+        return str(value)
+    return value if value.strip() else None
+
+
+def _where(kind: str) -> str:
+    return "row" if kind == "parquet" else "line"
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, row in read_jsonl(path):
+        for column in ("model", "score"):
+            if column not in row:
+                raise InputError(
+                    f"missing field; the line has {', '.join(row) or 'no fields'}", file=path, line=line, field=column
+                )
+        if "query" not in row and "query_id" not in row:
+            raise InputError("missing field (query or query_id)", file=path, line=line, field="query")
+        yield line, row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Rows of a Parquet file as (row number from 1, row); text cells decoded strictly."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.stat().st_size == 0:
+        raise InputError("file is empty", file=path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"not a readable Parquet file ({err})", file=path) from None
+    names = table.column_names
+    for column in ("model", "score"):
+        if column not in names:
+            raise InputError(
+                f"missing column; the file has {', '.join(names) or 'no columns'}", file=path, field=column
+            )
+    if "query" not in names and "query_id" not in names:
+        raise InputError(
+            f"missing column (query or query_id); the file has {', '.join(names)}", file=path, field="query"
+        )
+    if table.num_rows == 0:
+        raise InputError("no rows", file=path)
+
+    columns = {
+        name: _column_values(table.column(name), path=path, name=name)
+        for name in ("model", "score", "query", "query_id", "task")
+        if name in names
+    }
+    for index in range(table.num_rows):
+        yield index + 1, {name: values[index] for name, values in columns.items()}
+
+
+def _column_values(column: Any, *, path: Path, name: str) -> list[Any]:
+    """A column as Python values. String columns are read as bytes and decoded here, because
+    pyarrow reads invalid UTF-8 into a string column without complaint and only fails, without a
+    row number, when converting it."""
+    import pyarrow as pa
+
+    kind = column.type
+    if name not in _TEXT_COLUMNS or not (
+        pa.types.is_string(kind) or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    ):
+        return column.to_pylist()
+    if pa.types.is_string(kind):
+        column = column.cast(pa.binary())
+    elif pa.types.is_large_string(kind):
+        column = column.cast(pa.large_binary())
+    values = column.to_pylist()
+    for index, raw in enumerate(values):
+        if raw is None:
+            continue
+        try:
+            values[index] = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"row {index + 1}: text is not UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})",
+                file=path, line=index + 1, field=name,
+            ) from None
+    return values
+
+
+def _parquet_columns(path: Path) -> set[str] | None:
+    try:
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - any unreadable file simply is not this format
+        return None
+
+
+def _first_jsonl_keys(path: Path) -> set[str] | None:
+    import json
+
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                if raw.strip():
+                    value = json.loads(raw.decode("utf-8"))
+                    return set(value) if isinstance(value, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None

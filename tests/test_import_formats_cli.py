@@ -1,0 +1,71 @@
+"""Every import format through `registry import` into the store, with auto-detection."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from cli.main import cli
+from test_import_lm_eval import sample, write_run
+
+
+def run(home, *args, ok=True):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def stats(home):
+    return json.loads(run(home, "stats", "--json").output)
+
+
+def test_jsonl_then_ids_only_then_unknown_id(home, tmp_path):
+    rows = [{"model": "m1", "query": "What is 2+2?", "score": 1, "task": "math"},
+            {"model": "m2", "query": "What is 2+2?", "score": 0.5, "task": "math"},
+            {"model": "m1", "query": "Capital of Peru?", "score": 0, "task": "geo"}]
+    first = tmp_path / "a.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run(home, "import", str(first))
+    assert (stats(home)["models"], stats(home)["queries"], stats(home)["evaluations"]) == (2, 2, 3)
+
+    from registry import Registry
+
+    stored = Registry.open(home).store.read("queries").to_pylist()
+    known = next(q["query_id"] for q in stored if q["text"] == "Capital of Peru?")
+    table = pa.table({"model": ["m2"], "query_id": [known], "score": [1.0]})
+    pq.write_table(table, tmp_path / "b.parquet")
+    run(home, "import", str(tmp_path / "b.parquet"))
+    assert stats(home)["evaluations"] == 4
+
+    before = stats(home)
+    bad = tmp_path / "c.jsonl"
+    bad.write_text(json.dumps({"model": "m3", "query_id": "nope", "score": 1}) + "\n")
+    result = run(home, "import", str(bad), ok=False)
+    assert result.exit_code == 1 and "c.jsonl, line 1, field 'query_id'" in result.output
+    assert "neither in this import nor in the store" in result.output
+    assert stats(home) == before
+
+
+def test_lm_eval_run_directory(home, tmp_path):
+    results = {"model_name": "EleutherAI/pythia-160m", "config": {"model_args": "pretrained=EleutherAI/pythia-160m"}}
+    lines = [sample(i, f"Question {i}: what is {i} + {i}?", acc=float(i % 2)) for i in range(4)]
+    run_dir = write_run(tmp_path / "out" / "pythia", results, {"arith": lines})
+    out = run(home, "import", str(tmp_path / "out"), "--json").output
+    assert json.loads(out)["new_evaluations"] == 4
+    listed = json.loads(run(home, "models", "list", "--json").output)
+    assert [m["name"] for m in listed] == ["EleutherAI/pythia-160m"]
+    assert stats(home)["tasks"] == {"arith": 4}
+    assert run_dir.exists()
+
+
+def test_embedllm_csv(home, tmp_path):
+    header = "prompt_id,model_id,model_name,label,prompt,category_id,category\n"
+    body = ("0,0,m-a,1,What is DNA?,0,bio\n0,1,m-b,0,What is DNA?,0,bio\n"
+            "1,0,m-a,0,Define tort.,1,law\n1,0,m-a,1,Define tort.,1,law\n")
+    (tmp_path / "train.csv").write_text(header + body)
+    result = run(home, "import", str(tmp_path / "train.csv"), "--format", "embedllm")
+    assert "1 repeated (model, query) rows; the last score of each was kept" in result.output
+    assert (stats(home)["models"], stats(home)["evaluations"]) == (2, 3)

@@ -1,0 +1,237 @@
+"""JSON Lines / Parquet importer: fixture tables written into tmp_path, read without a store."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from registry.errors import InputError
+from registry.importers._common import query_id_for_text
+from registry.importers.tabular import looks_like, read_tabular
+
+ROWS: list[dict[str, Any]] = [
+    {"model": "org/a", "score": 1, "query": "What is 2+2?", "task": "math"},  # text only: derived id
+    {"model": "org/b", "score": 0.25, "query": "What is 2+2?", "task": "math"},
+    {"model": "org/a", "score": False, "query_id": "mmlu:17"},  # id only: a query already stored
+    {"model": "org/b", "score": True, "query_id": "gsm:3", "query": "Tom has 3 apples.", "task": "gsm8k"},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, columns: dict[str, Any]) -> Path:
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def as_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    names = dict.fromkeys(name for row in rows for name in row)
+    columns = {name: [row.get(name) for row in rows] for name in names}
+    columns["score"] = [float(v) for v in columns["score"]]
+    return columns
+
+
+def evaluations(batch) -> list[tuple[str, str, float]]:
+    return list(zip(batch.eval_models, batch.eval_queries, batch.eval_scores))
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_rows_become_queries_and_evaluations(tmp_path: Path, kind: str) -> None:
+    if kind == "jsonl":
+        path = write_jsonl(tmp_path / "evals.jsonl", ROWS)
+    else:
+        path = write_parquet(tmp_path / "evals.parquet", as_columns(ROWS))
+    derived = "p:" + query_id_for_text("What is 2+2?")
+
+    batch = read_tabular(path, id_prefix="p:")
+
+    # The id-only row adds no Query: the store must already hold p:mmlu:17.
+    assert [(q.id, q.text, q.task) for q in batch.queries] == [
+        (derived, "What is 2+2?", "math"), ("p:gsm:3", "Tom has 3 apples.", "gsm8k"),
+    ]
+    assert batch.query_origins == [(str(path), 1), (str(path), 4)]
+    assert evaluations(batch) == [
+        ("org/a", derived, 1.0), ("org/b", derived, 0.25), ("org/a", "p:mmlu:17", 0.0), ("org/b", "p:gsm:3", 1.0),
+    ]
+    assert [m.name for m in batch.models] == ["org/a", "org/b"]
+    assert batch.warnings == []
+    assert batch.source.startswith(f"{kind}:")
+    assert looks_like(path)
+
+
+def test_repeated_pairs_keep_the_last_score(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", [
+        {"model": "m", "score": 0, "query_id": "q"},
+        {"model": "m", "score": 1, "query_id": "q"},
+    ])
+
+    batch = read_tabular(path)
+
+    assert evaluations(batch) == [("m", "q", 1.0)]
+    assert batch.eval_lines == [2]
+    assert batch.warnings == [f"{path}: 1 repeated (model, query) rows; the last score of each was kept"]
+
+
+def test_blank_lines_and_a_bom_are_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text('\ufeff{"model": "m", "score": 0.5, "query": "q"}\n\n{"model": "n", "score": 1, "query": "q"}\n')
+
+    batch = read_tabular(path)
+
+    assert batch.eval_lines == [1, 3]
+    assert len(batch.queries) == 1
+
+
+def test_parquet_bytes_columns_and_integer_ids(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "e.parquet", {
+        "model": pa.array([b"m", b"n"], pa.binary()),
+        "score": pa.array([1, 0], pa.int64()),
+        "query_id": pa.array([10, 11], pa.int64()),
+        "query": pa.array(["caf\u00e9".encode(), None], pa.large_binary()),
+    })
+
+    batch = read_tabular(path)
+
+    assert evaluations(batch) == [("m", "10", 1.0), ("n", "11", 0.0)]
+    assert [(q.id, q.text) for q in batch.queries] == [("10", "caf\u00e9")]
+
+
+def test_same_id_with_two_texts_names_both_rows(tmp_path: Path) -> None:
+    rows = [{"model": "m", "score": 1, "query_id": "q", "query": "one"}, {"model": "n", "score": 1, "query_id": "q", "query": "two"}]
+    jsonl = write_jsonl(tmp_path / "e.jsonl", rows)
+    parquet = write_parquet(tmp_path / "e.parquet", as_columns(rows))
+
+    with pytest.raises(InputError) as from_jsonl:
+        read_tabular(jsonl)
+    with pytest.raises(InputError) as from_parquet:
+        read_tabular(parquet)
+
+    assert (from_jsonl.value.line, from_jsonl.value.field) == (2, "query")
+    assert "line 1" in from_jsonl.value.problem
+    assert (from_parquet.value.line, from_parquet.value.field) == (2, "query")
+    assert from_parquet.value.problem.startswith("row 2:") and "row 1" in from_parquet.value.problem
+
+
+def test_looks_like(tmp_path: Path) -> None:
+    samples = write_jsonl(tmp_path / "samples_boolq_2024-01-01T00-00-00.jsonl", [{"doc_id": 0, "acc": 1}])
+    other = write_parquet(tmp_path / "other.parquet", {"a": [1]})
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet")
+
+    assert not looks_like(samples)  # lm-eval samples are .jsonl too
+    assert not looks_like(other)
+    assert not looks_like(tmp_path / "broken.parquet")
+    assert not looks_like(tmp_path / "missing.jsonl")
+    assert not looks_like(write_jsonl(tmp_path / "evals.csv", ROWS))
+
+
+GOOD = json.dumps(ROWS[0]).encode() + b"\n"
+
+
+def _jsonl(**row: Any) -> bytes:
+    return json.dumps({"model": "m", "score": 1, "query": "q", **row}).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "field", "problem"),
+    [
+        pytest.param(GOOD + b'{"score": 1, "query": "q"}\n', 2, "model", "missing field", id="model-missing"),
+        pytest.param(b'{"model": "m", "query": "q"}\n', 1, "score", "missing field", id="score-missing"),
+        pytest.param(GOOD + b'{"model": "m", "score": 1}\n', 2, "query", "query or query_id", id="query-missing"),
+        pytest.param(_jsonl(query=" ", query_id=None), 1, "query", "no query text", id="query-blank"),
+        pytest.param(_jsonl(model=""), 1, "model", "empty", id="model-empty"),
+        pytest.param(_jsonl(query=["a"]), 1, "query", "expected text", id="query-not-text"),
+        pytest.param(GOOD + _jsonl(score="high"), 2, "score", "not a number", id="score-not-number"),
+        pytest.param(_jsonl(score=None), 1, "score", "not a number", id="score-null"),
+        pytest.param(_jsonl(score=1.01), 1, "score", "outside [0, 1]", id="score-above-1"),
+        pytest.param(_jsonl(score=-1), 1, "score", "outside [0, 1]", id="score-negative"),
+        pytest.param(GOOD + b'{"model": "m", "score": NaN, "query": "q"}\n', 2, "score", "NaN", id="score-nan"),
+        pytest.param(b"", None, None, "empty", id="empty-file"),
+        pytest.param(b" \n\n", None, None, "empty", id="blank-file"),
+        pytest.param(GOOD + b'{"model": "m", "score": 1, "query": "caf\xe9"}\n', 2, None, "not UTF-8", id="not-utf8"),
+        pytest.param(GOOD + GOOD + b"model,score\n", 3, None, "not JSON", id="not-json"),
+        pytest.param(b'"just a string"\n', 1, None, "JSON object", id="not-an-object"),
+    ],
+)
+def test_bad_jsonl_is_refused_with_its_line(
+    tmp_path: Path, content: bytes, line: int | None, field: str | None, problem: str
+) -> None:
+    path = tmp_path / "evals.jsonl"
+    path.write_bytes(content)
+
+    with pytest.raises(InputError) as caught:
+        read_tabular(path)
+
+    assert caught.value.file == str(path)
+    assert caught.value.line == line
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+
+
+def _good_columns(**changes: Any) -> dict[str, Any]:
+    columns: dict[str, Any] = {"model": ["m", "n"], "score": [1.0, 0.0], "query": ["q", "r"]}
+    for name, values in changes.items():
+        if values is None:
+            del columns[name]
+        else:
+            columns[name] = values
+    return columns
+
+
+@pytest.mark.parametrize(
+    ("columns", "line", "field", "problem"),
+    [
+        pytest.param(_good_columns(model=None), None, "model", "missing column", id="model-missing"),
+        pytest.param(_good_columns(score=None), None, "score", "missing column", id="score-missing"),
+        pytest.param(_good_columns(query=None), None, "query", "missing column", id="query-missing"),
+        pytest.param(_good_columns(query=["q", None]), 2, "query", "no query text", id="query-null"),
+        pytest.param(_good_columns(model=["m", None]), 2, "model", "empty", id="model-null"),
+        pytest.param(_good_columns(score=["1", "high"]), 2, "score", "not a number", id="score-not-number"),
+        pytest.param(_good_columns(score=[1.0, None]), 2, "score", "not a number", id="score-null"),
+        pytest.param(_good_columns(score=[1.5, 0.0]), 1, "score", "outside [0, 1]", id="score-above-1"),
+        pytest.param(_good_columns(score=[0.0, float("nan")]), 2, "score", "NaN", id="score-nan"),
+        pytest.param(_good_columns(query=pa.array([b"q", b"caf\xe9"], pa.binary())), 2, "query", "not UTF-8", id="bytes-not-utf8"),
+        pytest.param(_good_columns(query=pa.array([b"q", b"\xff"], pa.binary()).view(pa.string())), 2, "query", "not UTF-8", id="string-not-utf8"),
+        pytest.param({"model": pa.array([], pa.string()), "score": pa.array([], pa.float64()), "query": pa.array([], pa.string())},
+                     None, None, "no rows", id="no-rows"),
+    ],
+)
+def test_bad_parquet_is_refused_with_its_row(
+    tmp_path: Path, columns: dict[str, Any], line: int | None, field: str | None, problem: str
+) -> None:
+    path = write_parquet(tmp_path / "evals.parquet", columns)
+
+    with pytest.raises(InputError) as caught:
+        read_tabular(path)
+
+    assert caught.value.file == str(path)
+    assert caught.value.line == line
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    if line is not None:  # Parquet has rows, and says so
+        assert caught.value.problem.startswith(f"row {line}:")
+        assert f"line {line}" in str(caught.value)
+
+
+@pytest.mark.parametrize(("content", "problem"), [(b"", "file is empty"), (b"PAR1 but not really", "not a readable Parquet file")])
+def test_unreadable_parquet_is_refused(tmp_path: Path, content: bytes, problem: str) -> None:
+    path = tmp_path / "evals.parquet"
+    path.write_bytes(content)
+
+    with pytest.raises(InputError, match=problem) as caught:
+        read_tabular(path)
+
+    assert caught.value.file == str(path)
+
+
+def test_other_suffixes_are_refused(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "evals.json", ROWS)
+
+    with pytest.raises(InputError, match=".jsonl or .parquet"):
+        read_tabular(path)
