@@ -141,6 +141,84 @@ def models_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<5} {r.provider or ''}")
 
 
+def _evals_option(value: str) -> int | None:
+    return None if value == "all" else int(value)
+
+
+@cli.command()
+@click.option("--evals-per-model", default="1024", show_default=True,
+              help="Training evaluations per model (a number, or 'all').")
+@click.option("--seed", default=0, show_default=True, help="Seeds the query split, sampling and initialisation.")
+@click.option("--epochs", type=int, default=None, help="Maximum epochs (early stopping usually ends sooner).")
+@click.option("--models", "pool", default="all", show_default=True,
+              help="Models to train on: all, open, or a filter such as 'family in (llama3, qwen)'.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def train(ctx, evals_per_model, seed, epochs, pool, as_json) -> None:
+    """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder."""
+    report = _registry(ctx, create=False).train(models=pool, evals_per_model=_evals_option(evals_per_model),
+                                                seed=seed, epochs=epochs, progress=not as_json)
+    if as_json:
+        _echo_json(vars(report))
+        return
+    click.echo(f"trained encoder {report.encoder_id} on {len(report.models)} models "
+               f"({report.n_train_queries} train / {report.n_val_queries} validation queries) in {report.seconds:.0f} s; "
+               f"best epoch {report.best_epoch}, validation routing accuracy {report.val_routing_accuracy:.4f}")
+    click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
+
+
+@cli.command()
+@click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
+@click.option("--max-evals", default="1024", show_default=True,
+              help="Evaluations per model to embed from (a seeded sample), or 'all'.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def embed(ctx, all_, max_evals, as_json) -> None:
+    """Embed models with the active encoder: one forward pass each, no training."""
+    summary = _registry(ctx, create=False).embed_all(max_evals=_evals_option(max_evals))
+    if as_json:
+        _echo_json(summary)
+        return
+    click.echo(f"embedded {summary['embedded']} models with encoder {summary['encoder_id']}")
+
+
+@cli.command()
+@click.option("--pool", default="all", show_default=True, help="all, open, or a metadata filter.")
+@click.option("--evals-per-model", default="1024", show_default=True, help="Training evaluations per model, or 'all'.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--holdout-models", default=0, show_default=True, help="Models left out of training, onboarded after.")
+@click.option("--onboard-evals", default="16,32,64,128,256,512,1024", show_default=True,
+              help="Comma-separated evaluation counts to embed held-out models from.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as_json) -> None:
+    """LOCUS against EmbedLLM-MF, IRT-Net, kNN, best single model and oracle on held-out queries."""
+    try:
+        onboard = tuple(int(n) for n in onboard_evals.split(",") if n.strip())
+    except ValueError:
+        raise click.BadParameter(f"{onboard_evals!r} is not a comma-separated list of numbers",
+                                 param_hint="--onboard-evals") from None
+    log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
+    try:
+        result = _registry(ctx, create=False).evaluate(
+            pool=pool, evals_per_model=_evals_option(evals_per_model), seed=seed, holdout_models=holdout_models,
+            onboard_evals=onboard if holdout_models else (), progress=not as_json, log=log)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"pool: {len(result['pool'])} models; {result['n_test_queries']} test queries; "
+               f"{result['evals_per_model']} training evaluations per model; seed {result['seed']}")
+    click.echo(f"{'method':<14}{'routing':>9}{'correctness':>13}")
+    for name, value in result["routing_accuracy"].items():
+        corr = result["correctness_accuracy"].get(name)
+        click.echo(f"{name:<14}{value:>9.4f}{(f'{corr:.4f}' if corr is not None else '-'):>13}")
+    for n, row in result.get("onboarding", {}).items():
+        click.echo(f"onboarding from {n:>5} evals: correctness {row['correctness_accuracy']:.4f}, "
+                   f"routing {row['routing_accuracy']:.4f}")
+
+
 @cli.command()
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")

@@ -71,6 +71,11 @@ MODEL_SCHEMA = pa.schema(
         pa.field("tags", pa.list_(pa.string())),
         pa.field("extra", pa.string()),  # JSON object of free-form metadata
         pa.field("added", pa.timestamp("us", tz="UTC"), nullable=False),
+        # The LOCUS embedding: null until `registry embed` (or add-model) computes it.
+        pa.field("vector", pa.list_(pa.float32())),
+        pa.field("encoder_id", pa.string()),
+        pa.field("n_evals", pa.int32()),
+        pa.field("embedded_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from indexing.home import resolve_home
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
-from registry.errors import NotFoundError
+from registry.errors import NotFoundError, RegistryError
 from registry.ingest import ImportReport, ingest, load_precomputed
 from registry.importers import read_batch
 from registry.records import ModelRecord
@@ -89,6 +89,68 @@ class Registry:
             load_encoder=_load_query_encoder,
             precomputed=precomputed,
         )
+
+    # ------------------------------------------------------------ LOCUS encoder
+    def select_models(self, pool: str | None) -> list[str]:
+        """Model names for a pool: None/"all", "open" (metadata access == open), or a filter
+        expression (see `registry.filters`). Refuses a pool that is empty."""
+        from registry.filters import parse_filter
+
+        records = self.models()
+        if pool in (None, "all"):
+            chosen = records
+        else:
+            text = "access == open" if pool == "open" else pool
+            chosen = parse_filter(text, records).select(records)
+        if not chosen:
+            raise RegistryError(f"the pool {pool!r} matches no model in the registry ({len(records)} models)")
+        return [r.name for r in chosen]
+
+    def train(
+        self,
+        *,
+        models: str | None = None,
+        evals_per_model: int | None = 1024,
+        seed: int = 0,
+        epochs: int | None = None,
+        progress: bool = True,
+        **options: Any,
+    ):
+        """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
+        active encoder. `models` is a pool ("all", "open" or a filter)."""
+        from registry.embedding import train_encoder
+
+        return train_encoder(self._store, query_encoder=self.query_encoder, models=self.select_models(models),
+                             evals_per_model=evals_per_model, seed=seed, epochs=epochs, progress=progress,
+                             **options)
+
+    def embed_all(self, *, max_evals: int | None = 1024) -> dict[str, Any]:
+        """Embed every model with the active encoder (one forward pass each, no training)."""
+        from registry.embedding import embed_all
+
+        return embed_all(self._store, max_evals=max_evals)
+
+    def evaluate(
+        self,
+        *,
+        pool: str | None = "all",
+        evals_per_model: int | None = 1024,
+        seed: int = 0,
+        holdout_models: int = 0,
+        onboard_evals: tuple[int, ...] = (),
+        progress: bool = False,
+        log=lambda message: None,
+        **locus_options: Any,
+    ) -> dict[str, Any]:
+        """LOCUS against the baselines on this registry's evaluations (see `registry.evaluation`)."""
+        from registry.dataset import load_eval_data
+        from registry.evaluation import run_evaluation
+
+        names = self.select_models(pool)
+        data = load_eval_data(self._store, self.query_encoder, models=names)
+        return run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
+                              onboard_evals=onboard_evals, progress=progress, log=log,
+                              locus_options=locus_options or None)
 
     # ------------------------------------------------------------------- reads
     def stats(self) -> dict[str, Any]:

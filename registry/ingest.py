@@ -102,6 +102,7 @@ def model_row(record: ModelRecord, added) -> dict:
     row = record.model_dump(exclude={"extra"})
     row["extra"] = json.dumps(record.extra, sort_keys=True)
     row["added"] = added
+    row.update(vector=None, encoder_id=None, n_evals=None, embedded_at=None)
     return row
 
 
@@ -228,7 +229,10 @@ def ingest(
                 [model_row(r, now) for r in insert_models], schema=MODEL_SCHEMA))
         if update_models:
             table = store.table(MODELS, MODEL_SCHEMA)
-            rows = [model_row(r, stored_models[r.name]["added"]) for r in update_models]
+            # New metadata, same embedding: a metadata change does not touch the vector.
+            embedding = ("vector", "encoder_id", "n_evals", "embedded_at")
+            rows = [{**model_row(r, stored_models[r.name]["added"]),
+                     **{k: stored_models[r.name][k] for k in embedding}} for r in update_models]
             table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
                 pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
         for rows, upsert in ((new_rows, False), (changed_rows, True)):

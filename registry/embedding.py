@@ -1,0 +1,163 @@
+"""Training the LOCUS encoder on the store, and embedding the store's models with it.
+
+Checkpoints live in `<home>/encoders/<encoder id>/` (weights.safetensors, config.json, and
+training.json: which query encoder, split, models and settings produced it). `config.json` of the
+home names the active one. An embedding is one forward pass over a model's evaluations: no training.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from encoder.data import EvalData, sample_per_model, split_queries
+from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
+from registry.dataset import load_eval_data
+from registry.errors import RegistryError
+
+__all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
+           "embedding_evals"]
+
+MIN_TRAIN_MODELS = 3
+MIN_EVALS_PER_MODEL = 16
+DEFAULT_MAX_EMBED_EVALS = 1024  # what the encoder saw per model in training
+
+
+@dataclass
+class TrainReport:
+    encoder_id: str
+    models: list[str]
+    n_train_queries: int
+    n_val_queries: int
+    evals_per_model: int | None
+    best_epoch: int
+    val_routing_accuracy: float
+    seconds: float
+    checkpoint: str
+
+
+@dataclass
+class ActiveEncoder:
+    encoder_id: str
+    locus: Any  # encoder.locus.Locus
+    config: Any  # encoder.locus.LocusConfig
+    query_encoder: str
+    directory: Path
+
+
+def _encoders_dir(store: Store) -> Path:
+    return store.home / "encoders"
+
+
+def train_encoder(
+    store: Store,
+    *,
+    query_encoder: str,
+    models: list[str] | None = None,
+    evals_per_model: int | None = 1024,
+    seed: int = 0,
+    epochs: int | None = None,
+    progress: bool = True,
+    **train_options: Any,
+) -> TrainReport:
+    """Train F and G on the training split of the store's queries and make the result active."""
+    from encoder.checkpoint import save_checkpoint
+    from encoder.training import train_locus
+
+    data = load_eval_data(store, query_encoder, models=models)
+    split = split_queries(data.n_queries, seed=seed)
+    train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
+    counts = np.bincount(data.model_index[train_evals], minlength=data.n_models)
+    usable = [m for m, c in zip(data.models, counts) if c >= MIN_EVALS_PER_MODEL]
+    if len(usable) < MIN_TRAIN_MODELS:
+        raise RegistryError(
+            f"training needs at least {MIN_TRAIN_MODELS} models with {MIN_EVALS_PER_MODEL}+ evaluations on "
+            f"training queries; the registry has {len(usable)} ({', '.join(usable) or 'none'})"
+        )
+    if len(usable) < data.n_models:
+        data = data.select_models(usable)
+        train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
+    if epochs is not None:
+        train_options["epochs"] = epochs
+    result = train_locus(data, train_evals, split.val, seed=seed, progress=progress, **train_options)
+
+    staging = _encoders_dir(store) / f".staging-{time.time_ns()}"
+    encoder_id = save_checkpoint(result.locus, result.config, staging)
+    (staging / "training.json").write_text(json.dumps({
+        "query_encoder": query_encoder, "seed": seed, "evals_per_model": evals_per_model,
+        "models": data.models, "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),
+        "best_epoch": result.best_epoch, "val_routing_accuracy": result.best_val_routing,
+        "seconds": result.seconds, "settings": result.settings,
+    }, indent=2, default=str))
+    final = _encoders_dir(store) / encoder_id
+    if final.exists():  # same seed, same data: the same checkpoint is already there
+        import shutil
+
+        shutil.rmtree(staging)
+    else:
+        staging.rename(final)
+    store.update_config(active_encoder=encoder_id)
+    return TrainReport(encoder_id, data.models, int(len(split.train)), int(len(split.val)), evals_per_model,
+                       result.best_epoch, float(result.best_val_routing), float(result.seconds), str(final))
+
+
+def active_encoder(store: Store, encoder_id: str | None = None) -> ActiveEncoder:
+    """The checkpoint named by the home's config (or `encoder_id`), loaded and verified."""
+    from encoder.checkpoint import load_checkpoint
+
+    encoder_id = encoder_id or store.config.get("active_encoder")
+    if not encoder_id:
+        raise RegistryError("no active encoder: run `registry train` first")
+    directory = _encoders_dir(store) / encoder_id
+    if not directory.is_dir():
+        raise RegistryError(f"encoder {encoder_id} is not in {_encoders_dir(store)}")
+    locus, config, loaded_id = load_checkpoint(directory)
+    if loaded_id != encoder_id:
+        raise RegistryError(f"checkpoint in {directory} has id {loaded_id}, not {encoder_id}")
+    info = json.loads((directory / "training.json").read_text("utf-8"))
+    return ActiveEncoder(encoder_id, locus, config, info["query_encoder"], directory)
+
+
+def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
+    """Per model, the evaluations its embedding is built from: all, or a seeded sample of
+    `max_evals` (the encoder was trained on sets up to that size)."""
+    from encoder.training import evals_by_model
+
+    rng = np.random.default_rng(seed)
+    per_model = evals_by_model(data, np.arange(len(data.scores)))
+    if max_evals is None:
+        return per_model
+    return [np.sort(rng.choice(e, size=max_evals, replace=False)) if len(e) > max_evals else e for e in per_model]
+
+
+def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, seed: int = 0) -> dict[str, Any]:
+    """Embed every model with evaluations using the active encoder; write vectors to the models table."""
+    from encoder.training import embed_models
+
+    active = active_encoder(store)
+    data = load_eval_data(store, active.query_encoder)
+    if data.query_vectors.shape[1] != active.config.query_dim:
+        raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
+                            f"{active.query_encoder} gives {data.query_vectors.shape[1]}-d")
+    per_model = embedding_evals(data, max_evals=max_evals, seed=seed)
+    vectors = embed_models(active.locus, data, per_model)
+    now = now_utc()
+    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+    updated = []
+    for name, z, evals in zip(data.models, vectors, per_model):
+        if name not in rows or not np.isfinite(z).all():
+            continue
+        row = dict(rows[name])
+        row.update(vector=z.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
+                   embedded_at=now)
+        updated.append(row)
+    with store.transaction():
+        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
+            pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
+    return {"encoder_id": active.encoder_id, "embedded": len(updated),
+            "n_evals": {r["name"]: r["n_evals"] for r in updated}}

@@ -1,0 +1,128 @@
+"""The evaluation harness behind `registry evaluate` and the results page.
+
+One protocol for every method (paper section 3.1, EmbedLLM's split): queries split 80/10/10 by seed;
+each model contributes at most N random evaluations from the training queries; the validation
+queries only choose hyperparameters and stop training; metrics are measured on the test queries,
+each query routed among the models scored on it.
+
+With `holdout_models=K`, K random models of the pool are left out of all training. Afterwards each is
+embedded (one forward pass) from n of its training-query evaluations, for each n in
+`onboard_evals`; "onboarding" then reports, on the test queries, those models' correctness accuracy
+and the routing accuracy of the whole pool with them included.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from encoder.data import EvalData, sample_per_model, split_queries
+from encoder.metrics import best_single_accuracy, correctness_accuracy, oracle_accuracy, routing_accuracy
+
+__all__ = ["run_evaluation", "truth_on"]
+
+BASELINES = ("embedllm_mf", "irt_net", "knn")
+
+
+def truth_on(data: EvalData, queries: np.ndarray, evals: np.ndarray | None = None) -> np.ndarray:
+    """(M, len(queries)) scores with NaN holes, from all evaluations or only `evals`."""
+    column = np.full(data.n_queries, -1, dtype=np.int64)
+    column[queries] = np.arange(len(queries))
+    idx = np.arange(len(data.scores)) if evals is None else np.asarray(evals)
+    idx = idx[column[data.query_index[idx]] >= 0]
+    truth = np.full((data.n_models, len(queries)), np.nan, dtype=np.float32)
+    truth[data.model_index[idx], column[data.query_index[idx]]] = data.scores[idx]
+    return truth
+
+
+def _baseline(name: str):
+    from encoder.baselines import EmbedLLMMF, IRTNet, KNNRouter
+
+    return {"embedllm_mf": EmbedLLMMF, "irt_net": IRTNet, "knn": KNNRouter}[name]()
+
+
+def run_evaluation(
+    data: EvalData,
+    *,
+    evals_per_model: int | None = 1024,
+    seed: int = 0,
+    holdout_models: int = 0,
+    onboard_evals: tuple[int, ...] = (),
+    baselines: tuple[str, ...] = BASELINES,
+    locus_options: dict[str, Any] | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
+    from encoder.training import embed_models, evals_by_model, predict, train_locus
+
+    if data.n_models < 2:
+        raise ValueError("evaluation needs a pool of at least 2 models")
+    split = split_queries(data.n_queries, seed=seed)
+    rng = np.random.default_rng(seed + 7919)
+    held_out: list[str] = []
+    if holdout_models:
+        if holdout_models >= data.n_models - 1:
+            raise ValueError(f"--holdout-models {holdout_models} leaves fewer than 2 of {data.n_models} models to train on")
+        held_out = sorted(rng.choice(data.models, size=holdout_models, replace=False).tolist())
+    trained = [m for m in data.models if m not in held_out]
+    train_data = data.select_models(trained)
+    train_evals = sample_per_model(train_data, split.train, n_per_model=evals_per_model, seed=seed)
+    test_truth = truth_on(train_data, split.test)
+    result: dict[str, Any] = {
+        "pool": list(data.models), "held_out": held_out, "evals_per_model": evals_per_model, "seed": seed,
+        "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),
+        "n_test_queries": int((~np.isnan(test_truth)).any(axis=0).sum()),
+        "routing_accuracy": {}, "correctness_accuracy": {}, "seconds": {},
+    }
+
+    started = time.perf_counter()
+    trained_locus = train_locus(train_data, train_evals, split.val, seed=seed, progress=progress,
+                                **(locus_options or {}))
+    z = embed_models(trained_locus.locus, train_data, train_evals)
+    pred = predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.test])
+    result["routing_accuracy"]["locus"] = routing_accuracy(pred, test_truth)
+    result["correctness_accuracy"]["locus"] = correctness_accuracy(pred, test_truth)
+    result["seconds"]["locus"] = round(time.perf_counter() - started, 1)
+    result["locus_best_epoch"] = trained_locus.best_epoch
+    log(f"locus: routing {result['routing_accuracy']['locus']:.4f} in {result['seconds']['locus']} s")
+
+    for name in baselines:
+        started = time.perf_counter()
+        model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
+        pred_b = model.predict(split.test)
+        result["routing_accuracy"][name] = routing_accuracy(pred_b, test_truth)
+        result["correctness_accuracy"][name] = correctness_accuracy(pred_b, test_truth)
+        result["seconds"][name] = round(time.perf_counter() - started, 1)
+        log(f"{name}: routing {result['routing_accuracy'][name]:.4f} in {result['seconds'][name]} s")
+    result["routing_accuracy"]["best_single"] = best_single_accuracy(truth_on(train_data, split.train, train_evals),
+                                                                     test_truth)
+    result["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
+
+    if held_out:
+        result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals,
+                                           seed, embed_models, evals_by_model, predict)
+    return result
+
+
+def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed, embed_models,
+                evals_by_model, predict) -> dict[str, dict[str, float]]:
+    """Embed the held-out models from n of their training-query evaluations, n in onboard_evals."""
+    pool_truth = truth_on(data, split.test)
+    row_of = {m: i for i, m in enumerate(data.models)}
+    held_rows = [row_of[m] for m in held_out]
+    out: dict[str, dict[str, float]] = {}
+    for n in onboard_evals:
+        evals = sample_per_model(data, split.train, n_per_model=n, seed=seed + n)
+        per_model = evals_by_model(data, evals)
+        z = np.zeros((data.n_models, z_trained.shape[1]), dtype=np.float32)
+        z[[row_of[m] for m in trained]] = np.nan_to_num(z_trained)
+        only_held = [e if r in held_rows else e[:0] for r, e in enumerate(per_model)]
+        z[held_rows] = embed_models(locus, data, only_held)[held_rows]
+        pred = predict(locus, z, data.query_vectors[split.test])
+        out[str(n)] = {
+            "correctness_accuracy": correctness_accuracy(pred[held_rows], pool_truth[held_rows]),
+            "routing_accuracy": routing_accuracy(pred, pool_truth),
+            "evals_used": int(min(n, min(len(per_model[r]) for r in held_rows))),
+        }
+    return out

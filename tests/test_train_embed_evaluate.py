@@ -1,0 +1,117 @@
+"""`registry train`, `embed --all` and `evaluate` end to end on a small synthetic pool, and their refusals."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from registry import Registry
+from registry.synthetic import synthetic_pool
+
+FAST = ["--epochs", "12"]
+
+
+@pytest.fixture(scope="module")
+def pool_home(tmp_path_factory) -> Path:
+    """A registry of a small synthetic pool (built once; tests work on copies)."""
+    home = tmp_path_factory.mktemp("pool") / "home"
+    reg = Registry.open(home)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    pool = synthetic_pool(n_families=3, models_per_family=3, queries_per_task=25,
+                          tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(pool.write_triple(Path(scratch)))
+    return home
+
+
+@pytest.fixture
+def home(pool_home, tmp_path) -> Path:
+    copy = tmp_path / "home"
+    shutil.copytree(pool_home, copy)
+    return copy
+
+
+def run(home, *args, ok=True):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def test_train_then_embed_writes_vectors_with_the_encoder_id(home):
+    report = json.loads(run(home, "train", *FAST, "--evals-per-model", "60", "--json").output)
+    encoder_dir = home / "encoders" / report["encoder_id"]
+    assert (encoder_dir / "weights.safetensors").is_file() and (encoder_dir / "config.json").is_file()
+    assert not list(encoder_dir.glob("*.pt")) and not list(encoder_dir.glob("*.pkl"))
+    assert Registry.open(home).store.config["active_encoder"] == report["encoder_id"]
+
+    summary = json.loads(run(home, "embed", "--all", "--json").output)
+    assert summary["embedded"] == 10 and summary["encoder_id"] == report["encoder_id"]
+    rows = Registry.open(home).store.read("models").to_pylist()
+    assert all(r["encoder_id"] == report["encoder_id"] and len(r["vector"]) == 128 for r in rows)
+    assert {r["n_evals"] for r in rows} == {100}  # every model has 4 x 25 evaluations, all used
+    # Embedding is a forward pass: doing it again gives the same vectors.
+    run(home, "embed", "--all")
+    again = {r["name"]: r["vector"] for r in Registry.open(home).store.read("models").to_pylist()}
+    for r in rows:
+        np.testing.assert_allclose(again[r["name"]], r["vector"], atol=1e-6)
+
+
+def test_same_seed_same_data_gives_the_same_checkpoint(home, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(home, other)
+    first = json.loads(run(home, "train", *FAST, "--seed", "3", "--json").output)["encoder_id"]
+    second = json.loads(run(other, "train", *FAST, "--seed", "3", "--json").output)["encoder_id"]
+    assert first == second
+
+
+def test_evaluate_reports_every_method(home):
+    out = run(home, "evaluate", "--pool", "access == open", "--evals-per-model", "60", "--holdout-models", "2",
+              "--onboard-evals", "16,60", "--json").output
+    result = json.loads(out)
+    assert len(result["pool"]) == 10 and len(result["held_out"]) == 2
+    assert set(result["routing_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", "best_single", "oracle"}
+    assert set(result["correctness_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn"}
+    assert result["n_test_queries"] == 10
+    oracle = result["routing_accuracy"]["oracle"]
+    assert all(0.0 <= v <= oracle + 1e-9 for v in result["routing_accuracy"].values())
+    assert set(result["onboarding"]) == {"16", "60"}
+
+
+def test_train_needs_enough_models(home):
+    before = Registry.open(home).stats()
+    result = run(home, "train", *FAST, "--models", "name == syn-synfam0-1b", ok=False)
+    assert result.exit_code == 1 and "at least 3 models" in result.output
+    assert Registry.open(home).stats() == before and not (home / "encoders").exists()
+
+
+def test_embed_without_an_active_encoder_is_refused(home):
+    result = run(home, "embed", "--all", ok=False)
+    assert result.exit_code == 1 and "no active encoder" in result.output
+
+
+@pytest.mark.parametrize("pool, message", [
+    ("family == nothing", "matches no model"),
+    ("colour == red", "unknown field 'colour'"),
+])
+def test_evaluate_refuses_an_empty_pool_or_unknown_field(home, pool, message):
+    result = run(home, "evaluate", "--pool", pool, ok=False)
+    assert result.exit_code == 1 and message in result.output
+
+
+def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):
+    encoder_id = json.loads(run(home, "train", *FAST, "--json").output)["encoder_id"]
+    config = home / "encoders" / encoder_id / "config.json"
+    meta = json.loads(config.read_text())
+    meta["config"]["d"] = 64  # weights were trained with d = 128
+    config.write_text(json.dumps(meta))
+    before = Registry.open(home).store.versions()
+    result = run(home, "embed", "--all", ok=False)
+    assert result.exit_code == 1 and "weights do not match" in result.output, result.output
+    assert Registry.open(home).store.versions() == before
