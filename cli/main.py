@@ -219,6 +219,135 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
                    f"routing {row['routing_accuracy']:.4f}")
 
 
+def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    meta = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--meta")
+        meta[key.strip()] = value
+    return meta
+
+
+@cli.command("add-model")
+@click.argument("name")
+@click.option("--evals", "evals_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
+@click.option("--meta", multiple=True, help="Metadata key=value (family, params_b, provider, endpoint, licence, access, tags, ...).")
+@click.option("--replace", is_flag=True, help="Replace a model of the same name (a new version).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def add_model(ctx, name, evals_file, meta, replace, as_json) -> None:
+    """Onboard model NAME from its evaluations: one forward pass of the active encoder, no training."""
+    result = _registry(ctx, create=False).add_model(name, evals_file, _meta_pairs(meta), replace=replace)
+    for warning in result.pop("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo(f"{result['event']} {name} (version {result['version']}): embedded from {result['n_evals']} "
+               f"evaluations with encoder {result['encoder_id']}; {result['encoded_texts']} new texts encoded")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-k", default=5, show_default=True, help="How many neighbours.")
+@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
+@click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def search(ctx, name, k, metric, where, as_json) -> None:
+    """The models nearest to NAME in embedding space (NAME itself excluded)."""
+    results = _registry(ctx, create=False).similar(name, k, metric=metric, where=where)
+    if as_json:
+        _echo_json({"query": name, "metric": metric, "results": results})
+        return
+    if not results:
+        click.echo("no neighbours" + (f" matching {where!r}" if where else ""))
+    for r in results:
+        m = r["metadata"]
+        click.echo(f"{r['distance']:.4f}  {r['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def show(ctx, name, as_json) -> None:
+    """A model's record, metadata and embedding summary."""
+    reg = _registry(ctx, create=False)
+    record = reg.get(name)
+    row = {r["name"]: r for r in reg.store.read("models").to_pylist()}[name]
+    info = {**record.model_dump(), "version": row.get("version"), "encoder_id": row.get("encoder_id"),
+            "n_evals": row.get("n_evals"), "embedded": row.get("vector") is not None}
+    if as_json:
+        _echo_json(info)
+        return
+    for key, value in info.items():
+        if value not in (None, [], {}):
+            click.echo(f"{key:<12} {value}")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def history(ctx, name, as_json) -> None:
+    """Every version of a model, oldest first."""
+    rows = _registry(ctx, create=False).history(name)
+    if as_json:
+        _echo_json([{k: (str(v) if k == "time" else v) for k, v in r.items() if k not in ("vector", "record")}
+                    for r in rows])
+        return
+    for r in rows:
+        click.echo(f"v{r['version']:<3} {r['event']:<8} {r['time']:%Y-%m-%d %H:%M:%S}  encoder {r['encoder_id']}  "
+                   f"{r['n_evals']} evals")
+
+
+@cli.command()
+@click.argument("name")
+@click.pass_context
+def remove(ctx, name) -> None:
+    """Remove a model (restorable: `registry restore NAME`)."""
+    _registry(ctx, create=False).remove(name)
+    click.echo(f"removed {name} (registry restore {name} brings it back)")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--version", type=int, default=None, help="The version to restore (default: the latest).")
+@click.pass_context
+def restore(ctx, name, version) -> None:
+    """Restore a removed model, or an older version of one, from its history."""
+    result = _registry(ctx, create=False).restore(name, version)
+    click.echo(f"restored {name} from version {result['restored_version']} (now version {result['version']})")
+
+
+@cli.command()
+@click.option("--model", default=None, help="Check one model against the rest (default: every pair).")
+@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
+@click.option("--quantile", default=0.99, show_default=True, help="Quantile of self-spread used as the threshold.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--fail-on-flag", is_flag=True, help="Exit 1 when any pair is flagged (for CI).")
+@click.pass_context
+def audit(ctx, model, metric, quantile, as_json, fail_on_flag) -> None:
+    """Flag models that are likely the same model behind different endpoints."""
+    result = _registry(ctx, create=False).audit(model=model, metric=metric, quantile=quantile)
+    if as_json:
+        _echo_json(result)
+    else:
+        click.echo(f"{result['models']} models; threshold {result['threshold']:.4f} ({metric} distance, "
+                   f"{quantile:.2f} quantile of self-spread over {result['self_spread']['models']} models); "
+                   f"closest distinct pair {result['distinct']['min']:.4f}")
+        for f in result["flags"]:
+            click.echo(f"FLAG {f['a']} ~ {f['b']}: distance {f['distance']:.4f}, "
+                       f"P(distinct models this close) {f['score']:.4f}")
+        if not result["flags"]:
+            click.echo("no likely duplicates")
+    if fail_on_flag and result["flags"]:
+        ctx.exit(1)
+
+
 @cli.command()
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")

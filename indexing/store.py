@@ -30,11 +30,12 @@ import pyarrow as pa  # noqa: E402
 
 from registry.errors import InputError, RegistryError  # noqa: E402
 
-__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "vector_table_name"]
+__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name"]
 
 QUERIES = "queries"
 EVALUATIONS = "evaluations"
 MODELS = "models"
+VERSIONS = "model_versions"
 _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
 _JOURNAL = "journal.json"
@@ -76,6 +77,20 @@ MODEL_SCHEMA = pa.schema(
         pa.field("encoder_id", pa.string()),
         pa.field("n_evals", pa.int32()),
         pa.field("embedded_at", pa.timestamp("us", tz="UTC")),
+        pa.field("version", pa.int32()),  # 1 on add, +1 on every refine or replace
+    ]
+)
+# Every version of every model, append-only: what `registry history` lists and `restore` reads.
+VERSION_SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.int32(), nullable=False),
+        pa.field("event", pa.string(), nullable=False),  # add, refine, replace, embed, remove, restore
+        pa.field("record", pa.string(), nullable=False),  # the ModelRecord as JSON
+        pa.field("vector", pa.list_(pa.float32())),
+        pa.field("encoder_id", pa.string()),
+        pa.field("n_evals", pa.int32()),
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
 
@@ -163,7 +178,8 @@ class Store:
     def read(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """A whole table as Arrow (empty with the right schema when it does not exist yet)."""
         if not self.has_table(name):
-            schema = {QUERIES: QUERY_SCHEMA, EVALUATIONS: EVALUATION_SCHEMA, MODELS: MODEL_SCHEMA}.get(name)
+            schema = {QUERIES: QUERY_SCHEMA, EVALUATIONS: EVALUATION_SCHEMA, MODELS: MODEL_SCHEMA,
+                      VERSIONS: VERSION_SCHEMA}.get(name)
             if schema is None:
                 raise KeyError(name)
             empty = schema.empty_table()

@@ -1,7 +1,6 @@
 """`Registry`: the public Python API over one registry home."""
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -124,7 +123,7 @@ class Registry:
                              evals_per_model=evals_per_model, seed=seed, epochs=epochs, progress=progress,
                              **options)
 
-    def embed_all(self, *, max_evals: int | None = 1024) -> dict[str, Any]:
+    def embed_all(self, *, max_evals: int | None = 1024) -> dict[str, Any]:  # noqa: A003
         """Embed every model with the active encoder (one forward pass each, no training)."""
         from registry.embedding import embed_all
 
@@ -152,6 +151,71 @@ class Registry:
                               onboard_evals=onboard_evals, progress=progress, log=log,
                               locus_options=locus_options or None)
 
+    # ------------------------------------------------------------ the catalog
+    def add_model(self, name: str, evaluations, metadata=None, *, replace: bool = False,
+                  max_evals: int | None = 1024) -> dict[str, Any]:
+        """Onboard a model: store its evaluations (query texts or known query ids with scores; a
+        CSV/JSONL/Parquet path or an iterable) and embed it with the active encoder in one forward
+        pass, no training. An existing name is refused unless `replace`."""
+        from registry.catalog import add_model
+
+        return add_model(self._store, name, evaluations, metadata, replace=replace, max_evals=max_evals)
+
+    def refine(self, name: str, more_evaluations, *, max_evals: int | None = 1024) -> dict[str, Any]:
+        """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
+        from registry.catalog import refine
+
+        return refine(self._store, name, more_evaluations, max_evals=max_evals)
+
+    def remove(self, name: str) -> dict[str, Any]:
+        """Remove a model (its history stays: `restore` brings it back)."""
+        from registry.catalog import remove
+
+        return remove(self._store, name)
+
+    def restore(self, name: str, version: int | None = None) -> dict[str, Any]:
+        from registry.catalog import restore
+
+        return restore(self._store, name, version)
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
+        from registry.catalog import history
+
+        return history(self._store, name)
+
+    def list(self, where: str | None = None) -> list[ModelRecord]:
+        """Model records, optionally filtered (see `registry.filters`)."""
+        records = self.models()
+        if where is None:
+            return records
+        from registry.filters import parse_filter
+
+        return parse_filter(where, records).select(records)
+
+    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None):
+        """The k nearest models (name, distance, metadata), nearest first, the model itself excluded."""
+        from registry.search import similar
+
+        return similar(self._store, name_or_vector, k=k, metric=metric, where=where)
+
+    def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
+        from registry.search import distance
+
+        return distance(self._store, a, b, metric=metric)
+
+    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99) -> dict[str, Any]:
+        """Flag pairs of models whose embeddings sit closer than a model's own self-spread."""
+        from registry.audit import audit
+
+        return audit(self._store, model=model, metric=metric, quantile=quantile)
+
+    def check(self) -> list[str]:
+        """Consistency problems (empty when the table, the index and the evaluations agree)."""
+        from registry.search import check_consistency
+
+        return check_consistency(self._store)
+
     # ------------------------------------------------------------------- reads
     def stats(self) -> dict[str, Any]:
         n_models = self._store.count(MODELS)
@@ -171,19 +235,16 @@ class Registry:
         }
 
     def models(self) -> list[ModelRecord]:
+        from registry.catalog import record_of
+
         rows = self._store.read(MODELS).to_pylist()
-        return sorted((_record(row) for row in rows), key=lambda r: r.name)
+        return sorted((record_of(row) for row in rows), key=lambda r: r.name)
 
     def get(self, name: str) -> ModelRecord:
         for record in self.models():
             if record.name == name:
                 return record
-        raise NotFoundError(_unknown_model_message(name, [r.name for r in self.models()]))
-
-
-def _record(row: dict[str, Any]) -> ModelRecord:
-    fields = {k: row.get(k) for k in ModelRecord.model_fields if k not in ("extra", "tags")}
-    return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(row.get("extra") or "{}"))
+        raise NotFoundError.model(name, [r.name for r in self.models()])
 
 
 def _vector_table(encoder: str) -> str:
@@ -197,10 +258,3 @@ def _load_query_encoder(name: str):
 
     return load_query_encoder(name)
 
-
-def _unknown_model_message(name: str, known: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"no model named {name!r} in the registry{hint}"

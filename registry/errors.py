@@ -41,3 +41,11 @@ class InputError(RegistryError):
 
 class NotFoundError(RegistryError):
     """A named thing (model, task, encoder) is not in the store."""
+
+    @classmethod
+    def model(cls, name: str, known: list[str]) -> "NotFoundError":
+        """No model called `name`: the message names the closest existing names."""
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""))

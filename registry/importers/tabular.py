@@ -76,6 +76,34 @@ def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
     return batch
 
 
+def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> ImportBatch:
+    """One model's evaluations (`registry add-model NAME --evals FILE`): CSV, JSONL or Parquet with
+    columns `query` and/or `query_id`, `score`, optional `task`; every row belongs to `model`."""
+    if not path.is_file():
+        raise InputError("no such file", file=path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        from registry.importers._common import read_csv
+
+        rows, kind = ((line, {k: (v if v != "" else None) for k, v in row.items()}) for line, row in
+                      read_csv(path, ("score",))), "csv"
+    elif suffix == ".jsonl":
+        rows, kind = _jsonl_rows(path, required=("score",)), "jsonl"
+    elif suffix == ".parquet":
+        rows, kind = _parquet_rows(path, required=("score",)), "parquet"
+    else:
+        raise InputError("expected a .csv, .jsonl or .parquet file of query/query_id, score[, task]", file=path)
+    batch = ImportBatch(source=f"add-model:{path.resolve()}")
+    owned = ((line, {**row, "model": model}) for line, row in rows)
+    _add_rows(batch, owned, path=path, id_prefix=id_prefix, kind=kind)
+    if not batch.n_evaluations:
+        raise InputError("no evaluations", file=path)
+    dropped = batch.drop_duplicate_evaluations()
+    if dropped:
+        batch.warnings.append(f"{path}: {dropped} repeated queries; the last score of each was kept")
+    return batch
+
+
 def _add_rows(
     batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
 ) -> int:
@@ -129,9 +157,9 @@ def _where(kind: str) -> str:
     return "row" if kind == "parquet" else "line"
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_rows(path: Path, required=("model", "score")) -> Iterator[tuple[int, dict[str, Any]]]:
     for line, row in read_jsonl(path):
-        for column in ("model", "score"):
+        for column in required:
             if column not in row:
                 raise InputError(
                     f"missing field; the line has {', '.join(row) or 'no fields'}", file=path, line=line, field=column
@@ -141,7 +169,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield line, row
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _parquet_rows(path: Path, required=("model", "score")) -> Iterator[tuple[int, dict[str, Any]]]:
     """Rows of a Parquet file as (row number from 1, row); text cells decoded strictly."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -153,7 +181,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     except (pa.ArrowException, OSError) as err:
         raise InputError(f"not a readable Parquet file ({err})", file=path) from None
     names = table.column_names
-    for column in ("model", "score"):
+    for column in required:
         if column not in names:
             raise InputError(
                 f"missing column; the file has {', '.join(names) or 'no columns'}", file=path, field=column

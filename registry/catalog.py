@@ -1,0 +1,272 @@
+"""Adding, refining, removing and restoring models: each a single store transaction.
+
+`add_model` onboards a model with one forward pass of the active encoder over its evaluations
+(no training). Query texts are encoded and cached first, outside the write lock; then the
+evaluations, the model row with its vector, and a row of its history land together, or not at all.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from encoder.data import EvalData
+from indexing.store import EVALUATIONS, MODEL_SCHEMA, MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
+from registry.errors import InputError, NotFoundError, RegistryError
+from registry.importers._common import ImportBatch, query_id_for_text, text_hash
+from registry.ingest import ImportReport, ingest, model_row
+from registry.records import ModelRecord, Query, check_score
+
+__all__ = ["evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
+           "model_rows", "record_of"]
+
+DEFAULT_MAX_EVALS = 1024
+
+
+def record_of(row: Mapping[str, Any]) -> ModelRecord:
+    fields = {k: row.get(k) for k in ModelRecord.model_fields if k not in ("extra", "tags")}
+    return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(row.get("extra") or "{}"))
+
+
+def model_rows(store: Store) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in store.read(MODELS).to_pylist()}
+
+
+def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> ImportBatch:
+    """A model's evaluations from a file (CSV/JSONL/Parquet) or from Python: (query, score) or
+    (query, score, task) tuples, or mappings with `query` (text) and/or `query_id`, `score`, `task`."""
+    if isinstance(evaluations, (str, Path)):
+        from registry.importers.tabular import read_model_evaluations
+
+        return read_model_evaluations(Path(evaluations), name)
+    batch = ImportBatch(source=f"add-model:{name}")
+    seen: dict[str, str] = {}
+    for i, item in enumerate(evaluations, start=1):
+        if isinstance(item, Mapping):
+            text, query_id, score, task = item.get("query"), item.get("query_id"), item.get("score"), item.get("task")
+        else:
+            values = tuple(item)
+            if len(values) not in (2, 3):
+                raise InputError("expected (query, score) or (query, score, task)", file="evaluations", line=i)
+            text, score = values[0], values[1]
+            task = values[2] if len(values) == 3 else None
+            query_id = None
+        try:
+            score = check_score(score)
+        except ValueError as err:
+            raise InputError(str(err), file="evaluations", line=i, field="score") from None
+        if query_id is None:
+            if not isinstance(text, str) or not text.strip():
+                raise InputError("no query text and no query_id", file="evaluations", line=i, field="query")
+            query_id = query_id_for_text(text)
+        query_id = str(query_id)
+        if isinstance(text, str) and text.strip() and query_id not in seen:
+            seen[query_id] = text
+            batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i)
+        batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
+    if not batch.n_evaluations:
+        raise InputError("no evaluations given", file="evaluations")
+    batch.drop_duplicate_evaluations()
+    return batch
+
+
+def _encode_new_texts(store: Store, batch: ImportBatch, encoder: str) -> int:
+    """Cache vectors for the batch's texts in their own small transaction, so the main write does
+    not hold the lock while a sentence-transformer runs."""
+    from encoder.query_encoder import load_query_encoder
+
+    wanted = {text_hash(q.text): q.text for q in batch.queries}
+    cached = store.cached_vectors(encoder, list(wanted))
+    todo = [(h, t) for h, t in wanted.items() if h not in cached]
+    if not todo:
+        return 0
+    vectors = load_query_encoder(encoder).encode([t for _, t in todo])
+    with store.transaction():
+        already = store.cached_vectors(encoder, [h for h, _ in todo])
+        fresh = [(h, v) for (h, _), v in zip(todo, vectors) if h not in already]
+        if fresh:
+            store.add_vectors(encoder, [h for h, _ in fresh], np.stack([v for _, v in fresh]))
+    return len(todo)
+
+
+def _model_eval_data(store: Store, name: str, encoder: str) -> EvalData:
+    """One model's stored evaluations with their query vectors."""
+    from indexing.store import QUERIES
+
+    evals = store.read(EVALUATIONS, ["model", "query_id", "score"])
+    evals = evals.filter(pc.equal(evals.column("model"), pa.scalar(name)))
+    if evals.num_rows == 0:
+        raise RegistryError(f"model {name!r} has no evaluations")
+    queries = store.read(QUERIES, ["query_id", "text_hash", "task"])
+    own = set(evals.column("query_id").to_pylist())
+    qrows = [(q, h, t) for q, h, t in zip(*(queries.column(c).to_pylist() for c in ("query_id", "text_hash", "task")))
+             if q in own]
+    vectors = store.cached_vectors(encoder, [h for _, h, _ in qrows])
+    qrows = [r for r in qrows if r[1] in vectors]
+    if not qrows:
+        raise RegistryError(f"none of {name!r}'s queries has a vector from {encoder!r}")
+    position = {q: i for i, (q, _, _) in enumerate(qrows)}
+    keep = [i for i, q in enumerate(evals.column("query_id").to_pylist()) if q in position]
+    query_index = np.array([position[evals.column("query_id")[i].as_py()] for i in keep], dtype=np.int64)
+    return EvalData(
+        models=[name], query_ids=[q for q, _, _ in qrows], tasks=[t for _, _, t in qrows],
+        query_vectors=np.stack([vectors[h] for _, h, _ in qrows]).astype(np.float32),
+        model_index=np.zeros(len(keep), dtype=np.int64), query_index=query_index,
+        scores=evals.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
+    )
+
+
+def embed_model_rows(store: Store, active, names: list[str], *, max_evals: int | None, seed: int = 0):
+    """(vector, n_evals) per name, each from up to `max_evals` of its stored evaluations (a sample
+    seeded by the name, so re-embedding is reproducible)."""
+    import zlib
+
+    from encoder.training import embed_models
+
+    out = {}
+    for name in names:
+        data = _model_eval_data(store, name, active.query_encoder)
+        evals = np.arange(len(data.scores))
+        if max_evals is not None and len(evals) > max_evals:
+            rng = np.random.default_rng(seed + zlib.crc32(name.encode("utf-8")))
+            evals = np.sort(rng.choice(evals, size=max_evals, replace=False))
+        z = embed_models(active.locus, data, [evals])[0]
+        out[name] = (z.astype(np.float32), int(len(evals)))
+    return out
+
+
+def _version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
+    return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
+            "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
+            "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when}
+
+
+def _write_model(store: Store, row: dict[str, Any], event: str) -> None:
+    table = store.table(MODELS, MODEL_SCHEMA)
+    table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
+        pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
+    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([_version_row(row, event, now_utc())],
+                                                                    schema=VERSION_SCHEMA))
+
+
+def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] | ModelRecord | None = None, *,
+              replace: bool = False, max_evals: int | None = DEFAULT_MAX_EVALS) -> dict[str, Any]:
+    from registry.embedding import active_encoder
+
+    active = active_encoder(store)
+    existing = model_rows(store).get(name)
+    if existing is not None and not replace:
+        raise RegistryError(f"a model named {name!r} exists; use refine to add evaluations, or --replace")
+    if isinstance(metadata, ModelRecord):
+        record = metadata.model_copy(update={"name": name})
+    else:
+        try:
+            record = ModelRecord.from_flat(name, dict(metadata or {}))
+        except ValueError as err:
+            raise InputError(str(err), field="metadata") from None
+    batch = evaluations_batch(name, evaluations)
+    batch.models = [record]
+    return _land(store, active, batch, record, existing, event="replace" if existing else "add",
+                 replace_evaluations=existing is not None, max_evals=max_evals)
+
+
+def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EVALS) -> dict[str, Any]:
+    from registry.embedding import active_encoder
+
+    active = active_encoder(store)
+    existing = model_rows(store).get(name)
+    if existing is None:
+        raise NotFoundError.model(name, list(model_rows(store)))
+    batch = evaluations_batch(name, evaluations)
+    return _land(store, active, batch, record_of(existing), existing, event="refine", replace_evaluations=False,
+                 max_evals=max_evals)
+
+
+def _reuse_stored_queries(store: Store, batch: ImportBatch) -> None:
+    """Evaluations given by text land on the stored query with that text, if there is one, rather
+    than on a second query with a text-derived id."""
+    from indexing.store import QUERIES
+
+    stored = store.read(QUERIES, ["query_id", "text_hash"])
+    by_hash = dict(zip(stored.column("text_hash").to_pylist(), stored.column("query_id").to_pylist()))
+    renamed = {}
+    kept, origins = [], []
+    for query, origin in zip(batch.queries, batch.query_origins):
+        known = by_hash.get(text_hash(query.text))
+        if known is not None and query.id.startswith("t:"):
+            renamed[query.id] = known
+        else:
+            kept.append(query)
+            origins.append(origin)
+    if renamed:
+        batch.queries, batch.query_origins = kept, origins
+        batch.eval_queries = [renamed.get(q, q) for q in batch.eval_queries]
+        batch.drop_duplicate_evaluations()
+
+
+def _land(store, active, batch, record, existing, *, event, replace_evaluations, max_evals) -> dict[str, Any]:
+    _reuse_stored_queries(store, batch)
+    encoded = _encode_new_texts(store, batch, active.query_encoder)
+    with store.transaction():
+        if replace_evaluations:
+            table = store.table(EVALUATIONS)
+            table.delete(f"model = {_sql_literal(record.name)}")
+        report: ImportReport = ingest(store, batch, encoder=active.query_encoder, load_encoder=None)
+        vectors = embed_model_rows(store, active, [record.name], max_evals=max_evals)
+        z, n_evals = vectors[record.name]
+        version = int(existing.get("version") or 1) + 1 if existing else 1
+        row = model_row(record, existing["added"] if existing else now_utc())
+        row.update(vector=z.tolist(), encoder_id=active.encoder_id, n_evals=n_evals, embedded_at=now_utc(),
+                   version=version)
+        _write_model(store, row, event)
+    return {"name": record.name, "version": version, "event": event, "encoder_id": active.encoder_id,
+            "n_evals": n_evals, "new_evaluations": report.new_evaluations, "encoded_texts": encoded,
+            "warnings": report.warnings}
+
+
+def _sql_literal(value: str) -> str:
+    """A quoted SQL string literal. Only for names already validated as stored model names: user
+    filter text never reaches the database."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def remove(store: Store, name: str) -> dict[str, Any]:
+    rows = model_rows(store)
+    if name not in rows:
+        raise NotFoundError.model(name, list(rows))
+    with store.transaction():
+        store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
+            [_version_row(rows[name], "remove", now_utc())], schema=VERSION_SCHEMA))
+        store.table(MODELS).delete(f"name = {_sql_literal(name)}")
+    return {"name": name, "removed": True, "version": rows[name].get("version")}
+
+
+def history(store: Store, name: str) -> list[dict[str, Any]]:
+    table = store.read(VERSIONS)
+    rows = [r for r in table.to_pylist() if r["name"] == name]
+    if not rows:
+        raise NotFoundError.model(name, sorted({r["name"] for r in table.to_pylist()}))
+    return sorted(rows, key=lambda r: r["time"])
+
+
+def restore(store: Store, name: str, version: int | None = None) -> dict[str, Any]:
+    """Bring back a removed model (or an older version of a live one) from its history."""
+    past = history(store, name)  # a "remove" row is a snapshot of the model as it was removed
+    if version is not None:
+        past = [r for r in past if r["version"] == version]
+        if not past:
+            raise NotFoundError(f"model {name!r} has no version {version}")
+    chosen = past[-1]
+    record = ModelRecord.model_validate_json(chosen["record"])
+    current = model_rows(store).get(name)
+    row = model_row(record, current["added"] if current else chosen["time"])
+    row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
+               embedded_at=chosen["time"], version=(int(current["version"] or 1) + 1) if current else chosen["version"])
+    with store.transaction():
+        _write_model(store, row, "restore")
+    return {"name": name, "restored_version": chosen["version"], "version": row["version"]}
+

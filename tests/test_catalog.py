@@ -1,0 +1,166 @@
+"""The registry over the vector index: add-model, search, versions, remove/restore, audit, consistency."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from registry import InputError, NotFoundError, Registry, RegistryError
+from registry.synthetic import synthetic_pool
+
+
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory) -> Path:
+    """A synthetic registry with a (briefly) trained encoder and every model embedded."""
+    home = tmp_path_factory.mktemp("catalog") / "home"
+    reg = Registry.open(home)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    pool = synthetic_pool(n_families=3, models_per_family=3, queries_per_task=25,
+                          tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=2)
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(pool.write_triple(Path(scratch)))
+    reg.train(epochs=20, progress=False)
+    reg.embed_all()
+    return home
+
+
+@pytest.fixture
+def reg(trained_home, tmp_path) -> Registry:
+    copy = tmp_path / "home"
+    shutil.copytree(trained_home, copy)
+    return Registry.open(copy)
+
+
+def own_evaluations(reg: Registry, name: str) -> list[dict]:
+    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    return [{"query": queries[r["query_id"]], "score": r["score"]}
+            for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]
+
+
+def test_a_copy_of_a_model_under_a_new_name_finds_the_original_first(reg):
+    evals = own_evaluations(reg, "syn-synfam1-7b")
+    np.random.default_rng(0).shuffle(evals)
+    result = reg.add_model("copy-of-7b", evals, {"provider": "someone", "params_b": "7"})
+    assert result["version"] == 1 and result["encoded_texts"] == 0  # every text was cached
+    hits = reg.similar("copy-of-7b", k=3)
+    assert hits[0]["name"] == "syn-synfam1-7b" and hits[0]["distance"] < 1e-5
+    assert "copy-of-7b" not in [h["name"] for h in hits]
+    assert reg.get("copy-of-7b").params_b == 7.0
+    assert reg.check() == []
+
+
+def test_new_query_texts_are_encoded_and_stored(reg):
+    evals = own_evaluations(reg, "syn-synfam0-1b")[:40] + [("A brand new question about tax law?", 1, "law")]
+    result = reg.add_model("newcomer", evals)
+    assert result["encoded_texts"] == 1 and result["new_evaluations"] == 41
+    assert reg.stats()["queries"] == 101
+
+
+def test_search_filters_metrics_and_errors(reg):
+    assert all(h["metadata"]["family"] == "synfam2" for h in reg.similar("syn-synfam0-1b", k=5, where="family == synfam2"))
+    euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean")
+    assert [h["distance"] for h in euclid] == sorted(h["distance"] for h in euclid)
+    assert reg.distance("syn-synfam0-1b", "syn-synfam0-1b") == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
+        reg.similar("syn-synfam0-1bb")
+    with pytest.raises(InputError, match="unknown field"):
+        reg.similar("syn-synfam0-1b", where="colour == red")
+
+
+def test_names_are_unique_unless_replaced(reg):
+    evals = own_evaluations(reg, "syn-synfam2-1b")
+    with pytest.raises(RegistryError, match="exists"):
+        reg.add_model("syn-synfam2-1b", evals)
+    assert reg.add_model("syn-synfam2-1b", evals[:50], replace=True)["version"] == 2
+    stored = [r for r in reg.store.read("evaluations").to_pylist() if r["model"] == "syn-synfam2-1b"]
+    assert len(stored) == 50
+
+
+def test_refine_makes_a_new_version_and_keeps_the_old(reg):
+    evals = own_evaluations(reg, "syn-synfam0-7b")
+    reg.add_model("growing", evals[:30])
+    reg.refine("growing", evals[30:])
+    versions = reg.history("growing")
+    assert [(v["version"], v["event"]) for v in versions] == [(1, "add"), (2, "refine")]
+    assert versions[0]["n_evals"] == 30 and versions[1]["n_evals"] == 100
+    assert versions[0]["vector"] != versions[1]["vector"]
+
+
+def test_remove_then_restore(reg):
+    before = reg.similar("syn-synfam1-1b", k=3)
+    reg.remove("syn-synfam1-13b")
+    assert "syn-synfam1-13b" not in [r.name for r in reg.models()]
+    with pytest.raises(NotFoundError):
+        reg.remove("syn-synfam1-13b")
+    reg.restore("syn-synfam1-13b")
+    assert reg.similar("syn-synfam1-1b", k=3) == before
+
+
+def test_bad_evaluation_files_get_import_errors(reg, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("query,score\nWhat is 1+1?,1\nWhat is 2+2?,2\n")
+    before = reg.stats()
+    with pytest.raises(InputError, match=r"bad.csv, line 3, field 'score'.*outside"):
+        reg.add_model("bad", bad)
+    assert reg.stats() == before and "bad" not in [r.name for r in reg.models()]
+
+
+def test_vectors_from_another_encoder_never_meet(reg):
+    reg.store.update_config(active_encoder="0000000000000000")
+    rows = reg.store.read("models").to_pylist()
+    rows[0]["encoder_id"] = "0000000000000000"
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA
+
+    with reg.store.transaction():
+        reg.store.table("models").merge_insert("name").when_matched_update_all().execute(
+            pa.Table.from_pylist(rows[:1], schema=MODEL_SCHEMA))
+    with pytest.raises(RegistryError, match="embed --all"):
+        reg.similar(rows[1]["name"])
+
+
+def test_audit_flags_a_planted_copy(reg):
+    evals = own_evaluations(reg, "syn-synfam2-13b")
+    reg.add_model("mirror-of-13b", evals)
+    result = reg.audit()
+    pairs = {frozenset((f["a"], f["b"])) for f in result["flags"]}
+    assert frozenset(("mirror-of-13b", "syn-synfam2-13b")) in pairs
+    flag = next(f for f in result["flags"] if {f["a"], f["b"]} == {"mirror-of-13b", "syn-synfam2-13b"})
+    assert flag["distance"] <= result["threshold"] and 0 < flag["score"] <= 1
+    one = reg.audit(model="mirror-of-13b")
+    assert all("mirror-of-13b" in (f["a"], f["b"]) for f in one["flags"])
+
+
+def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(trained_home, home)
+    run = lambda *a, code=0: _run(home, *a, code=code)  # noqa: E731
+    evals = own_evaluations(Registry.open(home), "syn-synfam0-13b")
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evals))
+    out = json.loads(run("add-model", "dup-endpoint", "--evals", str(path), "--meta", "provider=reseller", "--json"))
+    assert out["version"] == 1
+    found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
+    assert found["query"] == "dup-endpoint" and found["results"][0]["name"] == "syn-synfam0-13b"
+    assert set(found["results"][0]) == {"name", "distance", "metadata"}
+    assert json.loads(run("show", "dup-endpoint", "--json"))["provider"] == "reseller"
+    assert json.loads(run("history", "dup-endpoint", "--json"))[0]["event"] == "add"
+    audit = json.loads(run("audit", "--json"))
+    assert set(audit) >= {"flags", "threshold", "models"}
+    run("audit", "--fail-on-flag", code=1)
+    run("remove", "dup-endpoint")
+    assert "no model named 'dup-endpoint'" in run("show", "dup-endpoint", code=1)
+    assert "closest: syn-synfam0-13b" in run("show", "syn-synfam0-13", code=1)
+
+
+def _run(home, *args, code=0):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code == code, result.output
+    return result.output
