@@ -258,7 +258,15 @@ def add_model(ctx, name, evals_file, meta, replace, as_json) -> None:
 @click.pass_context
 def search(ctx, name, k, metric, where, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
-    results = _registry(ctx, create=False).similar(name, k, metric=metric, where=where)
+    from indexing.home import resolve_home
+    from registry.search import similar
+
+    # Straight to the search module with the home path: a current saved index answers without
+    # opening LanceDB or importing torch.
+    home = resolve_home(ctx.obj["home"])
+    if not home.is_dir():
+        raise click.ClickException(f"no registry at {home} (run `registry init`)")
+    results = similar(home, name, k=k, metric=metric, where=where)
     if as_json:
         _echo_json({"query": name, "metric": metric, "results": results})
         return

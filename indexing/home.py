@@ -4,9 +4,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["resolve_home", "HOME_ENV"]
+__all__ = ["resolve_home", "HOME_ENV", "GENERATION_FILE", "JOURNAL_FILE"]
 
 HOME_ENV = "LOCUS_HOME"
+GENERATION_FILE = "generation"  # changes with every finished store transaction
+JOURNAL_FILE = "journal.json"  # present while a transaction is open (or its writer died)
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:

@@ -28,6 +28,8 @@ import lancedb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from indexing.home import GENERATION_FILE  # noqa: E402
+from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
 from registry.errors import InputError, RegistryError  # noqa: E402
 
 __all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name"]
@@ -38,7 +40,6 @@ MODELS = "models"
 VERSIONS = "model_versions"
 _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
-_JOURNAL = "journal.json"
 _LOCK = ".lock"
 STORE_FORMAT = 1
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
@@ -260,10 +261,17 @@ class Store:
                 self._in_transaction = False
                 self._rollback(journal["versions"])
                 # Only a finished rollback may drop the journal: if it failed, the next open retries.
+                self._bump_generation()
                 (self.home / _JOURNAL).unlink()
                 raise
             self._in_transaction = False
+            self._bump_generation()
             (self.home / _JOURNAL).unlink()
+
+    def _bump_generation(self) -> None:
+        """A token that changes with every finished transaction: readers that cache something
+        derived from the tables (the FAISS index) compare it without opening LanceDB."""
+        _atomic_write(self.home / GENERATION_FILE, f"{now_utc().isoformat()} {os.getpid()} {id(self)}")
 
     def _require_transaction(self) -> None:
         if not self._in_transaction:

@@ -70,46 +70,51 @@ class VectorIndex:
 
     # ------------------------------------------------------------ persistence
     @staticmethod
-    def _paths(directory: Path, encoder_id: str) -> tuple[Path, Path, Path]:
+    def _paths(directory: Path, encoder_id: str) -> dict[str, Path]:
         base = directory / encoder_id
-        return base.with_suffix(".cosine.faiss"), base.with_suffix(".euclidean.faiss"), base.with_suffix(".json")
+        return {"cosine": base.with_suffix(".cosine.faiss"), "euclidean": base.with_suffix(".euclidean.faiss"),
+                "vectors": base.with_suffix(".vectors.npy"), "meta": base.with_suffix(".json")}
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, extra: dict | None = None) -> None:
+        """Index files first, metadata last (atomically): a crash in between leaves metadata that
+        does not match the table, and the next open rebuilds."""
         directory.mkdir(parents=True, exist_ok=True)
-        cos_path, euc_path, meta_path = self._paths(directory, self.encoder_id)
-        # Index files first, metadata last (atomically): a crash in between leaves metadata that
-        # does not match, and the next open rebuilds.
-        for path, metric in ((cos_path, "cosine"), (euc_path, "euclidean")):
-            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-            faiss.write_index(faiss.index_gpu_to_cpu(self._indexes[metric])
-                              if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0
-                              else self._indexes[metric], str(tmp))
-            os.replace(tmp, path)
+        paths = self._paths(directory, self.encoder_id)
+        for metric in METRICS:
+            tmp = paths[metric].with_name(paths[metric].name + f".tmp{os.getpid()}")
+            index = self._indexes[metric]
+            if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
+                index = faiss.index_gpu_to_cpu(index)
+            faiss.write_index(index, str(tmp))
+            os.replace(tmp, paths[metric])
+        tmp = paths["vectors"].with_name(f"tmp{os.getpid()}.npy")
+        np.save(tmp, self.vectors, allow_pickle=False)
+        os.replace(tmp, paths["vectors"])
         meta = {"encoder_id": self.encoder_id, "names": self.names, "table_version": self.table_version,
-                "kind": self.kind, "dim": int(self.vectors.shape[1]) if self.vectors.size else 0,
-                "sizes": [int(self._indexes[m].ntotal) for m in METRICS]}
-        tmp = meta_path.with_name(meta_path.name + f".tmp{os.getpid()}")
+                "kind": self.kind, **(extra or {})}
+        tmp = paths["meta"].with_name(paths["meta"].name + f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(meta))
-        os.replace(tmp, meta_path)
+        os.replace(tmp, paths["meta"])
 
     @classmethod
-    def load(cls, directory: Path, encoder_id: str, *, table_version: int, vectors: np.ndarray,
-             names: list[str]) -> "VectorIndex | None":
-        """The saved index when it was built from this table version and agrees with it; else None."""
-        cos_path, euc_path, meta_path = cls._paths(directory, encoder_id)
-        if not (meta_path.exists() and cos_path.exists() and euc_path.exists()):
+    def load(cls, directory: Path, encoder_id: str) -> tuple["VectorIndex", dict] | None:
+        """The saved index and its metadata, or None when missing or unreadable. Whether it is
+        still current is the caller's check (table version, or the store's generation token)."""
+        paths = cls._paths(directory, encoder_id)
+        if not all(p.exists() for p in paths.values()):
             return None
         try:
-            meta = json.loads(meta_path.read_text())
-            if meta["table_version"] != table_version or meta["names"] != names:
-                return None
-            indexes = {"cosine": faiss.read_index(str(cos_path)), "euclidean": faiss.read_index(str(euc_path))}
+            meta = json.loads(paths["meta"].read_text())
+            indexes = {m: faiss.read_index(str(paths[m])) for m in METRICS}
+            vectors = np.load(paths["vectors"], allow_pickle=False)
         except (OSError, ValueError, KeyError, RuntimeError):
             return None
-        if any(indexes[m].ntotal != len(names) for m in METRICS):
+        names = meta["names"]
+        if any(indexes[m].ntotal != len(names) for m in METRICS) or len(vectors) != len(names):
             return None
-        return cls(encoder_id, names, np.ascontiguousarray(vectors, dtype=np.float32), table_version, meta["kind"],
-                   {m: _to_gpu(i) for m, i in indexes.items()})
+        index = cls(encoder_id, names, vectors, meta["table_version"], meta["kind"],
+                    {m: _to_gpu(i) for m, i in indexes.items()})
+        return index, meta
 
     # ----------------------------------------------------------------- search
     def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",

@@ -1,64 +1,127 @@
 """Similarity search over the models' embeddings: the FAISS index, kept in step with the table.
 
-The index is built from the models table for the active encoder id and saved in `<home>/index/`.
-Every open checks it against the table's version and rebuilds it when stale. A registry whose models
-carry vectors from more than one encoder is refused for search until `registry embed --all`.
+The index is built from the models table for the active encoder id and saved in `<home>/index/`
+with the models' records and the store's generation token. A search first tries that saved index:
+when no transaction is open and the generation token is unchanged since it was saved, nothing in the
+tables has changed, and the search runs without opening LanceDB (so `registry search` starts fast).
+Otherwise it opens the store, checks the index against the models table's version, and rebuilds it
+when stale. A registry whose models carry vectors from more than one encoder is refused for search
+until `registry embed --all`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from indexing.store import MODELS, Store
+from indexing.home import GENERATION_FILE, JOURNAL_FILE
 from indexing.vector_index import METRICS, VectorIndex
-from registry.catalog import record_of
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.records import ModelRecord
 
 __all__ = ["EmbeddedModels", "open_index", "similar", "distance", "check_consistency"]
+
+_INDEX_DIR = "index"
+_CURRENT = "current.json"
 
 
 @dataclass
 class EmbeddedModels:
     index: VectorIndex
-    rows: dict[str, dict[str, Any]]  # name -> models table row (every model, embedded or not)
+    records: dict[str, ModelRecord]  # every model, embedded or not
+    encoders_seen: set[str]
 
     def vector(self, name: str) -> np.ndarray:
-        if name not in self.rows:
-            raise NotFoundError.model(name, list(self.rows))
+        if name not in self.records:
+            raise NotFoundError.model(name, list(self.records))
         try:
             return self.index.vectors[self.index.names.index(name)]
         except ValueError:
             raise RegistryError(f"model {name!r} has no embedding yet: run `registry embed --all`") from None
 
 
-def open_index(store: Store, *, rebuild: bool = False) -> EmbeddedModels:
-    """The index for the models table as it is now (loaded if fresh, else rebuilt and saved)."""
-    table = store.read(MODELS)
-    rows = {r["name"]: r for r in table.to_pylist()}
+def _generation(home: Path) -> str | None:
+    try:
+        return (home / GENERATION_FILE).read_text()
+    except OSError:
+        return None
+
+
+def _saved(home: Path) -> EmbeddedModels | None:
+    """The saved index when it is provably current (see module docstring), without LanceDB."""
+    import json
+
+    if (home / JOURNAL_FILE).exists():
+        return None
+    try:
+        current = json.loads((home / _INDEX_DIR / _CURRENT).read_text())
+    except (OSError, ValueError):
+        return None
+    generation = _generation(home)
+    if generation is None or current.get("generation") != generation:
+        return None
+    loaded = VectorIndex.load(home / _INDEX_DIR, current["encoder_id"])
+    if loaded is None:
+        return None
+    index, meta = loaded
+    if meta.get("generation") != generation:
+        return None
+    records = {name: ModelRecord.model_validate(r) for name, r in meta["records"].items()}
+    return EmbeddedModels(index, records, set(meta["encoders_seen"]))
+
+
+def open_index(store_or_home, *, rebuild: bool = False) -> EmbeddedModels:
+    """The index for the models table as it is now (the saved one if current, else rebuilt)."""
+    import json
+
+    is_path = isinstance(store_or_home, (str, Path))
+    home = Path(store_or_home) if is_path else store_or_home.home
+    if not rebuild:
+        saved = _saved(home)
+        if saved is not None:
+            return _refuse_mixed(saved, home)
+    from indexing.store import MODELS, Store
+    from registry.catalog import record_of
+
+    store = Store(home, create=False) if is_path else store_or_home
+    generation = _generation(home)
+    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
     embedded = sorted(n for n, r in rows.items() if r.get("vector") is not None)
     encoders = {rows[n]["encoder_id"] for n in embedded}
-    if len(encoders) > 1:
-        active = store.config.get("active_encoder")
-        stale = sorted(n for n in embedded if rows[n]["encoder_id"] != active)
-        raise RegistryError(
-            f"models carry vectors from {len(encoders)} encoders ({', '.join(sorted(map(str, encoders)))}); "
-            f"{len(stale)} differ from the active encoder {active}, e.g. {', '.join(stale[:3])}. "
-            "Vectors from different encoders are not comparable: run `registry embed --all`."
-        )
-    encoder_id = encoders.pop() if encoders else (store.config.get("active_encoder") or "none")
-    vectors = (np.array([rows[n]["vector"] for n in embedded], dtype=np.float32) if embedded
+    encoder_id = next(iter(encoders)) if len(encoders) == 1 else (store.config.get("active_encoder") or "none")
+    chosen = [n for n in embedded if rows[n]["encoder_id"] == encoder_id]
+    vectors = (np.array([rows[n]["vector"] for n in chosen], dtype=np.float32) if chosen
                else np.zeros((0, 0), dtype=np.float32))
     version = store.versions().get(MODELS, 0)
-    directory = store.home / "index"
-    index = None if rebuild else VectorIndex.load(directory, encoder_id, table_version=version, vectors=vectors,
-                                                  names=embedded)
+    directory = home / _INDEX_DIR
+    loaded = None if rebuild else VectorIndex.load(directory, encoder_id)
+    index = None
+    if loaded is not None:
+        candidate, _meta = loaded
+        if candidate.table_version == version and candidate.names == chosen:
+            index = candidate
     if index is None:
-        index = VectorIndex.build(encoder_id, embedded, vectors, table_version=version)
-        if embedded:
-            index.save(directory)
-    return EmbeddedModels(index, rows)
+        index = VectorIndex.build(encoder_id, chosen, vectors, table_version=version)
+    records = {n: record_of(r) for n, r in rows.items()}
+    models = EmbeddedModels(index, records, encoders)
+    if chosen and generation is not None and not (home / JOURNAL_FILE).exists():
+        meta = {"generation": generation, "encoders_seen": sorted(encoders),
+                "records": {n: r.model_dump() for n, r in records.items()}}
+        index.save(directory, meta)
+        (directory / _CURRENT).write_text(json.dumps({"encoder_id": encoder_id, "generation": generation}))
+    return _refuse_mixed(models, home)
+
+
+def _refuse_mixed(models: EmbeddedModels, home: Path) -> EmbeddedModels:
+    if len(models.encoders_seen) > 1:
+        raise RegistryError(
+            f"models carry vectors from {len(models.encoders_seen)} encoders "
+            f"({', '.join(sorted(models.encoders_seen))}). Vectors from different encoders are not comparable: "
+            "run `registry embed --all`."
+        )
+    return models
 
 
 def _allowed_rows(models: EmbeddedModels, where: str | None) -> np.ndarray | None:
@@ -66,9 +129,8 @@ def _allowed_rows(models: EmbeddedModels, where: str | None) -> np.ndarray | Non
         return None
     from registry.filters import parse_filter
 
-    records = [record_of(models.rows[n]) for n in models.index.names]
-    keep = parse_filter(where, [record_of(r) for r in models.rows.values()])
-    return np.array([i for i, r in enumerate(records) if keep(_flat(r))], dtype=np.int64)
+    keep = parse_filter(where, list(models.records.values()))
+    return np.array([i for i, n in enumerate(models.index.names) if keep(_flat(models.records[n]))], dtype=np.int64)
 
 
 def _flat(record) -> dict[str, Any]:
@@ -104,7 +166,7 @@ def similar(store: Store, query: str | np.ndarray, *, k: int = 5, metric: str = 
         name = models.index.names[row]
         if name == own:
             continue
-        results.append({"name": name, "distance": dist, "metadata": record_of(models.rows[name]).metadata()})
+        results.append({"name": name, "distance": dist, "metadata": models.records[name].metadata()})
     return results[:k]
 
 
@@ -118,23 +180,23 @@ def distance(store: Store, a: str, b: str, *, metric: str = "cosine") -> float:
     raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
 
 
-def check_consistency(store: Store) -> list[str]:
+def check_consistency(store) -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
-    names a stored model and query."""
+    names a stored query."""
+    from indexing.store import EVALUATIONS, MODELS, QUERIES
+
     problems = []
     models = open_index(store)
-    names = sorted(n for n, r in models.rows.items() if r.get("vector") is not None)
+    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+    names = sorted(n for n, r in rows.items() if r.get("vector") is not None)
     if models.index.names != names:
         problems.append("index names differ from the embedded models in the table")
     for i, name in enumerate(models.index.names):
-        if not np.allclose(models.index.vectors[i], models.rows[name]["vector"]):
+        if name not in rows or not np.allclose(models.index.vectors[i], rows[name]["vector"]):
             problems.append(f"index vector of {name!r} differs from the table")
-    from indexing.store import EVALUATIONS, QUERIES
-
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q
     if orphans:
         problems.append(f"{len(orphans)} evaluated query ids are not in the queries table")
     return problems
-

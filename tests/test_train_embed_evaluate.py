@@ -54,7 +54,8 @@ def test_train_then_embed_writes_vectors_with_the_encoder_id(home):
     summary = json.loads(run(home, "embed", "--all", "--json").output)
     assert summary["embedded"] == 10 and summary["encoder_id"] == report["encoder_id"]
     rows = Registry.open(home).store.read("models").to_pylist()
-    assert all(r["encoder_id"] == report["encoder_id"] and len(r["vector"]) == 128 for r in rows)
+    d = json.loads((encoder_dir / "config.json").read_text())["config"]["d"]
+    assert all(r["encoder_id"] == report["encoder_id"] and len(r["vector"]) == d for r in rows)
     assert {r["n_evals"] for r in rows} == {100}  # every model has 4 x 25 evaluations, all used
     # Embedding is a forward pass: doing it again gives the same vectors.
     run(home, "embed", "--all")
@@ -109,7 +110,7 @@ def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):
     encoder_id = json.loads(run(home, "train", *FAST, "--json").output)["encoder_id"]
     config = home / "encoders" / encoder_id / "config.json"
     meta = json.loads(config.read_text())
-    meta["config"]["d"] = 64  # weights were trained with d = 128
+    meta["config"]["d"] *= 2  # no longer the width the weights were trained with
     config.write_text(json.dumps(meta))
     before = Registry.open(home).store.versions()
     result = run(home, "embed", "--all", ok=False)

@@ -1,0 +1,119 @@
+"""Search speed and recall of the model index: a benchmark that prints tables, not a timed test.
+
+    .venv/bin/python scripts/bench_index.py [--sizes 10000,100000,1000000] [--queries 200]
+
+1. similar() latency (p50, p99, one query at a time) and recall@10 against exact search, for exact
+   (flat) FAISS, HNSW FAISS (the registry's settings) and LanceDB's own brute-force search, at each
+   size, on 128-d vectors. Vectors are clustered (2,000 Gaussian clusters), as model embeddings of
+   families and fine-tunes are; uniformly random 128-d vectors are a harder case for HNSW.
+2. Wall time of `registry search` and `registry --help` in a fresh process, against a registry
+   built by `registry demo` (given with --home; skipped without it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def clustered(n: int, d: int = 128, *, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(2000, d)).astype(np.float32)
+    x = centres[rng.integers(0, len(centres), n)] + 0.35 * rng.normal(size=(n, d)).astype(np.float32)
+    return x.astype(np.float32)
+
+
+def latency_table(sizes: list[int], n_queries: int) -> None:
+    from indexing.vector_index import VectorIndex
+
+    print("| vectors | index | build s | p50 ms | p99 ms | recall@10 |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for n in sizes:
+        x = clustered(n)
+        names = [f"m{i}" for i in range(n)]
+        queries = x[np.random.default_rng(1).choice(n, n_queries, replace=False)] + 0.01
+        exact = None
+        for kind in ("flat", "hnsw"):
+            started = time.perf_counter()
+            index = VectorIndex.build("bench", names, x, table_version=0, kind=kind)
+            build = time.perf_counter() - started
+            times, found = [], []
+            for q in queries:
+                t = time.perf_counter()
+                hits = index.search(q, 10, metric="cosine")
+                times.append(time.perf_counter() - t)
+                found.append({row for row, _ in hits})
+            if kind == "flat":
+                exact = found
+            recall = np.mean([len(f & e) / 10 for f, e in zip(found, exact)])
+            p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
+            print(f"| {n:,} | FAISS {kind} | {build:.1f} | {p50:.3f} | {p99:.3f} | {recall:.3f} |", flush=True)
+        lance_row(n, x, queries, exact)
+
+
+def lance_row(n: int, x: np.ndarray, queries: np.ndarray, exact) -> None:
+    import pyarrow as pa
+
+    os.environ.setdefault("LANCEDB_LOG", "error")
+    import lancedb
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = lancedb.connect(tmp)
+        started = time.perf_counter()
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        table = db.create_table("v", pa.table({
+            "row": pa.array(np.arange(n)),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(unit.reshape(-1)), x.shape[1])}))
+        build = time.perf_counter() - started
+        times, found = [], []
+        for q in queries[: min(len(queries), 50)]:
+            t = time.perf_counter()
+            hits = table.search(q / np.linalg.norm(q)).distance_type("cosine").limit(10).select(["row"]).to_arrow()
+            times.append(time.perf_counter() - t)
+            found.append(set(hits.column("row").to_pylist()))
+        recall = np.mean([len(f & e) / 10 for f, e in zip(found, exact)])
+        p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
+        print(f"| {n:,} | LanceDB brute force | {build:.1f} | {p50:.3f} | {p99:.3f} | {recall:.3f} |", flush=True)
+
+
+def cold_process_table(home: str, name: str) -> None:
+    registry = str(Path(sys.executable).with_name("registry"))
+    print("| command | wall s (median of 5, fresh process each) |")
+    print("|---|---:|")
+    for args in (["--help"], ["--home", home, "search", name, "-k", "5"]):
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            subprocess.run([registry, *args], check=True, capture_output=True)
+            times.append(time.perf_counter() - t)
+        print(f"| registry {' '.join(args)} | {np.median(times):.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--home", default=None, help="a registry with embedded models, for the cold-process table")
+    parser.add_argument("--model", default=None, help="model name to search for in --home")
+    args = parser.parse_args()
+    import faiss
+
+    faiss.omp_set_num_threads(2)
+    print(f"# index benchmark ({os.cpu_count()} CPUs)\n")
+    latency_table([int(s) for s in args.sizes.split(",")], args.queries)
+    if args.home and args.model:
+        print()
+        cold_process_table(args.home, args.model)
+
+
+if __name__ == "__main__":
+    main()
