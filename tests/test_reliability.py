@@ -1,0 +1,110 @@
+"""Concurrent writers and a writer killed mid add-model, with real processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from registry import Registry
+from registry.synthetic import synthetic_pool
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("reliability") / "home"
+    reg = Registry.open(home)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    pool = synthetic_pool(n_families=2, models_per_family=3, queries_per_task=20,
+                          tasks=("math", "law", "code"), n_duplicates=0, seed=4)
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(pool.write_triple(Path(scratch)))
+    reg.train(epochs=5, progress=False)
+    reg.embed_all()
+    return home
+
+
+def _evals_file(reg: Registry, model: str, path: Path) -> Path:
+    texts = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    rows = [{"query": texts[r["query_id"]], "score": r["score"]}
+            for r in reg.store.read("evaluations").to_pylist() if r["model"] == model]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _child(code: str, env_extra: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_processes_adding_different_models_both_land(trained_home, tmp_path):
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(trained_home, home)
+    reg = Registry.open(home)
+    files = [_evals_file(reg, m, tmp_path / f"{m}.jsonl") for m in ("syn-synfam0-1b", "syn-synfam1-7b")]
+    children = [_child(f"""
+        from registry import Registry
+        Registry.open({str(home)!r}).add_model("endpoint-{i}", {str(f)!r}, {{"provider": "p{i}"}})
+    """) for i, f in enumerate(files)]
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+    names = {r.name for r in Registry.open(home).models()}
+    assert {"endpoint-0", "endpoint-1"} <= names
+    assert Registry.open(home).check() == []
+
+
+def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path):
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(trained_home, home)
+    reg = Registry.open(home)
+    before_models = {r.name for r in reg.models()}
+    before_stats = reg.stats()
+    neighbours = reg.similar("syn-synfam0-1b", k=3)
+    evals = _evals_file(reg, "syn-synfam1-1b", tmp_path / "e.jsonl")
+    marker = tmp_path / "inside"
+    # The child pauses after the transaction has written evaluations (before the model row): the
+    # worst moment to die. The parent kills it there with SIGKILL.
+    child = _child(f"""
+        import time, pathlib
+        import registry.catalog as catalog
+        real = catalog.embed_model_rows
+        def pause(*args, **kwargs):
+            pathlib.Path({str(marker)!r}).write_text("x")
+            time.sleep(120)
+            return real(*args, **kwargs)
+        catalog.embed_model_rows = pause
+        from registry import Registry
+        Registry.open({str(home)!r}).add_model("doomed", {str(evals)!r})
+    """)
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert child.poll() is None, child.communicate()[1]
+        assert time.time() < deadline
+        time.sleep(0.1)
+    assert (home / "journal.json").exists()  # it died inside a transaction
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+    after = Registry.open(home)  # opening recovers the dead writer's journal
+    assert not (home / "journal.json").exists()
+    assert {r.name for r in after.models()} == before_models
+    assert after.stats() == before_stats
+    assert after.check() == []
+    assert after.similar("syn-synfam0-1b", k=3) == neighbours
+    after.add_model("doomed", evals)  # and the registry takes writes again
+    assert "doomed" in {r.name for r in after.models()}
