@@ -2,7 +2,7 @@
 
     python scripts/tune_locus.py --n 256 512 1024 [--encoder all-MiniLM-L6-v2] [--set key=value ...]
 
-One 80/10/10 split by query (seed 0); N training evaluations per model from the training queries;
+One 80/10/10 split by query (seed 0 unless --split-seed); N training evaluations per model from the training queries;
 validation queries for early stopping; test queries for the numbers. Also prints best single model.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 query split")
     ap.add_argument("--set", nargs="*", default=[], help="train_locus kwargs, key=value (JSON values)")
     ap.add_argument("--cfg", nargs="*", default=[], help="LocusConfig fields, key=value")
     ap.add_argument("--no-progress", action="store_true")
@@ -46,7 +47,7 @@ def main() -> None:
     with open(DATA / "models.csv", encoding="utf-8", newline="") as handle:
         open_names = [r["name"] for r in csv.DictReader(handle) if r["access"] == "open"]
     data = data.select_models(open_names)
-    split = split_queries(data.n_queries, seed=0)
+    split = split_queries(data.n_queries, seed=args.split_seed)
     truth = data.dense()
     kwargs = {k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg_kwargs = {k: parse_value(v) for k, v in (s.split("=", 1) for s in args.cfg)}
@@ -64,7 +65,7 @@ def main() -> None:
         train_truth = np.full_like(truth, np.nan)
         train_truth[data.model_index[train_evals], data.query_index[train_evals]] = data.scores[train_evals]
         line = {
-            "N": n, "encoder": args.encoder, "routing": round(routing_accuracy(p, test_truth), 4),
+            "N": n, "split_seed": args.split_seed, "encoder": args.encoder, "routing": round(routing_accuracy(p, test_truth), 4),
             "correctness": round(correctness_accuracy(p, test_truth), 4),
             "best_single": round(best_single_accuracy(train_truth, test_truth), 4),
             "val_best": round(res.best_val_routing, 4), "best_epoch": res.best_epoch,
