@@ -360,13 +360,14 @@ def audit(ctx, model, metric, quantile, as_json, fail_on_flag) -> None:
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--epochs", default=300, show_default=True, help="Training budget when no encoder is active yet.")
 @click.pass_context
-def demo(ctx: click.Context, data: Path | None, seed: int) -> None:
-    """The main job: build a registry (synthetic pool unless --data) and summarise it."""
+def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
+    """The main job: build a registry (synthetic pool unless --data), train, embed, search, audit."""
     from registry.demo import run_demo
 
     home = ctx.obj["home"] or Path("locus-demo")
-    run_demo(home, data=data, seed=seed, echo=click.echo)
+    run_demo(home, data=data, seed=seed, echo=click.echo, epochs=epochs)
 
 
 def main() -> None:  # pragma: no cover - console entry point alias

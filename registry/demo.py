@@ -14,7 +14,7 @@ from registry.api import Registry
 from registry.synthetic import synthetic_pool
 
 
-def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None]) -> Registry:
+def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None], epochs: int = 300) -> Registry:
     reg = Registry.open(home)
     echo(f"registry home: {reg.home.resolve()} (embedded LanceDB; query encoder {reg.query_encoder})")
     if data is None:
@@ -41,4 +41,20 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
         echo(f"  {record.name:<28} family={record.family} params_b={record.params_b} access={record.access}")
     if stats["models"] > 8:
         echo(f"  ... and {stats['models'] - 8} more (registry --home {home} models list)")
+
+    if reg.store.config.get("active_encoder") is None:
+        echo(f"training the LOCUS encoder (at most {epochs} epochs; `registry train` for a full run) ...")
+        trained = reg.train(epochs=epochs, progress=False)
+        echo(f"  encoder {trained.encoder_id}: validation routing accuracy {trained.val_routing_accuracy:.3f} "
+             f"after {trained.seconds:.0f} s")
+    summary = reg.embed_all()
+    echo(f"embedded {summary['embedded']} models with encoder {summary['encoder_id']} (one forward pass each)")
+    probe = reg.models()[0].name
+    echo(f"nearest to {probe}:")
+    for hit in reg.similar(probe, k=3):
+        echo(f"  {hit['distance']:.4f}  {hit['name']}")
+    result = reg.audit()
+    echo(f"audit: threshold {result['threshold']:.4f} (self-spread quantile), {len(result['flags'])} flagged pair(s)")
+    for flag in result["flags"][:5]:
+        echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) {flag['score']:.3f}")
     return reg

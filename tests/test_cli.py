@@ -54,9 +54,10 @@ def test_import_of_a_missing_path_names_it(home, tmp_path):
 
 
 def test_demo_builds_a_synthetic_registry(home):
-    out = run("--home", str(home), "demo").output
+    out = run("--home", str(home), "demo", "--epochs", "5").output
     assert "SYNTHETIC pool" in out and "mirror" in out
+    assert "embedded 14 models" in out and "nearest to" in out and "audit: threshold" in out
     stats = json.loads(run("--home", str(home), "stats", "--json").output)
     assert stats["models"] == 14 and stats["queries"] == 360 and stats["evaluations"] == 14 * 360
-    again = run("--home", str(home), "demo").output
+    again = run("--home", str(home), "demo", "--epochs", "5").output
     assert "0 new models, 0 new queries, 0 new evaluations" in again
