@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from indexing.home import GENERATION_FILE, JOURNAL_FILE
 from indexing.vector_index import METRICS, VectorIndex
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
+
+if TYPE_CHECKING:
+    from indexing.store import Store
 
 __all__ = ["EmbeddedModels", "open_index", "similar", "distance", "check_consistency"]
 
@@ -139,7 +142,7 @@ def _flat(record) -> dict[str, Any]:
     return flat
 
 
-def similar(store: Store, query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
+def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
             where: str | None = None) -> list[dict[str, Any]]:
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded)."""
     if metric not in METRICS:
@@ -170,7 +173,7 @@ def similar(store: Store, query: str | np.ndarray, *, k: int = 5, metric: str = 
     return results[:k]
 
 
-def distance(store: Store, a: str, b: str, *, metric: str = "cosine") -> float:
+def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
     models = open_index(store)
     x, y = models.vector(a), models.vector(b)
     if metric == "cosine":

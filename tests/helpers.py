@@ -31,3 +31,21 @@ def write_triple(directory: Path, *, queries=QUERIES, models=MODELS, evals=None)
         evals = [(m[0], q[0], (i + j) % 2) for i, m in enumerate(models) for j, q in enumerate(queries)]
     write_rows(directory / "evals.csv", ["model_id", "query_id", "score"], evals)
     return directory
+
+
+def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_options):
+    """A registry of a synthetic pool, query encoder MiniLM; trained and embedded when
+    `train_epochs` is given."""
+    import tempfile
+
+    from registry import Registry
+    from registry.synthetic import synthetic_pool
+
+    reg = Registry.open(home)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(synthetic_pool(**pool_options).write_triple(Path(scratch)))
+    if train_epochs is not None:
+        reg.train(epochs=train_epochs, progress=False)
+        reg.embed_all()
+    return reg

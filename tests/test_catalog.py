@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,22 +10,16 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from helpers import synthetic_registry
 from registry import InputError, NotFoundError, Registry, RegistryError
-from registry.synthetic import synthetic_pool
 
 
 @pytest.fixture(scope="module")
 def trained_home(tmp_path_factory) -> Path:
     """A synthetic registry with a (briefly) trained encoder and every model embedded."""
     home = tmp_path_factory.mktemp("catalog") / "home"
-    reg = Registry.open(home)
-    reg.set_query_encoder("all-MiniLM-L6-v2")
-    pool = synthetic_pool(n_families=3, models_per_family=3, queries_per_task=25,
-                          tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=2)
-    with tempfile.TemporaryDirectory() as scratch:
-        reg.import_path(pool.write_triple(Path(scratch)))
-    reg.train(epochs=20, progress=False)
-    reg.embed_all()
+    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=2)
     return home
 
 

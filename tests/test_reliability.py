@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from registry import Registry
-from registry.synthetic import synthetic_pool
+from helpers import synthetic_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,14 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def trained_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("reliability") / "home"
-    reg = Registry.open(home)
-    reg.set_query_encoder("all-MiniLM-L6-v2")
-    pool = synthetic_pool(n_families=2, models_per_family=3, queries_per_task=20,
-                          tasks=("math", "law", "code"), n_duplicates=0, seed=4)
-    with tempfile.TemporaryDirectory() as scratch:
-        reg.import_path(pool.write_triple(Path(scratch)))
-    reg.train(epochs=5, progress=False)
-    reg.embed_all()
+    synthetic_registry(home, train_epochs=5, n_families=2, models_per_family=3, queries_per_task=20,
+                       tasks=("math", "law", "code"), n_duplicates=0, seed=4)
     return home
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from helpers import synthetic_registry
 from registry import Registry
-from registry.synthetic import synthetic_pool
 
 FAST = ["--epochs", "12"]
 
@@ -21,12 +20,8 @@ FAST = ["--epochs", "12"]
 def pool_home(tmp_path_factory) -> Path:
     """A registry of a small synthetic pool (built once; tests work on copies)."""
     home = tmp_path_factory.mktemp("pool") / "home"
-    reg = Registry.open(home)
-    reg.set_query_encoder("all-MiniLM-L6-v2")
-    pool = synthetic_pool(n_families=3, models_per_family=3, queries_per_task=25,
-                          tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
-    with tempfile.TemporaryDirectory() as scratch:
-        reg.import_path(pool.write_triple(Path(scratch)))
+    synthetic_registry(home, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
     return home
 
 
