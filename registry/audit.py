@@ -1,14 +1,16 @@
 """Duplicate-endpoint audit: which pairs of models sit closer than distinct models do.
 
-The threshold comes from the data, not a constant:
+The threshold comes from the data, not a constant. Two distributions are measured:
 - self-spread: each model is embedded twice from two disjoint random halves of its own evaluations
   (several draws); the distances between its own embeddings say how far one model's embedding moves
-  with the evaluation sample. The threshold is their `quantile` (0.99 by default) over all models.
-- distinct spread: distances between embeddings of different models.
-A pair is flagged when its distance is at most the threshold. Its score is the probability that two
-distinct models sit that close, estimated from the distinct-pair distances ((count at or below + 1)
-/ (pairs + 1)): small means suspicious. Pairs are compared through their embeddings, so models
-evaluated on different queries are still comparable.
+  with the evaluation sample;
+- distinct spread: distances between the embeddings of different models.
+The threshold is where the two meet, the equal-error point: the distance d at which the fraction of
+self-distances above d equals the fraction of distinct-pair distances at or below d, capped by the
+self-spread's `quantile` (0.99 by default). A pair is flagged when its distance is at most the
+threshold. Its score is the probability that two distinct models sit that close, estimated from the
+distinct-pair distances ((count at or below + 1) / (pairs + 1)): small means suspicious. Pairs are
+compared through their embeddings, so models evaluated on different queries are still comparable.
 """
 from __future__ import annotations
 
@@ -76,6 +78,16 @@ def self_spread(store: Store, active, names: list[str], *, draws: int = 4, max_e
     return spreads
 
 
+def equal_error_threshold(self_d: np.ndarray, distinct: np.ndarray, *, cap: float) -> float:
+    """The distance where missing a duplicate (its self-distance lies above) is as likely as
+    flagging a distinct pair (its distance lies at or below), never above `cap`."""
+    candidates = np.unique(np.concatenate([self_d, distinct, [cap]]))
+    candidates = candidates[candidates <= cap]
+    miss = 1.0 - np.searchsorted(self_d, candidates, side="right") / len(self_d)
+    false = np.searchsorted(distinct, candidates, side="right") / len(distinct)
+    return float(candidates[int(np.argmin(np.abs(miss - false)))])
+
+
 def audit(store: Store, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
           draws: int = 4, max_spread_models: int = 200, seed: int = 0) -> dict[str, Any]:
     from registry.embedding import active_encoder
@@ -96,12 +108,11 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", qua
     spreads = self_spread(store, active, list(sample), draws=draws, metric=metric, seed=seed)
     if not spreads:
         raise RegistryError("no model has the 32+ evaluations needed to estimate self-spread")
-    self_d = np.concatenate([np.asarray(v) for v in spreads.values()])
-    threshold = float(np.quantile(self_d, quantile))
-
+    self_d = np.sort(np.concatenate([np.asarray(v) for v in spreads.values()]))
     dist = _pairwise(z, metric)
     iu = np.triu_indices(len(names), k=1)
     distinct = np.sort(dist[iu])
+    threshold = equal_error_threshold(self_d, distinct, cap=float(np.quantile(self_d, quantile)))
     rows = range(len(names)) if model is None else [names.index(model)]
     flags = []
     for i in rows:
@@ -115,7 +126,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", qua
     flags.sort(key=lambda f: f["distance"])
     return {
         "flags": flags, "threshold": threshold, "models": len(names), "metric": metric, "quantile": quantile,
-        "self_spread": {"median": float(np.median(self_d)), "max": float(self_d.max()), "models": len(spreads),
-                        "draws": draws},
+        "self_spread": {"median": float(np.median(self_d)), "quantile": float(np.quantile(self_d, quantile)),
+                        "max": float(self_d.max()), "models": len(spreads), "draws": draws},
         "distinct": {"min": float(distinct[0]), "median": float(np.median(distinct)), "pairs": int(len(distinct))},
     }
