@@ -70,8 +70,9 @@ def main() -> None:
     result = reg.audit()
     planted = {frozenset(("Mistral-7B-v0.1", "Mistral-7B-v0.1 (other half)")),
                frozenset(("Llama-3-8B", "Llama-3-8B (re-added)"))}
-    print(f"\naudit: threshold {result['threshold']:.5f} (0.99 quantile of self-spread over "
-          f"{result['self_spread']['models']} models; median self-spread {result['self_spread']['median']:.5f}); "
+    print(f"\naudit: threshold {result['threshold']:.5f} (equal-error point of self-spread over "
+          f"{result['self_spread']['models']} models and distinct pairs; median self-spread "
+          f"{result['self_spread']['median']:.5f}); "
           f"closest pair {result['distinct']['min']:.5f}, median pair {result['distinct']['median']:.5f}")
     distinct = [f for f in result["flags"] if frozenset((f["a"], f["b"])) not in planted]
     for f in result["flags"]:
