@@ -21,7 +21,7 @@ from registry.importers._common import ImportBatch, query_id_for_text, text_hash
 from registry.ingest import ImportReport, ingest, model_row
 from registry.records import ModelRecord, Query, check_score
 
-__all__ = ["evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
+__all__ = ["version_row", "evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
            "model_rows", "record_of"]
 
 DEFAULT_MAX_EVALS = 1024
@@ -139,7 +139,7 @@ def embed_model_rows(store: Store, active, names: list[str], *, max_evals: int |
     return out
 
 
-def _version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
+def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
     return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
             "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
             "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when}
@@ -149,7 +149,7 @@ def _write_model(store: Store, row: dict[str, Any], event: str) -> None:
     table = store.table(MODELS, MODEL_SCHEMA)
     table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
         pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
-    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([_version_row(row, event, now_utc())],
+    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([version_row(row, event, now_utc())],
                                                                     schema=VERSION_SCHEMA))
 
 
@@ -240,7 +240,7 @@ def remove(store: Store, name: str) -> dict[str, Any]:
         raise NotFoundError.model(name, list(rows))
     with store.transaction():
         store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
-            [_version_row(rows[name], "remove", now_utc())], schema=VERSION_SCHEMA))
+            [version_row(rows[name], "remove", now_utc())], schema=VERSION_SCHEMA))
         store.table(MODELS).delete(f"name = {_sql_literal(name)}")
     return {"name": name, "removed": True, "version": rows[name].get("version")}
 

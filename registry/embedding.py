@@ -156,8 +156,13 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
         row.update(vector=z.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
                    embedded_at=now)
         updated.append(row)
+    from indexing.store import VERSION_SCHEMA, VERSIONS
+    from registry.catalog import version_row
+
     with store.transaction():
         store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
             pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
+        store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
+            [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
     return {"encoder_id": active.encoder_id, "embedded": len(updated),
             "n_evals": {r["name"]: r["n_evals"] for r in updated}}

@@ -85,6 +85,10 @@ def test_refine_makes_a_new_version_and_keeps_the_old(reg):
     assert versions[0]["vector"] != versions[1]["vector"]
 
 
+def test_embedded_models_have_a_history(reg):
+    assert [v["event"] for v in reg.history("syn-synfam0-1b")] == ["embed"]
+
+
 def test_remove_then_restore(reg):
     before = reg.similar("syn-synfam1-1b", k=3)
     reg.remove("syn-synfam1-13b")
