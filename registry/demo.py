@@ -54,7 +54,7 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
     for hit in reg.similar(probe, k=3):
         echo(f"  {hit['distance']:.4f}  {hit['name']}")
     result = reg.audit()
-    echo(f"audit: threshold {result['threshold']:.4f} (self-spread quantile), {len(result['flags'])} flagged pair(s)")
+    echo(f"audit: threshold {result['threshold']:.4f} (equal-error point of self-spread and distinct pairs), {len(result['flags'])} flagged pair(s)")
     for flag in result["flags"][:5]:
         echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) {flag['score']:.3f}")
     return reg
