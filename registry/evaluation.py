@@ -54,7 +54,7 @@ def run_evaluation(
     progress: bool = False,
     log: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
-    from encoder.training import embed_models, evals_by_model, predict, train_locus
+    from encoder.training import embed_models, predict, train_locus
 
     if data.n_models < 2:
         raise ValueError("evaluation needs a pool of at least 2 models")
@@ -100,14 +100,14 @@ def run_evaluation(
     result["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
 
     if held_out:
-        result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals,
-                                           seed, embed_models, evals_by_model, predict)
+        result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals, seed)
     return result
 
 
-def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed, embed_models,
-                evals_by_model, predict) -> dict[str, dict[str, float]]:
+def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed) -> dict[str, dict[str, float]]:
     """Embed the held-out models from n of their training-query evaluations, n in onboard_evals."""
+    from encoder.training import embed_models, evals_by_model, predict
+
     pool_truth = truth_on(data, split.test)
     row_of = {m: i for i, m in enumerate(data.models)}
     held_rows = [row_of[m] for m in held_out]

@@ -46,9 +46,13 @@ class ModelFilter:
     def __call__(self, metadata: dict[str, Any]) -> bool:
         return self._predicate(metadata)
 
+    def matches(self, record) -> bool:
+        """Whether one ModelRecord matches."""
+        return self(_flat(record))
+
     def select(self, records: Iterable) -> list:
         """The ModelRecords that match."""
-        return [r for r in records if self(_flat(r))]
+        return [r for r in records if self.matches(r)]
 
 
 def _flat(record) -> dict[str, Any]:

@@ -100,16 +100,17 @@ def open_index(store_or_home, *, rebuild: bool = False) -> EmbeddedModels:
     version = store.versions().get(MODELS, 0)
     directory = home / _INDEX_DIR
     loaded = None if rebuild else VectorIndex.load(directory, encoder_id)
-    index = None
+    index, saved_generation = None, None
     if loaded is not None:
-        candidate, _meta = loaded
+        candidate, meta = loaded
         if candidate.table_version == version and candidate.names == chosen:
-            index = candidate
+            index, saved_generation = candidate, meta.get("generation")
     if index is None:
         index = VectorIndex.build(encoder_id, chosen, vectors, table_version=version)
     records = {n: record_of(r) for n, r in rows.items()}
     models = EmbeddedModels(index, records, encoders)
-    if chosen and generation is not None and not (home / JOURNAL_FILE).exists():
+    if (chosen and generation is not None and saved_generation != generation
+            and not (home / JOURNAL_FILE).exists()):
         meta = {"generation": generation, "encoders_seen": sorted(encoders),
                 "records": {n: r.model_dump() for n, r in records.items()}}
         index.save(directory, meta)
@@ -133,13 +134,7 @@ def _allowed_rows(models: EmbeddedModels, where: str | None) -> np.ndarray | Non
     from registry.filters import parse_filter
 
     keep = parse_filter(where, list(models.records.values()))
-    return np.array([i for i, n in enumerate(models.index.names) if keep(_flat(models.records[n]))], dtype=np.int64)
-
-
-def _flat(record) -> dict[str, Any]:
-    flat = record.metadata()
-    flat["name"] = record.name
-    return flat
+    return np.array([i for i, n in enumerate(models.index.names) if keep.matches(models.records[n])], dtype=np.int64)
 
 
 def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",

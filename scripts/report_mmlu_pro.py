@@ -209,67 +209,66 @@ def _trained(pool_data, seed=0, n=1024):
 
 
 def _robustness_and_geometry(pools):
-    if True:
-        from scipy import stats
+    from scipy import stats
 
-        from encoder.data import sample_per_model
-        from encoder.metrics import correctness_accuracy, routing_accuracy
-        from encoder.training import embed_models, evals_by_model, predict
-        from registry.evaluation import truth_on
+    from encoder.data import sample_per_model
+    from encoder.metrics import correctness_accuracy, routing_accuracy
+    from encoder.training import embed_models, evals_by_model, predict
+    from registry.evaluation import truth_on
 
-        data = pools["open"]
-        locus, split, train = _trained(data)
-        truth = truth_on(data, split.test)
-        out = {"subsample": {}, "overlap": {}, "geometry": {}}
-        rng = np.random.default_rng(1)
-        for n in (32, 64, 128, 256, 512, 1024):
-            accs = []
-            for draw in range(5):
-                z = embed_models(locus, data, sample_per_model(data, split.train, n_per_model=n, seed=100 * n + draw))
-                pred = predict(locus, np.nan_to_num(z), data.query_vectors[split.test])
-                accs.append((routing_accuracy(pred, truth), correctness_accuracy(pred, truth)))
-            out["subsample"][str(n)] = {"routing": [a for a, _ in accs], "correctness": [c for _, c in accs]}
-        own = evals_by_model(data, sample_per_model(data, split.train, n_per_model=None))
-        size = 512
-        z_ref = None
-        for overlap in (0.0, 0.25, 0.5, 0.75, 1.0):
-            first, second = [], []
-            for e in own:
-                perm = rng.permutation(e)
-                shared = int(round(overlap * size))
-                a = perm[:size]
-                b = np.concatenate([a[:shared], perm[size : size + size - shared]])
-                first.append(np.sort(a))
-                second.append(np.sort(b))
-            za, zb = embed_models(locus, data, first), embed_models(locus, data, second)
-            cos = lambda x, y: 1 - (x * y).sum(-1) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1))
-            self_d = cos(za, zb)
-            if z_ref is None:
-                z_ref = za
-            others = np.array([[cos(za[i], za[j]) for j in range(len(za)) if j != i] for i in range(len(za))])
-            out["overlap"][str(overlap)] = {"self_cosine": float(self_d.mean()),
-                                            "nearest_other_cosine": float(others.min(axis=1).mean()),
-                                            "self_closer_than_any_other": float((self_d < others.min(axis=1)).mean())}
-        z = embed_models(locus, data, train)
-        pairs = [(i, j) for i in range(data.n_models) for j in range(i + 1, data.n_models)]
-        disagreement, d_cos, d_euc = [], [], []
-        for i, j in pairs:
-            both = ~np.isnan(truth[i]) & ~np.isnan(truth[j])
-            disagreement.append(float(np.mean(truth[i, both] != truth[j, both])))
-            d_cos.append(float(1 - z[i] @ z[j] / (np.linalg.norm(z[i]) * np.linalg.norm(z[j]))))
-            d_euc.append(float(np.linalg.norm(z[i] - z[j])))
-        for name, dist in (("cosine", d_cos), ("euclidean", d_euc)):
-            out["geometry"][name] = {"pearson": float(stats.pearsonr(dist, disagreement)[0]),
-                                     "spearman": float(stats.spearmanr(dist, disagreement)[0]),
-                                     "kendall": float(stats.kendalltau(dist, disagreement)[0])}
-        nn_agree = []
-        d = np.array([[np.linalg.norm(z[i] - z[j]) if i != j else np.inf for j in range(len(z))] for i in range(len(z))])
-        for i in range(len(z)):
-            j = int(d[i].argmin())
-            both = ~np.isnan(truth[i]) & ~np.isnan(truth[j])
-            nn_agree.append(float(np.mean(truth[i, both] == truth[j, both])))
-        out["nearest_neighbour_agreement"] = float(np.mean(nn_agree))
-        return out
+    data = pools["open"]
+    locus, split, train = _trained(data)
+    truth = truth_on(data, split.test)
+    out = {"subsample": {}, "overlap": {}, "geometry": {}}
+    rng = np.random.default_rng(1)
+    for n in (32, 64, 128, 256, 512, 1024):
+        accs = []
+        for draw in range(5):
+            z = embed_models(locus, data, sample_per_model(data, split.train, n_per_model=n, seed=100 * n + draw))
+            pred = predict(locus, np.nan_to_num(z), data.query_vectors[split.test])
+            accs.append((routing_accuracy(pred, truth), correctness_accuracy(pred, truth)))
+        out["subsample"][str(n)] = {"routing": [a for a, _ in accs], "correctness": [c for _, c in accs]}
+    own = evals_by_model(data, sample_per_model(data, split.train, n_per_model=None))
+    size = 512
+    z_ref = None
+    for overlap in (0.0, 0.25, 0.5, 0.75, 1.0):
+        first, second = [], []
+        for e in own:
+            perm = rng.permutation(e)
+            shared = int(round(overlap * size))
+            a = perm[:size]
+            b = np.concatenate([a[:shared], perm[size : size + size - shared]])
+            first.append(np.sort(a))
+            second.append(np.sort(b))
+        za, zb = embed_models(locus, data, first), embed_models(locus, data, second)
+        cos = lambda x, y: 1 - (x * y).sum(-1) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1))
+        self_d = cos(za, zb)
+        if z_ref is None:
+            z_ref = za
+        others = np.array([[cos(za[i], za[j]) for j in range(len(za)) if j != i] for i in range(len(za))])
+        out["overlap"][str(overlap)] = {"self_cosine": float(self_d.mean()),
+                                        "nearest_other_cosine": float(others.min(axis=1).mean()),
+                                        "self_closer_than_any_other": float((self_d < others.min(axis=1)).mean())}
+    z = embed_models(locus, data, train)
+    pairs = [(i, j) for i in range(data.n_models) for j in range(i + 1, data.n_models)]
+    disagreement, d_cos, d_euc = [], [], []
+    for i, j in pairs:
+        both = ~np.isnan(truth[i]) & ~np.isnan(truth[j])
+        disagreement.append(float(np.mean(truth[i, both] != truth[j, both])))
+        d_cos.append(float(1 - z[i] @ z[j] / (np.linalg.norm(z[i]) * np.linalg.norm(z[j]))))
+        d_euc.append(float(np.linalg.norm(z[i] - z[j])))
+    for name, dist in (("cosine", d_cos), ("euclidean", d_euc)):
+        out["geometry"][name] = {"pearson": float(stats.pearsonr(dist, disagreement)[0]),
+                                 "spearman": float(stats.spearmanr(dist, disagreement)[0]),
+                                 "kendall": float(stats.kendalltau(dist, disagreement)[0])}
+    nn_agree = []
+    d = np.array([[np.linalg.norm(z[i] - z[j]) if i != j else np.inf for j in range(len(z))] for i in range(len(z))])
+    for i in range(len(z)):
+        j = int(d[i].argmin())
+        both = ~np.isnan(truth[i]) & ~np.isnan(truth[j])
+        nn_agree.append(float(np.mean(truth[i, both] == truth[j, both])))
+    out["nearest_neighbour_agreement"] = float(np.mean(nn_agree))
+    return out
 
 
 def sample_efficiency(runs, seeds, extra):

@@ -174,3 +174,14 @@ def test_equal_error_threshold_sits_between_the_two_distributions():
     wide = equal_error_threshold(np.sort(self_d), np.sort(np.linspace(0.0, 0.2, 96)), cap=0.099)
     assert wide < t  # distinct models crowding closer pull the threshold down
     assert equal_error_threshold(np.sort(self_d), np.sort(distinct + 5), cap=0.099) == pytest.approx(0.099)
+
+
+def test_add_model_refuses_metadata_that_is_not_key_value(trained_home, tmp_path):
+    shutil.copytree(trained_home, tmp_path / "home")
+    path = tmp_path / "e.csv"
+    path.write_text("query,score\nWhat is 1+1?,1\n")
+    out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "providerreseller", code=2)
+    assert "--meta" in out and "'providerreseller' is not key=value" in out
+    out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "params_b=big", code=1)
+    assert "params_b 'big' is not a number" in out
+    assert "x" not in [r.name for r in Registry.open(tmp_path / "home").models()]

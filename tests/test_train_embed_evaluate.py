@@ -111,3 +111,8 @@ def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):
     result = run(home, "embed", "--all", ok=False)
     assert result.exit_code == 1 and "weights do not match" in result.output, result.output
     assert Registry.open(home).store.versions() == before
+
+
+def test_evaluate_refuses_a_bad_onboard_list(home):
+    result = run(home, "evaluate", "--holdout-models", "2", "--onboard-evals", "16,lots", ok=False)
+    assert result.exit_code == 2 and "--onboard-evals" in result.output and "'16,lots'" in result.output
