@@ -5,12 +5,12 @@ Heavy libraries (torch, sentence-transformers) are imported only by commands tha
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
+from cli._common import _echo_json, _registry
 from registry.errors import RegistryError
 
 HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
@@ -24,16 +24,6 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except RegistryError as err:
             raise click.ClickException(str(err)) from None
-
-
-def _registry(ctx: click.Context, *, create: bool = True):
-    from registry.api import Registry
-
-    return Registry.open(ctx.obj["home"], create=create)
-
-
-def _echo_json(payload) -> None:
-    click.echo(json.dumps(payload, indent=2, sort_keys=False))
 
 
 @click.group(cls=_Group)
@@ -368,6 +358,17 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
 
     home = ctx.obj["home"] or Path("locus-demo")
     run_demo(home, data=data, seed=seed, echo=click.echo, epochs=epochs)
+
+
+def _register_analytics() -> None:
+    from cli import families, portfolio, route
+
+    for module in (route, portfolio, families):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register_analytics()
 
 
 def main() -> None:  # pragma: no cover - console entry point alias

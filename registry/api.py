@@ -210,6 +210,52 @@ class Registry:
 
         return audit(self._store, model=model, metric=metric, quantile=quantile)
 
+    # --------------------------------------------------------------- analytics
+    def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
+                where: str | None = None) -> dict[str, Any]:
+        """Real models nearest to a hypothetical one with these task accuracies (paper, appendix E.1):
+        `evals` stored queries are sampled over the named tasks, given synthetic scores whose task
+        means match `targets` in expectation, and embedded. Returns {"results": [{"name", "distance"}], ...}."""
+        from registry.profile import profile
+
+        return profile(self._store, targets, k=k, evals=evals, seed=seed, where=where)
+
+    def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str = "kmedoids",
+                  where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
+                  random_draws: int = 200) -> dict[str, Any]:
+        """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
+        under a parameter budget in billions; with routing accuracies on held-out test queries."""
+        from registry.portfolio import portfolio
+
+        return portfolio(self._store, k=k, budget_b=budget_b, method=method, where=where,
+                         include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
+
+    def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None, fallback: int = 3):
+        """Rank models by predicted P(correct) for a query text (a dict) or a list of texts (a list of
+        dicts, one batched pass); excluded models never appear; `fallback` lists the top model's
+        nearest available neighbours (appendix E.2)."""
+        from registry.routing import route
+
+        return route(self._store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
+
+    def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average") -> dict[str, Any]:
+        """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`)."""
+        from registry.families import clusters
+
+        return clusters(self._store, where=where, plot=plot, linkage=linkage)
+
+    def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> dict[str, Any]:
+        """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
+        from registry.families import embedding_map
+
+        return embedding_map(self._store, plot, color_by=color_by, where=where)
+
+    def compare(self, a: str, b: str) -> dict[str, Any]:
+        """How two models differ: distance, and per task their accuracies and the evidence behind them."""
+        from registry.families import compare
+
+        return compare(self._store, a, b)
+
     def check(self) -> list[str]:
         """Consistency problems (empty when the table, the index and the evaluations agree)."""
         from registry.search import check_consistency

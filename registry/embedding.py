@@ -91,6 +91,7 @@ def train_encoder(
     (staging / "training.json").write_text(json.dumps({
         "query_encoder": query_encoder, "seed": seed, "evals_per_model": evals_per_model,
         "models": data.models, "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),
+        "test_query_ids": [data.query_ids[q] for q in split.test],
         "best_epoch": result.best_epoch, "val_routing_accuracy": result.best_val_routing,
         "seconds": result.seconds, "settings": result.settings,
     }, indent=2, default=str))

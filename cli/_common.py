@@ -1,0 +1,16 @@
+"""What every command module shares: opening the registry of the group's --home, printing JSON."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+def _registry(ctx: click.Context, *, create: bool = True):
+    from registry.api import Registry
+
+    return Registry.open(ctx.obj["home"], create=create)
+
+
+def _echo_json(payload) -> None:
+    click.echo(json.dumps(payload, indent=2, sort_keys=False))

@@ -1,0 +1,56 @@
+"""The pool seen from the active encoder's held-out test queries, for measuring routing honestly.
+
+Analytics that report a routing accuracy (portfolios, fallback) must score it on queries that neither
+trained the encoder nor built the embeddings being compared. `held_out` gives the pool's evaluations,
+those test queries (recorded by `registry train`; recomputed from the training seed for checkpoints
+that predate the record) and every model embedded from up to `max_evals` evaluations outside them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from encoder.data import EvalData, split_queries
+from indexing.store import Store
+from registry.embedding import ActiveEncoder, active_encoder, embedding_evals
+
+__all__ = ["HeldOut", "held_out"]
+
+
+@dataclass
+class HeldOut:
+    data: EvalData  # the pool's evaluations (models as asked, every query with a vector)
+    active: ActiveEncoder
+    test_queries: np.ndarray  # query indices into data; never built an embedding below
+    embeddings: np.ndarray  # (M, d), each model from up to max_evals evaluations outside test_queries
+
+    def truth(self) -> np.ndarray:
+        """(M, T) scores on the test queries, NaN where a model was not evaluated."""
+        return self.data.dense()[:, self.test_queries]
+
+
+def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = 1024,
+             seed: int = 0) -> HeldOut:
+    from encoder.training import embed_models
+    from registry.dataset import load_eval_data
+
+    active = active_encoder(store)
+    data = load_eval_data(store, active.query_encoder, models=models)
+    info = json.loads((active.directory / "training.json").read_text("utf-8"))
+    if "test_query_ids" in info:
+        wanted = set(info["test_query_ids"])
+        test = np.asarray([i for i, q in enumerate(data.query_ids) if q in wanted], dtype=np.int64)
+    else:
+        test = split_queries(data.n_queries, seed=int(info.get("seed", 0))).test
+    is_test = np.zeros(data.n_queries, dtype=bool)
+    is_test[test] = True
+    outside = data.select_models(data.models)  # a copy whose evaluations we may narrow
+    keep = ~is_test[outside.query_index]
+    outside = EvalData(models=outside.models, query_ids=outside.query_ids, tasks=outside.tasks,
+                       query_vectors=outside.query_vectors, model_index=outside.model_index[keep],
+                       query_index=outside.query_index[keep], scores=outside.scores[keep])
+    per_model = embedding_evals(outside, max_evals=max_evals, seed=seed)
+    return HeldOut(data=data, active=active, test_queries=test,
+                   embeddings=embed_models(active.locus, outside, per_model))
