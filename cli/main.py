@@ -325,12 +325,20 @@ def restore(ctx, name, version) -> None:
 @click.option("--model", default=None, help="Check one model against the rest (default: every pair).")
 @click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
 @click.option("--quantile", default=0.99, show_default=True, help="Quantile of self-spread used as the threshold.")
+@click.option("--tolerance", default=0.10, show_default=True,
+              help="Share of shared queries on which two endpoints of one model may disagree.")
+@click.option("--alpha", default=0.01, show_default=True,
+              help="Test level at which the evaluations clear a close pair as two different models.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--fail-on-flag", is_flag=True, help="Exit 1 when any pair is flagged (for CI).")
 @click.pass_context
-def audit(ctx, model, metric, quantile, as_json, fail_on_flag) -> None:
-    """Flag models that are likely the same model behind different endpoints."""
-    result = _registry(ctx, create=False).audit(model=model, metric=metric, quantile=quantile)
+def audit(ctx, model, metric, quantile, tolerance, alpha, as_json, fail_on_flag) -> None:
+    """Flag models that are likely the same model behind different endpoints.
+
+    Pairs whose embeddings sit within a model's own self-spread are candidates; each is then tested
+    on the evaluations both hold and cleared when they show two different models."""
+    result = _registry(ctx, create=False).audit(model=model, metric=metric, quantile=quantile,
+                                                tolerance=tolerance, alpha=alpha)
     if as_json:
         _echo_json(result)
     else:
@@ -338,8 +346,12 @@ def audit(ctx, model, metric, quantile, as_json, fail_on_flag) -> None:
                    f"{quantile:.2f} quantile of self-spread over {result['self_spread']['models']} models); "
                    f"closest distinct pair {result['distinct']['min']:.4f}")
         for f in result["flags"]:
+            ev = f["evidence"]
+            shared = (f"{ev['disagreement']:.1%} disagreement on {ev['shared_queries']} shared queries"
+                      if ev["disagreement"] is not None else "no shared queries to compare")
             click.echo(f"FLAG {f['a']} ~ {f['b']}: distance {f['distance']:.4f}, "
-                       f"P(distinct models this close) {f['score']:.4f}")
+                       f"P(distinct models this close) {f['score']:.4f}; {shared}")
+        click.echo(f"{len(result['cleared'])} of {result['candidates']} close pairs cleared by their evaluations")
         if not result["flags"]:
             click.echo("no likely duplicates")
     if fail_on_flag and result["flags"]:

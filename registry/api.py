@@ -204,11 +204,13 @@ class Registry:
 
         return distance(self._store, a, b, metric=metric)
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99) -> dict[str, Any]:
-        """Flag pairs of models whose embeddings sit closer than a model's own self-spread."""
+    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
+              tolerance: float = 0.10, alpha: float = 0.01) -> dict[str, Any]:
+        """Flag pairs of models whose embeddings sit within a model's own self-spread and whose
+        evaluations do not show them to differ (see `registry.audit`)."""
         from registry.audit import audit
 
-        return audit(self._store, model=model, metric=metric, quantile=quantile)
+        return audit(self._store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

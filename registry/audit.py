@@ -11,14 +11,28 @@ self-spread's `quantile` (0.99 by default). A pair is flagged when its distance 
 threshold. Its score is the probability that two distinct models sit that close, estimated from the
 distinct-pair distances ((count at or below + 1) / (pairs + 1)): small means suspicious. Pairs are
 compared through their embeddings, so models evaluated on different queries are still comparable.
+
+Closeness in embedding space is where the audit looks, not proof: an encoder trained on a few dozen
+models places some distinct models of similar ability almost on top of each other (on MMLU-Pro, closer
+than many models' own self-spread). So every pair under the threshold is then tested on the
+evaluations the registry holds for both, and cleared when they show the two differ:
+- on the queries both answered, a one-sided binomial test of their disagreement rate against
+  `tolerance` (the share of answers on which two endpoints serving one model may differ: sampling,
+  batching, quantisation; 0.10 by default, where MMLU-Pro's closest distinct pair disagrees on 17%);
+- on the queries only one of them answered, a chi-square test that their accuracies agree within
+  strata of task x query difficulty (difficulty: the rest of the pool's mean score on the query,
+  in terciles), which holds when one model answered two samples of the same questions.
+A pair is cleared when either test rejects "one model" at level `alpha`; the flags carry that evidence.
 """
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from encoder.data import EvalData
 from indexing.store import Store
 from registry.errors import RegistryError
 
@@ -39,13 +53,11 @@ def _pairwise(z: np.ndarray, metric: str) -> np.ndarray:
     return np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2 * z @ z.T, 0.0))
 
 
-def self_spread(store: Store, active, names: list[str], *, draws: int = 4, max_evals: int = 1024,
+def self_spread(data: EvalData, active, *, draws: int = 4, max_evals: int = 1024,
                 metric: str = "cosine", seed: int = 0) -> dict[str, list[float]]:
-    """Per model, distances between embeddings built from disjoint halves of its evaluations."""
+    """Per model of `data`, distances between embeddings built from disjoint halves of its evaluations."""
     from encoder.training import embed_models, evals_by_model
-    from registry.dataset import load_eval_data
 
-    data = load_eval_data(store, active.query_encoder, models=names)
     own = evals_by_model(data, np.arange(len(data.scores)))
     spreads: dict[str, list[float]] = {}
     first, second, owners = [], [], []
@@ -88,8 +100,82 @@ def equal_error_threshold(self_d: np.ndarray, distinct: np.ndarray, *, cap: floa
     return float(candidates[int(np.argmin(np.abs(miss - false)))])
 
 
+MIN_EVIDENCE = 30  # answers needed before a test is run at all
+
+
+@dataclass
+class _Pool:
+    """The pool's scores as a dense matrix, with what the evidence tests need."""
+
+    scores: np.ndarray  # (M, Q), NaN where a model has no score
+    task: np.ndarray  # (Q,) task index
+    n_tasks: int
+
+    @classmethod
+    def of(cls, data: EvalData) -> "_Pool":
+        _, task = np.unique(np.asarray(data.tasks, dtype=object).astype(str), return_inverse=True)
+        return cls(data.dense().astype(np.float64), task, int(task.max()) + 1 if len(task) else 0)
+
+    def difficulty_bins(self, a: int, b: int, bins: int = 3) -> np.ndarray:
+        """(Q,) tercile of each query's mean score over the pool without a and b (`bins` when unknown)."""
+        seen = ~np.isnan(self.scores)
+        seen[[a, b]] = False
+        total = np.where(seen, self.scores, 0.0).sum(0)
+        count = seen.sum(0)
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        out = np.full(len(mean), bins, dtype=np.int64)
+        known = ~np.isnan(mean)
+        if known.any():
+            edges = np.quantile(mean[known], np.linspace(0, 1, bins + 1)[1:-1])
+            out[known] = np.searchsorted(edges, mean[known])
+        return out
+
+
+def evidence(pool: _Pool, a: int, b: int, *, tolerance: float, alpha: float) -> dict[str, Any]:
+    """Test "a and b are one model" on their evaluations; `cleared` when a test rejects it."""
+    from scipy.stats import binom, chi2
+
+    ya, yb = pool.scores[a], pool.scores[b]
+    has_a, has_b = ~np.isnan(ya), ~np.isnan(yb)
+    shared = has_a & has_b
+    out: dict[str, Any] = {"shared_queries": int(shared.sum()), "disagreement": None, "p_disagreement": None,
+                           "homogeneity_p": None, "homogeneity_strata": 0, "cleared": False, "reason": None}
+    if shared.sum() >= MIN_EVIDENCE:
+        differ = np.abs(ya[shared] - yb[shared])
+        k = int(round(differ.sum()))
+        out["disagreement"] = float(differ.mean())
+        out["p_disagreement"] = float(binom.sf(k - 1, int(shared.sum()), tolerance))  # P(X >= k | rate = tolerance)
+        if out["p_disagreement"] < alpha:
+            out.update(cleared=True, reason=f"they disagree on {out['disagreement']:.1%} of {int(shared.sum())} "
+                                            f"shared queries (tolerance {tolerance:.0%}, p={out['p_disagreement']:.2g})")
+            return out
+    only_a, only_b = has_a & ~has_b, has_b & ~has_a
+    if only_a.sum() >= MIN_EVIDENCE and only_b.sum() >= MIN_EVIDENCE:
+        bins = 3
+        stratum = pool.task * (bins + 1) + pool.difficulty_bins(a, b, bins)
+        size = pool.n_tasks * (bins + 1)
+        na = np.bincount(stratum[only_a], minlength=size)
+        nb = np.bincount(stratum[only_b], minlength=size)
+        ka = np.bincount(stratum[only_a], weights=ya[only_a], minlength=size)
+        kb = np.bincount(stratum[only_b], weights=yb[only_b], minlength=size)
+        use = (na > 0) & (nb > 0)
+        na, nb, ka, kb = na[use], nb[use], ka[use], kb[use]
+        p = (ka + kb) / (na + nb)
+        var = p * (1 - p) * (1 / na + 1 / nb)  # an upper bound for scores in [0, 1], exact for 0/1
+        ok = var > 0
+        statistic = float((((ka / na - kb / nb) ** 2)[ok] / var[ok]).sum())
+        out["homogeneity_strata"] = int(ok.sum())
+        if ok.any():
+            out["homogeneity_p"] = float(chi2.sf(statistic, int(ok.sum())))
+            if out["homogeneity_p"] < alpha:
+                out.update(cleared=True, reason=f"their accuracies differ across task x difficulty "
+                                                f"({int(ok.sum())} strata, p={out['homogeneity_p']:.2g})")
+    return out
+
+
 def audit(store: Store, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
-          draws: int = 4, max_spread_models: int = 200, seed: int = 0) -> dict[str, Any]:
+          tolerance: float = 0.10, alpha: float = 0.01, draws: int = 4, max_spread_models: int = 200,
+          seed: int = 0) -> dict[str, Any]:
     from registry.embedding import active_encoder
     from registry.search import open_index
 
@@ -105,7 +191,12 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", qua
                             f"{active.encoder_id}: run `registry embed --all`")
     rng = np.random.default_rng(seed)
     sample = names if len(names) <= max_spread_models else sorted(rng.choice(names, max_spread_models, replace=False))
-    spreads = self_spread(store, active, list(sample), draws=draws, metric=metric, seed=seed)
+    if not 0.0 <= tolerance < 1.0 or not 0.0 < alpha < 1.0:
+        raise RegistryError(f"tolerance must be in [0, 1) and alpha in (0, 1); got {tolerance} and {alpha}")
+    from registry.dataset import load_eval_data
+
+    data = load_eval_data(store, active.query_encoder, models=list(names))
+    spreads = self_spread(data.select_models(list(sample)), active, draws=draws, metric=metric, seed=seed)
     if not spreads:
         raise RegistryError("no model has the 32+ evaluations needed to estimate self-spread")
     self_d = np.sort(np.concatenate([np.asarray(v) for v in spreads.values()]))
@@ -114,18 +205,22 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", qua
     distinct = np.sort(dist[iu])
     threshold = equal_error_threshold(self_d, distinct, cap=float(np.quantile(self_d, quantile)))
     rows = range(len(names)) if model is None else [names.index(model)]
-    flags = []
+    pool = _Pool.of(data)
+    flags, cleared = [], []
     for i in rows:
         for j in range(len(names)):
-            if j == i or (model is None and j < i):
+            if j == i or (model is None and j < i) or dist[i, j] > threshold:
                 continue
-            if dist[i, j] <= threshold:
-                below = int(np.searchsorted(distinct, dist[i, j], side="right"))
-                flags.append({"a": names[i], "b": names[j], "distance": float(dist[i, j]),
-                              "score": (below + 1) / (len(distinct) + 1)})
+            below = int(np.searchsorted(distinct, dist[i, j], side="right"))
+            pair = {"a": names[i], "b": names[j], "distance": float(dist[i, j]),
+                    "score": (below + 1) / (len(distinct) + 1)}
+            pair["evidence"] = evidence(pool, i, j, tolerance=tolerance, alpha=alpha)
+            (cleared if pair["evidence"]["cleared"] else flags).append(pair)
     flags.sort(key=lambda f: f["distance"])
+    cleared.sort(key=lambda f: f["distance"])
     return {
         "flags": flags, "threshold": threshold, "models": len(names), "metric": metric, "quantile": quantile,
+        "tolerance": tolerance, "alpha": alpha, "candidates": len(flags) + len(cleared), "cleared": cleared,
         "self_spread": {"median": float(np.median(self_d)), "quantile": float(np.quantile(self_d, quantile)),
                         "max": float(self_d.max()), "models": len(spreads), "draws": draws},
         "distinct": {"min": float(distinct[0]), "median": float(np.median(distinct)), "pairs": int(len(distinct))},

@@ -170,8 +170,10 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
             raise InputError(str(err), field="metadata") from None
     batch = evaluations_batch(name, evaluations)
     batch.models = [record]
+    # A fresh add holds exactly the evaluations given: a removed model of that name kept its
+    # evaluations (for restore), and they must not leak into the new one.
     return _land(store, active, batch, record, existing, event="replace" if existing else "add",
-                 replace_evaluations=existing is not None, max_evals=max_evals)
+                 replace_evaluations=True, max_evals=max_evals)
 
 
 def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EVALS) -> dict[str, Any]:

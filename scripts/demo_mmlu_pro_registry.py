@@ -7,7 +7,10 @@
 2. Llama-3-8B re-added from 1024 of its own evaluations, shuffled, under a new name: its nearest
    neighbours.
 3. Mistral-7B-v0.1 re-added from 1024 of its evaluations disjoint from those its registry embedding was
-   built from: the audit at the default threshold, and which flagged pairs are distinct models.
+   built from: the audit at its defaults, and which flagged pairs are distinct models. The store still
+   holds all of Mistral-7B-v0.1's results, so the copy shares queries with it.
+4. The strict variant (--strict): Mistral-7B-v0.1 is replaced by one half of its evaluations and the
+   copy gets the other half, so the two share no query at all.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", default=None)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--strict", action="store_true", help="Also run the variant with no shared query.")
     args = parser.parse_args()
     if not (DATA / "evals.csv").is_file():
         sys.exit(f"MMLU-Pro not found at {DATA}")
@@ -67,9 +71,28 @@ def main() -> None:
 
     reg.add_model("Mistral-7B-v0.1 (other half)", evaluations("Mistral-7B-v0.1", exclude_used=True),
                   {"family": "mistral"})
-    result = reg.audit()
     planted = {frozenset(("Mistral-7B-v0.1", "Mistral-7B-v0.1 (other half)")),
                frozenset(("Llama-3-8B", "Llama-3-8B (re-added)"))}
+    report_audit(reg.audit(), planted)
+    print(f"total {time.perf_counter() - started:.0f} s")
+    if args.strict:
+        m = data.models.index("Mistral-7B-v0.1")
+        own = rng.permutation(np.flatnonzero(data.model_index == m))
+        halves = own[: len(own) // 2], own[len(own) // 2 :]
+
+        def rows(chosen):
+            return [{"query": texts[data.query_ids[data.query_index[i]]], "score": float(data.scores[i])}
+                    for i in chosen]
+
+        reg.remove("Mistral-7B-v0.1 (other half)")
+        reg.add_model("Mistral-7B-v0.1", rows(halves[0]), {"family": "mistral"}, replace=True)
+        reg.add_model("Mistral-7B-v0.1 (other half)", rows(halves[1]), {"family": "mistral"})
+        print(f"\nstrict: Mistral-7B-v0.1 replaced by {len(halves[0])} of its evaluations, the copy holds the "
+              f"other {len(halves[1])}: no shared query")
+        report_audit(reg.audit(), planted)
+
+
+def report_audit(result: dict, planted: set) -> None:
     print(f"\naudit: threshold {result['threshold']:.5f} (equal-error point of self-spread over "
           f"{result['self_spread']['models']} models and distinct pairs; median self-spread "
           f"{result['self_spread']['median']:.5f}); "
@@ -77,10 +100,12 @@ def main() -> None:
     distinct = [f for f in result["flags"] if frozenset((f["a"], f["b"])) not in planted]
     for f in result["flags"]:
         tag = "re-added copy" if frozenset((f["a"], f["b"])) in planted else "DISTINCT models"
-        print(f"  flag {f['a']} ~ {f['b']}: {f['distance']:.5f} (score {f['score']:.4f}) [{tag}]")
+        ev = f["evidence"]
+        print(f"  flag {f['a']} ~ {f['b']}: {f['distance']:.5f} (score {f['score']:.4f}) [{tag}]; "
+              f"shared {ev['shared_queries']}, disagreement {ev['disagreement']}, homogeneity p {ev['homogeneity_p']}")
     mistral = any(frozenset((f["a"], f["b"])) in planted and "Mistral" in f["a"] for f in result["flags"])
-    print(f"\nMistral-7B-v0.1 copy flagged: {mistral}; distinct pairs flagged: {len(distinct)}; "
-          f"total {time.perf_counter() - started:.0f} s")
+    print(f"{result['candidates']} pairs within the threshold, {len(result['cleared'])} cleared by their evaluations")
+    print(f"Mistral-7B-v0.1 copy flagged: {mistral}; distinct pairs flagged: {len(distinct)}")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,14 @@ def test_remove_then_restore(reg):
     assert reg.similar("syn-synfam1-1b", k=3) == before
 
 
+def test_adding_a_removed_name_starts_from_the_evaluations_given(reg):
+    evals = own_evaluations(reg, "syn-synfam1-1b")
+    reg.remove("syn-synfam1-1b")
+    reg.add_model("syn-synfam1-1b", evals[:40])
+    stored = [r for r in reg.store.read("evaluations").to_pylist() if r["model"] == "syn-synfam1-1b"]
+    assert len(stored) == 40
+
+
 def test_bad_evaluation_files_get_import_errors(reg, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("query,score\nWhat is 1+1?,1\nWhat is 2+2?,2\n")
@@ -185,3 +193,45 @@ def test_add_model_refuses_metadata_that_is_not_key_value(trained_home, tmp_path
     out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "params_b=big", code=1)
     assert "params_b 'big' is not a number" in out
     assert "x" not in [r.name for r in Registry.open(tmp_path / "home").models()]
+
+
+def test_audit_evidence_keeps_a_copy_and_clears_a_model_that_answers_differently(reg):
+    from registry.audit import _Pool, evidence
+    from registry.dataset import load_eval_data
+
+    evals = own_evaluations(reg, "syn-synfam2-13b")
+    flipped = [{"query": e["query"], "score": 1.0 - e["score"]} if i % 3 == 0 else e for i, e in enumerate(evals)]
+    reg.add_model("mirror-of-13b", evals)
+    reg.add_model("noisy-13b", flipped)  # a third of the answers flipped: not one model
+    kept = reg.audit(model="mirror-of-13b")
+    mirror = next(f for f in kept["flags"] if "syn-synfam2-13b" in (f["a"], f["b"]))
+    assert mirror["evidence"]["disagreement"] == 0.0 and mirror["evidence"]["cleared"] is False
+    names = ["syn-synfam2-13b", "noisy-13b", "mirror-of-13b"]
+    names += [r.name for r in reg.models() if r.name not in names]
+    pool = _Pool.of(load_eval_data(reg.store, reg.query_encoder, models=names))
+    noisy = evidence(pool, 0, 1, tolerance=0.10, alpha=0.01)
+    assert noisy["cleared"] and noisy["disagreement"] > 0.3 and "shared queries" in noisy["reason"]
+    assert not evidence(pool, 0, 2, tolerance=0.10, alpha=0.01)["cleared"]
+
+
+def test_evidence_on_disjoint_queries_tests_accuracy_by_task_and_difficulty():
+    from registry.audit import _Pool, evidence
+
+    rng = np.random.default_rng(0)
+    q = 600
+    difficulty = rng.normal(0, 1, q)
+    tasks = np.repeat(["math", "law"], q // 2)
+    p_strong = 1 / (1 + np.exp(difficulty - 1.5))
+    p_weak = 1 / (1 + np.exp(difficulty + 0.5))
+    scores = np.full((4, q), np.nan)
+    half = rng.permutation(q)
+    a, b = half[: q // 2], half[q // 2 :]
+    scores[0, a] = rng.random(len(a)) < p_strong[a]
+    scores[1, b] = rng.random(len(b)) < p_strong[b]  # the same model on the other half
+    scores[2, b] = rng.random(len(b)) < p_weak[b]  # a weaker model on the other half
+    scores[3] = rng.random(q) < 1 / (1 + np.exp(difficulty))  # the rest of the pool: sets difficulty
+    pool = _Pool(scores, (tasks == "law").astype(np.int64), 2)
+    same = evidence(pool, 0, 1, tolerance=0.1, alpha=0.01)
+    other = evidence(pool, 0, 2, tolerance=0.1, alpha=0.01)
+    assert same["shared_queries"] == 0 and not same["cleared"] and same["homogeneity_p"] > 0.01
+    assert other["cleared"] and other["homogeneity_p"] < 1e-6 and "task x difficulty" in other["reason"]
