@@ -359,6 +359,21 @@ def audit(ctx, model, metric, quantile, tolerance, alpha, as_json, fail_on_flag)
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def check(ctx, as_json) -> None:
+    """Consistency check: the index agrees with the models table, every evaluation names a stored query.
+    Exits 1 when anything is wrong."""
+    problems = _registry(ctx, create=False).check()
+    if as_json:
+        _echo_json({"ok": not problems, "problems": problems})
+    else:
+        click.echo("\n".join(f"PROBLEM {p}" for p in problems) or "consistent: index, tables and evaluations agree")
+    if problems:
+        ctx.exit(1)
+
+
+@cli.command()
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)

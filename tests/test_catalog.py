@@ -157,6 +157,7 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     assert set(found["results"][0]) == {"name", "distance", "metadata"}
     assert json.loads(run("show", "dup-endpoint", "--json"))["provider"] == "reseller"
     assert json.loads(run("history", "dup-endpoint", "--json"))[0]["event"] == "add"
+    assert json.loads(run("check", "--json")) == {"ok": True, "problems": []}
     audit = json.loads(run("audit", "--json"))
     assert set(audit) >= {"flags", "threshold", "models"}
     run("audit", "--fail-on-flag", code=1)
@@ -235,3 +236,11 @@ def test_evidence_on_disjoint_queries_tests_accuracy_by_task_and_difficulty():
     other = evidence(pool, 0, 2, tolerance=0.1, alpha=0.01)
     assert same["shared_queries"] == 0 and not same["cleared"] and same["homogeneity_p"] > 0.01
     assert other["cleared"] and other["homogeneity_p"] < 1e-6 and "task x difficulty" in other["reason"]
+
+
+def test_check_command_exits_1_and_names_the_problem(reg):
+    some_query = reg.store.read("evaluations").to_pylist()[0]["query_id"]
+    with reg.store.transaction():
+        reg.store.table("queries").delete(f"query_id = '{some_query}'")
+    out = _run(reg.home, "check", code=1)
+    assert "PROBLEM 1 evaluated query ids are not in the queries table" in out
