@@ -105,29 +105,56 @@ MIN_EVIDENCE = 30  # answers needed before a test is run at all
 
 @dataclass
 class _Pool:
-    """The pool's scores as a dense matrix, with what the evidence tests need."""
+    """The pool's evaluations as the evidence tests read them, in O(evaluations) memory."""
 
-    scores: np.ndarray  # (M, Q), NaN where a model has no score
+    rows: list[tuple[np.ndarray, np.ndarray]]  # per model: (query indices, scores)
     task: np.ndarray  # (Q,) task index
     n_tasks: int
+    total: np.ndarray  # (Q,) sum of scores over the pool
+    count: np.ndarray  # (Q,) number of models scored
 
     @classmethod
     def of(cls, data: EvalData) -> "_Pool":
         _, task = np.unique(np.asarray(data.tasks, dtype=object).astype(str), return_inverse=True)
-        return cls(data.dense().astype(np.float64), task, int(task.max()) + 1 if len(task) else 0)
+        order = np.argsort(data.model_index, kind="stable")
+        bounds = np.searchsorted(data.model_index[order], np.arange(data.n_models + 1))
+        rows = [(data.query_index[order[lo:hi]], data.scores[order[lo:hi]].astype(np.float64))
+                for lo, hi in zip(bounds[:-1], bounds[1:])]
+        return cls._build(rows, task)
+
+    @classmethod
+    def from_dense(cls, scores: np.ndarray, task: np.ndarray) -> "_Pool":
+        rows = [(np.flatnonzero(~np.isnan(r)), r[~np.isnan(r)].astype(np.float64)) for r in scores]
+        return cls._build(rows, np.asarray(task, dtype=np.int64))
+
+    @classmethod
+    def _build(cls, rows, task: np.ndarray) -> "_Pool":
+        q = len(task)
+        total, count = np.zeros(q), np.zeros(q)
+        for idx, y in rows:
+            np.add.at(total, idx, y)
+            np.add.at(count, idx, 1)
+        return cls(rows, task, int(task.max()) + 1 if q else 0, total, count)
+
+    def dense(self, m: int) -> np.ndarray:
+        out = np.full(len(self.task), np.nan)
+        idx, y = self.rows[m]
+        out[idx] = y
+        return out
 
     def difficulty_bins(self, a: int, b: int, bins: int = 3) -> np.ndarray:
         """(Q,) tercile of each query's mean score over the pool without a and b (`bins` when unknown)."""
-        seen = ~np.isnan(self.scores)
-        seen[[a, b]] = False
-        total = np.where(seen, self.scores, 0.0).sum(0)
-        count = seen.sum(0)
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-        out = np.full(len(mean), bins, dtype=np.int64)
-        known = ~np.isnan(mean)
+        total, count = self.total.copy(), self.count.copy()
+        for m in (a, b):
+            idx, y = self.rows[m]
+            np.subtract.at(total, idx, y)
+            np.subtract.at(count, idx, 1)
+        known = count > 0.5
+        out = np.full(len(total), bins, dtype=np.int64)
         if known.any():
-            edges = np.quantile(mean[known], np.linspace(0, 1, bins + 1)[1:-1])
-            out[known] = np.searchsorted(edges, mean[known])
+            mean = total[known] / count[known]
+            edges = np.quantile(mean, np.linspace(0, 1, bins + 1)[1:-1])
+            out[known] = np.searchsorted(edges, mean)
         return out
 
 
@@ -135,7 +162,7 @@ def evidence(pool: _Pool, a: int, b: int, *, tolerance: float, alpha: float) -> 
     """Test "a and b are one model" on their evaluations; `cleared` when a test rejects it."""
     from scipy.stats import binom, chi2
 
-    ya, yb = pool.scores[a], pool.scores[b]
+    ya, yb = pool.dense(a), pool.dense(b)
     has_a, has_b = ~np.isnan(ya), ~np.isnan(yb)
     shared = has_a & has_b
     out: dict[str, Any] = {"shared_queries": int(shared.sum()), "disagreement": None, "p_disagreement": None,

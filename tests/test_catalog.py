@@ -231,7 +231,7 @@ def test_evidence_on_disjoint_queries_tests_accuracy_by_task_and_difficulty():
     scores[1, b] = rng.random(len(b)) < p_strong[b]  # the same model on the other half
     scores[2, b] = rng.random(len(b)) < p_weak[b]  # a weaker model on the other half
     scores[3] = rng.random(q) < 1 / (1 + np.exp(difficulty))  # the rest of the pool: sets difficulty
-    pool = _Pool(scores, (tasks == "law").astype(np.int64), 2)
+    pool = _Pool.from_dense(scores, (tasks == "law").astype(np.int64))
     same = evidence(pool, 0, 1, tolerance=0.1, alpha=0.01)
     other = evidence(pool, 0, 2, tolerance=0.1, alpha=0.01)
     assert same["shared_queries"] == 0 and not same["cleared"] and same["homogeneity_p"] > 0.01
