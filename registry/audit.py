@@ -1,28 +1,26 @@
-"""Duplicate-endpoint audit: which pairs of models sit closer than distinct models do.
+"""Duplicate-endpoint audit: which pairs of models are likely one model behind two names.
 
-The threshold comes from the data, not a constant. Two distributions are measured:
-- self-spread: each model is embedded twice from two disjoint random halves of its own evaluations
-  (several draws); the distances between its own embeddings say how far one model's embedding moves
-  with the evaluation sample;
-- distinct spread: distances between the embeddings of different models.
-The threshold is where the two meet, the equal-error point: the distance d at which the fraction of
-self-distances above d equals the fraction of distinct-pair distances at or below d, capped by the
-self-spread's `quantile` (0.99 by default). A pair is flagged when its distance is at most the
-threshold. Its score is the probability that two distinct models sit that close, estimated from the
-distinct-pair distances ((count at or below + 1) / (pairs + 1)): small means suspicious. Pairs are
-compared through their embeddings, so models evaluated on different queries are still comparable.
+Two stages. The embeddings propose, the evaluations decide.
 
-Closeness in embedding space is where the audit looks, not proof: an encoder trained on a few dozen
-models places some distinct models of similar ability almost on top of each other (on MMLU-Pro, closer
-than many models' own self-spread). So every pair under the threshold is then tested on the
-evaluations the registry holds for both, and cleared when they show the two differ:
-- on the queries both answered, a one-sided binomial test of their disagreement rate against
-  `tolerance` (the share of answers on which two endpoints serving one model may differ: sampling,
-  batching, quantisation; 0.10 by default, where MMLU-Pro's closest distinct pair disagrees on 17%);
-- on the queries only one of them answered, a chi-square test that their accuracies agree within
-  strata of task x query difficulty (difficulty: the rest of the pool's mean score on the query,
-  in terciles), which holds when one model answered two samples of the same questions.
-A pair is cleared when either test rejects "one model" at level `alpha`; the flags carry that evidence.
+1. Candidates. Each model is embedded twice from two disjoint random halves of its own evaluations
+   (several draws); the distances between its own embeddings, its self-spread, say how far one
+   model's embedding moves with the evaluation sample. A pair of models closer than the self-spread's
+   `quantile` (0.99 by default) is a candidate: a second endpoint of one model lands that close 99%
+   of the time. Its score is the probability that two distinct models of this registry sit that close,
+   from the distinct-pair distances ((count at or below + 1) / (pairs + 1)): small means suspicious.
+   Embeddings make models evaluated on different queries comparable.
+2. Evidence. Closeness in embedding space is where the audit looks, not proof: an encoder trained on
+   a few dozen models places some distinct models of similar ability almost on top of each other (on
+   MMLU-Pro, closer than many models' own self-spread). So every candidate is tested on the
+   evaluations the registry holds for both, and cleared when they show two different models:
+   - on the queries both answered, a one-sided binomial test of their disagreement rate against
+     `tolerance` (the share of answers on which two endpoints serving one model may differ: sampling,
+     batching, quantisation; 0.10 by default, where MMLU-Pro's closest distinct pair disagrees on 17%);
+   - on the queries only one of them answered, a chi-square test that their accuracies agree within
+     strata of task x query difficulty (difficulty: the rest of the pool's mean score on the query, in
+     terciles), which holds when one model answered two samples of the same questions.
+   A candidate is cleared when either test rejects "one model" at level `alpha`; what is left is
+   flagged, with its evidence. Models with fewer than 30 answers on either side are not tested there.
 """
 from __future__ import annotations
 
@@ -88,16 +86,6 @@ def self_spread(data: EvalData, active, *, draws: int = 4, max_evals: int = 1024
                 dist = _cosine(za[m], zb[m]) if metric == "cosine" else np.linalg.norm(za[m] - zb[m])
                 spreads.setdefault(name, []).append(float(dist))
     return spreads
-
-
-def equal_error_threshold(self_d: np.ndarray, distinct: np.ndarray, *, cap: float) -> float:
-    """The distance where missing a duplicate (its self-distance lies above) is as likely as
-    flagging a distinct pair (its distance lies at or below), never above `cap`."""
-    candidates = np.unique(np.concatenate([self_d, distinct, [cap]]))
-    candidates = candidates[candidates <= cap]
-    miss = 1.0 - np.searchsorted(self_d, candidates, side="right") / len(self_d)
-    false = np.searchsorted(distinct, candidates, side="right") / len(distinct)
-    return float(candidates[int(np.argmin(np.abs(miss - false)))])
 
 
 MIN_EVIDENCE = 30  # answers needed before a test is run at all
@@ -230,7 +218,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", qua
     dist = _pairwise(z, metric)
     iu = np.triu_indices(len(names), k=1)
     distinct = np.sort(dist[iu])
-    threshold = equal_error_threshold(self_d, distinct, cap=float(np.quantile(self_d, quantile)))
+    threshold = float(np.quantile(self_d, quantile))
     rows = range(len(names)) if model is None else [names.index(model)]
     pool = _Pool.of(data)
     flags, cleared = [], []

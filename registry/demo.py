@@ -49,12 +49,64 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
              f"after {trained.seconds:.0f} s")
     summary = reg.embed_all()
     echo(f"embedded {summary['embedded']} models with encoder {summary['encoder_id']} (one forward pass each)")
-    probe = reg.models()[0].name
-    echo(f"nearest to {probe}:")
-    for hit in reg.similar(probe, k=3):
+    _tour(reg, home, echo)
+    return reg
+
+
+def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
+    """add-model -> search -> audit -> profile -> portfolio -> route -> clusters/map, on what was imported."""
+    records = reg.models()
+    source = max(records, key=lambda r: (r.params_b or 0.0, r.name)).name
+    evals = _evaluations_of(reg, source)
+    endpoint = f"{source}@new-endpoint"
+    if endpoint not in {r.name for r in records}:
+        added = reg.add_model(endpoint, evals, {"provider": "new-endpoint"})
+        echo(f"add-model {endpoint}: {added['n_evals']} evaluations embedded in one forward pass, no training")
+    echo(f"nearest to {endpoint}:")
+    for hit in reg.similar(endpoint, k=3):
         echo(f"  {hit['distance']:.4f}  {hit['name']}")
     result = reg.audit()
-    echo(f"audit: threshold {result['threshold']:.4f} (equal-error point of self-spread and distinct pairs), {len(result['flags'])} flagged pair(s)")
-    for flag in result["flags"][:5]:
-        echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) {flag['score']:.3f}")
-    return reg
+    echo(f"audit: threshold {result['threshold']:.4f} (0.99 quantile of self-spread); "
+         f"{result['candidates']} close pair(s), {len(result['cleared'])} cleared by their evaluations, "
+         f"{len(result['flags'])} flagged")
+    for flag in result["flags"][:6]:
+        ev = flag["evidence"]
+        shared = f", {ev['disagreement']:.1%} disagreement on {ev['shared_queries']} shared queries" \
+            if ev["disagreement"] is not None else ""
+        echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) "
+             f"{flag['score']:.3f}{shared}")
+
+    tasks = sorted(reg.stats()["tasks"])
+    targets = {task: (0.9 if i == 0 else 0.3) for i, task in enumerate(tasks[:3])}
+    found = reg.profile(targets, k=3)
+    echo("profile " + " ".join(f"{t}={v}" for t, v in targets.items()) + ": "
+         + ", ".join(f"{h['name']} ({h['distance']:.4f})" for h in found["results"]))
+
+    k = min(3, len(records) - 1)
+    chosen = reg.portfolio(k=k, method="kmedoids")
+    echo(f"portfolio (k-medoids, k={k}): {', '.join(chosen['models'])}")
+    if chosen["routing_accuracy"] is not None:
+        echo(f"  routing accuracy on held-out queries {chosen['routing_accuracy']:.3f} vs full pool "
+             f"{chosen['full_pool_routing_accuracy']:.3f} vs random {k}-model subsets "
+             f"{chosen['random_routing_accuracy_mean']:.3f} +- {chosen['random_routing_accuracy_sd']:.3f}")
+
+    question = reg.store.read("queries", ["text"]).column("text")[0].as_py()
+    routed = reg.route(question, k=3)
+    top = routed["ranking"][0]["name"]
+    echo(f"route {question[:60]!r}: " + ", ".join(f"{r['name']} {r['p_correct']:.2f}" for r in routed["ranking"]))
+    without = reg.route(question, k=3, exclude=[top])
+    echo(f"  with {top} down: " + ", ".join(f"{r['name']} {r['p_correct']:.2f}" for r in without["ranking"]))
+
+    plots = home / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    families = reg.clusters(plot=plots / "clusters.png")
+    echo(f"clusters: {len(families['clusters'])} families, e.g. "
+         + "; ".join(", ".join(c["members"][:4]) for c in families["clusters"][:2]))
+    reg.map(plots / "map.png", color_by="family")
+    echo(f"plots: {plots / 'clusters.png'}, {plots / 'map.png'}")
+
+
+def _evaluations_of(reg: Registry, name: str) -> list[dict]:
+    texts = {r["query_id"]: r["text"] for r in reg.store.read("queries", ["query_id", "text"]).to_pylist()}
+    rows = reg.store.read("evaluations", ["model", "query_id", "score"]).to_pylist()
+    return [{"query": texts[r["query_id"]], "score": r["score"]} for r in rows if r["model"] == name]

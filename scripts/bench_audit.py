@@ -7,7 +7,8 @@ duplicate endpoints whose answers differ from the original's by 5% noise, each m
 random 80% of the queries, so endpoints share only some queries) is imported into a fresh registry;
 the encoder is trained on the pool without the planted copies (as in practice: the registry's encoder
 predates the suspicious endpoint), every model is embedded, and `audit` runs at its default threshold.
-A flag is a true positive when it pairs a model with its planted copy.
+A flag is a true positive when it pairs a model with its planted copy. Also counted: candidates (pairs
+within the self-spread threshold before the evidence stage) and how many true copies were among them.
 """
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def one(seed: int, per_task: int) -> dict:
         reg.embed_all()
         result = reg.audit()
     flagged = {frozenset((f["a"], f["b"])) for f in result["flags"]}
+    candidates = flagged | {frozenset((f["a"], f["b"])) for f in result["cleared"]}
     hits = len(flagged & truth)
-    return {"flags": len(flagged), "true": hits, "precision": hits / len(flagged) if flagged else float("nan"),
+    return {"flags": len(flagged), "true": hits, "candidates": len(candidates),
+            "true_candidates": len(candidates & truth), "precision": hits / len(flagged) if flagged else float("nan"),
             "recall": hits / len(truth), "threshold": result["threshold"]}
 
 
@@ -50,15 +53,16 @@ def main() -> None:
 
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
-    print("| queries per task (x6 tasks, 80% scored) | seed | flags | true flags | precision | recall | threshold |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| queries per task (x6 tasks, 80% scored) | seed | candidates (true) | flags | true flags | precision | "
+          "recall | threshold |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary = []
     for per_task in (int(q) for q in args.queries_per_task.split(",")):
         rows = []
         for seed in seeds:
             r = one(seed, per_task)
             rows.append(r)
-            print(f"| {per_task} | {seed} | {r['flags']} | {r['true']} | {r['precision']:.2f} | {r['recall']:.2f} | "
+            print(f"| {per_task} | {seed} | {r['candidates']} ({r['true_candidates']}) | {r['flags']} | {r['true']} | {r['precision']:.2f} | {r['recall']:.2f} | "
                   f"{r['threshold']:.4f} |", flush=True)
         summary.append((per_task, np.nanmean([r["precision"] for r in rows]), np.mean([r["recall"] for r in rows])))
     print("\n| queries per task | mean precision | mean recall |")

@@ -172,19 +172,6 @@ def _run(home, *args, code=0):
     return result.output
 
 
-def test_equal_error_threshold_sits_between_the_two_distributions():
-    from registry.audit import equal_error_threshold
-
-    self_d = np.linspace(0.0, 0.10, 101)  # a model's own embeddings: 0 .. 0.10 apart
-    distinct = np.linspace(0.05, 1.0, 96)  # distinct models: 0.05 .. 1.0 apart
-    t = equal_error_threshold(np.sort(self_d), np.sort(distinct), cap=0.099)
-    miss, false = np.mean(self_d > t), np.mean(distinct <= t)
-    assert 0.05 < t < 0.099 and abs(miss - false) < 0.02  # misses and false flags balance
-    wide = equal_error_threshold(np.sort(self_d), np.sort(np.linspace(0.0, 0.2, 96)), cap=0.099)
-    assert wide < t  # distinct models crowding closer pull the threshold down
-    assert equal_error_threshold(np.sort(self_d), np.sort(distinct + 5), cap=0.099) == pytest.approx(0.099)
-
-
 def test_add_model_refuses_metadata_that_is_not_key_value(trained_home, tmp_path):
     shutil.copytree(trained_home, tmp_path / "home")
     path = tmp_path / "e.csv"

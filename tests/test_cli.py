@@ -57,7 +57,10 @@ def test_demo_builds_a_synthetic_registry(home):
     out = run("--home", str(home), "demo", "--epochs", "5").output
     assert "SYNTHETIC pool" in out and "mirror" in out
     assert "embedded 14 models" in out and "nearest to" in out and "audit: threshold" in out
-    stats = json.loads(run("--home", str(home), "stats", "--json").output)
-    assert stats["models"] == 14 and stats["queries"] == 360 and stats["evaluations"] == 14 * 360
+    for step in ("add-model syn-", "profile ", "portfolio (k-medoids", "route ", "with ", "clusters: ", "plots: "):
+        assert step in out, step
+    assert (home / "plots" / "clusters.png").stat().st_size > 1000 and (home / "plots" / "map.png").is_file()
+    stats = json.loads(run("--home", str(home), "stats", "--json").output)  # the pool and the added endpoint
+    assert stats["models"] == 15 and stats["queries"] == 360 and stats["evaluations"] == 15 * 360
     again = run("--home", str(home), "demo", "--epochs", "5").output
     assert "0 new models, 0 new queries, 0 new evaluations" in again
