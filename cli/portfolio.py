@@ -1,6 +1,86 @@
 """`registry` commands: portfolio (thin over `registry.Registry`)."""
 from __future__ import annotations
 
+import math
+import re
+
 import click
 
-COMMANDS: list[click.Command] = []
+from cli._common import _echo_json, _registry
+
+_BUDGET = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[bBtT]?)\s*$")
+
+
+def parse_budget(text: str) -> float:
+    """'150B', '150b' or '150' -> 150.0 (billions of parameters); '1.5T' -> 1500.0. Raises ValueError."""
+    match = _BUDGET.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a parameter budget: write billions as 150B, 150b or 150, "
+                         "or trillions as 1.5T")
+    value = float(match.group("number")) * (1000.0 if match.group("unit").lower() == "t" else 1.0)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r}: the budget must be a positive number of parameters")
+    return value
+
+
+def _budget_option(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_budget(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), ctx=ctx, param=param) from None
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@click.command()
+@click.option("-k", "--k", "k", type=int, default=None, help="How many models (kcenter, kmedoids).")
+@click.option("--budget", callback=_budget_option, default=None, metavar="SIZE",
+              help="Total parameter budget (greedy-budget): 150B, 150b, 150 (billions) or 1.5T.")
+@click.option("--method", type=click.Choice(["kcenter", "kmedoids", "greedy-budget"]), default=None,
+              help="Default: kmedoids with --k, greedy-budget with --budget.")
+@click.option("--where", default=None, help="Metadata filter on the pool, e.g. 'access == open'.")
+@click.option("--include-unknown-params", is_flag=True,
+              help="Under a budget, keep models without params_b at no cost (total then a lower bound).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random-subset baseline.")
+@click.option("--draws", "random_draws", default=200, show_default=True, help="Random subsets in the baseline.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, as_json) -> None:
+    """A few models that cover the pool in embedding space (appendix E.4), with routing accuracy on
+    held-out test queries: the portfolio vs the full pool vs random subsets."""
+    if (k is None) == (budget is None):
+        raise click.UsageError("give exactly one of --k N (a number of models) and --budget SIZE (e.g. 150B)")
+    result = _registry(ctx, create=False).portfolio(k=k, budget_b=budget, method=method, where=where,
+                                                    include_unknown_params=include_unknown_params, seed=seed,
+                                                    random_draws=random_draws)
+    for warning in result["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        _echo_json(result)
+        return
+    limit = f"k = {result['k']}" if result["budget_b"] is None else f"budget {result['budget_b']:g}B"
+    click.echo(f"{result['method']} portfolio ({limit}) from a pool of {result['pool']} models:")
+    for name in result["models"]:
+        size = result["params_b"][name]
+        click.echo(f"  {name:<36} {'?' if size is None else f'{size:g}B':>8}")
+    total = result["total_params_b"]
+    bound = " (at least: some sizes unknown)" if result["total_params_b_is_lower_bound"] else ""
+    click.echo(f"total parameters: {'unknown' if total is None else f'{total:g}B'}{bound}; "
+               f"coverage {result['coverage']:.3f}")
+    if result["routing_accuracy"] is None:
+        click.echo(f"routing accuracy: not measured ({result['accuracy_reason']})")
+        return
+    sd = result["random_routing_accuracy_sd"]
+    kind = "random feasible subsets" if result["budget_b"] is not None else f"random {result['k']}-model subsets"
+    click.echo(f"routing accuracy on {result['test_queries']} held-out test queries:")
+    click.echo(f"  portfolio   {_number(result['routing_accuracy'])}")
+    click.echo(f"  full pool   {_number(result['full_pool_routing_accuracy'])}")
+    click.echo(f"  random      {_number(result['random_routing_accuracy_mean'])} ± {_number(sd)} "
+               f"({kind}, {result['random_draws']} draws)")
+
+
+COMMANDS: list[click.Command] = [portfolio]

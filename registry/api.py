@@ -222,11 +222,12 @@ class Registry:
 
         return profile(self._store, targets, k=k, evals=evals, seed=seed, where=where)
 
-    def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str = "kmedoids",
+    def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
                   random_draws: int = 200) -> dict[str, Any]:
         """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
-        under a parameter budget in billions; with routing accuracies on held-out test queries."""
+        under a parameter budget in billions (the default method: greedy-budget with a budget, else
+        kmedoids); with routing accuracies on held-out test queries."""
         from registry.portfolio import portfolio
 
         return portfolio(self._store, k=k, budget_b=budget_b, method=method, where=where,

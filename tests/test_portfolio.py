@@ -1,0 +1,296 @@
+"""Portfolio selection (appendix E.4): the algorithms on hand-made matrices, then `Registry.portfolio`
+and `registry portfolio` on a trained synthetic registry."""
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cli.main import cli
+from cli.portfolio import parse_budget
+from helpers import synthetic_registry
+from registry import InputError, Registry, RegistryError
+from registry.portfolio import (PortfolioSpace, coverage, greedy_budget, kcenter, kmedoids, pairwise_distances,
+                                random_feasible, rbf_kernel)
+
+torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ the algorithms, by hand
+def line(*points: float) -> np.ndarray:
+    return np.asarray(points, dtype=np.float64)[:, None]
+
+
+def test_rbf_kernel_uses_the_median_distance_as_bandwidth():
+    sim, sigma = rbf_kernel(line(0, 1, 3))  # distances 1, 3, 2
+    assert sigma == 2.0
+    assert np.allclose(np.diag(sim), 1.0) and np.allclose(sim, sim.T)
+    assert sim[0, 2] == pytest.approx(np.exp(-(3 / 2) ** 2))
+    assert rbf_kernel(line(5, 5))[1] == 1.0  # all distances 0: sigma falls back to 1
+
+
+def test_kcenter_starts_central_and_then_goes_farthest_first():
+    # three clusters: {0, 0.5, 1}, {10, 10.5}, {30}
+    points = line(0, 0.5, 1, 10, 10.5, 30)
+    sim, _ = rbf_kernel(points)
+    chosen = kcenter(sim, 3)
+    assert chosen[0] == int(np.argmax(sim.mean(axis=1)))
+    assert chosen[1] == 5  # 30 is the farthest from any start
+    cluster = {0: "a", 1: "a", 2: "a", 3: "b", 4: "b", 5: "c"}
+    assert {cluster[i] for i in chosen} == {"a", "b", "c"}
+    assert kcenter(-pairwise_distances(points), 3)[1] == 5  # the same with negated distances
+    with pytest.raises(ValueError):
+        kcenter(sim, 7)
+
+
+def test_kmedoids_on_negated_distances_finds_the_true_medoids():
+    points = line(0, 1, 2, 10, 11, 12)
+    neg = -pairwise_distances(points)
+    start = kcenter(neg, 2)
+    assert sorted(start) == [2, 5]  # central point 2 (ties to the lower index), then the farthest, 12
+    assert -coverage(neg, start) == pytest.approx(6.0)  # sum of distances to the nearest medoid
+    chosen = kmedoids(neg, 2, start)
+    assert sorted(chosen) == [1, 4] and -coverage(neg, chosen) == pytest.approx(4.0)
+
+
+def test_kmedoids_never_loses_to_its_start_and_is_a_local_optimum():
+    rng = np.random.default_rng(0)
+    for trial in range(5):
+        sim, _ = rbf_kernel(rng.normal(size=(12, 3)))
+        start = kcenter(sim, 4)
+        chosen = kmedoids(sim, 4, start)
+        assert len(set(chosen)) == 4
+        value = coverage(sim, chosen)
+        assert value >= coverage(sim, start) - 1e-12
+        for position, other in itertools.product(range(4), set(range(12)) - set(chosen)):
+            swapped = chosen[:position] + [other] + chosen[position + 1:]
+            assert coverage(sim, swapped) <= value + 1e-9
+        best = max(coverage(sim, c) for c in itertools.combinations(range(12), 4))
+        assert value >= 0.97 * best  # PAM lands at (or very near) the optimum on tiny pools
+
+
+def test_greedy_budget_by_gain_per_parameter():
+    sim = np.array([[1, .9, .9], [.9, 1, .1], [.9, .1, 1]])
+    chosen, variant = greedy_budget(sim, [10, 1, 1], 10)
+    # model 1 has gain 2.0 for 1B (ratio 2) against 2.8 for 10B; then model 0 no longer fits
+    assert chosen == [1, 2] and variant == "gain per parameter"
+    assert coverage(sim, chosen) == pytest.approx(2.9)
+
+
+def test_greedy_budget_keeps_the_plain_gain_greedy_when_the_ratio_one_is_worse():
+    # model 0 (10B) covers a tight cluster {0, 2, 3, 4}; model 1 (1B) only itself; 2-4 cost 20B each
+    sim = np.full((5, 5), 0.0)
+    cluster = [0, 2, 3, 4]
+    sim[np.ix_(cluster, cluster)] = 0.95
+    np.fill_diagonal(sim, 1.0)
+    chosen, variant = greedy_budget(sim, [10, 1, 20, 20, 20], 10)
+    assert chosen == [0] and variant == "gain"  # the ratio greedy takes model 1 and is stuck at J = 1
+
+
+def test_greedy_budget_free_models_and_a_stop_when_nothing_adds_coverage():
+    sim = np.eye(3)
+    chosen, _ = greedy_budget(sim, [0, 0, 5], 1)  # model 2 does not fit; the free ones do
+    assert sorted(chosen) == [0, 1]
+    assert greedy_budget(np.ones((3, 3)), [1, 1, 1], 3)[0] == [0]  # duplicates add nothing
+
+
+def test_random_feasible_subsets_fit_and_are_maximal():
+    rng = np.random.default_rng(1)
+    costs = np.array([1.0, 2.0, 3.0, 7.0, 8.0])
+    for _ in range(50):
+        chosen = random_feasible(costs, 10.0, rng)
+        spent = costs[chosen].sum()
+        assert spent <= 10.0 and len(set(chosen)) == len(chosen)
+        assert all(costs[j] > 10.0 - spent for j in set(range(5)) - set(chosen))
+
+
+def test_parse_budget():
+    assert parse_budget("150B") == parse_budget("150b") == parse_budget("150") == 150.0
+    assert parse_budget("1.5T") == parse_budget("1.5t") == 1500.0
+    for bad in ("", "B", "150GB", "-5B", "0", "abc"):
+        with pytest.raises(ValueError, match="budget"):
+            parse_budget(bad)
+
+
+# ------------------------------------------------------------- on a trained synthetic registry
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory) -> Path:
+    """10 synthetic models (3 families x 3 sizes + a near-duplicate), encoder briefly trained."""
+    home = tmp_path_factory.mktemp("portfolio") / "home"
+    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=3)
+    return home
+
+
+@pytest.fixture(scope="module")
+def reg(trained_home) -> Registry:
+    return Registry.open(trained_home, create=False)
+
+
+@pytest.fixture(scope="module")
+def space(trained_home) -> PortfolioSpace:
+    return PortfolioSpace.load(Registry.open(trained_home, create=False).store)
+
+
+@pytest.fixture(scope="module")
+def extended(trained_home, tmp_path_factory) -> Registry:
+    """A copy with two more models: 'no-size' (no params_b) and 'train-only' (evaluated only outside
+    the held-out test queries)."""
+    from registry.heldout import held_out
+
+    copy = tmp_path_factory.mktemp("portfolio-extended") / "home"
+    shutil.copytree(trained_home, copy)
+    reg = Registry.open(copy, create=False)
+    held = held_out(reg.store)
+    test_ids = {held.data.query_ids[q] for q in held.test_queries}
+    texts = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    own = [r for r in reg.store.read("evaluations").to_pylist() if r["model"] == "syn-synfam0-7b"]
+    evals = [{"query": texts[r["query_id"]], "score": r["score"]} for r in own]
+    reg.add_model("no-size", evals, {"family": "mystery"})
+    reg.add_model("train-only", [e for e, r in zip(evals, own) if r["query_id"] not in test_ids],
+                  {"family": "mystery", "params_b": "5"})
+    return reg
+
+
+def test_kcenter_picks_distinct_models_far_apart(reg, space):
+    result = reg.portfolio(k=3, method="kcenter")
+    assert len(result["models"]) == len(set(result["models"])) == 3 == result["k"]
+    first, second = (space.names.index(n) for n in result["models"][:2])
+    assert first == int(np.argmax(space.sim.mean(axis=1)))
+    distances = pairwise_distances(space.embeddings)
+    assert distances[first, second] == pytest.approx(distances[first].max())  # farthest from the first
+    assert distances[first, second] > np.median(distances[np.triu_indices(space.size, 1)])
+    assert result["kernel"]["sigma"] == pytest.approx(space.sigma)
+
+
+def test_kmedoids_improves_on_its_kcenter_start(reg, space):
+    result = reg.portfolio(k=3)  # kmedoids is the default
+    assert result["method"] == "kmedoids" and len(set(result["models"])) == 3
+    assert result["kcenter_start"] == reg.portfolio(k=3, method="kcenter")["models"]
+    assert result["coverage"] >= result["kcenter_coverage"] - 1e-12
+    chosen = [space.names.index(n) for n in result["models"]]
+    assert result["coverage"] == pytest.approx(coverage(space.sim, chosen) / space.size)
+
+
+def test_accuracies_against_the_full_pool_and_random_subsets(reg, space):
+    result = reg.portfolio(k=2, method="kcenter", random_draws=50, seed=4)
+    for key in ("routing_accuracy", "full_pool_routing_accuracy", "random_routing_accuracy_mean"):
+        assert 0.0 <= result[key] <= 1.0
+    assert result["random_routing_accuracy_sd"] > 0 and 0.0 <= result["random_below_fraction"] <= 1.0
+    assert result["scoring"] == "common" and result["test_queries"] == space.test_queries > 0
+    # the portfolio's accuracy is the routing among its models on the counted test queries
+    chosen = [space.names.index(n) for n in result["models"]]
+    picked = np.asarray(chosen)[space.pred[chosen].argmax(axis=0)]
+    assert result["routing_accuracy"] == pytest.approx(space.truth[picked, np.arange(space.test_queries)].mean())
+    full = reg.portfolio(k=space.size, method="kcenter", random_draws=3)
+    assert full["routing_accuracy"] == full["full_pool_routing_accuracy"] == full["random_routing_accuracy_mean"]
+    assert full["random_routing_accuracy_sd"] == 0.0
+    again = reg.portfolio(k=2, method="kcenter", random_draws=50, seed=4)
+    assert again["random_routing_accuracy_mean"] == result["random_routing_accuracy_mean"]  # seeded
+
+
+def test_greedy_respects_the_budget(reg, space):
+    sizes = dict(zip(space.names, space.params_b))
+    for budget in (8, 20, 40):
+        result = reg.portfolio(budget_b=budget, method="greedy-budget", random_draws=50)
+        assert result["budget_b"] == budget and result["method"] == "greedy-budget"
+        assert result["total_params_b"] == pytest.approx(sum(sizes[n] for n in result["models"]))
+        assert result["total_params_b"] <= budget
+        assert result["params_b"] == {n: sizes[n] for n in result["models"]}
+        assert result["greedy_variant"] in ("gain per parameter", "gain")
+        assert result["random_mean_params_b"] <= budget
+    assert reg.portfolio(budget_b=20, method="greedy-budget", random_draws=50)["random_routing_accuracy_sd"] > 0
+
+
+def test_bad_requests_fail_clearly(reg, space):
+    with pytest.raises(InputError, match=rf"larger than the pool: {space.size} embedded model"):
+        reg.portfolio(k=space.size + 1)
+    with pytest.raises(InputError, match="at least 1"):
+        reg.portfolio(k=0)
+    smallest = min(zip(space.params_b, space.names))
+    with pytest.raises(InputError, match=rf"fits no model: the smallest in the pool is {smallest[1]} with 1B"):
+        reg.portfolio(budget_b=0.5, method="greedy-budget")
+    with pytest.raises(RegistryError, match="matches no model"):
+        reg.portfolio(k=2, where="family == nowhere")
+    with pytest.raises(InputError, match="unknown method 'kmeans'; choose one of kcenter, kmedoids, greedy-budget"):
+        reg.portfolio(k=2, method="kmeans")
+    with pytest.raises(InputError, match="exactly one of k"):
+        reg.portfolio(k=2, budget_b=10, method="greedy-budget")
+    with pytest.raises(InputError, match="exactly one of k"):
+        reg.portfolio()
+    with pytest.raises(InputError, match="greedy-budget"):
+        reg.portfolio(budget_b=10, method="kmedoids")
+    assert reg.portfolio(budget_b=100, random_draws=5)["method"] == "greedy-budget"  # the default under a budget
+    with pytest.raises(InputError, match="positive"):
+        reg.portfolio(budget_b=-3, method="greedy-budget")
+
+
+def test_where_narrows_the_pool(reg):
+    result = reg.portfolio(k=2, where="family == synfam1")
+    assert result["pool"] == 3 and all("synfam1" in n for n in result["models"])
+    with pytest.raises(InputError, match="larger than the pool: 3 embedded model.*matching 'family == synfam1'"):
+        reg.portfolio(k=4, where="family == synfam1")
+
+
+def test_models_without_params_under_a_budget(extended):
+    result = extended.portfolio(budget_b=200, method="greedy-budget", random_draws=20)
+    assert result["excluded_unknown_params"] == ["no-size"] and "no-size" not in result["models"]
+    assert any("no-size" in w and "params_b" in w for w in result["warnings"])
+    kept = extended.portfolio(budget_b=200, method="greedy-budget", include_unknown_params=True, random_draws=20)
+    assert kept["excluded_unknown_params"] == [] and kept["pool"] == result["pool"] + 1
+    assert "no-size" in kept["models"]  # it costs nothing against the budget and adds coverage
+    assert kept["total_params_b_is_lower_bound"] and kept["total_params_b"] <= 200
+    with pytest.raises(RegistryError, match="lacks params_b"):
+        extended.portfolio(budget_b=200, method="greedy-budget", where="name == no-size")
+    counted = extended.portfolio(k=2, where="family == mystery")  # count methods ignore sizes
+    assert sorted(counted["models"]) == ["no-size", "train-only"]
+
+
+def test_accuracies_are_none_without_test_scores(extended):
+    result = extended.portfolio(k=1, where="name == train-only")
+    assert result["models"] == ["train-only"]
+    assert result["routing_accuracy"] is None and result["full_pool_routing_accuracy"] is None
+    assert result["random_routing_accuracy_mean"] is None and result["random_routing_accuracy_sd"] is None
+    assert "no model of the pool has a score" in result["accuracy_reason"]
+    # in the whole pool 'train-only' leaves no query scored by every model: routing among scored members
+    mixed = extended.portfolio(k=3, method="kcenter", random_draws=20)
+    assert mixed["scoring"] == "scored-members" and mixed["routing_accuracy"] is not None
+    assert any("routed among" in w for w in mixed["warnings"])
+
+
+def test_cli_json_and_text(trained_home):
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--k", "3", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout)
+    for key in ("models", "method", "total_params_b", "routing_accuracy", "full_pool_routing_accuracy",
+                "random_routing_accuracy_mean", "random_routing_accuracy_sd", "pool", "test_queries", "warnings"):
+        assert key in result
+    assert result["method"] == "kmedoids" and len(result["models"]) == 3
+    out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--budget", "0.05T", "--draws", "20"])
+    assert out.exit_code == 0, out.output
+    assert "greedy-budget portfolio (budget 50B)" in out.output
+    assert "full pool" in out.output and "random" in out.output and " ± " in out.output
+    out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "-k", "2", "--method", "kcenter"])
+    assert out.exit_code == 0 and "kcenter portfolio (k = 2)" in out.output
+
+
+def test_cli_errors(trained_home):
+    runner = CliRunner()
+    home = ["--home", str(trained_home), "portfolio"]
+    out = runner.invoke(cli, home + ["--budget", "lots"])
+    assert out.exit_code == 2 and "'lots' is not a parameter budget" in out.output
+    out = runner.invoke(cli, home + ["--k", "3", "--budget", "10B"])
+    assert out.exit_code == 2 and "exactly one of --k" in out.output
+    out = runner.invoke(cli, home + ["--k", "99"])
+    assert out.exit_code == 1 and "larger than the pool: 10 embedded model" in out.output
+    out = runner.invoke(cli, home + ["--budget", "0.2B"])
+    assert out.exit_code == 1 and "fits no model" in out.output
+    out = runner.invoke(cli, home + ["--k", "2", "--where", "family == nowhere"])
+    assert out.exit_code == 1 and "matches no model" in out.output
