@@ -1,6 +1,79 @@
 """`registry` commands: profile and route (thin over `registry.Registry`)."""
 from __future__ import annotations
 
+import math
+
 import click
 
-COMMANDS: list[click.Command] = []
+from cli._common import _echo_json, _registry
+
+
+def _parse_tasks(ctx, param, values) -> dict[str, float]:
+    targets: dict[str, float] = {}
+    for value in values:
+        task, sep, number = value.partition("=")
+        task, number = task.strip(), number.strip()
+        if not sep or not task:
+            raise click.BadParameter(f"{value!r} is not TASK=ACCURACY (e.g. math=0.8)", ctx=ctx, param=param)
+        try:
+            accuracy = float(number)
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: the accuracy {number!r} is not a number", ctx=ctx,
+                                     param=param) from None
+        if math.isnan(accuracy) or not 0.0 <= accuracy <= 1.0:
+            raise click.BadParameter(f"{value!r}: the accuracy must be in [0, 1]", ctx=ctx, param=param)
+        if task in targets:
+            raise click.BadParameter(f"task {task!r} is given twice", ctx=ctx, param=param)
+        targets[task] = accuracy
+    if not targets:
+        raise click.BadParameter("name at least one task, e.g. --task math=0.8", ctx=ctx, param=param)
+    return targets
+
+
+@click.command()
+@click.option("--task", "targets", multiple=True, callback=_parse_tasks, metavar="TASK=ACCURACY",
+              help="A task and the accuracy wanted on it, in [0, 1]; repeat for more tasks.")
+@click.option("-k", default=5, show_default=True, help="How many models.")
+@click.option("--evals", default=512, show_default=True, help="Synthetic evaluations in the hypothetical set.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the query sample and the synthetic scores.")
+@click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
+    """Real models nearest to a hypothetical one with these task accuracies (appendix E.1)."""
+    result = _registry(ctx, create=False).profile(targets, k=k, evals=evals, seed=seed, where=where)
+    if as_json:
+        _echo_json(result)
+        return
+    wanted = ", ".join(f"{t} {a:.2f} (sampled {result['per_task'][t]['accuracy']:.2f} over "
+                       f"{result['per_task'][t]['evals']})" for t, a in result["targets"].items())
+    click.echo(f"hypothetical model from {result['evals']} synthetic evaluations: {wanted}")
+    for r in result["results"]:
+        m = r.get("metadata") or {}
+        click.echo(f"{r['distance']:.4f}  {r['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+
+
+@click.command()
+@click.argument("query")
+@click.option("-k", default=3, show_default=True, help="How many models to rank.")
+@click.option("--exclude", multiple=True, metavar="NAME", help="A model that must not be used; repeatable.")
+@click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
+@click.option("--fallback", default=3, show_default=True, help="How many fallback models (neighbours of the top one).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_context
+def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
+    """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
+    result = _registry(ctx, create=False).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
+    if as_json:
+        _echo_json(result)
+        return
+    click.echo("P(correct)  model")
+    for r in result["ranking"]:
+        click.echo(f"{r['p_correct']:.4f}      {r['name']}")
+    if result["fallback"]:
+        top = result["ranking"][0]["name"]
+        click.echo(f"if {top} is unavailable: " +
+                   ", ".join(f"{f['name']} ({f['distance']:.4f})" for f in result["fallback"]))
+
+
+COMMANDS: list[click.Command] = [profile, route]

@@ -241,11 +241,13 @@ class Registry:
 
         return route(self._store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
 
-    def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average") -> dict[str, Any]:
-        """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`)."""
+    def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
+                 k: int | None = None) -> dict[str, Any]:
+        """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
+        the number of clusters by silhouette unless `k` is given."""
         from registry.families import clusters
 
-        return clusters(self._store, where=where, plot=plot, linkage=linkage)
+        return clusters(self._store, where=where, plot=plot, linkage=linkage, k=k)
 
     def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> dict[str, Any]:
         """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""

@@ -1,0 +1,196 @@
+"""Hypothetical task profiles (paper, appendix E.1): which real models look like "80% on math, 30% on law"?
+
+A profile names tasks and a target accuracy for each. `evals` stored queries (queries that have a
+vector from the active encoder's query encoder) are sampled over the named tasks, each query gets a
+synthetic score drawn from Bernoulli(target accuracy of its task), so each task's accuracy matches its
+target in expectation, and that synthetic evaluation set is embedded by the active encoder in one
+forward pass, exactly as a new model is. The real models nearest to that hypothetical embedding
+(cosine distance, as `registry search`) are the answer; `where` restricts them to models whose
+metadata match (fewer than k when fewer match, as search does). k is at most the number of embedded
+models.
+
+Allocation over tasks: proportional to the number of stored queries of each named task (largest
+remainder, at least one per task), so a profile over every task yields a set shaped like a real
+model's evaluations (whose embedding it is compared to). `allocation="equal"` gives each task the same
+share instead. Within a task queries are drawn without replacement; when a task's share exceeds its
+queries, whole shuffled passes over them are repeated (each occurrence gets its own Bernoulli draw).
+
+`ProfileSpace` loads the encoder, query vectors and index once, for callers that profile many times
+(scripts/report_profile_fallback.py); `profile()` is one profile.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from registry.errors import InputError, RegistryError
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+
+__all__ = ["ALLOCATIONS", "ProfileSpace", "profile"]
+
+ALLOCATIONS = ("proportional", "equal")
+HYPOTHETICAL = "<hypothetical>"
+
+
+def _check_targets(targets: Mapping[str, float]) -> dict[str, float]:
+    if not isinstance(targets, Mapping):
+        raise InputError(f"targets must map task names to accuracies, not {type(targets).__name__}",
+                         field="targets")
+    if not targets:
+        raise InputError("no targets: name at least one task and its accuracy (e.g. math=0.8)", field="targets")
+    checked = {}
+    for task, value in targets.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InputError(f"the target of task {task!r} must be a number in [0, 1], not {value!r}",
+                             field="targets")
+        value = float(value)
+        if not (0.0 <= value <= 1.0):  # also refuses NaN
+            raise InputError(f"the target of task {task!r} must be an accuracy in [0, 1], not {value}",
+                             field="targets")
+        checked[str(task)] = value
+    return checked
+
+
+def _allocate(sizes: dict[str, int], evals: int, allocation: str) -> dict[str, int]:
+    """Evaluations per task summing to `evals` (>= number of tasks), at least one each: shares by
+    weight (task size, or equal), rounded by largest remainder."""
+    tasks = sorted(sizes)
+    weights = np.array([sizes[t] if allocation == "proportional" else 1 for t in tasks], dtype=float)
+    raw = evals * weights / weights.sum()
+    counts = np.maximum(np.floor(raw).astype(int), 1)
+    while counts.sum() > evals:  # the minimum of one pushed the sum over: take from the largest
+        counts[np.argmax(counts)] -= 1
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: evals - counts.sum()]] += 1
+    return {t: int(c) for t, c in zip(tasks, counts)}
+
+
+class ProfileSpace:
+    """The active encoder, the stored queries with vectors (by task) and the models' index, loaded once."""
+
+    def __init__(self, store: Store) -> None:
+        from indexing.store import QUERIES
+        from registry.embedding import active_encoder
+        from registry.search import open_index
+
+        self.store = store
+        self.active = active_encoder(store)
+        self.models = open_index(store)
+        if not self.models.index.names:
+            raise RegistryError("no model is embedded yet: run `registry embed --all`")
+        if self.models.index.encoder_id != self.active.encoder_id:
+            raise RegistryError(f"the models are embedded with encoder {self.models.index.encoder_id}, not the "
+                                f"active {self.active.encoder_id}: run `registry embed --all`")
+        queries = store.read(QUERIES, ["query_id", "task", "text_hash"])
+        ids, tasks, hashes = (queries.column(c).to_pylist() for c in ("query_id", "task", "text_hash"))
+        vectors = store.cached_vectors(self.active.query_encoder, hashes)
+        keep = [i for i, h in enumerate(hashes) if h in vectors and tasks[i]]
+        if not keep:
+            raise RegistryError(f"no stored query has a task and a vector from {self.active.query_encoder!r}")
+        self.query_ids = [ids[i] for i in keep]
+        self.query_tasks = [tasks[i] for i in keep]
+        self.query_vectors = np.stack([vectors[hashes[i]] for i in keep]).astype(np.float32)
+        by_task: dict[str, list[int]] = {}
+        for row, task in enumerate(self.query_tasks):
+            by_task.setdefault(task, []).append(row)
+        self.by_task = {t: np.asarray(rows, dtype=np.int64) for t, rows in sorted(by_task.items())}
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.by_task)
+
+    def pool(self, where: str | None) -> np.ndarray:
+        """Rows of the index that `where` allows (every embedded model when None)."""
+        names = self.models.index.names
+        if where is None:
+            return np.arange(len(names), dtype=np.int64)
+        from registry.filters import parse_filter
+
+        keep = parse_filter(where, list(self.models.records.values()))
+        rows = np.array([i for i, n in enumerate(names) if keep.matches(self.models.records[n])], dtype=np.int64)
+        if len(rows) == 0:
+            raise RegistryError(f"the filter {where!r} matches none of the {len(names)} embedded models")
+        return rows
+
+    def synthetic_set(self, targets: dict[str, float], evals: int, seed: int,
+                      allocation: str = "proportional") -> tuple[np.ndarray, np.ndarray]:
+        """(rows into the stored queries, synthetic scores) for a checked profile."""
+        rng = np.random.default_rng(seed)
+        counts = _allocate({t: len(self.by_task[t]) for t in targets}, evals, allocation)
+        rows, scores = [], []
+        for task in sorted(counts):
+            pool, n = self.by_task[task], counts[task]
+            passes = math.ceil(n / len(pool))
+            chosen = np.concatenate([rng.permutation(pool) for _ in range(passes)])[:n]
+            rows.append(chosen)
+            scores.append((rng.random(n) < targets[task]).astype(np.float32))
+        return np.concatenate(rows), np.concatenate(scores)
+
+    def embed(self, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """The active encoder's embedding of one evaluation set (one forward pass)."""
+        from encoder.data import EvalData
+        from encoder.training import embed_models
+
+        used, local = np.unique(rows, return_inverse=True)
+        data = EvalData(models=[HYPOTHETICAL], query_ids=[self.query_ids[i] for i in used],
+                        tasks=[self.query_tasks[i] for i in used], query_vectors=self.query_vectors[used],
+                        model_index=np.zeros(len(rows), dtype=np.int64), query_index=local.astype(np.int64),
+                        scores=np.asarray(scores, dtype=np.float32))
+        return embed_models(self.active.locus, data, [np.arange(len(rows))])[0]
+
+    def profile(self, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
+                where: str | None = None, allocation: str = "proportional") -> dict[str, Any]:
+        targets = _check_targets(targets)
+        unknown = [t for t in targets if t not in self.by_task]
+        if unknown:
+            raise InputError(f"unknown task(s) {', '.join(map(repr, unknown))}; known tasks: "
+                             f"{', '.join(self.tasks)}", field="targets")
+        if allocation not in ALLOCATIONS:
+            raise InputError(f"allocation must be one of {', '.join(ALLOCATIONS)}, not {allocation!r}",
+                             field="allocation")
+        if isinstance(evals, bool) or not isinstance(evals, (int, np.integer)) or evals < len(targets):
+            raise InputError(f"evals must be an integer of at least the number of tasks named ({len(targets)}), "
+                             f"not {evals!r}", field="evals")
+        n_models = len(self.models.index.names)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_models:
+            raise InputError(f"k must be between 1 and the number of embedded models ({n_models}), not {k!r}",
+                             field="k")
+        rows_allowed = self.pool(where)
+        pool_size = len(rows_allowed)
+        rows, scores = self.synthetic_set(targets, int(evals), seed, allocation)
+        z = self.embed(rows, scores)
+        if not np.isfinite(z).all():
+            raise RegistryError("the encoder produced a non-finite embedding for this profile")
+        hits = self.models.index.search(z, int(k), metric="cosine",
+                                        allowed=None if where is None else rows_allowed)
+        names = self.models.index.names
+        row_tasks = np.asarray(self.query_tasks, dtype=object)[rows]
+        per_task = {}
+        for task in sorted(targets):
+            mask = row_tasks == task
+            per_task[task] = {"evals": int(mask.sum()), "accuracy": round(float(scores[mask].mean()), 4)}
+        return {
+            "targets": targets,
+            "evals": len(rows),
+            "seed": seed,
+            "allocation": allocation,
+            "per_task": per_task,
+            "encoder_id": self.active.encoder_id,
+            "pool": pool_size,
+            "results": [{"name": names[row], "distance": dist, "metadata": self.models.records[names[row]].metadata()}
+                        for row, dist in hits],
+        }
+
+
+def profile(store: Store, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
+            where: str | None = None, allocation: str = "proportional") -> dict[str, Any]:
+    """The k real models nearest (cosine) to a hypothetical model with these task accuracies, nearest
+    first: {"targets", "evals", "per_task" (sampled evaluations and realised accuracy), "results":
+    [{"name", "distance", "metadata"}], ...}. See the module docstring for how the set is drawn."""
+    targets = _check_targets(targets)
+    return ProfileSpace(store).profile(targets, k=k, evals=evals, seed=seed, where=where, allocation=allocation)

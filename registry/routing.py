@@ -1,0 +1,121 @@
+"""Routing a query text to the models most likely to answer it, with nearest-neighbour fallback
+(paper, section 2.3 and appendix E.2).
+
+Each text gets a query vector from the active encoder's query encoder: a text already stored (same
+text hash) reuses its stored vector and is not re-encoded; a new text is encoded (nothing is written
+to the store). One batched prediction P(correct) = sigmoid(G(z_m, phi(x))) over every candidate
+model (embedded, passing `where`, not excluded) and every text ranks the models. `fallback` lists the
+top model's nearest candidates in embedding space (cosine distance, as `registry search`): the
+models to try when the routed one is unavailable.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from registry.errors import InputError, NotFoundError, RegistryError
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+
+__all__ = ["query_vectors", "route"]
+
+
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(f"{name} must be an integer of at least {minimum}, not {value!r}", field=name)
+    return int(value)
+
+
+def _texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:
+    single = isinstance(queries, str)
+    texts = [queries] if single else list(queries) if isinstance(queries, (list, tuple)) else None
+    if texts is None:
+        raise InputError(f"queries must be a text or a list of texts, not {type(queries).__name__}", field="query")
+    if not texts:
+        raise InputError("no query: give at least one query text", field="query")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"query {i + 1} is a {type(text).__name__}, not a text", field="query")
+        if not text.strip():
+            raise InputError("the query text is empty" if single else f"query {i + 1} is empty", field="query")
+    return texts, single
+
+
+def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
+    """(len(texts), D) vectors: stored ones by text hash, the rest encoded now (not stored); and how
+    many texts were encoded."""
+    from registry.importers._common import text_hash
+
+    hashes = [text_hash(t) for t in texts]
+    cached = store.cached_vectors(encoder, hashes)
+    missing = sorted({t for t, h in zip(texts, hashes) if h not in cached})
+    encoded: dict[str, np.ndarray] = {}
+    if missing:
+        from encoder import query_encoder
+
+        vectors = query_encoder.load_query_encoder(encoder).encode(missing, progress=False)
+        encoded = dict(zip(missing, vectors))
+    rows = [cached[h] if h in cached else encoded[t] for t, h in zip(texts, hashes)]
+    return np.stack(rows).astype(np.float32), len(missing)
+
+
+def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
+          where: str | None = None, fallback: int = 3) -> dict[str, Any] | list[dict[str, Any]]:
+    """For one text a dict, for a list of texts a list of dicts (one batched prediction):
+    {"query", "ranking": [{"name", "p_correct"}] (top k, most likely first), "fallback": [{"name",
+    "distance"}] (the top model's nearest candidates, up to `fallback`)}. Candidates are the
+    embedded models that pass `where` and are not in `exclude`; an excluded model never appears."""
+    from encoder.training import predict
+    from registry.embedding import active_encoder
+    from registry.search import open_index
+
+    texts, single = _texts(queries)
+    k = _check_int(k, "k", 1)
+    fallback = _check_int(fallback, "fallback", 0)
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude)
+
+    models = open_index(store)
+    names = models.index.names
+    for name in exclude:
+        if name not in models.records:
+            raise NotFoundError.model(name, list(models.records))
+    if not names:
+        raise RegistryError("no model is embedded yet: run `registry embed --all`")
+    active = active_encoder(store)
+    if models.index.encoder_id != active.encoder_id:
+        raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
+                            f"{active.encoder_id}: run `registry embed --all`")
+    allowed = list(range(len(names)))
+    if where is not None:
+        from registry.filters import parse_filter
+
+        keep = parse_filter(where, list(models.records.values()))
+        allowed = [i for i in allowed if keep.matches(models.records[names[i]])]
+        if not allowed:
+            raise RegistryError(f"the filter {where!r} matches none of the {len(names)} embedded models")
+    excluded = set(exclude)
+    rows = np.asarray([i for i in allowed if names[i] not in excluded], dtype=np.int64)
+    if len(rows) == 0:
+        raise RegistryError(f"no model left to route to: all {len(allowed)} embedded models"
+                            f"{' matching the filter' if where else ''} are excluded")
+
+    phi, _ = query_vectors(store, active.query_encoder, texts)
+    if phi.shape[1] != active.config.query_dim:
+        raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
+                            f"{active.query_encoder} gives {phi.shape[1]}-d")
+    p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, texts), one pass
+
+    out = []
+    for j, text in enumerate(texts):
+        order = sorted(range(len(rows)), key=lambda i: (-float(p[i, j]), names[rows[i]]))
+        ranking = [{"name": names[rows[i]], "p_correct": round(float(p[i, j]), 6)} for i in order[:k]]
+        top = rows[order[0]]
+        others = rows[rows != top]
+        hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
+            if fallback and len(others) else []
+        out.append({"query": text, "ranking": ranking,
+                    "fallback": [{"name": names[r], "distance": d} for r, d in hits]})
+    return out[0] if single else out

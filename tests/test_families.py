@@ -1,0 +1,281 @@
+"""Model families: clusters (dendrogram + heatmap), the 2-D map, and compare; the pure parts on
+hand-made inputs, the registry parts on a small trained synthetic registry, the CLI end to end."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import synthetic_registry
+from registry import InputError, NotFoundError, Registry, RegistryError
+from registry.families import (
+    adjusted_rand_index,
+    cluster_distances,
+    cosine_distances,
+    holm,
+    paired_test,
+    pca_2d,
+    purity,
+    silhouette,
+    two_proportion_test,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory) -> Path:
+    """Three synthetic families of three models, each model scored on ~80% of 100 queries."""
+    home = tmp_path_factory.mktemp("families") / "home"
+    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=0, coverage=0.8, seed=5)
+    return home
+
+
+@pytest.fixture
+def reg(trained_home) -> Registry:
+    return Registry.open(trained_home, create=False)
+
+
+def is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG and path.stat().st_size > 10_000
+
+
+def run_cli(home: Path, *args: str):
+    return CliRunner().invoke(cli, ["--home", str(home), *args])
+
+
+# ------------------------------------------------------------------ the pure parts
+def three_groups() -> tuple[np.ndarray, list[int]]:
+    """Nine points in three tight groups, the first group three identical vectors."""
+    rng = np.random.default_rng(0)
+    centres = np.eye(6)[:3] * 5
+    z = np.concatenate([np.repeat(centres[:1], 3, axis=0),
+                        centres[1] + 0.05 * rng.normal(size=(3, 6)),
+                        centres[2] + 0.05 * rng.normal(size=(3, 6))])
+    return z, [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+@pytest.mark.parametrize("linkage", ["average", "complete", "single", "ward"])
+def test_obvious_groups_are_found_by_every_linkage(linkage):
+    z, truth = three_groups()
+    d = cosine_distances(z)
+    assert np.allclose(d, d.T) and np.all(np.diag(d) == 0) and d[0, 1] == pytest.approx(0, abs=1e-12)
+    tree = cluster_distances(d, linkage=linkage)
+    assert tree["k"] == 3 and len(set(tree["labels"][:3])) == 1  # the identical vectors share a cluster
+    assert adjusted_rand_index(truth, tree["labels"]) == 1.0
+    assert tree["silhouette"] > 0.9 and -1 <= tree["cophenetic_correlation"] <= 1
+    # clusters are numbered along the dendrogram's leaves
+    seen = [tree["labels"][i] for i in tree["order"]]
+    assert [c for i, c in enumerate(seen) if i == 0 or c != seen[i - 1]] == [1, 2, 3]
+
+
+def test_a_given_k_cuts_the_tree_there():
+    z, _ = three_groups()
+    tree = cluster_distances(cosine_distances(z), k=2)
+    assert tree["k"] == 2 and sorted(np.bincount(tree["labels"])[1:].tolist()) == [3, 6]
+    one = cluster_distances(cosine_distances(z), k=1)  # silhouette is undefined for one cluster
+    assert one["k"] == 1 and one["silhouette"] is None and set(one["labels"]) == {1}
+
+
+def test_adjusted_rand_and_purity_known_values():
+    assert adjusted_rand_index([0, 0, 1, 1], [0, 0, 1, 2]) == pytest.approx(0.5714285714)
+    assert adjusted_rand_index([0, 0, 1, 1], [0, 1, 0, 1]) == pytest.approx(-0.5)
+    assert adjusted_rand_index(["a", "a", "b"], [7, 7, 3]) == 1.0  # names of labels do not matter
+    assert purity([1, 1, 2, 2], ["x", "y", "y", "y"]) == 0.75
+
+
+def test_silhouette_by_hand():
+    d = np.array([[0, 1, 4, 5], [1, 0, 4, 5], [4, 4, 0, 1], [5, 5, 1, 0]], dtype=float)
+    # points 0,1: a = 1, b = 4.5; points 2,3: a = 1, b = 4 and 5
+    expected = np.mean([(4.5 - 1) / 4.5, (4.5 - 1) / 4.5, (4 - 1) / 4, (5 - 1) / 5])
+    assert silhouette(d, np.array([1, 1, 2, 2])) == pytest.approx(expected)
+    # a singleton counts 0; point 1: a = 4.5, b = 1; point 2: a = 2.5, b = 4; point 3: a = 3, b = 5
+    expected = np.mean([0, (1 - 4.5) / 4.5, (4 - 2.5) / 4, (5 - 3) / 5])
+    assert silhouette(d, np.array([1, 2, 2, 2])) == pytest.approx(expected)
+
+
+def test_paired_test_is_mcnemar_for_binary_scores_and_holm_is_monotone():
+    a = np.array([1] * 15 + [0] * 5 + [1] * 30)
+    b = np.array([0] * 15 + [1] * 5 + [1] * 30)
+    z, p = paired_test(a, b)
+    assert z == pytest.approx(10 / math.sqrt(20)) and p == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert paired_test(a, a) == (0.0, 1.0)
+    z2, _ = two_proportion_test(0.6, 100, 0.4, 100)
+    assert z2 == pytest.approx(0.2 / math.sqrt(0.25 * 0.02))
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+def test_pca_map_of_directions_in_a_plane_keeps_all_the_variance():
+    rng = np.random.default_rng(1)
+    t = rng.uniform(0, 2 * np.pi, 8)
+    plane = np.linalg.qr(rng.normal(size=(7, 2)))[0].T  # two orthonormal directions in 7-d
+    z = (np.stack([np.cos(t), np.sin(t)], 1) @ plane) * rng.uniform(0.5, 3, (8, 1))  # length does not count
+    coords, explained = pca_2d(z)
+    assert coords.shape == (8, 2) and explained["total"] == pytest.approx(1.0) and explained["x"] >= explained["y"]
+
+
+# ------------------------------------------------------------------ clusters on a registry
+def test_clusters_partition_the_embedded_models_and_draw_the_figure(reg, tmp_path):
+    plot = tmp_path / "out" / "clusters.png"
+    result = reg.clusters(plot=plot)
+    names = [r.name for r in reg.models()]
+    members = [m for c in result["clusters"] for m in c["members"]]
+    assert sorted(members) == sorted(names) and len(members) == len(set(members)) == result["models"] == 9
+    assert result["k"] == len(result["clusters"]) and 2 <= result["k"] <= 8
+    assert [c["id"] for c in result["clusters"]] == list(range(1, result["k"] + 1))
+    assert -1 <= result["cophenetic_correlation"] <= 1 and -1 <= result["silhouette"] <= 1
+    assert sorted(result["order"]) == sorted(names) and len(result["merges"]) == len(names) - 1
+    assert result["merges"][-1]["size"] == len(names)
+    heights = [m["height"] for m in result["merges"]]
+    assert heights == sorted(heights)
+    agreement = result["family_agreement"]
+    assert agreement["field"] == "family" and agreement["families"] == 3 and agreement["models"] == 9
+    assert -1 <= agreement["adjusted_rand"] <= 1 and 0 < agreement["p_value"] <= 1
+    assert agreement["at_family_count"]["k"] == 3
+    assert sum(f["models"] for f in agreement["by_family"].values()) == 9
+    assert result["plot"] == str(plot) and is_png(plot)
+
+
+def test_cluster_families_by_field_are_the_records_families(reg):
+    result = reg.clusters(linkage="ward")
+    family = {r.name: r.family for r in reg.models()}
+    for c in result["clusters"]:
+        counted = defaultdict(int)
+        for m in c["members"]:
+            counted[family[m]] += 1
+        assert c["families"] == dict(counted) and c["size"] == len(c["members"])
+    assert result["plot"] is None and result["linkage"] == "ward"
+
+
+def test_copies_of_one_model_land_in_one_cluster(trained_home, tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(trained_home, home)
+    reg = Registry.open(home)
+    original = "syn-synfam1-7b"
+    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    evals = [{"query": queries[r["query_id"]], "score": r["score"]}
+             for r in reg.store.read("evaluations").to_pylist() if r["model"] == original]
+    for name in ("copy-one", "copy-two"):
+        reg.add_model(name, evals, {"family": "copies"})
+    result = reg.clusters()
+    home_cluster = next(c for c in result["clusters"] if original in c["members"])
+    assert {"copy-one", "copy-two"} <= set(home_cluster["members"])
+
+
+def test_where_selects_the_models_and_too_few_is_an_error(reg):
+    families = sorted({r.family for r in reg.models()})
+    result = reg.clusters(where=f"family in ({families[0]}, {families[1]})")
+    assert result["models"] == 6
+    with pytest.raises(RegistryError, match="at least 3"):
+        reg.clusters(where=f"family == {families[0]} and params_b <= 7")
+    with pytest.raises(RegistryError, match="no embedded model matches"):
+        reg.clusters(where="family == nosuch")
+    with pytest.raises(InputError, match="unknown field"):
+        reg.clusters(where="colour == red")
+    with pytest.raises(InputError, match="linkage"):
+        reg.clusters(linkage="centroidish")
+
+
+# ------------------------------------------------------------------ the map
+def test_map_returns_every_model_and_colours_by_category_or_number(reg, tmp_path):
+    names = [r.name for r in reg.models()]
+    result = reg.map(tmp_path / "family.png", color_by="family")
+    assert sorted(c["name"] for c in result["coordinates"]) == sorted(names)
+    assert all(np.isfinite([c["x"], c["y"]]).all() for c in result["coordinates"])
+    assert 0 <= result["explained"]["y"] <= result["explained"]["x"] <= 1
+    assert result["colouring"]["kind"] == "categorical" and len(result["colouring"]["categories"]) == 3
+    assert is_png(tmp_path / "family.png")
+    numeric = reg.map(tmp_path / "params.png", color_by="params_b")
+    assert numeric["colouring"]["kind"] == "numeric" and is_png(tmp_path / "params.png")
+    plain = reg.map(tmp_path / "plain", where="params_b >= 7")  # no suffix: a PNG
+    assert plain["plot"].endswith("plain.png") and len(plain["coordinates"]) == plain["models"] < len(names)
+
+
+def test_map_of_a_field_no_model_has_lists_the_fields(reg, tmp_path):
+    with pytest.raises(InputError, match=r"no model has a value for 'licence'.*family.*params_b"):
+        reg.map(tmp_path / "x.png", color_by="licence")
+    assert not (tmp_path / "x.png").exists()
+
+
+# ------------------------------------------------------------------ compare
+def test_compare_accuracies_are_the_stored_evaluations(reg):
+    a, b = "syn-synfam0-1b", "syn-synfam2-13b"
+    result = reg.compare(a, b)
+    task_of = {r["query_id"]: r["task"] for r in reg.store.read("queries").to_pylist()}
+    scores = {a: defaultdict(dict), b: defaultdict(dict)}
+    for r in reg.store.read("evaluations").to_pylist():
+        if r["model"] in scores:
+            scores[r["model"]][task_of[r["query_id"]]][r["query_id"]] = r["score"]
+    assert sorted(t["task"] for t in result["tasks"]) == ["biology", "code", "law", "math"]
+    for row in result["tasks"]:
+        sa, sb = scores[a][row["task"]], scores[b][row["task"]]
+        assert row["a_accuracy"] == pytest.approx(np.mean(list(sa.values())))
+        assert row["b_accuracy"] == pytest.approx(np.mean(list(sb.values())))
+        assert (row["a_n"], row["b_n"], row["shared_n"]) == (len(sa), len(sb), len(set(sa) & set(sb)))
+        assert row["difference"] == pytest.approx(row["a_accuracy"] - row["b_accuracy"])
+        assert 0 <= row["p_value"] <= row["p_adjusted"] <= 1
+        assert 0 <= row["a_predicted"] <= 1 and 0 <= row["b_predicted"] <= 1
+        shared = sorted(set(sa) & set(sb))
+        assert row["disagreement_rate"] == pytest.approx(np.mean([abs(sa[q] - sb[q]) for q in shared]))
+    diffs = [abs(t["difference"]) for t in result["tasks"]]
+    assert diffs == sorted(diffs, reverse=True)
+    assert result["distance"] == pytest.approx(reg.distance(a, b), abs=1e-6)
+    near = [h["name"] for h in reg.similar(a, k=8)]
+    assert near.index(b) + 1 == result["rank_of_b_among_a_neighbours"]
+    g = result["agreement"]
+    assert g["both_correct"] + g["only_a"] + g["only_b"] + g["both_wrong"] == g["shared_queries"] > 0
+
+
+def test_compare_refuses_unknown_names_and_a_model_with_itself(reg):
+    with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
+        reg.compare("syn-synfam0-1B", "syn-synfam2-13b")
+    with pytest.raises(InputError, match="two different models"):
+        reg.compare("syn-synfam0-1b", "syn-synfam0-1b")
+
+
+# ------------------------------------------------------------------ the CLI
+def test_cli_clusters_map_and_compare(trained_home, tmp_path):
+    out = run_cli(trained_home, "clusters", "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["models"] == 9
+    out = run_cli(trained_home, "clusters", "--linkage", "complete", "--plot", str(tmp_path / "c.png"))
+    assert out.exit_code == 0, out.output
+    assert "clusters" in out.output and "agreement with family" in out.output and is_png(tmp_path / "c.png")
+    out = run_cli(trained_home, "clusters", "-k", "9", "--plot", str(tmp_path / "k9.png"), "--json")
+    assert out.exit_code == 0, out.output
+    nine = json.loads(out.output)
+    assert nine["k"] == 9 and nine["silhouette"] is None and is_png(tmp_path / "k9.png")
+    out = run_cli(trained_home, "map", "--plot", str(tmp_path / "m.png"), "--color-by", "access", "--json")
+    assert out.exit_code == 0, out.output
+    assert len(json.loads(out.output)["coordinates"]) == 9 and is_png(tmp_path / "m.png")
+    out = run_cli(trained_home, "compare", "syn-synfam0-1b", "syn-synfam1-7b")
+    assert out.exit_code == 0, out.output
+    assert "cosine distance" in out.output and "math" in out.output and "p (Holm)" in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["clusters", "--where", "family == nosuch"], "no embedded model matches"),
+    (["clusters", "--where", "family =="], "filter"),
+    (["clusters", "--linkage", "median"], "Invalid value for '--linkage'"),
+    (["map", "--color-by", "family"], "Missing option '--plot'"),
+    (["map", "--plot", "PLOT", "--color-by", "colour"], "fields present"),
+    (["compare", "syn-synfam0-1b", "nobody"], "no model named 'nobody'"),
+    (["compare", "syn-synfam0-1b"], "Missing argument"),
+])
+def test_cli_errors_are_clear_and_exit_non_zero(trained_home, tmp_path, args, message):
+    args = [str(tmp_path / "p.png") if a == "PLOT" else a for a in args]
+    out = run_cli(trained_home, *args)
+    assert out.exit_code != 0 and message in out.output, out.output
+
+
+def test_cli_on_a_registry_without_embeddings_says_what_to_do(home):
+    out = run_cli(home, "clusters")
+    assert out.exit_code == 1 and "registry embed --all" in out.output

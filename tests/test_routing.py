@@ -1,0 +1,173 @@
+"""Routing query texts by predicted P(correct), with nearest-neighbour fallback (appendix E.2)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from helpers import synthetic_registry
+
+from cli.main import cli
+from registry import InputError, NotFoundError, Registry, RegistryError
+
+TASKS = ("math", "law", "biology", "code")
+NEW_TEXT = "Write a Python function that counts the vowels in a string in linear time."
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory) -> Registry:
+    """A synthetic registry with a briefly trained encoder, all embedded. Routing only reads."""
+    home = tmp_path_factory.mktemp("routing") / "home"
+    return synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+                              tasks=TASKS, n_duplicates=0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def stored(reg) -> dict[str, str]:
+    """One stored query text per task."""
+    texts = {}
+    for row in reg.store.read("queries").to_pylist():
+        texts.setdefault(row["task"], row["text"])
+    return texts
+
+
+@pytest.fixture
+def no_encoder(monkeypatch):
+    """Loading the query encoder fails: only stored texts can be routed."""
+    import encoder.query_encoder
+
+    def refuse(name, **kwargs):
+        raise RuntimeError(f"the query encoder {name} was loaded")
+
+    monkeypatch.setattr(encoder.query_encoder, "load_query_encoder", refuse)
+
+
+def names(entries) -> list[str]:
+    return [e["name"] for e in entries]
+
+
+def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_encoder):
+    result = reg.route(stored["math"], k=4, fallback=3)
+    assert result["query"] == stored["math"] and set(result) == {"query", "ranking", "fallback"}
+    p = [r["p_correct"] for r in result["ranking"]]
+    assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
+    top = result["ranking"][0]["name"]
+    assert top not in names(result["fallback"]) and len(result["fallback"]) == 3
+    assert result["fallback"] == [{"name": h["name"], "distance": h["distance"]} for h in reg.similar(top, k=3)]
+
+
+def test_predicted_p_follows_the_models_real_accuracy_on_the_task(reg, stored, no_encoder):
+    task_of = {r["query_id"]: r["task"] for r in reg.store.read("queries").to_pylist()}
+    correct: dict[tuple[str, str], list[float]] = {}
+    for r in reg.store.read("evaluations").to_pylist():
+        correct.setdefault((r["model"], task_of[r["query_id"]]), []).append(r["score"])
+    for task in TASKS:
+        ranking = reg.route(stored[task], k=9)["ranking"]
+        real = [np.mean(correct[(r["name"], task)]) for r in ranking]
+        assert np.mean(real[:3]) > np.mean(real[-3:]), (task, real)
+
+
+def test_an_excluded_model_never_appears(reg, stored, no_encoder):
+    free = reg.route(stored["law"], k=9, fallback=8)
+    top, second = free["ranking"][0]["name"], free["ranking"][1]["name"]
+    nearest = free["fallback"][0]["name"]
+    excluded = [top, nearest]
+    result = reg.route(stored["law"], k=9, fallback=9, exclude=excluded)
+    assert not set(excluded) & set(names(result["ranking"]) + names(result["fallback"]))
+    assert len(result["ranking"]) == 7 and len(result["fallback"]) == 6  # everyone else, top excluded
+    assert names(result["ranking"]) == [n for n in names(free["ranking"]) if n not in excluded]
+    assert result["ranking"][0]["name"] == (second if second != nearest else free["ranking"][2]["name"])
+    assert all(not set(excluded) & set(names(r["ranking"]) + names(r["fallback"]))
+               for r in reg.route(list(stored.values()), k=9, fallback=9, exclude=excluded))
+
+
+def test_where_limits_ranking_and_fallback(reg, stored, no_encoder):
+    result = reg.route(stored["code"], k=5, where="family == synfam1", fallback=5)
+    family = {"syn-synfam1-1b", "syn-synfam1-7b", "syn-synfam1-13b"}
+    assert set(names(result["ranking"])) == family  # k larger than the pool: all of it
+    assert set(names(result["fallback"])) == family - {result["ranking"][0]["name"]}
+
+
+def test_a_batch_is_the_same_as_single_routes(reg, stored, no_encoder):
+    texts = [stored[t] for t in TASKS]
+    batch = reg.route(texts, k=3, exclude=["syn-synfam0-7b"])
+    assert isinstance(batch, list) and len(batch) == 4
+    for text, one in zip(texts, batch):
+        single = reg.route(text, k=3, exclude=["syn-synfam0-7b"])
+        assert names(one["ranking"]) == names(single["ranking"]) and one["fallback"] == single["fallback"]
+        assert [r["p_correct"] for r in one["ranking"]] == pytest.approx([r["p_correct"] for r in single["ranking"]],
+                                                                         abs=1e-5)
+    assert reg.route(tuple(texts[:1]), k=3, exclude=["syn-synfam0-7b"]) == [batch[0]]
+
+
+def test_a_stored_text_is_not_re_encoded_a_new_one_is(reg, stored, no_encoder):
+    assert reg.route(stored["biology"])["ranking"]  # the loader would fail: the stored vector was used
+    with pytest.raises(RuntimeError, match="query encoder all-MiniLM-L6-v2 was loaded"):
+        reg.route(NEW_TEXT)
+    with pytest.raises(RuntimeError, match="was loaded"):
+        reg.route([stored["biology"], NEW_TEXT])
+
+
+def test_a_new_text_is_encoded_and_routed_without_being_stored(reg):
+    before = reg.stats()["query_vectors"]
+    result = reg.route(NEW_TEXT, k=2, fallback=1)
+    assert len(result["ranking"]) == 2 and len(result["fallback"]) == 1
+    assert reg.stats()["query_vectors"] == before
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda r: r.route(""), InputError, "the query text is empty"),
+    (lambda r: r.route("   \n"), InputError, "the query text is empty"),
+    (lambda r: r.route(["fine text", " "]), InputError, "query 2 is empty"),
+    (lambda r: r.route([]), InputError, "no query"),
+    (lambda r: r.route("x", k=0), InputError, "k must be an integer of at least 1, not 0"),
+    (lambda r: r.route("x", fallback=-1), InputError, "fallback must be an integer of at least 0"),
+    (lambda r: r.route("x", exclude=["syn-synfam0-7bb"]), NotFoundError,
+     "no model named 'syn-synfam0-7bb' in the registry; closest: syn-synfam0-7b"),
+    (lambda r: r.route("x", where="family == nobody"), RegistryError, "matches none of the 9 embedded models"),
+    (lambda r: r.route("x", where="family == synfam2",
+                       exclude=["syn-synfam2-1b", "syn-synfam2-7b", "syn-synfam2-13b"]),
+     RegistryError, "no model left to route to: all 3 embedded models matching the filter are excluded"),
+    (lambda r: r.route("x", where="colour == red"), InputError, "unknown field 'colour'"),
+])
+def test_bad_input_is_refused_with_a_clear_message(reg, no_encoder, call, error, message):
+    with pytest.raises(error) as err:
+        call(reg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def run(home: Path, *args: str):
+    return CliRunner().invoke(cli, ["--home", str(home), "route", *args])
+
+
+def test_cli_route_json_and_text(reg, stored, no_encoder):
+    result = run(reg.home, stored["math"], "-k", "2", "--exclude", "syn-synfam1-13b", "--exclude",
+                 "syn-synfam0-13b", "--fallback", "4", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload == json.loads(json.dumps(reg.route(stored["math"], k=2, fallback=4,
+                                                      exclude=["syn-synfam1-13b", "syn-synfam0-13b"])))
+    assert set(payload) == {"query", "ranking", "fallback"} and len(payload["ranking"]) == 2
+    assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallback"]))
+    text = run(reg.home, stored["law"], "--where", "family == synfam2")
+    assert text.exit_code == 0, text.output
+    assert "P(correct)" in text.output and "if syn-synfam2-" in text.output and "unavailable" in text.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["  "], "the query text is empty"),
+    (["x", "--exclude", "syn-synfam0-7bb"], "no model named 'syn-synfam0-7bb'"),
+    (["x", "-k", "0"], "k must be an integer of at least 1"),
+    (["x", "-k", "many"], "'many' is not a valid integer"),
+    (["x", "--where", "family == nobody"], "matches none of the 9 embedded models"),
+    (["x", "--where", "family == synfam0", "--exclude", "syn-synfam0-1b", "--exclude", "syn-synfam0-7b",
+      "--exclude", "syn-synfam0-13b"], "no model left to route to"),
+    ([], "Missing argument 'QUERY'"),
+])
+def test_cli_bad_input_exits_non_zero_and_names_the_problem(reg, no_encoder, args, message):
+    result = run(reg.home, *args)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert "Traceback" not in result.output
