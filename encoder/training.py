@@ -137,10 +137,15 @@ def predict(
     return out
 
 
-def _validation_routing(locus: Locus, data: EvalData, per_model, val_queries, val_truth) -> float:
+def _validation(locus: Locus, data: EvalData, per_model, val_queries, val_truth) -> tuple[float, float]:
+    """(routing accuracy, mean BCE of the predicted P(correct)) on the validation queries."""
     z = embed_models(locus, data, per_model)
     pred = predict(locus, np.nan_to_num(z), data.query_vectors[val_queries])
-    return routing_accuracy(pred, val_truth)
+    seen = ~np.isnan(val_truth)
+    p = np.clip(pred[seen].astype(np.float64), 1e-6, 1 - 1e-6)
+    y = val_truth[seen]
+    bce = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()) if seen.any() else float("nan")
+    return routing_accuracy(pred, val_truth), bce
 
 
 def train_locus(
@@ -166,6 +171,7 @@ def train_locus(
     grad_clip: float | None = 1.0,
     ema: float | None = None,
     select_window: int = 1,
+    select: str = "routing",
     threads: int | None = 2,
     device: str | torch.device | None = None,
     max_seconds: float | None = None,
@@ -184,7 +190,13 @@ def train_locus(
     selection on the mean of the last `select_window` validation routings (1 = the raw value). Both
     were measured on the open pool (MiniLM, N=256/1024, two splits) and did not help on average
     (EMA: -1.3 to +0.4 points; a window of 3: -1.8 to +0.9), so both are off by default.
+    select: what early stopping and selection watch, "routing" (validation routing accuracy, the
+    paper's protocol) or "loss" (validation BCE of the predicted P(correct)). In a pool where one
+    model is best on most queries, routing plateaus within a few epochs, at the model that predicts
+    ability and little else; the loss keeps rewarding per-query structure (the registry trains on it).
     `max_seconds` stops early on wall time (then runs are no longer bitwise reproducible)."""
+    if select not in ("routing", "loss"):
+        raise ValueError(f"select must be 'routing' or 'loss', not {select!r}")
     started = time.perf_counter()
     settings = {k: v for k, v in locals().items() if k not in ("data", "train_evals", "val_queries", "config", "started")}
     settings["device"] = str(settings["device"])
@@ -224,7 +236,7 @@ def train_locus(
         watched = ema_locus if ema_locus is not None else locus  # the weights validated and returned
         steps = 0
         best_state = copy.deepcopy(watched.state_dict())
-        best, best_epoch, since_best = -1.0, 0, 0
+        best, best_epoch, since_best, best_routing = -np.inf, 0, 0, float("nan")
         recent: list[float] = []  # the last `select_window` validation routings
         bar = None
         if progress:
@@ -287,19 +299,20 @@ def train_locus(
                       "seconds": time.perf_counter() - started}
             out_of_time = max_seconds is not None and record["seconds"] > max_seconds
             if has_val and (epoch % eval_every == 0 or epoch == epochs or out_of_time):
-                acc = _validation_routing(watched, data, per_model, val_queries, val_truth)
-                record["val_routing"] = acc
-                recent = (recent + [acc])[-max(1, select_window):]
+                acc, bce = _validation(watched, data, per_model, val_queries, val_truth)
+                record["val_routing"], record["val_loss"] = acc, bce
+                recent = (recent + [acc if select == "routing" else -bce])[-max(1, select_window):]
                 smoothed = float(np.mean(recent))  # a moving average: a lucky single peak is not picked
                 if smoothed > best:
                     best, best_epoch, since_best = smoothed, epoch, 0
+                    best_routing = acc
                     best_state = copy.deepcopy(watched.state_dict())
                 else:
                     since_best += eval_every
             result.history.append(record)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", val=f"{best:.4f}", best_ep=best_epoch)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", val=f"{best_routing:.4f}", best_ep=best_epoch)
             if out_of_time or (has_val and since_best >= patience):
                 break
         if bar is not None:
@@ -312,7 +325,7 @@ def train_locus(
             best_epoch = result.history[-1]["epoch"]
         locus.eval()
         result.best_epoch = best_epoch
-        result.best_val_routing = best if has_val else float("nan")
+        result.best_val_routing = best_routing if has_val else float("nan")
         result.seconds = time.perf_counter() - started
         return result
     finally:

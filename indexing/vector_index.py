@@ -50,7 +50,8 @@ class VectorIndex:
     @classmethod
     def build(cls, encoder_id: str, names: list[str], vectors: np.ndarray, *, table_version: int,
               kind: str | None = None) -> "VectorIndex":
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(names), -1)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        vectors = vectors.reshape(len(names), -1) if len(names) else np.zeros((0, 1), dtype=np.float32)
         kind = kind or ("hnsw" if len(names) >= HNSW_THRESHOLD else "flat")
         indexes = {}
         for metric in METRICS:

@@ -65,7 +65,10 @@ def train_encoder(
     progress: bool = True,
     **train_options: Any,
 ) -> TrainReport:
-    """Train F and G on the training split of the store's queries and make the result active."""
+    """Train F and G on the training split of the store's queries and make the result active.
+    Selection watches the validation loss unless `select="routing"` is passed (see train_locus: the
+    registry needs the geometry and the calibrated P(correct), not only the routing plateau)."""
+    train_options.setdefault("select", "loss")
     from encoder.checkpoint import save_checkpoint
     from encoder.training import train_locus
 

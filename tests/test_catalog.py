@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry
+from helpers import synthetic_registry, write_triple
 from registry import InputError, NotFoundError, Registry, RegistryError
 
 
@@ -231,3 +231,9 @@ def test_check_command_exits_1_and_names_the_problem(reg):
         reg.store.table("queries").delete(f"query_id = '{some_query}'")
     out = _run(reg.home, "check", code=1)
     assert "PROBLEM 1 evaluated query ids are not in the queries table" in out
+
+
+def test_search_before_any_embedding_says_what_to_run(home, tmp_path):
+    Registry.open(home).import_path(write_triple(tmp_path / "data"))
+    out = _run(home, "search", "alpha-7b", code=1)
+    assert "no embedding yet" in out and "embed --all" in out
