@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from encoder.data import EvalData
-from indexing.store import EVALUATIONS, QUERIES, Store
+from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
 from registry.errors import RegistryError
 
 __all__ = ["load_eval_data"]
@@ -12,9 +12,10 @@ __all__ = ["load_eval_data"]
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None) -> EvalData:
     """Every evaluated query that has a vector from `encoder`, and the evaluations of `models`
-    (all models with evaluations when None), in a stable order (models as given or sorted, queries
-    as stored). Queries without a vector are left out with their evaluations; `registry import` with
-    encoding on fills them."""
+    (when None: every model in the models table that has evaluations; a removed model keeps its
+    evaluations for restore, but is not part of the pool), in a stable order (models as given or
+    sorted, queries as stored). Queries without a vector are left out with their evaluations;
+    `registry import` with encoding on fills them."""
     queries = store.read(QUERIES, ["query_id", "task", "text_hash"])
     evals = store.read(EVALUATIONS, ["model", "query_id", "score"])
     if evals.num_rows == 0:
@@ -29,7 +30,11 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     q_pos = {q: i for i, q in enumerate(kept_ids)}
 
     eval_models = np.asarray(evals.column("model").to_pylist(), dtype=object)
-    names = sorted(set(eval_models.tolist())) if models is None else list(models)
+    if models is None:
+        live = set(store.read(MODELS, ["name"]).column("name").to_pylist())
+        names = sorted(set(eval_models.tolist()) & live)
+    else:
+        names = list(models)
     m_pos = {m: i for i, m in enumerate(names)}
     model_index = np.fromiter((m_pos.get(m, -1) for m in eval_models), dtype=np.int64, count=len(eval_models))
     query_index = np.fromiter((q_pos.get(q, -1) for q in evals.column("query_id").to_pylist()),

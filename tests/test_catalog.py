@@ -237,3 +237,12 @@ def test_search_before_any_embedding_says_what_to_run(home, tmp_path):
     Registry.open(home).import_path(write_triple(tmp_path / "data"))
     out = _run(home, "search", "alpha-7b", code=1)
     assert "no embedding yet" in out and "embed --all" in out
+
+
+def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
+    from registry.heldout import held_out
+
+    reg.remove("syn-synfam1-13b")
+    assert "syn-synfam1-13b" not in held_out(reg.store).data.models
+    reg.restore("syn-synfam1-13b")
+    assert "syn-synfam1-13b" in held_out(reg.store).data.models
