@@ -142,18 +142,22 @@ def _evals_option(value: str) -> int | None:
 @click.option("--epochs", type=int, default=None, help="Maximum epochs (early stopping usually ends sooner).")
 @click.option("--models", "pool", default="all", show_default=True,
               help="Models to train on: all, open, or a filter such as 'family in (llama3, qwen)'.")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=None,
+              help="Stop after this much wall time and keep the best checkpoint so far.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
-def train(ctx, evals_per_model, seed, epochs, pool, as_json) -> None:
+def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, as_json) -> None:
     """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder."""
+    options = {} if max_seconds is None else {"max_seconds": max_seconds}
     report = _registry(ctx, create=False).train(models=pool, evals_per_model=_evals_option(evals_per_model),
-                                                seed=seed, epochs=epochs, progress=not as_json)
+                                                seed=seed, epochs=epochs, progress=not as_json, **options)
     if as_json:
         _echo_json(vars(report))
         return
     click.echo(f"trained encoder {report.encoder_id} on {len(report.models)} models "
                f"({report.n_train_queries} train / {report.n_val_queries} validation queries) in {report.seconds:.0f} s; "
-               f"best epoch {report.best_epoch}, validation routing accuracy {report.val_routing_accuracy:.4f}")
+               f"best epoch {report.best_epoch} (by validation loss), validation routing accuracy "
+               f"{report.val_routing_accuracy:.4f}")
     click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
 
 
