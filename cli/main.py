@@ -163,8 +163,8 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, as_json) -> Non
 
 @cli.command()
 @click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
-@click.option("--max-evals", default="1024", show_default=True,
-              help="Evaluations per model to embed from (a seeded sample), or 'all'.")
+@click.option("--max-evals", default="all", show_default=True,
+              help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
 def embed(ctx, all_, max_evals, as_json) -> None:

@@ -108,8 +108,7 @@ def embed_models(
         local[used] = np.arange(len(used))
         todo = [m for m in range(data.n_models) if len(per_model[m])]
         todo.sort(key=lambda m: len(per_model[m]))  # similar lengths share a batch: less padding
-        for start in range(0, len(todo), batch_size):
-            chunk = todo[start : start + batch_size]
+        for chunk in _batches(todo, [len(per_model[m]) for m in todo], batch_size):
             q, pad = _pad([local[data.query_index[per_model[m]]] for m in chunk], 0, np.int64)
             y, _ = _pad([data.scores[per_model[m]] for m in chunk], 0.0, np.float32)
             q_t = torch.from_numpy(q).to(device)
@@ -118,6 +117,21 @@ def embed_models(
             out[chunk] = z.float().cpu().numpy()
     locus.train(was_training)
     return out
+
+
+MAX_BATCH_TOKENS = 1 << 20  # evaluations in one padded embedding batch (memory grows with it)
+
+
+def _batches(todo: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Consecutive runs of `todo` (sorted by length) of at most `batch_size` models and, past one
+    model, at most MAX_BATCH_TOKENS padded evaluations."""
+    out, chunk = [], []
+    for m, n in zip(todo, lengths):
+        if chunk and (len(chunk) == batch_size or (len(chunk) + 1) * n > MAX_BATCH_TOKENS):
+            out.append(chunk)
+            chunk = []
+        chunk.append(m)
+    return out + [chunk] if chunk else out
 
 
 @torch.no_grad()

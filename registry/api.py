@@ -123,7 +123,7 @@ class Registry:
                              evals_per_model=evals_per_model, seed=seed, epochs=epochs, progress=progress,
                              **options)
 
-    def embed_all(self, *, max_evals: int | None = 1024) -> dict[str, Any]:  # noqa: A003
+    def embed_all(self, *, max_evals: int | None = None) -> dict[str, Any]:  # noqa: A003
         """Embed every model with the active encoder (one forward pass each, no training)."""
         from registry.embedding import embed_all
 
@@ -153,7 +153,7 @@ class Registry:
 
     # ------------------------------------------------------------ the catalog
     def add_model(self, name: str, evaluations, metadata=None, *, replace: bool = False,
-                  max_evals: int | None = 1024) -> dict[str, Any]:
+                  max_evals: int | None = None) -> dict[str, Any]:
         """Onboard a model: store its evaluations (query texts or known query ids with scores; a
         CSV/JSONL/Parquet path or an iterable) and embed it with the active encoder in one forward
         pass, no training. An existing name is refused unless `replace`."""
@@ -161,7 +161,7 @@ class Registry:
 
         return add_model(self._store, name, evaluations, metadata, replace=replace, max_evals=max_evals)
 
-    def refine(self, name: str, more_evaluations, *, max_evals: int | None = 1024) -> dict[str, Any]:
+    def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> dict[str, Any]:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
         from registry.catalog import refine
 

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODEL_SCHEMA, MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
+from registry.embedding import DEFAULT_MAX_EMBED_EVALS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.importers._common import ImportBatch, query_id_for_text, text_hash
 from registry.ingest import ImportReport, ingest, model_row
@@ -23,8 +24,6 @@ from registry.records import ModelRecord, Query, check_score
 
 __all__ = ["version_row", "evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
            "model_rows", "record_of"]
-
-DEFAULT_MAX_EVALS = 1024
 
 
 def record_of(row: Mapping[str, Any]) -> ModelRecord:
@@ -154,7 +153,7 @@ def _write_model(store: Store, row: dict[str, Any], event: str) -> None:
 
 
 def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] | ModelRecord | None = None, *,
-              replace: bool = False, max_evals: int | None = DEFAULT_MAX_EVALS) -> dict[str, Any]:
+              replace: bool = False, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> dict[str, Any]:
     from registry.embedding import active_encoder
 
     active = active_encoder(store)
@@ -176,7 +175,7 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
                  replace_evaluations=True, max_evals=max_evals)
 
 
-def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EVALS) -> dict[str, Any]:
+def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> dict[str, Any]:
     from registry.embedding import active_encoder
 
     active = active_encoder(store)
