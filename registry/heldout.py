@@ -3,7 +3,8 @@
 Analytics that report a routing accuracy (portfolios, fallback) must score it on queries that neither
 trained the encoder nor built the embeddings being compared. `held_out` gives the pool's evaluations,
 those test queries (recorded by `registry train`; recomputed from the training seed for checkpoints
-that predate the record) and every model embedded from up to `max_evals` evaluations outside them.
+that predate the record) and every model embedded from its evaluations outside them (all of them, as
+the registry's vectors, or up to `max_evals`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from encoder.data import EvalData, split_queries
 from indexing.store import Store
-from registry.embedding import ActiveEncoder, active_encoder, embedding_evals
+from registry.embedding import DEFAULT_MAX_EMBED_EVALS, ActiveEncoder, active_encoder, embedding_evals
 
 __all__ = ["HeldOut", "held_out"]
 
@@ -31,7 +32,7 @@ class HeldOut:
         return self.data.dense()[:, self.test_queries]
 
 
-def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = 1024,
+def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS,
              seed: int = 0) -> HeldOut:
     from encoder.training import embed_models
     from registry.dataset import load_eval_data

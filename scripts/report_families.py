@@ -108,6 +108,7 @@ def main() -> None:
 
     active = reg.store.config["active_encoder"]
     info = json.loads((reg.home / "encoders" / active / "training.json").read_text())
+    n_evals = [n for n in reg.store.read("models", ["n_evals"]).column("n_evals").to_pylist() if n]
     command = "scripts/report_families.py" + (f" --home {args.home}" if args.home else "")
     say("# Model families on MMLU-Pro")
     say()
@@ -117,8 +118,8 @@ def main() -> None:
     say(f"Registry: 32 models of `../shared/data/mmlu-pro` (12,032 questions, 14 tasks), query vectors "
         f"{info['query_encoder']}; LOCUS encoder `{active}` (seed {info['seed']}, {info['evals_per_model']} "
         f"training evaluations per model, {info['seconds']:.0f} s of training, best validation epoch "
-        f"{info['best_epoch']}, validation routing accuracy {info['val_routing_accuracy']:.4f}); every model "
-        "embedded from up to 1024 of its evaluations.")
+        f"{info['best_epoch']}, validation routing accuracy {info['val_routing_accuracy']:.4f}); each model "
+        f"embedded from {min(n_evals)}-{max(n_evals)} evaluations (the n_evals of the models table).")
     say()
 
     # ------------------------------------------------------------------ clusters

@@ -248,7 +248,7 @@ def main() -> None:
         "",
         "Protocol. Portfolios are chosen from the model embeddings only (RBF kernel on Euclidean distance, "
         f"bandwidth the median pairwise distance: sigma = {full.sigma:.3f} for the full pool), each model "
-        "embedded from up to 1024 evaluations outside the encoder's held-out test queries. Routing accuracy: "
+        "embedded from all its evaluations outside the encoder's held-out test queries. Routing accuracy: "
         "each test query goes to the portfolio model with the highest predicted P(correct) and scores that "
         f"model's actual result; counted over the {full.test_queries} test queries that every pool model has a "
         f"score for (of {full.test_queries_scored} scored test queries; "

@@ -293,8 +293,8 @@ def write_markdown(command, recall, rows_profile, rows_real, curves, seeds, seco
         f"    {command}",
         "",
         f"Registry `{home}`: MMLU-Pro ({pool} embedded models, 14 tasks, all-mpnet-base-v2 query vectors), active encoder "
-        f"`{encoder_id}` (trained seed 0, 1024 training evaluations per model); registry embeddings from up "
-        f"to 1024 evaluations per model. Seeds {', '.join(map(str, seeds))}; {seconds:.0f} s.",
+        f"`{encoder_id}` (trained seed 0, 1024 training evaluations per model); registry embeddings from all of "
+        f"each model's evaluations. Seeds {', '.join(map(str, seeds))}; {seconds:.0f} s.",
         "",
         "## (a) A model's own task profile -> `registry profile` -> is the model found? (appendix E.1)",
         "",
