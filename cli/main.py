@@ -139,7 +139,8 @@ def _evals_option(value: str) -> int | None:
 @click.option("--evals-per-model", default="1024", show_default=True,
               help="Training evaluations per model (a number, or 'all').")
 @click.option("--seed", default=0, show_default=True, help="Seeds the query split, sampling and initialisation.")
-@click.option("--epochs", type=int, default=None, help="Maximum epochs (early stopping usually ends sooner).")
+@click.option("--epochs", type=int, default=None,
+              help="Maximum epochs (default 4000; early stopping on validation loss may end sooner).")
 @click.option("--models", "pool", default="all", show_default=True,
               help="Models to train on: all, open, or a filter such as 'family in (llama3, qwen)'.")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=None,
