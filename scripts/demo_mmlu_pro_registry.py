@@ -6,11 +6,13 @@
    encoder (seed 0, 1024 training evaluations per model, all 32 models); embed every model.
 2. Llama-3-8B re-added from 1024 of its own evaluations, shuffled, under a new name: its nearest
    neighbours.
-3. Mistral-7B-v0.1 re-added from 1024 of its evaluations disjoint from those its registry embedding was
-   built from: the audit at its defaults, and which flagged pairs are distinct models. The store still
-   holds all of Mistral-7B-v0.1's results, so the copy shares queries with it.
-4. The strict variant (--strict): Mistral-7B-v0.1 is replaced by one half of its evaluations and the
-   copy gets the other half: the two share only queries whose text MMLU-Pro repeats.
+3. Mistral-7B-v0.1 re-added from 1024 of its evaluations outside a seeded 1024-sample of them (the
+   sample registry vectors were built from before they used every evaluation; now the original's
+   vector sees the copy's answers too): the audit at its defaults, and which flagged pairs are
+   distinct models. The copy shares its queries with the original.
+4. The strict variant (--strict), the disjoint test: Mistral-7B-v0.1 is replaced by one half of its
+   evaluations and the copy gets the other half: the two share only queries whose text MMLU-Pro
+   repeats, and each vector is built from its own half.
 """
 from __future__ import annotations
 
