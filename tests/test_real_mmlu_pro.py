@@ -69,3 +69,38 @@ def test_full_mmlu_pro_import_matches_the_dataset_and_is_idempotent(mmlu_pro, tm
     assert (stats["models"], stats["queries"], stats["evaluations"]) == (32, 12032, 383274)
     _run(*args)
     assert json.loads(_run("--home", home, "stats", "--json")) == stats
+
+
+def test_audit_evidence_on_mmlu_pro_clears_every_distinct_pair_and_keeps_copies(mmlu_pro):
+    """The audit's second stage on the real results, without an encoder: no two distinct MMLU-Pro
+    models pass as one model, while a copy (same answers on shared queries) and a disjoint-half copy
+    of Mistral-7B-v0.1 do."""
+    from registry.audit import _Pool, evidence
+
+    with open(mmlu_pro / "models.csv", encoding="utf-8") as f:
+        names = {row["model_id"]: row["name"] for row in csv.DictReader(f)}
+    with open(mmlu_pro / "queries.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    q_index = {row["query_id"]: i for i, row in enumerate(rows)}
+    _, task = np.unique([row["task"] for row in rows], return_inverse=True)
+    order = sorted(names, key=int)
+    m_index = {m: i for i, m in enumerate(order)}
+    scores = np.full((len(order) + 2, len(rows)), np.nan)
+    with open(mmlu_pro / "evals.csv", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            scores[m_index[row["model_id"]], q_index[row["query_id"]]] = float(row["score"])
+    mistral = [names[m] for m in order].index("Mistral-7B-v0.1")
+    answered = np.flatnonzero(~np.isnan(scores[mistral]))
+    half = np.random.default_rng(0).permutation(answered)[: len(answered) // 2]
+    copy, disjoint = len(order), len(order) + 1
+    scores[copy, half] = scores[mistral, half]  # a second endpoint, same answers on half the queries
+    scores[disjoint] = scores[mistral]
+    scores[disjoint, half] = np.nan  # the other half only: no query shared with `copy`
+    pool = _Pool.from_dense(scores, task)
+
+    kept = [(a, b) for a in range(len(order)) for b in range(a + 1, len(order))
+            if not evidence(pool, a, b, tolerance=0.10, alpha=0.01)["cleared"]]
+    assert kept == []  # all 496 distinct pairs are told apart by their answers
+    assert not evidence(pool, mistral, copy, tolerance=0.10, alpha=0.01)["cleared"]
+    apart = evidence(pool, copy, disjoint, tolerance=0.10, alpha=0.01)
+    assert apart["shared_queries"] == 0 and not apart["cleared"] and apart["homogeneity_p"] > 0.01
