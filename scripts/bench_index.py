@@ -8,6 +8,9 @@
    families and fine-tunes are; uniformly random 128-d vectors are a harder case for HNSW.
 2. Wall time of `registry search` and `registry --help` in a fresh process, against a registry
    built by `registry demo` (given with --home; skipped without it).
+3. With --evals FILE (evaluations whose query texts the registry has already encoded): add-model wall
+   time, from a fresh process (`registry add-model`, which loads torch and the encoder) and in-process
+   (`Registry.add_model` after a first call), on a throwaway copy of --home. --sizes 0 skips part 1.
 """
 from __future__ import annotations
 
@@ -98,21 +101,53 @@ def cold_process_table(home: str, name: str) -> None:
         print(f"| registry {' '.join(args)} | {np.median(times):.2f} |")
 
 
+def add_model_table(home: str, evals: str) -> None:
+    import shutil
+
+    from registry import Registry
+
+    registry = str(Path(sys.executable).with_name("registry"))
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "home"
+        shutil.copytree(home, copy)
+        n = sum(1 for line in open(evals, encoding="utf-8") if line.strip())
+        print(f"| add-model of {n} evaluations, texts already encoded | wall s |")
+        print("|---|---:|")
+        for i in range(3):
+            t = time.perf_counter()
+            subprocess.run([registry, "--home", str(copy), "add-model", f"bench-cli-{i}", "--evals", evals],
+                           check=True, capture_output=True)
+            print(f"| `registry add-model` (fresh process) #{i + 1} | {time.perf_counter() - t:.2f} |", flush=True)
+        reg = Registry.open(copy)
+        for i in range(4):
+            t = time.perf_counter()
+            result = reg.add_model(f"bench-api-{i}", evals)
+            assert result["encoded_texts"] == 0, "the bench wants texts the registry has already encoded"
+            label = "first call (loads the encoder)" if i == 0 else f"#{i}"
+            print(f"| `Registry.add_model` in-process, {label} | {time.perf_counter() - t:.2f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--home", default=None, help="a registry with embedded models, for the cold-process table")
     parser.add_argument("--model", default=None, help="model name to search for in --home")
+    parser.add_argument("--evals", default=None, help="an evaluations file for the add-model timing (with --home)")
     args = parser.parse_args()
     import faiss
 
     faiss.omp_set_num_threads(2)
     print(f"# index benchmark ({os.cpu_count()} CPUs)\n")
-    latency_table([int(s) for s in args.sizes.split(",")], args.queries)
+    sizes = [int(s) for s in args.sizes.split(",") if int(s) > 0]
+    if sizes:
+        latency_table(sizes, args.queries)
     if args.home and args.model:
         print()
         cold_process_table(args.home, args.model)
+    if args.home and args.evals:
+        print()
+        add_model_table(args.home, args.evals)
 
 
 if __name__ == "__main__":
