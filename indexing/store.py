@@ -42,6 +42,8 @@ _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
 _LOCK = ".lock"
 STORE_FORMAT = 1
+_FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
+_HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
 
 QUERY_SCHEMA = pa.schema(
@@ -208,8 +210,14 @@ class Store:
         name = vector_table_name(encoder)
         if not self.has_table(name) or not hashes:
             return {}
-        table = self.read(name)
         wanted = set(hashes)
+        if len(wanted) <= _FILTERED_READ_MAX and all(_HEX.fullmatch(h) for h in wanted):
+            # A few texts (add-model, route): read only their rows. The hashes are our own hex
+            # digests, checked above, so the filter holds no user text.
+            listed = ", ".join(f"'{h}'" for h in sorted(wanted))
+            table = self._db.open_table(name).search().where(f"text_hash IN ({listed})").limit(None).to_arrow()
+        else:
+            table = self.read(name)
         keys = table.column("text_hash").to_pylist()
         rows = [i for i, key in enumerate(keys) if key in wanted]
         if not rows:

@@ -1,8 +1,9 @@
-"""The store's transactions: a failed or killed writer leaves every table as it was."""
+"""The store: transactions (a failed or killed writer leaves every table as it was) and the encoding cache."""
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -66,3 +67,22 @@ def test_vector_dimension_is_fixed_per_encoder(tmp_path):
         with store.transaction():
             store.add_vectors("enc", ["y"], [[1.0, 0.0]])
     assert store.cached_vectors("enc", ["x", "y"]).keys() == {"x"}
+
+
+def test_cached_vectors_reads_the_same_rows_filtered_or_whole(tmp_path, monkeypatch):
+    import indexing.store as store_module
+
+    store = Store(tmp_path / "home")
+    hashes = [f"{i:032x}" for i in range(50)]
+    vectors = np.arange(100, dtype=np.float32).reshape(50, 2)
+    with store.transaction():
+        store.add_vectors("enc", hashes, vectors)
+    wanted = hashes[3:9] + ["f" * 32]  # six stored, one not
+    filtered = store.cached_vectors("enc", wanted)
+    monkeypatch.setattr(store_module, "_FILTERED_READ_MAX", 0)  # force the whole-table read
+    whole = store.cached_vectors("enc", wanted)
+    assert filtered.keys() == whole.keys() == set(hashes[3:9])
+    for h in hashes[3:9]:
+        np.testing.assert_array_equal(filtered[h], vectors[hashes.index(h)])
+        np.testing.assert_array_equal(whole[h], filtered[h])
+    assert store.cached_vectors("enc", ["not hex; drop table"]) == {}  # never reaches a filter
