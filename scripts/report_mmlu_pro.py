@@ -380,6 +380,14 @@ Embedding distance between every pair of models against their disagreement on co
 {chr(10).join(geo)}
 
 Nearest neighbour (Euclidean) agrees with a model on {100 * robust['nearest_neighbour_agreement']:.1f}% of common test queries.
+## The registry's analytics on MMLU-Pro
+
+Written by their own scripts, on a registry trained with `registry train`'s defaults:
+[portfolios](portfolio.md) (routing accuracy vs k and vs parameter budget, with the random band;
+`scripts/report_portfolio.py`), [hypothetical profiles and fallback routing](profile-fallback.md)
+(profile recall@1/5/10 vs synthetic evaluations, the fallback curve; `scripts/report_profile_fallback.py`),
+[families](families.md) (dendrogram, distance heatmap, maps, a pairwise comparison;
+`scripts/report_families.py`), and the duplicate audit in [benchmarks](benchmarks.md).
 """
     (OUT / "mmlu-pro.md").write_text(page)
     print(page)
