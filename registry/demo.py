@@ -86,7 +86,8 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
     chosen = reg.portfolio(k=k, method="kmedoids")
     echo(f"portfolio (k-medoids, k={k}): {', '.join(chosen['models'])}")
     if chosen["routing_accuracy"] is not None:
-        echo(f"  routing accuracy on {chosen['test_queries']} held-out queries {chosen['routing_accuracy']:.3f} vs full pool "
+        echo(f"  routing accuracy on {chosen['test_queries']} held-out queries {chosen['routing_accuracy']:.3f} "
+             f"vs full pool "
              f"{chosen['full_pool_routing_accuracy']:.3f} vs random {k}-model subsets "
              f"{chosen['random_routing_accuracy_mean']:.3f} +- {chosen['random_routing_accuracy_sd']:.3f}")
 
