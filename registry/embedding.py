@@ -26,16 +26,18 @@ __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "Activ
 MIN_TRAIN_MODELS = 3
 # Longer than train_locus's 1500 epochs: the validation loss keeps falling after routing has
 # plateaued, and the geometry sharpens with it. On MMLU-Pro (32 models) the best epoch was 3920 of
-# 4000; a 1024-evaluation copy then finds its original first for 59% of models (top 3: 92%), against
-# 47% (90%) after 1500 epochs (best 1410). About 10 minutes on 2 CPU cores; --max-seconds caps it.
+# 4000; a 1024-evaluation copy then finds its original first for 59.4% of models (top 3: 91.7%),
+# against 46.9% (89.6%) after 1500 epochs (best 1410; scripts/bench_copy_search.py on both). About 10
+# minutes on 2 CPU cores; --max-seconds caps it.
 REGISTRY_EPOCHS = 4000
 REGISTRY_PATIENCE = 1000
 MIN_EVALS_PER_MODEL = 16
 # A model's vector is built from all its evaluations by default. The encoder trains on sets of up to
-# 1024, but attention pooling carries over to larger sets, and the vector's sampling noise falls:
-# on MMLU-Pro, a copy re-added from 1024 of a model's evaluations has the model as its nearest
-# neighbour for 46% of models (top 3: 90%) when the registry's vectors use every evaluation, against
-# 37% (69%) from 1024 (mean of two encoders, 32 models x 3 draws each).
+# 1024, but attention pooling carries over to larger sets, and the vector's sampling noise falls. On
+# MMLU-Pro (scripts/bench_copy_search.py), a copy re-added from 1024 of a model's evaluations has the
+# model as its nearest neighbour for 59.4% of models (top 3: 91.7%) when the registry's vectors use
+# every evaluation, against 42.7% (74.0%) from 1024 (encoder ea5914f08562b8e9; with cce1b05c9d08b959:
+# 46.9% (89.6%) against 37.5% (68.8%)).
 DEFAULT_MAX_EMBED_EVALS: int | None = None
 
 

@@ -3,9 +3,9 @@
     .venv/bin/python scripts/report_families.py [--home DIR]
 
 DIR is a registry home. When it holds no trained, embedded registry yet (an empty or new directory,
-or no --home: a temporary one), it is built as scripts/demo_mmlu_pro_registry.py does: ../shared/
-data/mmlu-pro imported with its precomputed all-mpnet-base-v2 query vectors, the encoder trained
-(seed 0, 1024 training evaluations per model, at most 300 s), every model embedded. Then:
+or no --home: a temporary one), it is built by scripts/_mmlu_pro.py: ../shared/data/mmlu-pro imported
+with its precomputed all-mpnet-base-v2 query vectors, the encoder trained with `registry train`'s
+defaults, every model embedded. Then:
 1. `registry clusters` (average linkage, and the other three linkages for comparison); agreement with
    the `family` metadata; the same clustering rule run on two references computed from the
    evaluations themselves (correctness disagreement on shared queries, and per-task accuracy
@@ -19,43 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "mmlu-pro"
 DOCS = ROOT / "docs" / "results"
 FIGURES = DOCS / "families"
 sys.path.insert(0, str(ROOT))
 
+from _mmlu_pro import mmlu_pro_registry  # noqa: E402
+
 PAIR = ("Llama-3-8B", "Llama-3.1-8B")
-
-
-def build(home: Path, threads: int):
-    """A trained, embedded MMLU-Pro registry at `home` (reused when it already is one)."""
-    from registry import Registry
-
-    reg = Registry.open(home)
-    ready = reg.store.config.get("active_encoder") and any(
-        v is not None for v in reg.store.read("models", ["vector"]).column("vector").to_pylist())
-    if ready:
-        return reg, False
-    if not (DATA / "evals.csv").is_file():
-        sys.exit(f"{home} holds no embedded registry, and MMLU-Pro is not at {DATA} to build one "
-                 "(../shared/data/mmlu-pro beside the project)")
-    emb = DATA / "query_embeddings"
-    print(f"building the MMLU-Pro registry in {home} ...", flush=True)
-    reg.import_path(DATA, encoder="all-mpnet-base-v2", query_embeddings=emb / "all-mpnet-base-v2.npy",
-                    query_ids=emb / "all-mpnet-base-v2_ids.npy")
-    if reg.store.config.get("active_encoder") is None:
-        trained = reg.train(evals_per_model=1024, seed=0, progress=False, threads=threads, max_seconds=300)
-        print(f"trained encoder {trained.encoder_id} in {trained.seconds:.0f} s "
-              f"(validation routing {trained.val_routing_accuracy:.4f})", flush=True)
-    reg.embed_all()
-    return reg, True
 
 
 def reference_distances(reg, names: list[str]) -> dict[str, np.ndarray]:
@@ -91,9 +67,8 @@ def main() -> None:
     parser.add_argument("--home", default=None, help="Registry home (built there when it is not one yet).")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    home = Path(args.home) if args.home else Path(tempfile.mkdtemp()) / "home"
     started = time.perf_counter()
-    reg, built = build(home, args.threads)
+    reg, built = mmlu_pro_registry(Path(args.home) if args.home else None, threads=args.threads)
     from scipy.stats import pearsonr, spearmanr
 
     from registry.families import adjusted_rand_index, cluster_distances, cosine_distances, family_agreement
@@ -114,7 +89,7 @@ def main() -> None:
     say()
     say(f"Written by `.venv/bin/python {command}`"
         + (" (which built the registry first)." if built else
-           " on a registry built as `scripts/demo_mmlu_pro_registry.py` does."))
+           " on a registry built as `scripts/_mmlu_pro.py` builds one."))
     say(f"Registry: 32 models of `../shared/data/mmlu-pro` (12,032 questions, 14 tasks), query vectors "
         f"{info['query_encoder']}; LOCUS encoder `{active}` (seed {info['seed']}, {info['evals_per_model']} "
         f"training evaluations per model, {info['seconds']:.0f} s of training, best validation epoch "

@@ -3,9 +3,9 @@
     .venv/bin/python scripts/report_portfolio.py [--home DIR]
 
 --home DIR: a registry with MMLU-Pro imported, an encoder trained and the models embedded is used as
-it is; an empty (or missing) DIR gets one built first, as scripts/demo_mmlu_pro_registry.py does:
-../shared/data/mmlu-pro imported with its precomputed all-mpnet-base-v2 query vectors, the encoder
-trained (seed 0, 1024 training evaluations per model, at most 300 s, one thread), every model embedded.
+it is; an empty (or missing) DIR gets one built first (scripts/_mmlu_pro.py: ../shared/data/mmlu-pro
+imported with its precomputed all-mpnet-base-v2 query vectors, `registry train`'s defaults, every
+model embedded).
 Without --home the registry is built in a temporary directory.
 
 Every number on the page comes from `registry.portfolio` (one `PortfolioSpace` loaded per pool and
@@ -18,50 +18,23 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "mmlu-pro"
 OUT = ROOT / "docs" / "results"
 PAGE = OUT / "portfolio.md"
 FIGURES = OUT / "portfolio"
 sys.path.insert(0, str(ROOT))
 
+from _mmlu_pro import mmlu_pro_registry  # noqa: E402
+
 KS = tuple(range(1, 11))
 BUDGETS = (10, 25, 50, 75, 100, 150, 200, 300, 500, 800)
 DRAWS = 200
 SEED = 0
-
-
-def open_registry(home: Path | None):
-    """The registry at `home`, built from ../shared/data/mmlu-pro when there is none yet."""
-    from registry import Registry
-
-    if home is not None and (home / "config.json").is_file():
-        reg = Registry.open(home, create=False)
-        if reg.store.config.get("active_encoder") and reg.stats()["models"]:
-            return reg, False
-    if not (DATA / "evals.csv").is_file():
-        sys.exit(f"MMLU-Pro not found at {DATA}: put ../shared/data/mmlu-pro beside the project, or pass "
-                 "--home with a registry that already holds it")
-    if home is not None and home.exists() and any(home.iterdir()) and not (home / "config.json").is_file():
-        sys.exit(f"{home} is neither a registry nor empty; give an empty directory to build one in")
-    home = home or Path(tempfile.mkdtemp()) / "home"
-    reg = Registry.open(home)
-    emb = DATA / "query_embeddings"
-    print(f"building the MMLU-Pro registry in {home}", flush=True)
-    reg.import_path(DATA, encoder="all-mpnet-base-v2", query_embeddings=emb / "all-mpnet-base-v2.npy",
-                    query_ids=emb / "all-mpnet-base-v2_ids.npy")
-    if reg.store.config.get("active_encoder") is None:
-        trained = reg.train(evals_per_model=1024, seed=0, progress=False, threads=1, max_seconds=300)
-        print(f"trained encoder {trained.encoder_id} in {trained.seconds:.0f} s "
-              f"(validation routing {trained.val_routing_accuracy:.4f})", flush=True)
-    reg.embed_all()
-    return reg, True
 
 
 def pct(value) -> str:
@@ -216,7 +189,7 @@ def main() -> None:
     from registry.portfolio import PortfolioSpace
 
     started = time.perf_counter()
-    reg, built = open_registry(args.home)
+    reg, built = mmlu_pro_registry(args.home, threads=1)
     encoder = reg.store.config.get("active_encoder")
     full = PortfolioSpace.load(reg.store)
     counts = count_study(full)

@@ -4,8 +4,8 @@ E.1) and nearest-neighbour fallback routing (appendix E.2) on MMLU-Pro.
     .venv/bin/python scripts/report_profile_fallback.py [--home DIR] [--evals 64,128,256,512,1024,2048,8192] [--seeds 3]
 
 --home is a registry home: used as it is when it holds an active encoder and embedded models, else
-built there as scripts/demo_mmlu_pro_registry.py does (import ../shared/data/mmlu-pro with its
-precomputed all-mpnet-base-v2 vectors, train seed 0 with 1024 evaluations per model, embed all).
+built there (scripts/_mmlu_pro.py: import ../shared/data/mmlu-pro with its precomputed
+all-mpnet-base-v2 vectors, `registry train`'s defaults, embed all).
 Without --home a temporary one is built.
 
 (a) Profile recall. For each embedded model: its own task profile (per-task accuracy over all its
@@ -28,49 +28,20 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "mmlu-pro"
 OUT = ROOT / "docs" / "results"
 FIGURES = OUT / "profile-fallback"
 sys.path.insert(0, str(ROOT))
 
-ENCODER = "all-mpnet-base-v2"
+from _mmlu_pro import mmlu_pro_registry  # noqa: E402
+
 KS = (1, 5, 10)
 FALLBACK_KS = (1, 2, 3, 4, 5)
-
-
-def ready(home: Path) -> bool:
-    if not (home / "config.json").is_file():
-        return False
-    from registry import Registry
-
-    reg = Registry.open(home, create=False)
-    return bool(reg.store.config.get("active_encoder")) and any(
-        r.get("vector") is not None for r in reg.store.read("models").to_pylist())
-
-
-def build(home: Path, threads: int) -> None:
-    if not (DATA / "evals.csv").is_file():
-        sys.exit(f"{home} holds no trained registry and MMLU-Pro is not at {DATA} (../shared/data/mmlu-pro "
-                 "beside the project) to build one; pass --home of a ready registry")
-    from registry import Registry
-
-    reg = Registry.open(home)
-    emb = DATA / "query_embeddings"
-    print(f"building the registry in {home}", flush=True)
-    reg.import_path(DATA, encoder=ENCODER, query_embeddings=emb / f"{ENCODER}.npy",
-                    query_ids=emb / f"{ENCODER}_ids.npy")
-    if reg.store.config.get("active_encoder") is None:
-        trained = reg.train(evals_per_model=1024, seed=0, progress=False, threads=threads, max_seconds=300)
-        print(f"trained encoder {trained.encoder_id} in {trained.seconds:.0f} s "
-              f"(validation routing {trained.val_routing_accuracy:.4f})", flush=True)
-    reg.embed_all()
 
 
 # ------------------------------------------------------------------------------ (a) profile recall
@@ -402,12 +373,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    home = Path(args.home) if args.home else Path(tempfile.mkdtemp()) / "home"
-    if not ready(home):
-        build(home, args.threads)
-    from registry import Registry
-
-    reg = Registry.open(home, create=False)
+    reg, _ = mmlu_pro_registry(Path(args.home) if args.home else None, threads=args.threads)
+    home = reg.home
     evals_list = [int(x) for x in args.evals.split(",")]
     seeds = list(range(args.seeds))
     print(f"registry {home}: encoder {reg.store.config['active_encoder']}", flush=True)
