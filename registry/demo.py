@@ -108,6 +108,8 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
 
 
 def _evaluations_of(reg: Registry, name: str) -> list[dict]:
-    texts = {r["query_id"]: r["text"] for r in reg.store.read("queries", ["query_id", "text"]).to_pylist()}
-    rows = reg.store.read("evaluations", ["model", "query_id", "score"]).to_pylist()
-    return [{"query": texts[r["query_id"]], "score": r["score"]} for r in rows if r["model"] == name]
+    import pyarrow.compute as pc
+
+    evals = reg.store.read("evaluations", ["model", "query_id", "score"])
+    mine = evals.filter(pc.equal(evals["model"], name))
+    return [{"query_id": q, "score": s} for q, s in zip(mine["query_id"].to_pylist(), mine["score"].to_pylist())]

@@ -9,7 +9,7 @@ the registry's vectors, or up to `max_evals`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,11 +47,9 @@ def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | 
         test = split_queries(data.n_queries, seed=int(info.get("seed", 0))).test
     is_test = np.zeros(data.n_queries, dtype=bool)
     is_test[test] = True
-    outside = data.select_models(data.models)  # a copy whose evaluations we may narrow
-    keep = ~is_test[outside.query_index]
-    outside = EvalData(models=outside.models, query_ids=outside.query_ids, tasks=outside.tasks,
-                       query_vectors=outside.query_vectors, model_index=outside.model_index[keep],
-                       query_index=outside.query_index[keep], scores=outside.scores[keep])
+    keep = ~is_test[data.query_index]
+    outside = replace(data, model_index=data.model_index[keep], query_index=data.query_index[keep],
+                      scores=data.scores[keep])
     per_model = embedding_evals(outside, max_evals=max_evals, seed=seed)
     return HeldOut(data=data, active=active, test_queries=test,
                    embeddings=embed_models(active.locus, outside, per_model))

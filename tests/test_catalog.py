@@ -246,3 +246,10 @@ def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
     assert "syn-synfam1-13b" not in held_out(reg.store).data.models
     reg.restore("syn-synfam1-13b")
     assert "syn-synfam1-13b" in held_out(reg.store).data.models
+
+
+def test_audit_refuses_a_tolerance_or_alpha_out_of_range(reg):
+    with pytest.raises(RegistryError, match=r"tolerance must be in \[0, 1\) and alpha in \(0, 1\); got 1.5"):
+        reg.audit(tolerance=1.5)
+    out = _run(reg.home, "audit", "--alpha", "0", code=1)
+    assert "alpha in (0, 1); got 0.1 and 0.0" in out
