@@ -14,3 +14,9 @@ def _registry(ctx: click.Context, *, create: bool = True):
 
 def _echo_json(payload) -> None:
     click.echo(json.dumps(payload, indent=2, sort_keys=False))
+
+
+def _echo_neighbour(hit: dict) -> None:
+    """One result of search or profile: distance, name, family, access."""
+    m = hit.get("metadata") or {}
+    click.echo(f"{hit['distance']:.4f}  {hit['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _echo_json, _registry
+from cli._common import _echo_json, _echo_neighbour, _registry
 from registry.errors import RegistryError
 
 HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
@@ -268,8 +268,7 @@ def search(ctx, name, k, metric, where, as_json) -> None:
     if not results:
         click.echo("no neighbours" + (f" matching {where!r}" if where else ""))
     for r in results:
-        m = r["metadata"]
-        click.echo(f"{r['distance']:.4f}  {r['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+        _echo_neighbour(r)
 
 
 @cli.command()

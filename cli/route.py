@@ -5,7 +5,7 @@ import math
 
 import click
 
-from cli._common import _echo_json, _registry
+from cli._common import _echo_json, _echo_neighbour, _registry
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -49,8 +49,7 @@ def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
                        f"{result['per_task'][t]['evals']})" for t, a in result["targets"].items())
     click.echo(f"hypothetical model from {result['evals']} synthetic evaluations: {wanted}")
     for r in result["results"]:
-        m = r.get("metadata") or {}
-        click.echo(f"{r['distance']:.4f}  {r['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+        _echo_neighbour(r)
 
 
 @click.command()
