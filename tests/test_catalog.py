@@ -258,3 +258,21 @@ def test_audit_refuses_a_tolerance_or_alpha_out_of_range(reg):
         reg.audit(tolerance=1.5)
     out = _run(reg.home, "audit", "--alpha", "0", code=1)
     assert "alpha in (0, 1); got 0.1 and 0.0" in out
+
+
+def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
+    """ModelIndex's currency check: after one search saved the index, a fresh process searches from it
+    without importing LanceDB; after a write (new generation) it rebuilds from the table."""
+    import subprocess
+    import sys
+
+    first = reg.similar("syn-synfam0-1b", k=3)
+    code = ("import sys; from registry import Registry; "
+            f"hits = Registry.open({str(reg.home)!r}, create=False).similar('syn-synfam0-1b', k=3); "
+            "print('lancedb' in sys.modules, [h.name for h in hits.neighbours])")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.strip() == f"False {[h.name for h in first.neighbours]}"
+    reg.remove("syn-synfam0-7b")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.startswith("True") and "syn-synfam0-7b" not in out

@@ -62,5 +62,10 @@ def test_demo_builds_a_synthetic_registry(home):
     assert (home / "plots" / "clusters.png").stat().st_size > 1000 and (home / "plots" / "map.png").is_file()
     stats = json.loads(run("--home", str(home), "stats", "--json").output)  # the pool and the added endpoint
     assert stats["n_models"] == 15 and stats["n_queries"] == 360 and stats["n_evaluations"] == 15 * 360
-    again = run("--home", str(home), "demo", "--epochs", "5").output
-    assert "0 new models, 0 new queries, 0 new evaluations" in again
+    again = run("--home", str(home), "demo", "--epochs", "5", "--json").stdout  # the tour as one typed report
+    from registry.results import DemoReport
+
+    report = DemoReport.model_validate_json(again)
+    assert (report.imported.new_models, report.imported.new_queries, report.imported.new_evaluations) == (0, 0, 0)
+    assert report.trained is None and report.added is None  # already trained, endpoint already added
+    assert report.embedded.n_embedded == 15 and report.clusters.n_models == 15 and len(report.route.ranking) == 3
