@@ -23,8 +23,9 @@ from registry.records import ModelRecord, Query, check_score, validation_problem
 from registry.results import HistoryEntry, ModelChange, ModelHistory, RemoveResult, RestoreResult
 from registry.rows import model_rows, record_of, version_row, write_model
 
-__all__ = ["version_row", "evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
-           "model_rows", "record_of"]
+# version_row, model_rows and record_of live in registry.rows; imported here for callers that used them here.
+__all__ = ["evaluations_batch", "add_model", "refine", "remove", "restore", "history", "history_rows",
+           "embed_model_rows", "check_model_name", "record_from_metadata", "version_row", "model_rows", "record_of"]
 
 
 def check_model_name(name: Any) -> str:
