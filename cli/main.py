@@ -392,9 +392,9 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
 
 
 def _register_analytics() -> None:
-    from cli import families, portfolio, route
+    from cli import families, portfolio, route, serve
 
-    for module in (route, portfolio, families):
+    for module in (route, portfolio, families, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
 

