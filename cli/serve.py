@@ -34,10 +34,12 @@ def _read_token(token_file: Path | None) -> str | None:
                    "listen beyond loopback.")
 @click.option("--query-backend", type=click.Choice(["auto", "fp32", "int8", "bf16"]), default="auto",
               show_default=True, help="Query-encoder precision for new texts (auto: int8 on CPU, fp32 on CUDA).")
+@click.option("--max-body-mb", default=64.0, show_default=True, type=click.FloatRange(0.001, 4096),
+              help="Largest request body (JSON or uploaded file) in MiB; larger ones are answered 413.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.pass_context
-def serve(ctx, host, port, device, token_file, query_backend, log_level) -> None:
+def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, log_level) -> None:
     """Serve the registry over HTTP: /v1 API, /docs, /openapi.json, /metrics.
 
     The same home the CLI uses; both can run side by side (writes take the store's lock, and the
@@ -46,7 +48,7 @@ def serve(ctx, host, port, device, token_file, query_backend, log_level) -> None
 
     from indexing.home import resolve_home
     from registry.service.app import create_app
-    from registry.service.settings import ServiceSettings, is_loopback, resolve_device
+    from registry.service.settings import Limits, ServiceSettings, is_loopback, resolve_device
 
     home = resolve_home(ctx.obj["home"])
     if not (home / "config.json").is_file():
@@ -55,7 +57,8 @@ def serve(ctx, host, port, device, token_file, query_backend, log_level) -> None
     if token is None and not is_loopback(host):
         raise click.UsageError(f"refusing to listen on {host} without a token: pass --token-file or set "
                                f"${TOKEN_ENV} (without one, only a loopback address is allowed)")
-    settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend)
+    settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
+                               limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)))
     app = create_app(settings)
     click.echo(f"serving {home} on http://{host}:{port} (device {settings.device}; docs at /docs; "
                f"writes {'need the bearer token' if token else 'open to loopback only'})", err=True)

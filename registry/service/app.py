@@ -165,7 +165,9 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     async def _validation(request: Request, err: RequestValidationError):
         problems = err.errors()
         first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "form")]
+        loc = [str(p) for p in first.get("loc", ())]
+        if loc and loc[0] in ("body", "query", "path", "form", "header"):
+            loc = loc[1:]  # where the field sits (body, query string) is not part of its name
         field = ".".join(loc) or None
         message = first.get("msg", "invalid request")
         if field and first.get("type") in ("too_long", "string_too_long"):
