@@ -1,9 +1,18 @@
-"""What every command module shares: opening the registry of the group's --home, printing JSON."""
+"""What every command module shares: opening the registry of the group's --home, printing a result
+(as text, or as the result's own JSON under --json), and turning errors into messages or JSON that
+name the option the user typed."""
 from __future__ import annotations
 
-import json
+from typing import Any, Callable
 
 import click
+
+JSON_HELP = "Print the result as JSON (the schema of registry.results)."
+
+
+def json_option(command):
+    """The `--json` flag every command carries."""
+    return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(command)
 
 
 def _registry(ctx: click.Context, *, create: bool = True):
@@ -12,11 +21,69 @@ def _registry(ctx: click.Context, *, create: bool = True):
     return Registry.open(ctx.obj["home"], create=create)
 
 
+def emit(result, as_json: bool, text: Callable[[Any], None] | None = None) -> None:
+    """The result as its model's JSON under --json, else as `text(result)` prints it."""
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    elif text is not None:
+        text(result)
+
+
+def echo_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
 def _echo_json(payload) -> None:
+    """For the audit report only, until the audit module types it (branch `audit`)."""
+    import json
+
     click.echo(json.dumps(payload, indent=2, sort_keys=False))
 
 
-def _echo_neighbour(hit: dict) -> None:
+def _echo_neighbour(hit) -> None:
     """One result of search or profile: distance, name, family, access."""
-    m = hit.get("metadata") or {}
-    click.echo(f"{hit['distance']:.4f}  {hit['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+    m = hit.metadata or {}
+    click.echo(f"{hit.distance:>8.4f}  {hit.name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+
+
+def echo_neighbour_header(metric: str) -> None:
+    click.echo(f"{metric + ' d':>8}  {'model':<32} {'family':<10} access")
+
+
+# ----------------------------------------------------------------------------------- errors
+def option_label(command: click.Command | None, field: str | None) -> str | None:
+    """The option (or argument) of `command` that an API field came in through, as the user types it:
+    the parameter whose name is the field (`--task` for `targets`), else the option spelled like it
+    (`--models` for `models`)."""
+    if command is None or field is None:
+        return None
+    spelled = "--" + field.replace("_", "-")
+    for param in command.params:
+        if param.name == field or (isinstance(param, click.Option) and spelled in param.opts):
+            if isinstance(param, click.Argument):
+                return param.human_readable_name
+            return param.opts[0]
+    return None
+
+
+def error_payload(err: Exception, command: click.Command | None) -> dict[str, Any]:
+    """{"type", "message", "option"/"field"/"file"/"line"} for a registry or usage error."""
+    from registry.errors import InputError, RegistryError
+
+    if isinstance(err, InputError):
+        label = option_label(command, err.field)
+        if label is not None:
+            err = err.for_option(label)
+        return err.to_dict()
+    if isinstance(err, RegistryError):
+        return err.to_dict()
+    assert isinstance(err, click.ClickException)
+    out: dict[str, Any] = {"type": "UsageError" if isinstance(err, click.UsageError) else "Error",
+                           "message": err.format_message()}
+    param = getattr(err, "param", None)
+    if param is not None:
+        out["option"] = (param.human_readable_name if isinstance(param, click.Argument) else param.opts[0])
+    elif getattr(err, "param_hint", None):
+        out["option"] = str(err.param_hint).strip("'\"")
+    return out

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _echo_json, _registry
+from cli._common import _registry, emit, json_option
 
 PLOT = click.Path(dir_okay=False, path_type=Path)
 WHERE_HELP = "Metadata filter on the models, e.g. 'access == open and params_b <= 70'."
@@ -23,34 +23,35 @@ def _pct(value) -> str:
 @click.option("-k", "k", type=click.IntRange(min=1), default=None,
               help="Cut into this many clusters (default: the mean-silhouette maximum).")
 @click.option("--where", default=None, help=WHERE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def clusters(ctx, plot, linkage, k, where, as_json) -> None:
     """Model families: hierarchical clusters of the models' embeddings (cosine distance)."""
     result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k)
-    if as_json:
-        _echo_json(result)
-        return
-    sil, coph = result["silhouette"], result["cophenetic_correlation"]
-    click.echo(f"{result['models']} models, {linkage} linkage on cosine distances: {result['k']} clusters "
-               f"({'given' if k else 'silhouette maximum'}; mean silhouette "
-               f"{'-' if sil is None else f'{sil:.2f}'}, structure: {result['structure']}); cophenetic correlation "
+    emit(result, as_json, _echo_clusters)
+
+
+def _echo_clusters(result) -> None:
+    sil, coph = result.silhouette, result.cophenetic_correlation
+    click.echo(f"{result.n_models} models, {result.linkage} linkage on cosine distances: {result.k} clusters "
+               f"({'given' if result.k_rule == 'given' else 'silhouette maximum'}; mean silhouette "
+               f"{'-' if sil is None else f'{sil:.2f}'}, structure: {result.structure}); cophenetic correlation "
                f"{'-' if coph is None else f'{coph:.2f}'}")
-    for group in result["clusters"]:
-        families = ", ".join(f"{f} x{n}" if n > 1 else f for f, n in group["families"].items())
-        click.echo(f"  {group['id']:>2} ({group['size']}): {', '.join(group['members'])}"
+    for group in result.clusters:
+        families = ", ".join(f"{f} x{n}" if n > 1 else f for f, n in group.families.items())
+        click.echo(f"  {group.id:>2} ({group.size}): {', '.join(group.members)}"
                    + (f"   [families: {families}]" if families else ""))
-    agreement = result["family_agreement"]
+    agreement = result.family_agreement
     if agreement:
-        line = (f"agreement with family ({agreement['models']} models, {agreement['families']} families): "
-                f"adjusted Rand {agreement['adjusted_rand']:.2f} (permutation p {agreement['p_value']:.3f}), "
-                f"purity {agreement['purity']:.2f}")
-        cut = agreement.get("at_family_count")
+        line = (f"agreement with family ({agreement.n_models} models, {agreement.n_families} families): "
+                f"adjusted Rand {agreement.adjusted_rand:.2f} (permutation p {agreement.p_value:.3f}), "
+                f"purity {agreement.purity:.2f}")
+        cut = agreement.at_family_count
         if cut:
-            line += f"; cut at {cut['k']} clusters: adjusted Rand {cut['adjusted_rand']:.2f}"
+            line += f"; cut at {cut.k} clusters: adjusted Rand {cut.adjusted_rand:.2f}"
         click.echo(line)
-    if result["plot"]:
-        click.echo(f"plot: {result['plot']}")
+    if result.plot:
+        click.echo(f"plot: {result.plot}")
 
 
 @click.command("map")
@@ -58,56 +59,58 @@ def clusters(ctx, plot, linkage, k, where, as_json) -> None:
 @click.option("--color-by", "color_by", default=None,
               help="Metadata field to colour points by: family, access, provider, params_b, or any extra key.")
 @click.option("--where", default=None, help=WHERE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def map_(ctx, plot, color_by, where, as_json) -> None:
     """A labelled 2-D map of the embeddings (PCA of the unit-normalised vectors)."""
     result = _registry(ctx, create=False).map(plot, color_by=color_by, where=where)
-    if as_json:
-        _echo_json(result)
-        return
-    e = result["explained"]
-    fidelity = result["distance_correlation"]
-    click.echo(f"map of {result['models']} models: PC1 {100 * e['x']:.1f}% + PC2 {100 * e['y']:.1f}% of the variance"
+    emit(result, as_json, _echo_map)
+
+
+def _echo_map(result) -> None:
+    e = result.explained_variance
+    fidelity = result.distance_correlation
+    click.echo(f"map of {result.n_models} models: PC1 {100 * e.x:.1f}% + PC2 {100 * e.y:.1f}% of the variance"
                + (f"; map distances vs embedding distances r = {fidelity:.3f}" if fidelity is not None else ""))
-    click.echo(f"plot: {result['plot']}")
+    click.echo(f"plot: {result.plot}")
 
 
 @click.command()
 @click.argument("a")
 @click.argument("b")
 @click.option("--top", default=10, show_default=True, help="Tasks to list (largest differences first).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def compare(ctx, a, b, top, as_json) -> None:
     """How models A and B differ: distance, and per task their accuracies with the evidence."""
     result = _registry(ctx, create=False).compare(a, b)
-    if as_json:
-        _echo_json(result)
-        return
-    n = result["neighbours"]
-    click.echo(f"{a} vs {b}: cosine distance {result['distance']:.4f}; {b} is {a}'s "
-               f"#{result['rank_of_b_among_a_neighbours']} neighbour of {n}, {a} is {b}'s "
-               f"#{result['rank_of_a_among_b_neighbours']}")
-    g = result["agreement"]
-    if g["shared_queries"]:
-        click.echo(f"{g['shared_queries']} shared queries: they disagree on {100 * g['disagreement_rate']:.1f}% "
-                   f"(both right {g['both_correct']}, only A {g['only_a']}, only B {g['only_b']}, "
-                   f"both wrong {g['both_wrong']})")
-    o = result["overall"]
-    click.echo(f"overall accuracy: A {_pct(o['a_accuracy']).strip()}% ({o['a_n']}), "
-               f"B {_pct(o['b_accuracy']).strip()}% ({o['b_n']}); z {o['z']:+.2f}, p {o['p_value']:.2g}")
-    rows = result["tasks"]
-    width = max([len("task")] + [len(r["task"] or "(none)") for r in rows[:top]])
-    predicted = result["predicted_from"] is not None
+    emit(result, as_json, lambda r: _echo_compare(r, top))
+
+
+def _echo_compare(result, top: int) -> None:
+    a, b = result.a, result.b
+    click.echo(f"{a} vs {b}: cosine distance {result.distance_cosine:.4f}; {b} is {a}'s "
+               f"#{result.rank_of_b_among_a_neighbours} neighbour of {result.n_neighbours}, {a} is {b}'s "
+               f"#{result.rank_of_a_among_b_neighbours}")
+    g = result.agreement
+    if g.shared_queries:
+        click.echo(f"{g.shared_queries} shared queries: they disagree on {100 * g.disagreement_rate:.1f}% "
+                   f"(both right {g.both_correct}, only A {g.only_a}, only B {g.only_b}, "
+                   f"both wrong {g.both_wrong})")
+    o = result.overall
+    click.echo(f"overall accuracy: A {_pct(o.a_accuracy).strip()}% ({o.a_n}), "
+               f"B {_pct(o.b_accuracy).strip()}% ({o.b_n}); z {o.z:+.2f}, p {o.p_value:.2g}")
+    rows = result.tasks
+    width = max([len("task")] + [len(r.task or "(none)") for r in rows[:top]])
+    predicted = result.predicted_from is not None
     head = f"{'task':<{width}}  {'A %':>6} {'n':>5}  {'B %':>6} {'n':>5}  {'A-B':>6}  {'z':>6}  {'p (Holm)':>9}"
     click.echo(head + ("   pred A  pred B" if predicted else ""))
     for r in rows[:top]:
-        diff = "-" if r["difference"] is None else f"{100 * r['difference']:+.1f}"
-        line = (f"{r['task'] or '(none)':<{width}}  {_pct(r['a_accuracy']):>6} {r['a_n']:>5}  "
-                f"{_pct(r['b_accuracy']):>6} {r['b_n']:>5}  {diff:>6}  {r['z']:>+6.2f}  {r['p_adjusted']:>9.2g}")
+        diff = "-" if r.difference is None else f"{100 * r.difference:+.1f}"
+        line = (f"{r.task or '(none)':<{width}}  {_pct(r.a_accuracy):>6} {r.a_n:>5}  "
+                f"{_pct(r.b_accuracy):>6} {r.b_n:>5}  {diff:>6}  {r.z:>+6.2f}  {r.p_adjusted:>9.2g}")
         if predicted:
-            line += f"   {_pct(r['a_predicted']):>6}  {_pct(r['b_predicted']):>6}"
+            line += f"   {_pct(r.a_predicted):>6}  {_pct(r.b_predicted):>6}"
         click.echo(line)
     if len(rows) > top:
         click.echo(f"... {len(rows) - top} more tasks (--top {len(rows)} or --json)")

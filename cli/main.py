@@ -10,20 +10,69 @@ from pathlib import Path
 
 import click
 
-from cli._common import _echo_json, _echo_neighbour, _registry
+from cli._common import (
+    _echo_json,
+    _echo_neighbour,
+    _registry,
+    echo_neighbour_header,
+    echo_warnings,
+    emit,
+    error_payload,
+    json_option,
+)
 from registry.errors import RegistryError
 
 HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
+_ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
+
+
+class _JsonError(click.ClickException):
+    """An error printed as {"error": {...}} on stdout (what a `--json` consumer parses), exit 1 or 2."""
+
+    def __init__(self, payload: dict, exit_code: int) -> None:
+        super().__init__(payload["message"])
+        self.payload = payload
+        self.exit_code = exit_code
+
+    def show(self, file=None) -> None:
+        import json
+
+        click.echo(json.dumps({"error": self.payload}, indent=2))
 
 
 class _Group(click.Group):
-    """Turns the registry's own errors into a one-line message and exit status 1."""
+    """Turns the registry's own errors into a one-line message naming the option the user typed, and
+    every error into JSON under --json; exit status 1 (2 for usage errors)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        ctx.meta[_ARGS] = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        return rest
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except RegistryError as err:
-            raise click.ClickException(str(err)) from None
+        except (RegistryError, click.ClickException) as err:
+            if isinstance(err, _JsonError):
+                raise
+            args = ctx.meta.get(_ARGS, [])
+            payload = error_payload(err, self._command_of(ctx, args))
+            usage = isinstance(err, click.UsageError)
+            if "--json" in args:
+                raise _JsonError(payload, 2 if usage else 1) from None
+            if isinstance(err, click.ClickException):
+                raise
+            raise click.ClickException(payload["message"]) from None
+
+    def _command_of(self, ctx: click.Context, args: list[str]) -> click.Command | None:
+        """The (sub)command these arguments name, or None."""
+        command: click.Command = self
+        try:
+            while isinstance(command, click.Group) and args:
+                _, command, args = command.resolve_command(ctx, args)
+        except click.UsageError:
+            return None
+        return None if command is self else command
 
 
 @click.group(cls=_Group)
@@ -38,13 +87,14 @@ def cli(ctx: click.Context, home: Path | None) -> None:
 
 @cli.command()
 @click.option("--encoder", default=None, help="Query encoder for new texts (default all-mpnet-base-v2).")
+@json_option
 @click.pass_context
-def init(ctx: click.Context, encoder: str | None) -> None:
+def init(ctx: click.Context, encoder: str | None, as_json: bool) -> None:
     """Create the registry home (an embedded LanceDB directory)."""
     reg = _registry(ctx)
-    if encoder:
+    if encoder is not None:
         reg.set_query_encoder(encoder)
-    click.echo(f"registry at {reg.home} (query encoder: {reg.query_encoder})")
+    emit(reg.info(), as_json, lambda info: click.echo(f"registry at {info.home} (query encoder: {info.query_encoder})"))
 
 
 @cli.command("import")
@@ -60,7 +110,7 @@ def init(ctx: click.Context, encoder: str | None) -> None:
 @click.option("--no-encode", is_flag=True, help="Store texts without encoding them now.")
 @click.option("--model-name", default=None, help="lm-eval: the model's name, overriding the results file.")
 @click.option("--metric", default=None, help="lm-eval: the per-sample field to use as the score.")
-@click.option("--json", "as_json", is_flag=True, help="Print the import report as JSON.")
+@json_option
 @click.pass_context
 def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix, no_encode, model_name,
             metric, as_json) -> None:
@@ -76,11 +126,11 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
         path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
         query_embeddings=query_embeddings, query_ids=query_ids, **options,
     )
-    for warning in report.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    if as_json:
-        _echo_json({k: v for k, v in vars(report).items()})
-        return
+    echo_warnings(report.warnings)
+    emit(report, as_json, _echo_import)
+
+
+def _echo_import(report) -> None:
     click.echo(
         f"imported {report.source}: {report.new_models} new models, {report.new_queries} new queries, "
         f"{report.new_evaluations} new evaluations ({report.updated_evaluations} updated, "
@@ -90,21 +140,21 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts of models, queries, evaluations, tasks and coverage."""
-    summary = _registry(ctx, create=False).stats()
-    if as_json:
-        _echo_json(summary)
-        return
-    click.echo(f"home:        {ctx.obj['home'] or '(default)'}")
-    click.echo(f"models:      {summary['models']}")
-    click.echo(f"queries:     {summary['queries']} in {len(summary['tasks'])} tasks")
-    click.echo(f"evaluations: {summary['evaluations']} (coverage {summary['coverage']:.4f})")
-    for name, n in summary["query_vectors"].items():
+    emit(_registry(ctx, create=False).stats(), as_json, _echo_stats)
+
+
+def _echo_stats(summary) -> None:
+    click.echo(f"home:        {summary.home}")
+    click.echo(f"models:      {summary.n_models}")
+    click.echo(f"queries:     {summary.n_queries} in {len(summary.queries_per_task)} tasks")
+    click.echo(f"evaluations: {summary.n_evaluations} (coverage {summary.coverage:.4f})")
+    for name, n in summary.query_vectors.items():
         click.echo(f"vectors:     {n} query vectors from {name}")
-    for task, n in summary["tasks"].items():
+    for task, n in summary.queries_per_task.items():
         click.echo(f"  {task:<24} {n}")
 
 
@@ -114,14 +164,17 @@ def models() -> None:
 
 
 @models.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def models_list(ctx: click.Context, as_json: bool) -> None:
     """List models with their metadata."""
-    records = _registry(ctx, create=False).models()
-    if as_json:
-        _echo_json([r.model_dump() for r in records])
-        return
+    from registry.results import ModelList
+
+    emit(ModelList(_registry(ctx, create=False).models()), as_json, _echo_models)
+
+
+def _echo_models(listed) -> None:
+    records = listed.root
     if not records:
         click.echo("no models yet (registry import PATH)")
         return
@@ -166,15 +219,16 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, as_json) -> Non
 @click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
 @click.option("--max-evals", default="all", show_default=True,
               help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def embed(ctx, all_, max_evals, as_json) -> None:
     """Embed models with the active encoder: one forward pass each, no training."""
-    summary = _registry(ctx, create=False).embed_all(max_evals=_evals_option(max_evals))
-    if as_json:
-        _echo_json(summary)
-        return
-    click.echo(f"embedded {summary['embedded']} models with encoder {summary['encoder_id']}")
+    try:
+        limit = _evals_option(max_evals)
+    except ValueError:
+        raise click.BadParameter(f"{max_evals!r} is not a number or 'all'", param_hint="--max-evals") from None
+    emit(_registry(ctx, create=False).embed_all(max_evals=limit), as_json,
+         lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"))
 
 
 @cli.command()
@@ -184,7 +238,7 @@ def embed(ctx, all_, max_evals, as_json) -> None:
 @click.option("--holdout-models", default=0, show_default=True, help="Models left out of training, onboarded after.")
 @click.option("--onboard-evals", default="16,32,64,128,256,512,1024", show_default=True,
               help="Comma-separated evaluation counts to embed held-out models from.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as_json) -> None:
     """LOCUS against EmbedLLM-MF, IRT-Net, kNN, best single model and oracle on held-out queries."""
@@ -193,25 +247,28 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
     except ValueError:
         raise click.BadParameter(f"{onboard_evals!r} is not a comma-separated list of numbers",
                                  param_hint="--onboard-evals") from None
-    log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     try:
-        result = _registry(ctx, create=False).evaluate(
-            pool=pool, evals_per_model=_evals_option(evals_per_model), seed=seed, holdout_models=holdout_models,
-            onboard_evals=onboard if holdout_models else (), progress=not as_json, log=log)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    if as_json:
-        _echo_json(result)
-        return
-    click.echo(f"pool: {len(result['pool'])} models; {result['n_test_queries']} test queries; "
-               f"{result['evals_per_model']} training evaluations per model; seed {result['seed']}")
+        per_model = _evals_option(evals_per_model)
+    except ValueError:
+        raise click.BadParameter(f"{evals_per_model!r} is not a number or 'all'",
+                                 param_hint="--evals-per-model") from None
+    log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
+    result = _registry(ctx, create=False).evaluate(
+        pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
+        onboard_evals=onboard if holdout_models else (), progress=not as_json, log=log)
+    emit(result, as_json, _echo_evaluation)
+
+
+def _echo_evaluation(result) -> None:
+    click.echo(f"pool: {len(result.pool)} models; {result.n_test_queries} test queries; "
+               f"{result.evals_per_model} training evaluations per model; seed {result.seed}")
     click.echo(f"{'method':<14}{'routing':>9}{'correctness':>13}")
-    for name, value in result["routing_accuracy"].items():
-        corr = result["correctness_accuracy"].get(name)
+    for name, value in result.routing_accuracy.items():
+        corr = result.correctness_accuracy.get(name)
         click.echo(f"{name:<14}{value:>9.4f}{(f'{corr:.4f}' if corr is not None else '-'):>13}")
-    for n, row in result.get("onboarding", {}).items():
-        click.echo(f"onboarding from {n:>5} evals: correctness {row['correctness_accuracy']:.4f}, "
-                   f"routing {row['routing_accuracy']:.4f}")
+    for n, row in (result.onboarding or {}).items():
+        click.echo(f"onboarding from {n:>5} evals: correctness {row.correctness_accuracy:.4f}, "
+                   f"routing {row.routing_accuracy:.4f}")
 
 
 def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -228,20 +285,18 @@ def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.argument("name")
 @click.option("--evals", "evals_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
-@click.option("--meta", multiple=True, help="Metadata key=value (family, params_b, provider, endpoint, licence, access, tags, ...).")
+@click.option("--meta", "metadata", multiple=True,
+              help="Metadata key=value (family, params_b, provider, endpoint, licence, access, tags, ...).")
 @click.option("--replace", is_flag=True, help="Replace a model of the same name (a new version).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
-def add_model(ctx, name, evals_file, meta, replace, as_json) -> None:
+def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
     """Onboard model NAME from its evaluations: one forward pass of the active encoder, no training."""
-    result = _registry(ctx, create=False).add_model(name, evals_file, _meta_pairs(meta), replace=replace)
-    for warning in result.pop("warnings", []):
-        click.echo(f"warning: {warning}", err=True)
-    if as_json:
-        _echo_json(result)
-        return
-    click.echo(f"{result['event']} {name} (version {result['version']}): embedded from {result['n_evals']} "
-               f"evaluations with encoder {result['encoder_id']}; {result['encoded_texts']} new texts encoded")
+    result = _registry(ctx, create=False).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
+    echo_warnings(result.warnings)
+    emit(result, as_json, lambda r: click.echo(
+        f"{r.event} {r.name} (version {r.version}): embedded from {r.n_evals} evaluations with encoder "
+        f"{r.encoder_id}; {r.encoded_texts} new texts encoded"))
 
 
 @cli.command()
@@ -249,80 +304,69 @@ def add_model(ctx, name, evals_file, meta, replace, as_json) -> None:
 @click.option("-k", default=5, show_default=True, help="How many neighbours.")
 @click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def search(ctx, name, k, metric, where, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
-    from indexing.home import resolve_home
-    from registry.search import similar
+    # A current saved index answers without opening LanceDB or importing torch.
+    emit(_registry(ctx, create=False).similar(name, k=k, metric=metric, where=where), as_json, _echo_search)
 
-    # Straight to the search module with the home path: a current saved index answers without
-    # opening LanceDB or importing torch.
-    home = resolve_home(ctx.obj["home"])
-    if not home.is_dir():
-        raise click.ClickException(f"no registry at {home} (run `registry init`)")
-    results = similar(home, name, k=k, metric=metric, where=where)
-    if as_json:
-        _echo_json({"query": name, "metric": metric, "results": results})
+
+def _echo_search(result) -> None:
+    if not result.neighbours:
+        click.echo("no neighbours" + (f" matching {result.where!r}" if result.where else ""))
         return
-    if not results:
-        click.echo("no neighbours" + (f" matching {where!r}" if where else ""))
-    for r in results:
-        _echo_neighbour(r)
+    echo_neighbour_header(result.metric)
+    for hit in result.neighbours:
+        _echo_neighbour(hit)
 
 
 @cli.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def show(ctx, name, as_json) -> None:
     """A model's record, metadata and embedding summary."""
-    reg = _registry(ctx, create=False)
-    record = reg.get(name)
-    row = {r["name"]: r for r in reg.store.read("models").to_pylist()}[name]
-    info = {**record.model_dump(), "version": row.get("version"), "encoder_id": row.get("encoder_id"),
-            "n_evals": row.get("n_evals"), "embedded": row.get("vector") is not None}
-    if as_json:
-        _echo_json(info)
-        return
-    for key, value in info.items():
+    emit(_registry(ctx, create=False).show(name), as_json, _echo_show)
+
+
+def _echo_show(info) -> None:
+    fields = {**info.record.model_dump(), **info.model_dump(exclude={"record"})}
+    for key, value in fields.items():
         if value not in (None, [], {}):
             click.echo(f"{key:<12} {value}")
 
 
 @cli.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def history(ctx, name, as_json) -> None:
     """Every version of a model, oldest first."""
-    rows = _registry(ctx, create=False).history(name)
-    if as_json:
-        _echo_json([{k: (str(v) if k == "time" else v) for k, v in r.items() if k not in ("vector", "record")}
-                    for r in rows])
-        return
-    for r in rows:
-        click.echo(f"v{r['version']:<3} {r['event']:<8} {r['time']:%Y-%m-%d %H:%M:%S}  encoder {r['encoder_id']}  "
-                   f"{r['n_evals']} evals")
+    emit(_registry(ctx, create=False).history(name), as_json, lambda h: [
+        click.echo(f"v{v.version:<3} {v.event:<8} {v.time:%Y-%m-%d %H:%M:%S}  encoder {v.encoder_id}  "
+                   f"{v.n_evals} evals") for v in h.versions])
 
 
 @cli.command()
 @click.argument("name")
+@json_option
 @click.pass_context
-def remove(ctx, name) -> None:
+def remove(ctx, name, as_json) -> None:
     """Remove a model (restorable: `registry restore NAME`)."""
-    _registry(ctx, create=False).remove(name)
-    click.echo(f"removed {name} (registry restore {name} brings it back)")
+    emit(_registry(ctx, create=False).remove(name), as_json,
+         lambda r: click.echo(f"removed {r.name} (registry restore {r.name} brings it back)"))
 
 
 @cli.command()
 @click.argument("name")
 @click.option("--version", type=int, default=None, help="The version to restore (default: the latest).")
+@json_option
 @click.pass_context
-def restore(ctx, name, version) -> None:
+def restore(ctx, name, version, as_json) -> None:
     """Restore a removed model, or an older version of one, from its history."""
-    result = _registry(ctx, create=False).restore(name, version)
-    click.echo(f"restored {name} from version {result['restored_version']} (now version {result['version']})")
+    emit(_registry(ctx, create=False).restore(name, version), as_json,
+         lambda r: click.echo(f"restored {r.name} from version {r.restored_version} (now version {r.version})"))
 
 
 @cli.command()
@@ -363,17 +407,15 @@ def audit(ctx, model, metric, quantile, tolerance, alpha, as_json, fail_on_flag)
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def check(ctx, as_json) -> None:
     """Consistency check: the index agrees with the models table, every evaluation names a stored query.
     Exits 1 when anything is wrong."""
-    problems = _registry(ctx, create=False).check()
-    if as_json:
-        _echo_json({"ok": not problems, "problems": problems})
-    else:
-        click.echo("\n".join(f"PROBLEM {p}" for p in problems) or "consistent: index, tables and evaluations agree")
-    if problems:
+    result = _registry(ctx, create=False).check()
+    emit(result, as_json, lambda r: click.echo(
+        "\n".join(f"PROBLEM {p}" for p in r.problems) or "consistent: index, tables and evaluations agree"))
+    if not result.ok:
         ctx.exit(1)
 
 
@@ -382,13 +424,16 @@ def check(ctx, as_json) -> None:
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--epochs", default=300, show_default=True, help="Training budget when no encoder is active yet.")
+@json_option
 @click.pass_context
-def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
+def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json: bool) -> None:
     """The main job: build a registry (synthetic pool unless --data), train, embed, search, audit."""
     from registry.demo import run_demo
 
     home = ctx.obj["home"] or Path("locus-demo")
-    run_demo(home, data=data, seed=seed, echo=click.echo, epochs=epochs)
+    report = run_demo(home, data=data, seed=seed, echo=(lambda line: None) if as_json else click.echo,
+                      epochs=epochs)
+    emit(report, as_json)
 
 
 def _register_analytics() -> None:

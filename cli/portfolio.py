@@ -6,7 +6,7 @@ import re
 
 import click
 
-from cli._common import _echo_json, _registry
+from cli._common import _registry, echo_warnings, emit, json_option
 
 _BUDGET = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[bBtT]?)\s*$")
 
@@ -47,7 +47,7 @@ def _number(value) -> str:
               help="Under a budget, keep models without params_b at no cost (total then a lower bound).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random-subset baseline.")
 @click.option("--draws", "random_draws", default=200, show_default=True, help="Random subsets in the baseline.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, as_json) -> None:
     """A few models that cover the pool in embedding space (appendix E.4), with routing accuracy on
@@ -57,30 +57,30 @@ def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, rando
     result = _registry(ctx, create=False).portfolio(k=k, budget_b=budget, method=method, where=where,
                                                     include_unknown_params=include_unknown_params, seed=seed,
                                                     random_draws=random_draws)
-    for warning in result["warnings"]:
-        click.echo(f"warning: {warning}", err=True)
-    if as_json:
-        _echo_json(result)
-        return
-    limit = f"k = {result['k']}" if result["budget_b"] is None else f"budget {result['budget_b']:g}B"
-    click.echo(f"{result['method']} portfolio ({limit}) from a pool of {result['pool']} models:")
-    for name in result["models"]:
-        size = result["params_b"][name]
+    echo_warnings(result.warnings)
+    emit(result, as_json, _echo_portfolio)
+
+
+def _echo_portfolio(result) -> None:
+    limit = f"k = {result.k}" if result.budget_b is None else f"budget {result.budget_b:g}B"
+    click.echo(f"{result.method} portfolio ({limit}) from a pool of {result.pool_size} models:")
+    for name in result.models:
+        size = result.params_b[name]
         click.echo(f"  {name:<36} {'?' if size is None else f'{size:g}B':>8}")
-    total = result["total_params_b"]
-    bound = " (at least: some sizes unknown)" if result["total_params_b_is_lower_bound"] else ""
+    total = result.total_params_b
+    bound = " (at least: some sizes unknown)" if result.total_params_b_is_lower_bound else ""
     click.echo(f"total parameters: {'unknown' if total is None else f'{total:g}B'}{bound}; "
-               f"coverage {result['coverage']:.3f}")
-    if result["routing_accuracy"] is None:
-        click.echo(f"routing accuracy: not measured ({result['accuracy_reason']})")
+               f"coverage {result.coverage:.3f}")
+    if result.routing_accuracy is None:
+        click.echo(f"routing accuracy: not measured ({result.accuracy_reason})")
         return
-    sd = result["random_routing_accuracy_sd"]
-    kind = "random feasible subsets" if result["budget_b"] is not None else f"random {result['k']}-model subsets"
-    click.echo(f"routing accuracy on {result['test_queries']} held-out test queries:")
-    click.echo(f"  portfolio   {_number(result['routing_accuracy'])}")
-    click.echo(f"  full pool   {_number(result['full_pool_routing_accuracy'])}")
-    click.echo(f"  random      {_number(result['random_routing_accuracy_mean'])} ± {_number(sd)} "
-               f"({kind}, {result['random_draws']} draws)")
+    sd = result.random_routing_accuracy_sd
+    kind = "random feasible subsets" if result.budget_b is not None else f"random {result.k}-model subsets"
+    click.echo(f"routing accuracy on {result.n_test_queries} held-out test queries:")
+    click.echo(f"  portfolio   {_number(result.routing_accuracy)}")
+    click.echo(f"  full pool   {_number(result.full_pool_routing_accuracy)}")
+    click.echo(f"  random      {_number(result.random_routing_accuracy_mean)} ± {_number(sd)} "
+               f"({kind}, {result.random_draws} draws)")
 
 
 COMMANDS: list[click.Command] = [portfolio]

@@ -5,7 +5,7 @@ import math
 
 import click
 
-from cli._common import _echo_json, _echo_neighbour, _registry
+from cli._common import _echo_neighbour, _registry, echo_neighbour_header, emit, json_option
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -37,19 +37,21 @@ def _parse_tasks(ctx, param, values) -> dict[str, float]:
 @click.option("--evals", default=512, show_default=True, help="Synthetic evaluations in the hypothetical set.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the query sample and the synthetic scores.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
     """Real models nearest to a hypothetical one with these task accuracies (appendix E.1)."""
     result = _registry(ctx, create=False).profile(targets, k=k, evals=evals, seed=seed, where=where)
-    if as_json:
-        _echo_json(result)
-        return
-    wanted = ", ".join(f"{t} {a:.2f} (sampled {result['per_task'][t]['accuracy']:.2f} over "
-                       f"{result['per_task'][t]['evals']})" for t, a in result["targets"].items())
-    click.echo(f"hypothetical model from {result['evals']} synthetic evaluations: {wanted}")
-    for r in result["results"]:
-        _echo_neighbour(r)
+    emit(result, as_json, _echo_profile)
+
+
+def _echo_profile(result) -> None:
+    wanted = ", ".join(f"{t} {a:.2f} (sampled {result.per_task[t].sampled_accuracy:.2f} over "
+                       f"{result.per_task[t].n_evals})" for t, a in result.targets.items())
+    click.echo(f"hypothetical model from {result.n_evals} synthetic evaluations: {wanted}")
+    echo_neighbour_header("cosine")
+    for hit in result.neighbours:
+        _echo_neighbour(hit)
 
 
 @click.command()
@@ -58,21 +60,22 @@ def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
 @click.option("--exclude", multiple=True, metavar="NAME", help="A model that must not be used; repeatable.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
 @click.option("--fallback", default=3, show_default=True, help="How many fallback models (neighbours of the top one).")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@json_option
 @click.pass_context
 def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
     result = _registry(ctx, create=False).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
-    if as_json:
-        _echo_json(result)
-        return
+    emit(result, as_json, _echo_route)
+
+
+def _echo_route(result) -> None:
     click.echo("P(correct)  model")
-    for r in result["ranking"]:
-        click.echo(f"{r['p_correct']:.4f}      {r['name']}")
-    if result["fallback"]:
-        top = result["ranking"][0]["name"]
-        click.echo(f"if {top} is unavailable: " +
-                   ", ".join(f"{f['name']} ({f['distance']:.4f})" for f in result["fallback"]))
+    for r in result.ranking:
+        click.echo(f"{r.p_correct:.4f}      {r.name}")
+    if result.fallbacks:
+        top = result.ranking[0].name
+        click.echo(f"if {top} is unavailable (cosine distance to it): " +
+                   ", ".join(f"{f.name} (d {f.distance_cosine:.4f})" for f in result.fallbacks))
 
 
 COMMANDS: list[click.Command] = [profile, route]

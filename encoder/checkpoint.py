@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from encoder.locus import Locus, LocusConfig
-from registry.errors import RegistryError
+from indexing.errors import RegistryError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "encoder_id", "WEIGHTS_FILE", "CONFIG_FILE"]
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from registry.errors import RegistryError
+from indexing.errors import RegistryError
 
 __all__ = [
     "QueryEncoder",

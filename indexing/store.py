@@ -30,7 +30,7 @@ import pyarrow as pa  # noqa: E402
 
 from indexing.home import GENERATION_FILE  # noqa: E402
 from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
-from registry.errors import InputError, RegistryError  # noqa: E402
+from indexing.errors import InputError, NotFoundError, RegistryError  # noqa: E402
 
 __all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name"]
 
@@ -174,7 +174,7 @@ class Store:
         if self.has_table(name):
             return self._db.open_table(name)
         if schema is None:
-            raise KeyError(name)
+            raise NotFoundError(f"the registry has no table {name!r} yet")
         self._require_transaction()
         return self._db.create_table(name, schema=schema)
 
@@ -184,7 +184,7 @@ class Store:
             schema = {QUERIES: QUERY_SCHEMA, EVALUATIONS: EVALUATION_SCHEMA, MODELS: MODEL_SCHEMA,
                       VERSIONS: VERSION_SCHEMA}.get(name)
             if schema is None:
-                raise KeyError(name)
+                raise NotFoundError(f"the registry has no table {name!r}")
             empty = schema.empty_table()
             return empty.select(columns) if columns else empty
         table = self._db.open_table(name)

@@ -18,6 +18,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from indexing.errors import InputError
+
 __all__ = ["VectorIndex", "HNSW_THRESHOLD", "METRICS"]
 
 HNSW_THRESHOLD = 50_000
@@ -123,7 +125,7 @@ class VectorIndex:
         """Up to k (row, distance) pairs, nearest first. Cosine distance is 1 - cosine similarity;
         Euclidean is the L2 distance. `allowed` restricts the search to these rows."""
         if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
+            raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
         if not self.names or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)

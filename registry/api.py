@@ -1,17 +1,43 @@
-"""`Registry`: the public Python API over one registry home."""
+"""`Registry`: the public Python API over one registry home.
+
+Every operation returns a typed result from `registry.results` (the CLI's `--json` prints the same
+objects) and raises only the errors of `registry.errors`. Opening a registry is cheap: the LanceDB store
+is opened on first use, so a search answered by the saved index never opens it.
+"""
 from __future__ import annotations
 
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import resolve_home
-from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
-from registry.errors import NotFoundError, RegistryError
-from registry.ingest import ImportReport, ingest, load_precomputed
-from registry.importers import read_batch
+from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
+from registry.results import (
+    CheckResult,
+    ClustersResult,
+    Comparison,
+    EmbedReport,
+    EvaluationReport,
+    HomeInfo,
+    ImportReport,
+    MapResult,
+    ModelChange,
+    ModelHistory,
+    ModelInfo,
+    PortfolioResult,
+    ProfileResult,
+    RemoveResult,
+    RestoreResult,
+    RouteDecision,
+    SearchResult,
+    Stats,
+    TrainReport,
+)
+
+if TYPE_CHECKING:
+    from indexing.store import Store
 
 __all__ = ["Registry"]
 
@@ -21,33 +47,56 @@ class Registry:
 
     >>> reg = Registry.open("~/.locus")           # or Registry.open() for $LOCUS_HOME / ~/.locus
     >>> reg.import_path("data/mmlu-pro")          # evaluations in, texts encoded once
-    >>> reg.stats()["models"]
+    >>> reg.stats().n_models
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: "Store | None" = None, *, home: Path | None = None) -> None:
+        if store is None and home is None:
+            raise TypeError("Registry needs a store or a home (Registry.open(home) opens one)")
         self._store = store
+        self._home = Path(home) if home is not None else store.home
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
-        return cls(Store(resolve_home(home), create=create))
+        """The registry at `home` ($LOCUS_HOME, else ~/.locus), created when missing unless `create=False`."""
+        path = resolve_home(home)
+        if create or not path.exists():
+            from indexing.store import Store
+
+            return cls(Store(path, create=create))
+        if not path.is_dir():
+            raise RegistryError(f"registry home {path} is not a directory")
+        return cls(home=path)
 
     @property
     def home(self) -> Path:
-        return self._store.home
+        return self._home
 
     @property
-    def store(self) -> Store:
+    def store(self) -> "Store":
+        """The LanceDB store (opened on first use). For scripts and tests; the API is the contract."""
+        if self._store is None:
+            from indexing.store import Store
+
+            self._store = Store(self._home, create=False)
         return self._store
 
     @property
     def query_encoder(self) -> str:
         """Name of the query encoder new texts are encoded with (default all-mpnet-base-v2)."""
-        return self._store.query_encoder
+        return self.store.query_encoder
 
     def set_query_encoder(self, name: str) -> None:
         from encoder.query_encoder import canonical_encoder_name
 
-        self._store.update_config(query_encoder=canonical_encoder_name(name))
+        if not isinstance(name, str) or not name.strip():
+            raise InputError("the query encoder name is empty", field="encoder")
+        self.store.update_config(query_encoder=canonical_encoder_name(name))
+
+    def info(self) -> HomeInfo:
+        """Where the registry lives and which encoders it uses."""
+        return HomeInfo(home=str(self.home), query_encoder=self.query_encoder,
+                        active_encoder=self.store.config.get("active_encoder"))
 
     # ------------------------------------------------------------------ import
     def import_path(
@@ -69,20 +118,21 @@ class Registry:
         that nothing is re-encoded. The import lands whole or not at all.
         """
         from encoder.query_encoder import canonical_encoder_name
+        from registry.importers import read_batch
+        from registry.ingest import ingest, load_precomputed
 
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
         precomputed = None
         if (query_embeddings is None) != (query_ids is None):
-            from registry.errors import InputError
-
-            raise InputError("--query-embeddings and --query-ids go together")
+            raise InputError("query embeddings and their query ids go together: give both or neither",
+                             field="query_embeddings" if query_embeddings is None else "query_ids")
         batch = read_batch(Path(path), format=format, id_prefix=id_prefix, **options)
         if query_embeddings is not None:
             precomputed = load_precomputed(
                 Path(query_embeddings), Path(query_ids), encoder=encoder_name, id_prefix=id_prefix
             )
         return ingest(
-            self._store,
+            self.store,
             batch,
             encoder=encoder_name if encode else None,
             load_encoder=_load_query_encoder,
@@ -90,20 +140,18 @@ class Registry:
         )
 
     # ------------------------------------------------------------ LOCUS encoder
-    def select_models(self, pool: str | None) -> list[str]:
+    def select_models(self, pool: str | None, *, field: str = "pool") -> list[str]:
         """Model names for a pool: None/"all", "open" (metadata access == open), or a filter
-        expression (see `registry.filters`). Refuses a pool that is empty."""
-        from registry.filters import parse_filter
+        expression (see `registry.filters`). Refuses a pool that is empty; errors name `field`."""
+        from registry.filters import matching
 
         records = self.models()
-        if pool in (None, "all"):
-            chosen = records
-        else:
-            text = "access == open" if pool == "open" else pool
-            chosen = parse_filter(text, records).select(records)
+        text = None if pool in (None, "all") else "access == open" if pool == "open" else pool
+        chosen = matching(text, records, field=field)
         if not chosen:
-            raise RegistryError(f"the pool {pool!r} matches no model in the registry ({len(records)} models)")
-        return [r.name for r in chosen]
+            raise InputError(f"the pool {pool!r} matches no model in the registry ({len(records)} models)",
+                             field=field)
+        return chosen
 
     def train(
         self,
@@ -114,20 +162,21 @@ class Registry:
         epochs: int | None = None,
         progress: bool = True,
         **options: Any,
-    ):
+    ) -> TrainReport:
         """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
         active encoder. `models` is a pool ("all", "open" or a filter)."""
         from registry.embedding import train_encoder
 
-        return train_encoder(self._store, query_encoder=self.query_encoder, models=self.select_models(models),
-                             evals_per_model=evals_per_model, seed=seed, epochs=epochs, progress=progress,
-                             **options)
+        return train_encoder(self.store, query_encoder=self.query_encoder,
+                             models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
+                             seed=seed, epochs=epochs, progress=progress, **options)
 
-    def embed_all(self, *, max_evals: int | None = None) -> dict[str, Any]:  # noqa: A003
+    def embed_all(self, *, max_evals: int | None = None) -> EmbedReport:  # noqa: A003
         """Embed every model with the active encoder (one forward pass each, no training)."""
         from registry.embedding import embed_all
 
-        return embed_all(self._store, max_evals=max_evals)
+        _check_count(max_evals, "max_evals", 1, optional=True)
+        return embed_all(self.store, max_evals=max_evals)
 
     def evaluate(
         self,
@@ -138,71 +187,80 @@ class Registry:
         holdout_models: int = 0,
         onboard_evals: tuple[int, ...] = (),
         progress: bool = False,
-        log=lambda message: None,
+        log: Callable[[str], None] = lambda message: None,
         **locus_options: Any,
-    ) -> dict[str, Any]:
+    ) -> EvaluationReport:
         """LOCUS against the baselines on this registry's evaluations (see `registry.evaluation`)."""
         from registry.dataset import load_eval_data
         from registry.evaluation import run_evaluation
 
-        names = self.select_models(pool)
-        data = load_eval_data(self._store, self.query_encoder, models=names)
-        return run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
-                              onboard_evals=onboard_evals, progress=progress, log=log,
-                              locus_options=locus_options or None)
+        _check_count(evals_per_model, "evals_per_model", 1, optional=True)
+        _check_count(holdout_models, "holdout_models", 0)
+        names = self.select_models(pool, field="pool")
+        data = load_eval_data(self.store, self.query_encoder, models=names)
+        result = run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
+                                onboard_evals=onboard_evals, progress=progress, log=log,
+                                locus_options=locus_options or None)
+        return EvaluationReport.model_validate(result)
 
     # ------------------------------------------------------------ the catalog
     def add_model(self, name: str, evaluations, metadata=None, *, replace: bool = False,
-                  max_evals: int | None = None) -> dict[str, Any]:
+                  max_evals: int | None = None) -> ModelChange:
         """Onboard a model: store its evaluations (query texts or known query ids with scores; a
         CSV/JSONL/Parquet path or an iterable) and embed it with the active encoder in one forward
         pass, no training. An existing name is refused unless `replace`."""
         from registry.catalog import add_model
 
-        return add_model(self._store, name, evaluations, metadata, replace=replace, max_evals=max_evals)
+        return add_model(self.store, name, evaluations, metadata, replace=replace, max_evals=max_evals)
 
-    def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> dict[str, Any]:
+    def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
         from registry.catalog import refine
 
-        return refine(self._store, name, more_evaluations, max_evals=max_evals)
+        return refine(self.store, name, more_evaluations, max_evals=max_evals)
 
-    def remove(self, name: str) -> dict[str, Any]:
+    def remove(self, name: str) -> RemoveResult:
         """Remove a model (its history stays: `restore` brings it back)."""
         from registry.catalog import remove
 
-        return remove(self._store, name)
+        return remove(self.store, name)
 
-    def restore(self, name: str, version: int | None = None) -> dict[str, Any]:
+    def restore(self, name: str, version: int | None = None) -> RestoreResult:
+        """Bring back a removed model, or an older version of a live one, from its history."""
         from registry.catalog import restore
 
-        return restore(self._store, name, version)
+        _check_count(version, "version", 1, optional=True)
+        return restore(self.store, name, version)
 
-    def history(self, name: str) -> list[dict[str, Any]]:
+    def history(self, name: str) -> ModelHistory:
         """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
         from registry.catalog import history
 
-        return history(self._store, name)
+        return history(self.store, name)
 
-    def list(self, where: str | None = None) -> list[ModelRecord]:
+    def list(self, where: str | None = None) -> list[ModelRecord]:  # noqa: A003
         """Model records, optionally filtered (see `registry.filters`)."""
+        from registry.filters import matching
+
         records = self.models()
-        if where is None:
-            return records
-        from registry.filters import parse_filter
+        keep = set(matching(where, records))
+        return [r for r in records if r.name in keep]
 
-        return parse_filter(where, records).select(records)
-
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None):
-        """The k nearest models (name, distance, metadata), nearest first, the model itself excluded."""
+    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None) -> SearchResult:
+        """The k nearest models to a model (itself excluded) or to a vector, nearest first. A current
+        saved index answers without opening the store."""
         from registry.search import similar
 
-        return similar(self._store, name_or_vector, k=k, metric=metric, where=where)
+        source = self._store if self._store is not None else self._home
+        hits = similar(source, name_or_vector, k=k, metric=metric, where=where, open_store=lambda: self.store)
+        return SearchResult(query=name_or_vector if isinstance(name_or_vector, str) else None, metric=metric,
+                            where=where, neighbours=hits)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
+        """The distance between two models' embeddings in `metric`."""
         from registry.search import distance
 
-        return distance(self._store, a, b, metric=metric)
+        return distance(self.store, a, b, metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
               tolerance: float = 0.10, alpha: float = 0.01) -> dict[str, Any]:
@@ -210,102 +268,117 @@ class Registry:
         evaluations do not show them to differ (see `registry.audit`)."""
         from registry.audit import audit
 
-        return audit(self._store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
+        return audit(self.store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-                where: str | None = None) -> dict[str, Any]:
+                where: str | None = None) -> ProfileResult:
         """Real models nearest to a hypothetical one with these task accuracies (paper, appendix E.1):
         `evals` stored queries are sampled over the named tasks, given synthetic scores whose task
-        means match `targets` in expectation, and embedded. Returns {"results": [{"name", "distance"}], ...}."""
+        means match `targets` in expectation, and embedded."""
         from registry.profile import profile
 
-        return profile(self._store, targets, k=k, evals=evals, seed=seed, where=where)
+        return profile(self.store, targets, k=k, evals=evals, seed=seed, where=where)
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
-                  random_draws: int = 200) -> dict[str, Any]:
+                  random_draws: int = 200) -> PortfolioResult:
         """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
         under a parameter budget in billions (the default method: greedy-budget with a budget, else
         kmedoids); with routing accuracies on held-out test queries."""
         from registry.portfolio import portfolio
 
-        return portfolio(self._store, k=k, budget_b=budget_b, method=method, where=where,
+        return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
                          include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
 
-    def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None, fallback: int = 3):
-        """Rank models by predicted P(correct) for a query text (a dict) or a list of texts (a list of
-        dicts, one batched pass); excluded models never appear; `fallback` lists the top model's
-        nearest available neighbours (appendix E.2)."""
+    def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
+              fallback: int = 3) -> RouteDecision | list[RouteDecision]:
+        """Rank models by predicted P(correct) for a query text (one decision) or a list of texts (a
+        list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
+        model's nearest available neighbours (appendix E.2)."""
         from registry.routing import route
 
-        return route(self._store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
+        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
-                 k: int | None = None) -> dict[str, Any]:
+                 k: int | None = None) -> ClustersResult:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
         the number of clusters by silhouette unless `k` is given."""
-        from registry.families import clusters
+        from registry.clusters import clusters
 
-        return clusters(self._store, where=where, plot=plot, linkage=linkage, k=k)
+        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k)
 
-    def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> dict[str, Any]:
+    def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> MapResult:  # noqa: A003
         """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
-        from registry.families import embedding_map
+        from registry.embedding_map import embedding_map
 
-        return embedding_map(self._store, plot, color_by=color_by, where=where)
+        return embedding_map(self.store, plot, color_by=color_by, where=where)
 
-    def compare(self, a: str, b: str) -> dict[str, Any]:
+    def compare(self, a: str, b: str) -> Comparison:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
-        from registry.families import compare
+        from registry.compare import compare
 
-        return compare(self._store, a, b)
+        return compare(self.store, a, b)
 
-    def check(self) -> list[str]:
-        """Consistency problems (empty when the table, the index and the evaluations agree)."""
+    def check(self) -> CheckResult:
+        """Consistency problems (none when the table, the index and the evaluations agree)."""
         from registry.search import check_consistency
 
-        return check_consistency(self._store)
+        problems = check_consistency(self.store)
+        return CheckResult(ok=not problems, problems=problems)
 
     # ------------------------------------------------------------------- reads
-    def stats(self) -> dict[str, Any]:
-        n_models = self._store.count(MODELS)
-        tasks = Counter(self._store.read(QUERIES, ["task"]).column("task").to_pylist())
+    def stats(self) -> Stats:
+        """Counts of models, queries (per task), evaluations and query vectors."""
+        from indexing.store import EVALUATIONS, MODELS, QUERIES, vector_table_name
+
+        store = self.store
+        n_models = store.count(MODELS)
+        tasks = Counter(store.read(QUERIES, ["task"]).column("task").to_pylist())
         n_queries = sum(tasks.values())
-        n_evals = self._store.count(EVALUATIONS)
-        return {
-            "models": n_models,
-            "queries": n_queries,
-            "evaluations": n_evals,
-            "tasks": dict(sorted(tasks.items())),
-            "coverage": round(n_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
-            "query_encoder": self.query_encoder,
-            "query_vectors": {
-                name: self._store.count(_vector_table(name)) for name in self._store.vector_encoders()
-            },
-        }
+        n_evals = store.count(EVALUATIONS)
+        return Stats(
+            home=str(self.home), n_models=n_models, n_queries=n_queries, n_evaluations=n_evals,
+            queries_per_task=dict(sorted(tasks.items())),
+            coverage=round(n_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
+            query_encoder=store.query_encoder, active_encoder=store.config.get("active_encoder"),
+            query_vectors={name: store.count(vector_table_name(name)) for name in store.vector_encoders()},
+        )
 
     def models(self) -> list[ModelRecord]:
-        from registry.catalog import record_of
+        """Every model record, by name."""
+        from indexing.store import MODELS
+        from registry.rows import record_of
 
-        rows = self._store.read(MODELS).to_pylist()
+        rows = self.store.read(MODELS).to_pylist()
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
 
     def get(self, name: str) -> ModelRecord:
-        for record in self.models():
-            if record.name == name:
-                return record
-        raise NotFoundError.model(name, [r.name for r in self.models()])
+        """One model's record."""
+        return self.show(name).record
+
+    def show(self, name: str) -> ModelInfo:
+        """One model's record with its version and embedding state."""
+        from registry.rows import model_rows, record_of
+
+        rows = model_rows(self.store)
+        if name not in rows:
+            raise NotFoundError.model(name, list(rows))
+        row = rows[name]
+        return ModelInfo(record=record_of(row), version=row.get("version"), encoder_id=row.get("encoder_id"),
+                         n_evals=row.get("n_evals"), embedded=row.get("vector") is not None,
+                         embedded_at=row.get("embedded_at"), added=row.get("added"))
 
 
-def _vector_table(encoder: str) -> str:
-    from indexing.store import vector_table_name
-
-    return vector_table_name(encoder)
+def _check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> None:
+    """An integer of at least `minimum` (None allowed when optional), else an InputError naming `field`."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
 
 
 def _load_query_encoder(name: str):
     from encoder.query_encoder import load_query_encoder
 
     return load_query_encoder(name)
-

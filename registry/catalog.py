@@ -6,7 +6,6 @@ evaluations, the model row with its vector, and a row of its history land togeth
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -15,24 +14,40 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from encoder.data import EvalData
-from indexing.store import EVALUATIONS, MODEL_SCHEMA, MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
+from indexing.store import EVALUATIONS, MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.embedding import DEFAULT_MAX_EMBED_EVALS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.importers._common import ImportBatch, query_id_for_text, text_hash
 from registry.ingest import ImportReport, ingest, model_row
-from registry.records import ModelRecord, Query, check_score
+from registry.records import ModelRecord, Query, check_score, validation_problem
+from registry.results import HistoryEntry, ModelChange, ModelHistory, RemoveResult, RestoreResult
+from registry.rows import model_rows, record_of, version_row, write_model
 
 __all__ = ["version_row", "evaluations_batch", "add_model", "refine", "remove", "restore", "history", "embed_model_rows",
            "model_rows", "record_of"]
 
 
-def record_of(row: Mapping[str, Any]) -> ModelRecord:
-    fields = {k: row.get(k) for k in ModelRecord.model_fields if k not in ("extra", "tags")}
-    return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(row.get("extra") or "{}"))
+def check_model_name(name: Any) -> str:
+    """A model name as given, or an InputError naming `name` (empty, padded, not text)."""
+    if not isinstance(name, str):
+        raise InputError(f"the model name must be text, not {type(name).__name__}", field="name")
+    if not name.strip():
+        raise InputError("the model name is empty", field="name")
+    if name != name.strip():
+        raise InputError(f"the model name {name!r} has leading or trailing spaces", field="name")
+    return name
 
 
-def model_rows(store: Store) -> dict[str, dict[str, Any]]:
-    return {row["name"]: row for row in store.read(MODELS).to_pylist()}
+def record_from_metadata(name: str, metadata: Mapping[str, Any] | None) -> ModelRecord:
+    """A ModelRecord from flat metadata (`--meta k=v`), an InputError naming `metadata` and the key
+    when a value is refused (never pydantic's own message)."""
+    try:
+        return ModelRecord.from_flat(name, dict(metadata or {}))
+    except ValueError as err:  # pydantic's ValidationError is one
+        key, problem = validation_problem(err)
+        if key is not None and key in (metadata or {}):
+            problem = f"{key}={metadata[key]}: {problem}"
+        raise InputError(problem, field="metadata") from None
 
 
 def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> ImportBatch:
@@ -138,24 +153,11 @@ def embed_model_rows(store: Store, active, names: list[str], *, max_evals: int |
     return out
 
 
-def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
-    return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
-            "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
-            "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when}
-
-
-def _write_model(store: Store, row: dict[str, Any], event: str) -> None:
-    table = store.table(MODELS, MODEL_SCHEMA)
-    table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
-        pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
-    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([version_row(row, event, now_utc())],
-                                                                    schema=VERSION_SCHEMA))
-
-
 def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] | ModelRecord | None = None, *,
-              replace: bool = False, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> dict[str, Any]:
+              replace: bool = False, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> ModelChange:
     from registry.embedding import active_encoder
 
+    name = check_model_name(name)
     active = active_encoder(store)
     existing = model_rows(store).get(name)
     if existing is not None and not replace:
@@ -163,10 +165,7 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
     if isinstance(metadata, ModelRecord):
         record = metadata.model_copy(update={"name": name})
     else:
-        try:
-            record = ModelRecord.from_flat(name, dict(metadata or {}))
-        except ValueError as err:
-            raise InputError(str(err), field="metadata") from None
+        record = record_from_metadata(name, metadata)
     batch = evaluations_batch(name, evaluations)
     batch.models = [record]
     # A fresh add holds exactly the evaluations given: a removed model of that name kept its
@@ -175,7 +174,7 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
                  replace_evaluations=True, max_evals=max_evals)
 
 
-def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> dict[str, Any]:
+def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> ModelChange:
     from registry.embedding import active_encoder
 
     active = active_encoder(store)
@@ -209,7 +208,7 @@ def _reuse_stored_queries(store: Store, batch: ImportBatch) -> None:
         batch.drop_duplicate_evaluations()
 
 
-def _land(store, active, batch, record, existing, *, event, replace_evaluations, max_evals) -> dict[str, Any]:
+def _land(store, active, batch, record, existing, *, event, replace_evaluations, max_evals) -> ModelChange:
     _reuse_stored_queries(store, batch)
     encoded = _encode_new_texts(store, batch, active.query_encoder)
     with store.transaction():
@@ -223,10 +222,10 @@ def _land(store, active, batch, record, existing, *, event, replace_evaluations,
         row = model_row(record, existing["added"] if existing else now_utc())
         row.update(vector=z.tolist(), encoder_id=active.encoder_id, n_evals=n_evals, embedded_at=now_utc(),
                    version=version)
-        _write_model(store, row, event)
-    return {"name": record.name, "version": version, "event": event, "encoder_id": active.encoder_id,
-            "n_evals": n_evals, "new_evaluations": report.new_evaluations, "encoded_texts": encoded,
-            "warnings": report.warnings}
+        write_model(store, row, event)
+    return ModelChange(name=record.name, version=version, event=event, encoder_id=active.encoder_id,
+                       n_evals=n_evals, new_evaluations=report.new_evaluations, encoded_texts=encoded,
+                       warnings=report.warnings)
 
 
 def _sql_literal(value: str) -> str:
@@ -235,7 +234,7 @@ def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def remove(store: Store, name: str) -> dict[str, Any]:
+def remove(store: Store, name: str) -> RemoveResult:
     rows = model_rows(store)
     if name not in rows:
         raise NotFoundError.model(name, list(rows))
@@ -243,10 +242,19 @@ def remove(store: Store, name: str) -> dict[str, Any]:
         store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
             [version_row(rows[name], "remove", now_utc())], schema=VERSION_SCHEMA))
         store.table(MODELS).delete(f"name = {_sql_literal(name)}")
-    return {"name": name, "removed": True, "version": rows[name].get("version")}
+    return RemoveResult(name=name, removed=True, version=rows[name].get("version"))
 
 
-def history(store: Store, name: str) -> list[dict[str, Any]]:
+def history(store: Store, name: str) -> ModelHistory:
+    """Every version of a model, oldest first."""
+    return ModelHistory(name=name, versions=[
+        HistoryEntry(version=r["version"], event=r["event"], time=r["time"], encoder_id=r["encoder_id"],
+                     n_evals=r["n_evals"], record=ModelRecord.model_validate_json(r["record"]))
+        for r in history_rows(store, name)])
+
+
+def history_rows(store: Store, name: str) -> list[dict[str, Any]]:
+    """The raw history rows of a model (with vectors), oldest first."""
     table = store.read(VERSIONS)
     rows = [r for r in table.to_pylist() if r["name"] == name]
     if not rows:
@@ -254,9 +262,9 @@ def history(store: Store, name: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["time"])
 
 
-def restore(store: Store, name: str, version: int | None = None) -> dict[str, Any]:
+def restore(store: Store, name: str, version: int | None = None) -> RestoreResult:
     """Bring back a removed model (or an older version of a live one) from its history."""
-    past = history(store, name)  # a "remove" row is a snapshot of the model as it was removed
+    past = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
     if version is not None:
         past = [r for r in past if r["version"] == version]
         if not past:
@@ -268,6 +276,6 @@ def restore(store: Store, name: str, version: int | None = None) -> dict[str, An
     row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
                embedded_at=chosen["time"], version=(int(current["version"] or 1) + 1) if current else chosen["version"])
     with store.transaction():
-        _write_model(store, row, "restore")
-    return {"name": name, "restored_version": chosen["version"], "version": row["version"]}
+        write_model(store, row, "restore")
+    return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])
 

@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Callable
 
 from registry.api import Registry
+from registry.results import DemoReport
 from registry.synthetic import synthetic_pool
 
 
-def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None], epochs: int = 300) -> Registry:
+def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None],
+             epochs: int = 300) -> DemoReport:
+    """Build (or reopen) the registry at `home` and tour it; `echo` narrates, the report holds every
+    step's typed result."""
     reg = Registry.open(home)
     echo(f"registry home: {reg.home.resolve()} (embedded LanceDB; query encoder {reg.query_encoder})")
     if data is None:
@@ -35,36 +39,40 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
          f"{report.new_evaluations} new evaluations, {report.encoded_texts} texts encoded, "
          f"{report.stored_precomputed} precomputed vectors stored")
     stats = reg.stats()
-    echo(f"registry: {stats['models']} models, {stats['queries']} queries in {len(stats['tasks'])} tasks, "
-         f"{stats['evaluations']} evaluations, coverage {stats['coverage']:.3f}")
+    echo(f"registry: {stats.n_models} models, {stats.n_queries} queries in {len(stats.queries_per_task)} tasks, "
+         f"{stats.n_evaluations} evaluations, coverage {stats.coverage:.3f}")
     for record in reg.models()[:8]:
         echo(f"  {record.name:<28} family={record.family} params_b={record.params_b} access={record.access}")
-    if stats["models"] > 8:
-        echo(f"  ... and {stats['models'] - 8} more (registry --home {home} models list)")
+    if stats.n_models > 8:
+        echo(f"  ... and {stats.n_models - 8} more (registry --home {home} models list)")
 
+    trained = None
     if reg.store.config.get("active_encoder") is None:
         echo(f"training the LOCUS encoder (at most {epochs} epochs; `registry train` for a full run) ...")
         trained = reg.train(epochs=epochs, progress=False)
         echo(f"  encoder {trained.encoder_id}: validation routing accuracy {trained.val_routing_accuracy:.3f} "
              f"after {trained.seconds:.0f} s")
     summary = reg.embed_all()
-    echo(f"embedded {summary['embedded']} models with encoder {summary['encoder_id']} (one forward pass each)")
-    _tour(reg, home, echo)
-    return reg
+    echo(f"embedded {summary.n_embedded} models with encoder {summary.encoder_id} (one forward pass each)")
+    tour = _tour(reg, home, echo)
+    return DemoReport(home=str(reg.home), synthetic=data is None, imported=report, stats=stats, trained=trained,
+                      embedded=summary, **tour)
 
 
-def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
+def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     """add-model -> search -> audit -> profile -> portfolio -> route -> clusters/map, on what was imported."""
     records = reg.models()
     source = max(records, key=lambda r: (r.params_b or 0.0, r.name)).name
     evals = _evaluations_of(reg, source)
     endpoint = f"{source}@new-endpoint"
+    added = None
     if endpoint not in {r.name for r in records}:
         added = reg.add_model(endpoint, evals, {"provider": "new-endpoint"})
-        echo(f"add-model {endpoint}: {added['n_evals']} evaluations embedded in one forward pass, no training")
+        echo(f"add-model {endpoint}: {added.n_evals} evaluations embedded in one forward pass, no training")
     echo(f"nearest to {endpoint}:")
-    for hit in reg.similar(endpoint, k=3):
-        echo(f"  {hit['distance']:.4f}  {hit['name']}")
+    nearest = reg.similar(endpoint, k=3)
+    for hit in nearest.neighbours:
+        echo(f"  {hit.distance:.4f}  {hit.name}")
     result = reg.audit()
     echo(f"audit: threshold {result['threshold']:.4f} (0.99 quantile of self-spread); "
          f"{result['candidates']} close pair(s), {len(result['cleared'])} cleared by their evaluations, "
@@ -76,35 +84,37 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
         echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) "
              f"{flag['score']:.3f}{shared}")
 
-    tasks = sorted(reg.stats()["tasks"])
+    tasks = sorted(reg.stats().queries_per_task)
     targets = {task: (0.9 if i == 0 else 0.3) for i, task in enumerate(tasks[:3])}
     found = reg.profile(targets, k=3)
     echo("profile " + " ".join(f"{t}={v}" for t, v in targets.items()) + ": "
-         + ", ".join(f"{h['name']} ({h['distance']:.4f})" for h in found["results"]))
+         + ", ".join(f"{h.name} ({h.distance:.4f})" for h in found.neighbours))
 
     k = min(3, len(records) - 1)
     chosen = reg.portfolio(k=k, method="kmedoids")
-    echo(f"portfolio (k-medoids, k={k}): {', '.join(chosen['models'])}")
-    if chosen["routing_accuracy"] is not None:
-        echo(f"  routing accuracy on {chosen['test_queries']} held-out queries {chosen['routing_accuracy']:.3f} "
+    echo(f"portfolio (k-medoids, k={k}): {', '.join(chosen.models)}")
+    if chosen.routing_accuracy is not None:
+        echo(f"  routing accuracy on {chosen.n_test_queries} held-out queries {chosen.routing_accuracy:.3f} "
              f"vs full pool "
-             f"{chosen['full_pool_routing_accuracy']:.3f} vs random {k}-model subsets "
-             f"{chosen['random_routing_accuracy_mean']:.3f} +- {chosen['random_routing_accuracy_sd']:.3f}")
+             f"{chosen.full_pool_routing_accuracy:.3f} vs random {k}-model subsets "
+             f"{chosen.random_routing_accuracy_mean:.3f} +- {chosen.random_routing_accuracy_sd:.3f}")
 
     question = reg.store.read("queries", ["text"]).column("text")[0].as_py()
     routed = reg.route(question, k=3)
-    top = routed["ranking"][0]["name"]
-    echo(f"route {question[:60]!r}: " + ", ".join(f"{r['name']} {r['p_correct']:.2f}" for r in routed["ranking"]))
+    top = routed.ranking[0].name
+    echo(f"route {question[:60]!r}: " + ", ".join(f"{r.name} {r.p_correct:.2f}" for r in routed.ranking))
     without = reg.route(question, k=3, exclude=[top])
-    echo(f"  with {top} down: " + ", ".join(f"{r['name']} {r['p_correct']:.2f}" for r in without["ranking"]))
+    echo(f"  with {top} down: " + ", ".join(f"{r.name} {r.p_correct:.2f}" for r in without.ranking))
 
     plots = home / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     families = reg.clusters(plot=plots / "clusters.png")
-    echo(f"clusters: {len(families['clusters'])} families, e.g. "
-         + "; ".join(", ".join(c["members"][:4]) for c in families["clusters"][:2]))
-    reg.map(plots / "map.png", color_by="family")
+    echo(f"clusters: {len(families.clusters)} families, e.g. "
+         + "; ".join(", ".join(c.members[:4]) for c in families.clusters[:2]))
+    drawn = reg.map(plots / "map.png", color_by="family")
     echo(f"plots: {plots / 'clusters.png'}, {plots / 'map.png'}")
+    return {"added": added, "nearest": nearest, "audit": result, "profile": found, "portfolio": chosen,
+            "route": routed, "route_without_top": without, "clusters": families, "map": drawn}
 
 
 def _evaluations_of(reg: Registry, name: str) -> list[dict]:

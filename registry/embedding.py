@@ -19,6 +19,7 @@ from encoder.data import EvalData, sample_per_model, split_queries
 from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
 from registry.dataset import load_eval_data
 from registry.errors import RegistryError
+from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
            "embedding_evals"]
@@ -39,19 +40,6 @@ MIN_EVALS_PER_MODEL = 16
 # every evaluation, against 42.7% (74.0%) from 1024 (encoder ea5914f08562b8e9; with cce1b05c9d08b959:
 # 46.9% (89.6%) against 37.5% (68.8%)).
 DEFAULT_MAX_EMBED_EVALS: int | None = None
-
-
-@dataclass
-class TrainReport:
-    encoder_id: str
-    models: list[str]
-    n_train_queries: int
-    n_val_queries: int
-    evals_per_model: int | None
-    best_epoch: int
-    val_routing_accuracy: float
-    seconds: float
-    checkpoint: str
 
 
 @dataclass
@@ -119,8 +107,10 @@ def train_encoder(
     else:
         staging.rename(final)
     store.update_config(active_encoder=encoder_id)
-    return TrainReport(encoder_id, data.models, int(len(split.train)), int(len(split.val)), evals_per_model,
-                       result.best_epoch, float(result.best_val_routing), float(result.seconds), str(final))
+    return TrainReport(encoder_id=encoder_id, models=data.models, n_train_queries=int(len(split.train)),
+                       n_val_queries=int(len(split.val)), evals_per_model=evals_per_model,
+                       best_epoch=int(result.best_epoch), val_routing_accuracy=float(result.best_val_routing),
+                       seconds=float(result.seconds), checkpoint=str(final))
 
 
 def active_encoder(store: Store, encoder_id: str | None = None) -> ActiveEncoder:
@@ -152,7 +142,7 @@ def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> 
     return [np.sort(rng.choice(e, size=max_evals, replace=False)) if len(e) > max_evals else e for e in per_model]
 
 
-def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, seed: int = 0) -> dict[str, Any]:
+def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, seed: int = 0) -> EmbedReport:
     """Embed every model with evaluations using the active encoder; write vectors to the models table."""
     from encoder.training import embed_models
 
@@ -174,12 +164,12 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
                    embedded_at=now)
         updated.append(row)
     from indexing.store import VERSION_SCHEMA, VERSIONS
-    from registry.catalog import version_row
+    from registry.rows import version_row
 
     with store.transaction():
         store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
             pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
         store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
             [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
-    return {"encoder_id": active.encoder_id, "embedded": len(updated),
-            "n_evals": {r["name"]: r["n_evals"] for r in updated}}
+    return EmbedReport(encoder_id=active.encoder_id, n_embedded=len(updated),
+                       n_evals={r["name"]: int(r["n_evals"]) for r in updated})

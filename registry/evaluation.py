@@ -19,6 +19,7 @@ import numpy as np
 
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.metrics import best_single_accuracy, correctness_accuracy, oracle_accuracy, routing_accuracy
+from registry.errors import InputError
 
 __all__ = ["run_evaluation", "truth_on"]
 
@@ -57,13 +58,14 @@ def run_evaluation(
     from encoder.training import embed_models, predict, train_locus
 
     if data.n_models < 2:
-        raise ValueError("evaluation needs a pool of at least 2 models")
+        raise InputError(f"evaluation needs a pool of at least 2 models, not {data.n_models}", field="pool")
     split = split_queries(data.n_queries, seed=seed)
     rng = np.random.default_rng(seed + 7919)
     held_out: list[str] = []
     if holdout_models:
         if holdout_models >= data.n_models - 1:
-            raise ValueError(f"--holdout-models {holdout_models} leaves fewer than 2 of {data.n_models} models to train on")
+            raise InputError(f"{holdout_models} held-out models leave fewer than 2 of {data.n_models} models to "
+                             "train on", field="holdout_models")
         held_out = sorted(rng.choice(data.models, size=holdout_models, replace=False).tolist())
     trained = [m for m in data.models if m not in held_out]
     train_data = data.select_models(trained)

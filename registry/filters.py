@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from registry.errors import InputError
 
-__all__ = ["ModelFilter", "parse_filter"]
+__all__ = ["ModelFilter", "parse_filter", "matching"]
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -195,13 +195,26 @@ class _Parser:
         return lambda m: _compare(op, m.get(field), expected)
 
 
-def parse_filter(text: str, records: Iterable) -> ModelFilter:
-    """Parse `text` against the fields the given ModelRecords have; refuses unknown fields."""
+def parse_filter(text: str, records: Iterable, *, field: str = "where") -> ModelFilter:
+    """Parse `text` against the fields the given ModelRecords have; refuses unknown fields. Errors
+    name `field`, the argument the filter came in (`where`, `pool`, `models`)."""
     from registry.records import METADATA_FIELDS
 
     known = {"name", *METADATA_FIELDS}
     for record in records:
         known.update(record.extra)
-    parser = _Parser(text, known)
-    predicate = parser.parse()
+    try:
+        parser = _Parser(text, known)
+        predicate = parser.parse()
+    except InputError as err:
+        raise InputError(err.problem, field=field) from None
     return ModelFilter(text=text, fields=frozenset(parser.used), _predicate=predicate)
+
+
+def matching(where: str | None, records: Iterable, *, field: str = "where") -> list[str]:
+    """The names of the ModelRecords that `where` selects (all of them when None): the one place every
+    operation applies its filter."""
+    records = list(records)
+    if where is None:
+        return [r.name for r in records]
+    return [r.name for r in parse_filter(where, records, field=field).select(records)]

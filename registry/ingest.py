@@ -9,7 +9,7 @@ Order of work, chosen so that a refused import changes nothing and a repeated im
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +29,7 @@ from indexing.store import (
 from registry.errors import InputError
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
+from registry.results import ImportReport
 
 __all__ = ["ImportReport", "Precomputed", "ingest", "load_precomputed", "model_row"]
 
@@ -42,28 +43,6 @@ class Precomputed:
     vectors: np.ndarray
     vectors_file: str
     ids_file: str
-
-
-@dataclass
-class ImportReport:
-    source: str
-    new_queries: int = 0
-    new_models: int = 0
-    updated_models: int = 0
-    new_evaluations: int = 0
-    updated_evaluations: int = 0
-    unchanged_evaluations: int = 0
-    encoder: str | None = None
-    encoded_texts: int = 0
-    stored_precomputed: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(
-            self.new_queries or self.new_models or self.updated_models or self.new_evaluations
-            or self.updated_evaluations or self.encoded_texts or self.stored_precomputed
-        )
 
 
 def load_precomputed(vectors_file: Path, ids_file: Path, *, encoder: str, id_prefix: str = "") -> Precomputed:

@@ -254,3 +254,12 @@ def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dic
     _place_labels(ax, fig, coords, names, fs)
     _save(fig, path)
     return colouring
+
+
+def plot_path(plot) -> Path:
+    """Where a plot goes: `plot` with `.png` when it has no suffix, its folder created."""
+    path = Path(plot).expanduser()
+    if path.suffix == "":
+        path = path.with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path

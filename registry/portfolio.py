@@ -63,6 +63,7 @@ from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
     from indexing.store import Store
+    from registry.results import PortfolioResult
 
 __all__ = ["portfolio", "PortfolioSpace", "METHODS", "rbf_kernel", "coverage", "kcenter", "kmedoids",
            "greedy_budget", "random_feasible"]
@@ -255,12 +256,13 @@ class PortfolioSpace:
         if not records:
             raise RegistryError("the registry holds no models yet (registry import PATH)")
         if where is not None:
-            from registry.filters import parse_filter
+            from registry.filters import matching
 
-            records = parse_filter(where, records).select(records)
+            keep = set(matching(where, records))
+            records = [r for r in records if r.name in keep]
             if not records:
-                raise RegistryError(f"--where {where!r} matches no model in the registry "
-                                    f"({len(models.records)} models)")
+                raise InputError(f"the filter {where!r} matches no model in the registry "
+                                 f"({len(models.records)} models)", field="where")
         warnings: list[str] = []
         embedded = set(models.index.names)
         missing = [r.name for r in records if r.name not in embedded]
@@ -391,9 +393,10 @@ class PortfolioSpace:
         return np.asarray(values, dtype=np.float64)
 
     def run(self, method: str, *, k: int | None = None, budget_b: float | None = None, seed: int = 0,
-            random_draws: int = 200) -> dict[str, Any]:
+            random_draws: int = 200) -> "PortfolioResult":
         """The portfolio and its accuracies against the full pool and random subsets (the result of
         `portfolio()`)."""
+        from registry.results import PortfolioResult
         if isinstance(random_draws, bool) or not isinstance(random_draws, (int, np.integer)) or random_draws < 1:
             raise InputError(f"random_draws must be an integer of at least 1, not {random_draws!r}",
                              field="random_draws")
@@ -431,12 +434,12 @@ class PortfolioSpace:
             "coverage": coverage(self.sim, chosen) / self.size,
             "kernel": {"type": "rbf", "distance": "euclidean", "sigma": self.sigma,
                        "sigma_rule": "median pairwise distance in the pool"},
-            "pool": self.size,
+            "pool_size": self.size,
             "pool_total_params_b": round(float(sum(pool_known)), 6) if pool_known else None,
             "where": self.where,
             "excluded_unknown_params": list(self.excluded_unknown_params),
-            "test_queries": self.test_queries,
-            "test_queries_scored": self.test_queries_scored,
+            "n_test_queries": self.test_queries,
+            "n_test_queries_scored": self.test_queries_scored,
             "scoring": self.scoring,
             "accuracy_reason": self.accuracy_reason,
             "warnings": list(self.warnings),
@@ -444,7 +447,7 @@ class PortfolioSpace:
         result.update(details)
         if unknown and method != "greedy-budget":
             result["warnings"].append(f"no params_b for {', '.join(unknown)}: total_params_b is a lower bound")
-        return result
+        return PortfolioResult.model_validate(result)
 
 
 def _billions(value: float) -> str:
@@ -476,7 +479,7 @@ def _check_request(method: Any, k: Any, budget_b: Any) -> tuple[str, int | None,
 
 def portfolio(store: "Store", *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
               where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
-              random_draws: int = 200) -> dict[str, Any]:
+              random_draws: int = 200) -> "PortfolioResult":
     """A portfolio of k models (`kcenter`, `kmedoids`) or within `budget_b` billion parameters
     (`greedy-budget`) chosen from the embeddings of the pool (embedded models passing `where`), with
     its routing accuracy on the held-out test queries next to the full pool's and random subsets'

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
     from indexing.store import Store
+    from registry.results import ProfileResult
 
 __all__ = ["ALLOCATIONS", "ProfileSpace", "profile"]
 
@@ -107,14 +108,11 @@ class ProfileSpace:
     def pool(self, where: str | None) -> np.ndarray:
         """Rows of the index that `where` allows (every embedded model when None)."""
         names = self.models.index.names
-        if where is None:
+        rows = self.models.allowed_rows(where)
+        if rows is None:
             return np.arange(len(names), dtype=np.int64)
-        from registry.filters import parse_filter
-
-        keep = parse_filter(where, list(self.models.records.values()))
-        rows = np.array([i for i, n in enumerate(names) if keep.matches(self.models.records[n])], dtype=np.int64)
         if len(rows) == 0:
-            raise RegistryError(f"the filter {where!r} matches none of the {len(names)} embedded models")
+            raise InputError(f"the filter {where!r} matches none of the {len(names)} embedded models", field="where")
         return rows
 
     def synthetic_set(self, targets: dict[str, float], evals: int, seed: int,
@@ -144,7 +142,9 @@ class ProfileSpace:
         return embed_models(self.active.locus, data, [np.arange(len(rows))])[0]
 
     def profile(self, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-                where: str | None = None, allocation: str = "proportional") -> dict[str, Any]:
+                where: str | None = None, allocation: str = "proportional") -> ProfileResult:
+        from registry.results import Neighbour, ProfileResult, TaskSample
+
         targets = _check_targets(targets)
         unknown = [t for t in targets if t not in self.by_task]
         if unknown:
@@ -173,24 +173,19 @@ class ProfileSpace:
         per_task = {}
         for task in sorted(targets):
             mask = row_tasks == task
-            per_task[task] = {"evals": int(mask.sum()), "accuracy": round(float(scores[mask].mean()), 4)}
-        return {
-            "targets": targets,
-            "evals": len(rows),
-            "seed": seed,
-            "allocation": allocation,
-            "per_task": per_task,
-            "encoder_id": self.active.encoder_id,
-            "pool": pool_size,
-            "results": [{"name": names[row], "distance": dist, "metadata": self.models.records[names[row]].metadata()}
-                        for row, dist in hits],
-        }
+            per_task[task] = TaskSample(n_evals=int(mask.sum()), sampled_accuracy=round(float(scores[mask].mean()), 4))
+        return ProfileResult(
+            targets=targets, n_evals=len(rows), seed=seed, allocation=allocation, per_task=per_task,
+            encoder_id=self.active.encoder_id, pool_size=pool_size,
+            neighbours=[Neighbour(name=names[row], distance=dist, metric="cosine",
+                                  metadata=self.models.records[names[row]].metadata()) for row, dist in hits],
+        )
 
 
 def profile(store: Store, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-            where: str | None = None, allocation: str = "proportional") -> dict[str, Any]:
+            where: str | None = None, allocation: str = "proportional") -> ProfileResult:
     """The k real models nearest (cosine) to a hypothetical model with these task accuracies, nearest
-    first: {"targets", "evals", "per_task" (sampled evaluations and realised accuracy), "results":
-    [{"name", "distance", "metadata"}], ...}. See the module docstring for how the set is drawn."""
+    first, with the sampled evaluations and realised accuracy per task. See the module docstring for
+    how the set is drawn."""
     targets = _check_targets(targets)
     return ProfileSpace(store).profile(targets, k=k, evals=evals, seed=seed, where=where, allocation=allocation)

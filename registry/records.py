@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS"]
+__all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
 
 # Typed metadata columns of the models table; anything else goes to ModelRecord.extra.
 METADATA_FIELDS = ("family", "params_b", "provider", "endpoint", "licence", "access", "tags")
@@ -124,3 +124,15 @@ def _coerce_scalar(value: Any) -> Any:
         except ValueError:
             pass
     return value
+
+
+def validation_problem(err: Exception) -> tuple[str | None, str]:
+    """(field, message) of a pydantic ValidationError (its first error) or a plain ValueError, in words a
+    user reads: never pydantic's own multi-line text with its URL."""
+    errors = getattr(err, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ())) or None
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        return field, message
+    return None, str(err)

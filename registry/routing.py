@@ -19,6 +19,7 @@ from registry.errors import InputError, NotFoundError, RegistryError
 
 if TYPE_CHECKING:
     from indexing.store import Store
+    from registry.results import RouteDecision
 
 __all__ = ["query_vectors", "route"]
 
@@ -63,13 +64,14 @@ def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndar
 
 
 def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3) -> dict[str, Any] | list[dict[str, Any]]:
-    """For one text a dict, for a list of texts a list of dicts (one batched prediction):
-    {"query", "ranking": [{"name", "p_correct"}] (top k, most likely first), "fallback": [{"name",
-    "distance"}] (the top model's nearest candidates, up to `fallback`)}. Candidates are the
-    embedded models that pass `where` and are not in `exclude`; an excluded model never appears."""
+          where: str | None = None, fallback: int = 3) -> "RouteDecision | list[RouteDecision]":
+    """For one text a decision, for a list of texts a list of decisions (one batched prediction): the
+    top k models by P(correct), most likely first, and the top model's nearest candidates (cosine
+    distance, up to `fallback`). Candidates are the embedded models that pass `where` and are not in
+    `exclude`; an excluded model never appears."""
     from encoder.training import predict
     from registry.embedding import active_encoder
+    from registry.results import Fallback, RankedModel, RouteDecision
     from registry.search import open_index
 
     texts, single = _texts(queries)
@@ -88,19 +90,15 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     if models.index.encoder_id != active.encoder_id:
         raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
                             f"{active.encoder_id}: run `registry embed --all`")
-    allowed = list(range(len(names)))
-    if where is not None:
-        from registry.filters import parse_filter
-
-        keep = parse_filter(where, list(models.records.values()))
-        allowed = [i for i in allowed if keep.matches(models.records[names[i]])]
-        if not allowed:
-            raise RegistryError(f"the filter {where!r} matches none of the {len(names)} embedded models")
+    rows_where = models.allowed_rows(where)
+    allowed = list(range(len(names))) if rows_where is None else rows_where.tolist()
+    if not allowed:
+        raise InputError(f"the filter {where!r} matches none of the {len(names)} embedded models", field="where")
     excluded = set(exclude)
     rows = np.asarray([i for i in allowed if names[i] not in excluded], dtype=np.int64)
     if len(rows) == 0:
-        raise RegistryError(f"no model left to route to: all {len(allowed)} embedded models"
-                            f"{' matching the filter' if where else ''} are excluded")
+        raise InputError(f"no model left to route to: all {len(allowed)} embedded models"
+                         f"{' matching the filter' if where else ''} are excluded", field="exclude")
 
     phi, _ = query_vectors(store, active.query_encoder, texts)
     if phi.shape[1] != active.config.query_dim:
@@ -111,11 +109,11 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     out = []
     for j, text in enumerate(texts):
         order = sorted(range(len(rows)), key=lambda i: (-float(p[i, j]), names[rows[i]]))
-        ranking = [{"name": names[rows[i]], "p_correct": round(float(p[i, j]), 6)} for i in order[:k]]
+        ranking = [RankedModel(name=names[rows[i]], p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
         top = rows[order[0]]
         others = rows[rows != top]
         hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
             if fallback and len(others) else []
-        out.append({"query": text, "ranking": ranking,
-                    "fallback": [{"name": names[r], "distance": d} for r, d in hits]})
+        out.append(RouteDecision(query=text, ranking=ranking,
+                                 fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
     return out[0] if single else out

@@ -1,197 +1,114 @@
-"""Similarity search over the models' embeddings: the FAISS index, kept in step with the table.
+"""Similarity search over the models' embeddings, on the index `indexing.model_index.ModelIndex` owns.
 
-The index is built from the models table for the active encoder id and saved in `<home>/index/`
-with the models' records and the store's generation token. A search first tries that saved index:
-when no transaction is open and the generation token is unchanged since it was saved, nothing in the
-tables has changed, and the search runs without opening LanceDB (so `registry search` starts fast).
-Otherwise it opens the store, checks the index against the models table's version, and rebuilds it
-when stale. A registry whose models carry vectors from more than one encoder is refused for search
-until `registry embed --all`.
+This module adds what the registry knows and the index does not: model records (typed metadata), the
+`--where` filter, and typed results.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from indexing.home import GENERATION_FILE, JOURNAL_FILE
-from indexing.vector_index import METRICS, VectorIndex
-from registry.errors import InputError, NotFoundError, RegistryError
+from indexing.errors import InputError, RegistryError
+from indexing.model_index import METRICS, ModelIndex
 from registry.records import ModelRecord
+from registry.rows import record_of
 
 if TYPE_CHECKING:
     from indexing.store import Store
+    from registry.results import Neighbour
 
-__all__ = ["EmbeddedModels", "open_index", "similar", "distance", "check_consistency"]
-
-_INDEX_DIR = "index"
-_CURRENT = "current.json"
+__all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "distance",
+           "check_consistency"]
 
 
 @dataclass
 class EmbeddedModels:
-    index: VectorIndex
-    records: dict[str, ModelRecord]  # every model, embedded or not
-    encoders_seen: set[str]
+    """The index with the models' records: `index.names`, `index.vectors`, `index.encoder_id`,
+    `index.search(...)`, `records` (every model, embedded or not), `vector(name)`."""
+
+    index: ModelIndex
+    records: dict[str, ModelRecord]
 
     def vector(self, name: str) -> np.ndarray:
-        if name not in self.records:
-            raise NotFoundError.model(name, list(self.records))
-        try:
-            return self.index.vectors[self.index.names.index(name)]
-        except ValueError:
-            raise RegistryError(f"model {name!r} has no embedding yet: run `registry embed --all`") from None
+        return self.index.vector(name)
+
+    def allowed_rows(self, where: str | None) -> np.ndarray | None:
+        """Rows of the index whose models match `where` (None: every row)."""
+        if where is None:
+            return None
+        from registry.filters import matching
+
+        keep = set(matching(where, list(self.records.values())))
+        return np.array([i for i, n in enumerate(self.index.names) if n in keep], dtype=np.int64)
 
 
-def _generation(home: Path) -> str | None:
-    try:
-        return (home / GENERATION_FILE).read_text()
-    except OSError:
-        return None
+def open_index(store_or_home: "Store | str | Path", *, rebuild: bool = False,
+               store: "Callable[[], Store] | None" = None) -> EmbeddedModels:
+    """The index for the models table as it is now, with records (see `ModelIndex.open`)."""
+    index = ModelIndex.open(store_or_home, rebuild=rebuild, store=store)
+    return EmbeddedModels(index, {n: record_of(r) for n, r in index.rows.items()})
 
 
-def _saved(home: Path) -> EmbeddedModels | None:
-    """The saved index when it is provably current (see module docstring), without LanceDB."""
-    import json
-
-    if (home / JOURNAL_FILE).exists():
-        return None
-    try:
-        current = json.loads((home / _INDEX_DIR / _CURRENT).read_text())
-    except (OSError, ValueError):
-        return None
-    generation = _generation(home)
-    if generation is None or current.get("generation") != generation:
-        return None
-    loaded = VectorIndex.load(home / _INDEX_DIR, current["encoder_id"])
-    if loaded is None:
-        return None
-    index, meta = loaded
-    if meta.get("generation") != generation:
-        return None
-    records = {name: ModelRecord.model_validate(r) for name, r in meta["records"].items()}
-    return EmbeddedModels(index, records, set(meta["encoders_seen"]))
-
-
-def open_index(store_or_home, *, rebuild: bool = False) -> EmbeddedModels:
-    """The index for the models table as it is now (the saved one if current, else rebuilt)."""
-    import json
-
-    is_path = isinstance(store_or_home, (str, Path))
-    home = Path(store_or_home) if is_path else store_or_home.home
-    if not rebuild:
-        saved = _saved(home)
-        if saved is not None:
-            return _refuse_mixed(saved, home)
-    from indexing.store import MODELS, Store
-    from registry.catalog import record_of
-
-    store = Store(home, create=False) if is_path else store_or_home
-    generation = _generation(home)
-    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
-    embedded = sorted(n for n, r in rows.items() if r.get("vector") is not None)
-    encoders = {rows[n]["encoder_id"] for n in embedded}
-    encoder_id = next(iter(encoders)) if len(encoders) == 1 else (store.config.get("active_encoder") or "none")
-    chosen = [n for n in embedded if rows[n]["encoder_id"] == encoder_id]
-    vectors = (np.array([rows[n]["vector"] for n in chosen], dtype=np.float32) if chosen
-               else np.zeros((0, 0), dtype=np.float32))
-    version = store.versions().get(MODELS, 0)
-    directory = home / _INDEX_DIR
-    loaded = None if rebuild else VectorIndex.load(directory, encoder_id)
-    index, saved_generation = None, None
-    if loaded is not None:
-        candidate, meta = loaded
-        if candidate.table_version == version and candidate.names == chosen:
-            index, saved_generation = candidate, meta.get("generation")
-    if index is None:
-        index = VectorIndex.build(encoder_id, chosen, vectors, table_version=version)
-    records = {n: record_of(r) for n, r in rows.items()}
-    models = EmbeddedModels(index, records, encoders)
-    if (chosen and generation is not None and saved_generation != generation
-            and not (home / JOURNAL_FILE).exists()):
-        meta = {"generation": generation, "encoders_seen": sorted(encoders),
-                "records": {n: r.model_dump() for n, r in records.items()}}
-        index.save(directory, meta)
-        (directory / _CURRENT).write_text(json.dumps({"encoder_id": encoder_id, "generation": generation}))
-    return _refuse_mixed(models, home)
-
-
-def _refuse_mixed(models: EmbeddedModels, home: Path) -> EmbeddedModels:
-    if len(models.encoders_seen) > 1:
-        raise RegistryError(
-            f"models carry vectors from {len(models.encoders_seen)} encoders "
-            f"({', '.join(sorted(models.encoders_seen))}). Vectors from different encoders are not comparable: "
-            "run `registry embed --all`."
-        )
+def open_embedded(store: "Store") -> EmbeddedModels:
+    """`open_index`, refusing a registry in which no model is embedded yet with a message saying so."""
+    models = open_index(store)
+    if not models.index.names:
+        raise RegistryError(f"no model in the registry is embedded yet ({len(models.records)} models): "
+                            "registry train, then registry embed --all")
     return models
 
 
-def _allowed_rows(models: EmbeddedModels, where: str | None) -> np.ndarray | None:
-    if where is None:
-        return None
-    from registry.filters import parse_filter
-
-    keep = parse_filter(where, list(models.records.values()))
-    return np.array([i for i, n in enumerate(models.index.names) if keep.matches(models.records[n])], dtype=np.int64)
+def embedded_subset(store: "Store", where: str | None, *, need: int,
+                    what: str) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+    """(names, (n, d) float32 vectors, records) of the embedded models that match `where`; refuses
+    fewer than `need` of them, saying `what` needs them."""
+    models = open_embedded(store)
+    names, z = list(models.index.names), models.index.vectors
+    rows = models.allowed_rows(where)
+    if rows is not None:
+        if not len(rows):
+            raise InputError(f"no embedded model matches {where!r} ({len(names)} embedded models)", field="where")
+        names, z = [names[i] for i in rows], z[rows]
+    if len(names) < need:
+        scope = f" matching {where!r}" if where is not None else ""
+        raise RegistryError(f"{what} needs at least {need} embedded models; the registry has {len(names)}{scope}")
+    return names, np.asarray(z, dtype=np.float32), {n: models.records[n] for n in names}
 
 
 def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
-            where: str | None = None) -> list[dict[str, Any]]:
+            where: str | None = None, open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded)."""
+    from registry.results import Neighbour
+
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    if k < 1:
-        raise InputError(f"k must be at least 1, not {k}", field="k")
-    models = open_index(store)
-    own = None
-    if isinstance(query, str):
-        own = query
-        vector = models.vector(query)
-    else:
-        vector = np.asarray(query, dtype=np.float32).reshape(-1)
-        if models.index.names and vector.shape[0] != models.index.vectors.shape[1]:
-            raise InputError(f"the vector has {vector.shape[0]} dimensions; the registry's have "
-                             f"{models.index.vectors.shape[1]}", field="vector")
-    allowed = _allowed_rows(models, where)
-    if allowed is not None and own is not None:
-        allowed = allowed[allowed != models.index.names.index(own)]
-    hits = models.index.search(vector, k + (1 if own is not None and allowed is None else 0), metric=metric,
-                               allowed=allowed)
-    results = []
-    for row, dist in hits:
-        name = models.index.names[row]
-        if name == own:
-            continue
-        results.append({"name": name, "distance": dist, "metadata": models.records[name].metadata()})
-    return results[:k]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
+    models = open_index(store, store=open_store)
+    hits = models.index.neighbours(query, int(k), metric=metric, allowed=models.allowed_rows(where))
+    return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
+            for name, dist in hits]
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
+    if metric not in METRICS:
+        raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     models = open_index(store)
     x, y = models.vector(a), models.vector(b)
     if metric == "cosine":
         return float(1.0 - x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
-    if metric == "euclidean":
-        return float(np.linalg.norm(x - y))
-    raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
+    return float(np.linalg.norm(x - y))
 
 
-def check_consistency(store) -> list[str]:
+def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
-    from indexing.store import EVALUATIONS, MODELS, QUERIES
+    from indexing.store import EVALUATIONS, QUERIES
 
-    problems = []
-    models = open_index(store)
-    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
-    names = sorted(n for n, r in rows.items() if r.get("vector") is not None)
-    if models.index.names != names:
-        problems.append("index names differ from the embedded models in the table")
-    for i, name in enumerate(models.index.names):
-        if name not in rows or not np.allclose(models.index.vectors[i], rows[name]["vector"]):
-            problems.append(f"index vector of {name!r} differs from the table")
+    problems = open_index(store).index.problems(store)
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q

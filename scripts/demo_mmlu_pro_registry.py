@@ -50,8 +50,8 @@ def main() -> None:
 
     reg.add_model("Llama-3-8B (re-added)", evaluations("Llama-3-8B"), {"family": "llama3"})
     print("\nnearest to 'Llama-3-8B (re-added)', 1024 of Llama-3-8B's evaluations, shuffled:")
-    for hit in reg.similar("Llama-3-8B (re-added)", k=5):
-        print(f"  {hit['distance']:.5f}  {hit['name']}")
+    for hit in reg.similar("Llama-3-8B (re-added)", k=5).neighbours:
+        print(f"  {hit.distance:.5f}  {hit.name}")
 
     reg.add_model("Mistral-7B-v0.1 (re-added)", evaluations("Mistral-7B-v0.1"), {"family": "mistral"})
     planted = {frozenset(("Mistral-7B-v0.1", copy)) for copy in ("Mistral-7B-v0.1 (re-added)",

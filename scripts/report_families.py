@@ -71,7 +71,7 @@ def main() -> None:
     reg, built = mmlu_pro_registry(Path(args.home) if args.home else None, threads=args.threads)
     from scipy.stats import pearsonr, spearmanr
 
-    from registry.families import adjusted_rand_index, cluster_distances, cosine_distances, family_agreement
+    from registry.clusters import adjusted_rand_index, cluster_distances, cosine_distances, family_agreement
     from registry.search import open_index
 
     FIGURES.mkdir(parents=True, exist_ok=True)
@@ -108,30 +108,30 @@ def main() -> None:
     say("`registry clusters --plot docs/results/families/mmlu-pro-clusters.png` (average linkage on cosine "
         "distances; the number of clusters is the mean-silhouette maximum over k = 2..31):")
     say()
-    say(f"**{result['k']} clusters**, mean silhouette {result['silhouette']:.2f} ({result['structure']} "
-        f"structure by Kaufman & Rousseeuw's reading), cophenetic correlation {result['cophenetic_correlation']:.2f}.")
+    say(f"**{result.k} clusters**, mean silhouette {result.silhouette:.2f} ({result.structure} "
+        f"structure by Kaufman & Rousseeuw's reading), cophenetic correlation {result.cophenetic_correlation:.2f}.")
     say()
     say("| cluster | models | families |")
     say("|---:|---|---|")
-    for c in result["clusters"]:
-        fam = ", ".join(f"{f} x{k}" if k > 1 else f for f, k in c["families"].items())
-        say(f"| {c['id']} | {', '.join(c['members'])} | {fam} |")
+    for c in result.clusters:
+        fam = ", ".join(f"{f} x{k}" if k > 1 else f for f, k in c.families.items())
+        say(f"| {c.id} | {', '.join(c.members)} | {fam} |")
     say()
     say("![dendrogram and distance heatmap](families/mmlu-pro-clusters.png)")
     say()
-    g = result["family_agreement"]
+    g = result.family_agreement
     say("### Agreement with the `family` metadata")
     say()
-    say(f"Over {g['models']} models in {g['families']} families: adjusted Rand index **{g['adjusted_rand']:.2f}** "
-        f"(0 is chance, 1 the same partition; permutation p = {g['p_value']:.3f} over {g['permutations']} "
-        f"shuffles of the family labels), purity {g['purity']:.2f}; with the tree cut into "
-        f"{g['at_family_count']['k']} clusters (as many as there are families) the adjusted Rand index is "
-        f"{g['at_family_count']['adjusted_rand']:.2f}.")
+    say(f"Over {g.n_models} models in {g.n_families} families: adjusted Rand index **{g.adjusted_rand:.2f}** "
+        f"(0 is chance, 1 the same partition; permutation p = {g.p_value:.3f} over {g.permutations} "
+        f"shuffles of the family labels), purity {g.purity:.2f}; with the tree cut into "
+        f"{g.at_family_count.k} clusters (as many as there are families) the adjusted Rand index is "
+        f"{g.at_family_count.adjusted_rand:.2f}.")
     say()
     say("| family | models | clusters they fall in |")
     say("|---|---:|---|")
-    for f, row in sorted(g["by_family"].items(), key=lambda kv: -kv[1]["models"]):
-        say(f"| {f} | {row['models']} | {', '.join(map(str, row['clusters']))} |")
+    for f, row in sorted(g.by_family.items(), key=lambda kv: -kv[1].n_models):
+        say(f"| {f} | {row.n_models} | {', '.join(map(str, row.clusters))} |")
     say()
 
     say("Each linkage, same rule for k:")
@@ -141,10 +141,10 @@ def main() -> None:
     linkage_ari = []
     for linkage in ("average", "complete", "single", "ward"):
         r = result if linkage == "average" else reg.clusters(linkage=linkage)
-        a = r["family_agreement"]
-        linkage_ari += [a["adjusted_rand"], a["at_family_count"]["adjusted_rand"]]
-        say(f"| {linkage} | {r['k']} | {r['silhouette']:.2f} | {r['cophenetic_correlation']:.2f} | "
-            f"{a['adjusted_rand']:.2f} (p {a['p_value']:.2f}) | {a['at_family_count']['adjusted_rand']:.2f} |")
+        a = r.family_agreement
+        linkage_ari += [a.adjusted_rand, a.at_family_count.adjusted_rand]
+        say(f"| {linkage} | {r.k} | {r.silhouette:.2f} | {r.cophenetic_correlation:.2f} | "
+            f"{a.adjusted_rand:.2f} (p {a.p_value:.2f}) | {a.at_family_count.adjusted_rand:.2f} |")
     say()
 
     # references from the evaluations themselves
@@ -161,9 +161,9 @@ def main() -> None:
     say("| distance | k | silhouette | ARI vs family | ARI, cut at 12 | ARI vs the embedding's clusters |")
     say("|---|---:|---:|---:|---:|---:|")
     emb_labels = np.zeros(len(names), dtype=int)
-    for c in result["clusters"]:
-        for m in c["members"]:
-            emb_labels[names.index(m)] = c["id"]
+    for c in result.clusters:
+        for m in c.members:
+            emb_labels[names.index(m)] = c.id
     rows = [("LOCUS embedding (cosine)", d_emb)] + [(k, v) for k, v in refs.items() if not k.startswith("_")]
     at12 = {}
     for label, dist in rows:
@@ -189,14 +189,14 @@ def main() -> None:
     for field in ("family", "access", "params_b"):
         maps[field] = reg.map(FIGURES / f"mmlu-pro-map-{field}.png", color_by=field)
     m = maps["family"]
-    pc1 = np.array([c["x"] for c in m["coordinates"]])
-    order = [c["name"] for c in m["coordinates"]]
+    pc1 = np.array([c.x for c in m.coordinates])
+    order = [c.name for c in m.coordinates]
     acc_by_name = dict(zip(names, acc))
     r_pc1 = spearmanr(pc1, [acc_by_name[n] for n in order])[0]
     say(f"`registry map --plot docs/results/families/mmlu-pro-map-family.png --color-by family` (and `access`, "
-        f"`params_b`): PCA of the L2-normalised embeddings. The two axes keep {100 * m['explained']['total']:.1f}% "
-        f"of the variance (PC1 {100 * m['explained']['x']:.1f}%, PC2 {100 * m['explained']['y']:.1f}%); map "
-        f"distances correlate with embedding chord distances at r = {m['distance_correlation']:.3f}. PC1 against "
+        f"`params_b`): PCA of the L2-normalised embeddings. The two axes keep {100 * m.explained_variance.total:.1f}% "
+        f"of the variance (PC1 {100 * m.explained_variance.x:.1f}%, PC2 {100 * m.explained_variance.y:.1f}%); map "
+        f"distances correlate with embedding chord distances at r = {m.distance_correlation:.3f}. PC1 against "
         f"each model's overall measured accuracy: Spearman {r_pc1:.3f}.")
     say()
     say("![map coloured by family](families/mmlu-pro-map-family.png)")
@@ -211,44 +211,44 @@ def main() -> None:
     c = reg.compare(a, b)
     say("## Compare")
     say()
-    say(f"`registry compare {a} {b}`: cosine distance {c['distance']:.4f}; {b} is {a}'s "
-        f"#{c['rank_of_b_among_a_neighbours']} nearest of {c['neighbours']}, {a} is {b}'s "
-        f"#{c['rank_of_a_among_b_neighbours']}. On {c['agreement']['shared_queries']} shared queries they disagree "
-        f"on {100 * c['agreement']['disagreement_rate']:.1f}% (only {a} right: {c['agreement']['only_a']}, only {b} "
-        f"right: {c['agreement']['only_b']}). Overall accuracy {100 * c['overall']['a_accuracy']:.1f}% vs "
-        f"{100 * c['overall']['b_accuracy']:.1f}% (paired z {c['overall']['z']:+.2f}, "
-        f"p {c['overall']['p_value']:.2g}).")
+    say(f"`registry compare {a} {b}`: cosine distance {c.distance_cosine:.4f}; {b} is {a}'s "
+        f"#{c.rank_of_b_among_a_neighbours} nearest of {c.n_neighbours}, {a} is {b}'s "
+        f"#{c.rank_of_a_among_b_neighbours}. On {c.agreement.shared_queries} shared queries they disagree "
+        f"on {100 * c.agreement.disagreement_rate:.1f}% (only {a} right: {c.agreement.only_a}, only {b} "
+        f"right: {c.agreement.only_b}). Overall accuracy {100 * c.overall.a_accuracy:.1f}% vs "
+        f"{100 * c.overall.b_accuracy:.1f}% (paired z {c.overall.z:+.2f}, "
+        f"p {c.overall.p_value:.2g}).")
     say()
     say(f"| task | {a} % | {b} % | n (shared) | difference, points | z | p (Holm) | "
         f"predicted {a} % | predicted {b} % |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for t in c["tasks"]:
-        say(f"| {t['task']} | {100 * t['a_accuracy']:.1f} | {100 * t['b_accuracy']:.1f} | {t['shared_n']} | "
-            f"{100 * t['difference']:+.1f} | {t['z']:+.2f} | {t['p_adjusted']:.2g} | "
-            f"{fmt(100 * t['a_predicted'] if t['a_predicted'] is not None else None, 1)} | "
-            f"{fmt(100 * t['b_predicted'] if t['b_predicted'] is not None else None, 1)} |")
+    for t in c.tasks:
+        say(f"| {t.task} | {100 * t.a_accuracy:.1f} | {100 * t.b_accuracy:.1f} | {t.shared_n} | "
+            f"{100 * t.difference:+.1f} | {t.z:+.2f} | {t.p_adjusted:.2g} | "
+            f"{fmt(100 * t.a_predicted if t.a_predicted is not None else None, 1)} | "
+            f"{fmt(100 * t.b_predicted if t.b_predicted is not None else None, 1)} |")
     say()
     say("Tests are paired on the shared queries (McNemar's z for 0/1 scores), two-sided, Holm-adjusted over the "
         "14 tasks. Predicted: the mean predicted P(correct) over each task's stored queries, from the two "
         "embeddings.")
     say()
-    measured = [100 * t["a_accuracy"] for t in c["tasks"]]
-    predicted = [100 * t["a_predicted"] for t in c["tasks"] if t["a_predicted"] is not None]
+    measured = [100 * t.a_accuracy for t in c.tasks]
+    predicted = [100 * t.a_predicted for t in c.tasks if t.a_predicted is not None]
     say("## Reading")
     say()
-    follows = g["at_family_count"]["adjusted_rand"] >= 0.5
+    follows = g.at_family_count.adjusted_rand >= 0.5
     say(f"- The paper (section 3.4, figure 7; EmbedLLM, 112 models) finds families in the dendrogram. Here the "
         f"clusters {'largely follow' if follows else 'do not follow'} the `family` metadata: adjusted Rand "
-        f"{g['adjusted_rand']:.2f} (p {g['p_value']:.2f}) at the silhouette cut, "
-        f"{g['at_family_count']['adjusted_rand']:.2f} with {g['at_family_count']['k']} clusters, at most "
+        f"{g.adjusted_rand:.2f} (p {g.p_value:.2f}) at the silhouette cut, "
+        f"{g.at_family_count.adjusted_rand:.2f} with {g.at_family_count.k} clusters, at most "
         f"{max(linkage_ari):.2f} over the four linkages.")
-    if m["explained"]["total"] >= 0.95 and abs(r_pc1) >= 0.9:
-        say(f"- The embeddings are nearly two-dimensional ({100 * m['explained']['total']:.1f}% of the variance in two "
+    if m.explained_variance.total >= 0.95 and abs(r_pc1) >= 0.9:
+        say(f"- The embeddings are nearly two-dimensional ({100 * m.explained_variance.total:.1f}% of the variance in two "
             f"axes) and the first axis orders the models by overall measured accuracy (Spearman {r_pc1:.2f}): the "
             "clusters are bands of ability more than lineages, and the silhouette is high because those bands are "
             "well separated along that axis.")
     else:
-        say(f"- Two map axes keep {100 * m['explained']['total']:.1f}% of the variance; the first against overall "
+        say(f"- Two map axes keep {100 * m.explained_variance.total:.1f}% of the variance; the first against overall "
             f"accuracy: Spearman {r_pc1:.2f}.")
     e12, d12 = at12["LOCUS embedding (cosine)"], at12["correctness disagreement (shared queries)"]
     say(f"- Clustering the measured disagreement instead gives adjusted Rand {d12:.2f} at 12 clusters, against "
@@ -258,9 +258,9 @@ def main() -> None:
         f"closely as it tracks the gap in overall accuracy (Spearman {spearmanr(d_emb[iu], gap[iu])[0]:.2f}).")
     if predicted:
         say(f"- Predicted task accuracies for {a} span {min(predicted):.0f}-{max(predicted):.0f}%, measured ones "
-            f"{min(measured):.0f}-{max(measured):.0f}%; predicted overall {100 * c['overall']['a_predicted']:.1f}% "
-            f"vs {100 * c['overall']['b_predicted']:.1f}%, measured {100 * c['overall']['a_accuracy']:.1f}% vs "
-            f"{100 * c['overall']['b_accuracy']:.1f}%.")
+            f"{min(measured):.0f}-{max(measured):.0f}%; predicted overall {100 * c.overall.a_predicted:.1f}% "
+            f"vs {100 * c.overall.b_predicted:.1f}%, measured {100 * c.overall.a_accuracy:.1f}% vs "
+            f"{100 * c.overall.b_accuracy:.1f}%.")
     budget = info.get("settings", {}).get("max_seconds")
     stopped = f"; training stopped at its {budget:.0f} s budget" if budget and info["seconds"] >= budget else ""
     say(f"- The checkpoint's best validation epoch was {info['best_epoch']}{stopped}. How the picture changes with "

@@ -46,7 +46,7 @@ def size_text(billions) -> str:
 
 
 def band(result) -> str:
-    return f"{pct(result['random_routing_accuracy_mean'])} ± {pct(result['random_routing_accuracy_sd'])}"
+    return f"{pct(result.random_routing_accuracy_mean)} ± {pct(result.random_routing_accuracy_sd)}"
 
 
 def count_study(space) -> dict[str, list[dict]]:
@@ -61,8 +61,8 @@ def budget_study(space) -> list[dict]:
 def count_table(runs: dict[str, list[dict]]) -> list[str]:
     lines = ["| k | k-center | k-medoids | random k-subsets (mean ± sd) | full pool |", "|---:|---:|---:|---:|---:|"]
     for kc, km in zip(runs["kcenter"], runs["kmedoids"]):
-        lines.append(f"| {kc['k']} | {pct(kc['routing_accuracy'])} | {pct(km['routing_accuracy'])} | {band(km)} "
-                     f"| {pct(km['full_pool_routing_accuracy'])} |")
+        lines.append(f"| {kc.k} | {pct(kc.routing_accuracy)} | {pct(km.routing_accuracy)} | {band(km)} "
+                     f"| {pct(km.full_pool_routing_accuracy)} |")
     return lines
 
 
@@ -70,10 +70,10 @@ def chosen_table(runs: dict[str, list[dict]], k: int) -> list[str]:
     lines = ["| method | models (params) | total params | coverage J/n |", "|---|---|---:|---:|"]
     for method in ("kcenter", "kmedoids"):
         r = runs[method][k - 1]
-        models = ", ".join(f"{n} ({size_text(r['params_b'][n])})" for n in r["models"])
-        total = "-" if r["total_params_b"] is None else f"{r['total_params_b']:g}B"
-        total += " (lower bound)" if r["total_params_b_is_lower_bound"] else ""
-        lines.append(f"| {method} | {models} | {total} | {r['coverage']:.3f} |")
+        models = ", ".join(f"{n} ({size_text(r.params_b[n])})" for n in r.models)
+        total = "-" if r.total_params_b is None else f"{r.total_params_b:g}B"
+        total += " (lower bound)" if r.total_params_b_is_lower_bound else ""
+        lines.append(f"| {method} | {models} | {total} | {r.coverage:.3f} |")
     return lines
 
 
@@ -81,9 +81,9 @@ def budget_table(runs: list[dict]) -> list[str]:
     lines = ["| budget | greedy: models, params used | greedy | random feasible (mean ± sd) | random: mean models, "
              "params | pool of sized models |", "|---:|---|---:|---:|---|---:|"]
     for r in runs:
-        lines.append(f"| {r['budget_b']:g}B | {r['k']}, {r['total_params_b']:g}B ({r['greedy_variant']}) "
-                     f"| {pct(r['routing_accuracy'])} | {band(r)} ({100 * r['random_below_fraction']:.0f}% below) | {r['random_mean_size']:.1f}, "
-                     f"{r['random_mean_params_b']:.0f}B | {pct(r['full_pool_routing_accuracy'])} |")
+        lines.append(f"| {r.budget_b:g}B | {r.k}, {r.total_params_b:g}B ({r.greedy_variant}) "
+                     f"| {pct(r.routing_accuracy)} | {band(r)} ({100 * r.random_below_fraction:.0f}% below) | {r.random_mean_size:.1f}, "
+                     f"{r.random_mean_params_b:.0f}B | {pct(r.full_pool_routing_accuracy)} |")
     return lines
 
 
@@ -93,16 +93,16 @@ def plot_counts(runs: dict[str, list[dict]], title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ks = np.array([r["k"] for r in runs["kmedoids"]])
-    mean = np.array([r["random_routing_accuracy_mean"] for r in runs["kmedoids"]]) * 100
-    sd = np.array([r["random_routing_accuracy_sd"] for r in runs["kmedoids"]]) * 100
+    ks = np.array([r.k for r in runs["kmedoids"]])
+    mean = np.array([r.random_routing_accuracy_mean for r in runs["kmedoids"]]) * 100
+    sd = np.array([r.random_routing_accuracy_sd for r in runs["kmedoids"]]) * 100
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     ax.fill_between(ks, mean - sd, mean + sd, color="0.8", label="random k-subsets, mean ± sd")
     ax.plot(ks, mean, color="0.45", lw=1.2, ls=":")
-    ax.plot(ks, [r["routing_accuracy"] * 100 for r in runs["kcenter"]], "o-", label="k-center")
-    ax.plot(ks, [r["routing_accuracy"] * 100 for r in runs["kmedoids"]], "s-", label="k-medoids (PAM)")
-    ax.axhline(runs["kmedoids"][0]["full_pool_routing_accuracy"] * 100, color="k", ls="--",
-               label=f"full pool ({runs['kmedoids'][0]['pool']} models)")
+    ax.plot(ks, [r.routing_accuracy * 100 for r in runs["kcenter"]], "o-", label="k-center")
+    ax.plot(ks, [r.routing_accuracy * 100 for r in runs["kmedoids"]], "s-", label="k-medoids (PAM)")
+    ax.axhline(runs["kmedoids"][0].full_pool_routing_accuracy * 100, color="k", ls="--",
+               label=f"full pool ({runs['kmedoids'][0].pool_size} models)")
     ax.set_xlabel("portfolio size k (models)")
     ax.set_ylabel("routing accuracy on held-out test queries (%)")
     ax.set_xticks(ks)
@@ -120,16 +120,16 @@ def plot_budgets(runs: list[dict], title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    budgets = np.array([r["budget_b"] for r in runs])
-    mean = np.array([r["random_routing_accuracy_mean"] for r in runs]) * 100
-    sd = np.array([r["random_routing_accuracy_sd"] for r in runs]) * 100
+    budgets = np.array([r.budget_b for r in runs])
+    mean = np.array([r.random_routing_accuracy_mean for r in runs]) * 100
+    sd = np.array([r.random_routing_accuracy_sd for r in runs]) * 100
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     ax.fill_between(budgets, mean - sd, mean + sd, color="0.8", label="random feasible subsets, mean ± sd")
     ax.plot(budgets, mean, color="0.45", lw=1.2, ls=":")
-    ax.plot(budgets, [r["routing_accuracy"] * 100 for r in runs], "o-", color="C2",
+    ax.plot(budgets, [r.routing_accuracy * 100 for r in runs], "o-", color="C2",
             label="greedy coverage within the budget")
-    ax.axhline(runs[0]["full_pool_routing_accuracy"] * 100, color="k", ls="--",
-               label=f"all {runs[0]['pool']} models with a known size ({runs[0]['pool_total_params_b']:g}B)")
+    ax.axhline(runs[0].full_pool_routing_accuracy * 100, color="k", ls="--",
+               label=f"all {runs[0].pool_size} models with a known size ({runs[0].pool_total_params_b:g}B)")
     ax.set_xscale("log")
     ax.set_xticks(budgets)
     ax.set_xticklabels([f"{b:g}" for b in budgets])
@@ -158,7 +158,7 @@ def encoder_note(reg, encoder: str) -> str:
 
 
 def above(runs: list[dict]) -> str:
-    ks = [r["k"] for r in runs if r["routing_accuracy"] > r["random_routing_accuracy_mean"]]
+    ks = [r.k for r in runs if r.routing_accuracy > r.random_routing_accuracy_mean]
     return f"{len(ks)} of {len(runs)} k ({', '.join(map(str, ks)) or 'none'})"
 
 
@@ -200,10 +200,10 @@ def main() -> None:
     seconds = time.perf_counter() - started
 
     k5 = counts["kmedoids"][4]
-    k5_vs_random = k5["routing_accuracy"] - k5["random_routing_accuracy_mean"]
-    wins = [r for r in budgets if r["routing_accuracy"] > r["random_routing_accuracy_mean"]]
-    ties = [r for r in budgets if r["routing_accuracy"] == r["random_routing_accuracy_mean"]]
-    losses = [r for r in budgets if r["routing_accuracy"] < r["random_routing_accuracy_mean"]]
+    k5_vs_random = k5.routing_accuracy - k5.random_routing_accuracy_mean
+    wins = [r for r in budgets if r.routing_accuracy > r.random_routing_accuracy_mean]
+    ties = [r for r in budgets if r.routing_accuracy == r.random_routing_accuracy_mean]
+    losses = [r for r in budgets if r.routing_accuracy < r.random_routing_accuracy_mean]
     missing = missing_scores(reg, full)
     singles = single_models(full)
     open_singles = single_models(open_pool)
@@ -232,27 +232,27 @@ def main() -> None:
         "",
         "## Verdict (the issue's done-when)",
         "",
-        f"- **k = 5, k-medoids vs random 5-model subsets: {pct(k5['routing_accuracy'])} vs {band(k5)} "
-        f"(full pool {pct(k5['full_pool_routing_accuracy'])}).** "
+        f"- **k = 5, k-medoids vs random 5-model subsets: {pct(k5.routing_accuracy)} vs {band(k5)} "
+        f"(full pool {pct(k5.full_pool_routing_accuracy)}).** "
         + ("Holds: k-medoids routes better than the random mean" if k5_vs_random > 0 else
            "Does not hold: k-medoids is not above the random mean")
-        + f" (by {100 * k5_vs_random:+.2f} points, {k5_vs_random / k5['random_routing_accuracy_sd']:+.2f} sd of the "
-        f"random draws; {100 * k5['random_below_fraction']:.0f}% of the random 5-subsets route worse)"
-        + (", a margin within one sd of the random draws." if abs(k5_vs_random) < k5["random_routing_accuracy_sd"]
+        + f" (by {100 * k5_vs_random:+.2f} points, {k5_vs_random / k5.random_routing_accuracy_sd:+.2f} sd of the "
+        f"random draws; {100 * k5.random_below_fraction:.0f}% of the random 5-subsets route worse)"
+        + (", a margin within one sd of the random draws." if abs(k5_vs_random) < k5.random_routing_accuracy_sd
            else "."),
         f"- Over k = 1..10: k-medoids is above the random mean at {above(counts['kmedoids'])}, k-center at "
         f"{above(counts['kcenter'])}; in the open-weight pool k-medoids at {above(open_counts['kmedoids'])}, "
         f"k-center at {above(open_counts['kcenter'])}.",
         f"- **Budget greedy vs random feasible subsets: above the random mean at {len(wins)} of {len(budgets)} "
         f"budgets**" + (f", equal at {len(ties)}" if ties else "")
-        + (f", below at {len(losses)} ({', '.join(size_text(r['budget_b']) for r in losses)})" if losses else "")
+        + (f", below at {len(losses)} ({', '.join(size_text(r.budget_b) for r in losses)})" if losses else "")
         + f". Budgets {', '.join(f'{b:g}B' for b in BUDGETS)} over the {sized.size} models with a known size "
         f"(API models without params_b are excluded under a budget: "
         f"{', '.join(sized.excluded_unknown_params)}).",
         "",
         "What drives the numbers: on the counted test queries the best single model, "
         f"{singles[0][0]}, scores {pct(singles[0][1])} alone, next {singles[1][0]} {pct(singles[1][1])}; "
-        f"the full pool routes at {pct(k5['full_pool_routing_accuracy'])}, so routing accuracy of a subset is "
+        f"the full pool routes at {pct(k5.full_pool_routing_accuracy)}, so routing accuracy of a subset is "
         f"mostly whether it contains {singles[0][0]}. The random band is wide for that reason (a subset with it "
         "is near the full pool, one without it far below). Coverage objectives do not look at accuracy: a "
         "far-out model is worth at most 1/n of the k-medoids objective J, while farthest-first (k-center) takes "
@@ -291,11 +291,11 @@ def main() -> None:
         "",
         "Greedy portfolios:",
         "",
-        *[f"- {r['budget_b']:g}B: " + ", ".join(f"{n} ({r['params_b'][n]:g}B)" for n in r["models"])
+        *[f"- {r.budget_b:g}B: " + ", ".join(f"{n} ({r.params_b[n]:g}B)" for n in r.models)
           for r in budgets],
         "",
     ]
-    for warning in sorted({w for r in (k5, budgets[0]) for w in r["warnings"]}):
+    for warning in sorted({w for r in (k5, budgets[0]) for w in r.warnings}):
         page.append(f"Note from `registry.portfolio`: {warning}.")
         page.append("")
     text = "\n".join(page)

@@ -76,7 +76,7 @@ def profile_recall(store, evals_list, seeds):
             got, real = {}, {}
             for name in names:
                 result = space.profile(profiles[name], k=pool, evals=n, seed=seed)
-                order = [r["name"] for r in result["results"]]
+                order = [r.name for r in result.neighbours]
                 got[name] = order.index(name) + 1
                 if n == evals_list[-1] and seed == seeds[0]:
                     top1[name] = order[0]

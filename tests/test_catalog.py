@@ -40,25 +40,27 @@ def test_a_copy_of_a_model_under_a_new_name_finds_the_original_first(reg):
     evals = own_evaluations(reg, "syn-synfam1-7b")
     np.random.default_rng(0).shuffle(evals)
     result = reg.add_model("copy-of-7b", evals, {"provider": "someone", "params_b": "7"})
-    assert result["version"] == 1 and result["encoded_texts"] == 0  # every text was cached
-    hits = reg.similar("copy-of-7b", k=3)
-    assert hits[0]["name"] == "syn-synfam1-7b" and hits[0]["distance"] < 1e-5
-    assert "copy-of-7b" not in [h["name"] for h in hits]
+    assert result.version == 1 and result.encoded_texts == 0  # every text was cached
+    hits = reg.similar("copy-of-7b", k=3).neighbours
+    assert hits[0].name == "syn-synfam1-7b" and hits[0].distance < 1e-5
+    assert "copy-of-7b" not in [h.name for h in hits]
     assert reg.get("copy-of-7b").params_b == 7.0
-    assert reg.check() == []
+    assert reg.check().ok and reg.check().problems == []
 
 
 def test_new_query_texts_are_encoded_and_stored(reg):
     evals = own_evaluations(reg, "syn-synfam0-1b")[:40] + [("A brand new question about tax law?", 1, "law")]
     result = reg.add_model("newcomer", evals)
-    assert result["encoded_texts"] == 1 and result["new_evaluations"] == 41
-    assert reg.stats()["queries"] == 101
+    assert result.encoded_texts == 1 and result.new_evaluations == 41
+    assert reg.stats().n_queries == 101
 
 
 def test_search_filters_metrics_and_errors(reg):
-    assert all(h["metadata"]["family"] == "synfam2" for h in reg.similar("syn-synfam0-1b", k=5, where="family == synfam2"))
-    euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean")
-    assert [h["distance"] for h in euclid] == sorted(h["distance"] for h in euclid)
+    assert all(h.metadata["family"] == "synfam2"
+               for h in reg.similar("syn-synfam0-1b", k=5, where="family == synfam2").neighbours)
+    euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean").neighbours
+    assert [h.distance for h in euclid] == sorted(h.distance for h in euclid)
+    assert {h.metric for h in euclid} == {"euclidean"}
     assert reg.distance("syn-synfam0-1b", "syn-synfam0-1b") == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
         reg.similar("syn-synfam0-1bb")
@@ -70,7 +72,7 @@ def test_names_are_unique_unless_replaced(reg):
     evals = own_evaluations(reg, "syn-synfam2-1b")
     with pytest.raises(RegistryError, match="exists"):
         reg.add_model("syn-synfam2-1b", evals)
-    assert reg.add_model("syn-synfam2-1b", evals[:50], replace=True)["version"] == 2
+    assert reg.add_model("syn-synfam2-1b", evals[:50], replace=True).version == 2
     stored = [r for r in reg.store.read("evaluations").to_pylist() if r["model"] == "syn-synfam2-1b"]
     assert len(stored) == 50
 
@@ -79,14 +81,17 @@ def test_refine_makes_a_new_version_and_keeps_the_old(reg):
     evals = own_evaluations(reg, "syn-synfam0-7b")
     reg.add_model("growing", evals[:30])
     reg.refine("growing", evals[30:])
-    versions = reg.history("growing")
-    assert [(v["version"], v["event"]) for v in versions] == [(1, "add"), (2, "refine")]
-    assert versions[0]["n_evals"] == 30 and versions[1]["n_evals"] == 100
-    assert versions[0]["vector"] != versions[1]["vector"]
+    versions = reg.history("growing").versions
+    assert [(v.version, v.event) for v in versions] == [(1, "add"), (2, "refine")]
+    assert versions[0].n_evals == 30 and versions[1].n_evals == 100
+    from registry.catalog import history_rows
+
+    rows = history_rows(reg.store, "growing")
+    assert rows[0]["vector"] != rows[1]["vector"]
 
 
 def test_embedded_models_have_a_history(reg):
-    assert [v["event"] for v in reg.history("syn-synfam0-1b")] == ["embed"]
+    assert [v.event for v in reg.history("syn-synfam0-1b").versions] == ["embed"]
 
 
 def test_remove_then_restore(reg):
@@ -153,10 +158,10 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     out = json.loads(run("add-model", "dup-endpoint", "--evals", str(path), "--meta", "provider=reseller", "--json"))
     assert out["version"] == 1
     found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
-    assert found["query"] == "dup-endpoint" and found["results"][0]["name"] == "syn-synfam0-13b"
-    assert set(found["results"][0]) == {"name", "distance", "metadata"}
-    assert json.loads(run("show", "dup-endpoint", "--json"))["provider"] == "reseller"
-    assert json.loads(run("history", "dup-endpoint", "--json"))[0]["event"] == "add"
+    assert found["query"] == "dup-endpoint" and found["neighbours"][0]["name"] == "syn-synfam0-13b"
+    assert set(found["neighbours"][0]) == {"name", "distance", "metric", "metadata"}
+    assert json.loads(run("show", "dup-endpoint", "--json"))["record"]["provider"] == "reseller"
+    assert json.loads(run("history", "dup-endpoint", "--json"))["versions"][0]["event"] == "add"
     assert json.loads(run("check", "--json")) == {"ok": True, "problems": []}
     audit = json.loads(run("audit", "--json"))
     assert set(audit) >= {"flags", "threshold", "models"}
@@ -253,3 +258,21 @@ def test_audit_refuses_a_tolerance_or_alpha_out_of_range(reg):
         reg.audit(tolerance=1.5)
     out = _run(reg.home, "audit", "--alpha", "0", code=1)
     assert "alpha in (0, 1); got 0.1 and 0.0" in out
+
+
+def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
+    """ModelIndex's currency check: after one search saved the index, a fresh process searches from it
+    without importing LanceDB; after a write (new generation) it rebuilds from the table."""
+    import subprocess
+    import sys
+
+    first = reg.similar("syn-synfam0-1b", k=3)
+    code = ("import sys; from registry import Registry; "
+            f"hits = Registry.open({str(reg.home)!r}, create=False).similar('syn-synfam0-1b', k=3); "
+            "print('lancedb' in sys.modules, [h.name for h in hits.neighbours])")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.strip() == f"False {[h.name for h in first.neighbours]}"
+    reg.remove("syn-synfam0-7b")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
+    assert out.startswith("True") and "syn-synfam0-7b" not in out

@@ -39,8 +39,8 @@ def test_import_stats_and_models_list(home, tmp_path):
     report = json.loads(run("--home", str(home), "import", str(data), "--json").output)
     assert report["new_evaluations"] == 10 and report["encoded_texts"] == 5
     stats = json.loads(run("--home", str(home), "stats", "--json").output)
-    assert {k: stats[k] for k in ("models", "queries", "evaluations", "coverage")} == {
-        "models": 2, "queries": 5, "evaluations": 10, "coverage": 1.0}
+    assert {k: stats[k] for k in ("n_models", "n_queries", "n_evaluations", "coverage")} == {
+        "n_models": 2, "n_queries": 5, "n_evaluations": 10, "coverage": 1.0}
     listed = json.loads(run("--home", str(home), "models", "list", "--json").output)
     assert [m["name"] for m in listed] == ["alpha-7b", "beta-13b"]
     assert listed[0]["params_b"] == 7.0
@@ -61,6 +61,11 @@ def test_demo_builds_a_synthetic_registry(home):
         assert step in out, step
     assert (home / "plots" / "clusters.png").stat().st_size > 1000 and (home / "plots" / "map.png").is_file()
     stats = json.loads(run("--home", str(home), "stats", "--json").output)  # the pool and the added endpoint
-    assert stats["models"] == 15 and stats["queries"] == 360 and stats["evaluations"] == 15 * 360
-    again = run("--home", str(home), "demo", "--epochs", "5").output
-    assert "0 new models, 0 new queries, 0 new evaluations" in again
+    assert stats["n_models"] == 15 and stats["n_queries"] == 360 and stats["n_evaluations"] == 15 * 360
+    again = run("--home", str(home), "demo", "--epochs", "5", "--json").stdout  # the tour as one typed report
+    from registry.results import DemoReport
+
+    report = DemoReport.model_validate_json(again)
+    assert (report.imported.new_models, report.imported.new_queries, report.imported.new_evaluations) == (0, 0, 0)
+    assert report.trained is None and report.added is None  # already trained, endpoint already added
+    assert report.embedded.n_embedded == 15 and report.clusters.n_models == 15 and len(report.route.ranking) == 3

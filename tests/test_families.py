@@ -15,17 +15,9 @@ from click.testing import CliRunner
 from cli.main import cli
 from helpers import synthetic_registry
 from registry import InputError, NotFoundError, Registry, RegistryError
-from registry.families import (
-    adjusted_rand_index,
-    cluster_distances,
-    cosine_distances,
-    holm,
-    paired_test,
-    pca_2d,
-    purity,
-    silhouette,
-    two_proportion_test,
-)
+from registry.clusters import adjusted_rand_index, cluster_distances, cosine_distances, purity, silhouette
+from registry.compare import holm, paired_test, two_proportion_test
+from registry.embedding_map import pca_2d
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -127,32 +119,32 @@ def test_clusters_partition_the_embedded_models_and_draw_the_figure(reg, tmp_pat
     plot = tmp_path / "out" / "clusters.png"
     result = reg.clusters(plot=plot)
     names = [r.name for r in reg.models()]
-    members = [m for c in result["clusters"] for m in c["members"]]
-    assert sorted(members) == sorted(names) and len(members) == len(set(members)) == result["models"] == 9
-    assert result["k"] == len(result["clusters"]) and 2 <= result["k"] <= 8
-    assert [c["id"] for c in result["clusters"]] == list(range(1, result["k"] + 1))
-    assert -1 <= result["cophenetic_correlation"] <= 1 and -1 <= result["silhouette"] <= 1
-    assert sorted(result["order"]) == sorted(names) and len(result["merges"]) == len(names) - 1
-    assert result["merges"][-1]["size"] == len(names)
-    heights = [m["height"] for m in result["merges"]]
+    members = [m for c in result.clusters for m in c.members]
+    assert sorted(members) == sorted(names) and len(members) == len(set(members)) == result.n_models == 9
+    assert result.k == len(result.clusters) and 2 <= result.k <= 8
+    assert [c.id for c in result.clusters] == list(range(1, result.k + 1))
+    assert -1 <= result.cophenetic_correlation <= 1 and -1 <= result.silhouette <= 1
+    assert sorted(result.order) == sorted(names) and len(result.merges) == len(names) - 1
+    assert result.merges[-1].size == len(names)
+    heights = [m.height for m in result.merges]
     assert heights == sorted(heights)
-    agreement = result["family_agreement"]
-    assert agreement["field"] == "family" and agreement["families"] == 3 and agreement["models"] == 9
-    assert -1 <= agreement["adjusted_rand"] <= 1 and 0 < agreement["p_value"] <= 1
-    assert agreement["at_family_count"]["k"] == 3
-    assert sum(f["models"] for f in agreement["by_family"].values()) == 9
-    assert result["plot"] == str(plot) and is_png(plot)
+    agreement = result.family_agreement
+    assert agreement.field == "family" and agreement.n_families == 3 and agreement.n_models == 9
+    assert -1 <= agreement.adjusted_rand <= 1 and 0 < agreement.p_value <= 1
+    assert agreement.at_family_count.k == 3
+    assert sum(f.n_models for f in agreement.by_family.values()) == 9
+    assert result.plot == str(plot) and is_png(plot)
 
 
 def test_cluster_families_by_field_are_the_records_families(reg):
     result = reg.clusters(linkage="ward")
     family = {r.name: r.family for r in reg.models()}
-    for c in result["clusters"]:
+    for c in result.clusters:
         counted = defaultdict(int)
-        for m in c["members"]:
+        for m in c.members:
             counted[family[m]] += 1
-        assert c["families"] == dict(counted) and c["size"] == len(c["members"])
-    assert result["plot"] is None and result["linkage"] == "ward"
+        assert c.families == dict(counted) and c.size == len(c.members)
+    assert result.plot is None and result.linkage == "ward"
 
 
 def test_copies_of_one_model_land_in_one_cluster(trained_home, tmp_path):
@@ -166,14 +158,14 @@ def test_copies_of_one_model_land_in_one_cluster(trained_home, tmp_path):
     for name in ("copy-one", "copy-two"):
         reg.add_model(name, evals, {"family": "copies"})
     result = reg.clusters()
-    home_cluster = next(c for c in result["clusters"] if original in c["members"])
-    assert {"copy-one", "copy-two"} <= set(home_cluster["members"])
+    home_cluster = next(c for c in result.clusters if original in c.members)
+    assert {"copy-one", "copy-two"} <= set(home_cluster.members)
 
 
 def test_where_selects_the_models_and_too_few_is_an_error(reg):
     families = sorted({r.family for r in reg.models()})
     result = reg.clusters(where=f"family in ({families[0]}, {families[1]})")
-    assert result["models"] == 6
+    assert result.n_models == 6
     with pytest.raises(RegistryError, match="at least 3"):
         reg.clusters(where=f"family == {families[0]} and params_b <= 7")
     with pytest.raises(RegistryError, match="no embedded model matches"):
@@ -188,15 +180,15 @@ def test_where_selects_the_models_and_too_few_is_an_error(reg):
 def test_map_returns_every_model_and_colours_by_category_or_number(reg, tmp_path):
     names = [r.name for r in reg.models()]
     result = reg.map(tmp_path / "family.png", color_by="family")
-    assert sorted(c["name"] for c in result["coordinates"]) == sorted(names)
-    assert all(np.isfinite([c["x"], c["y"]]).all() for c in result["coordinates"])
-    assert 0 <= result["explained"]["y"] <= result["explained"]["x"] <= 1
-    assert result["colouring"]["kind"] == "categorical" and len(result["colouring"]["categories"]) == 3
+    assert sorted(c.name for c in result.coordinates) == sorted(names)
+    assert all(np.isfinite([c.x, c.y]).all() for c in result.coordinates)
+    assert 0 <= result.explained_variance.y <= result.explained_variance.x <= 1
+    assert result.colouring["kind"] == "categorical" and len(result.colouring["categories"]) == 3
     assert is_png(tmp_path / "family.png")
     numeric = reg.map(tmp_path / "params.png", color_by="params_b")
-    assert numeric["colouring"]["kind"] == "numeric" and is_png(tmp_path / "params.png")
+    assert numeric.colouring["kind"] == "numeric" and is_png(tmp_path / "params.png")
     plain = reg.map(tmp_path / "plain", where="params_b >= 7")  # no suffix: a PNG
-    assert plain["plot"].endswith("plain.png") and len(plain["coordinates"]) == plain["models"] < len(names)
+    assert plain.plot.endswith("plain.png") and len(plain.coordinates) == plain.n_models < len(names)
 
 
 def test_map_of_a_field_no_model_has_lists_the_fields(reg, tmp_path):
@@ -214,24 +206,24 @@ def test_compare_accuracies_are_the_stored_evaluations(reg):
     for r in reg.store.read("evaluations").to_pylist():
         if r["model"] in scores:
             scores[r["model"]][task_of[r["query_id"]]][r["query_id"]] = r["score"]
-    assert sorted(t["task"] for t in result["tasks"]) == ["biology", "code", "law", "math"]
-    for row in result["tasks"]:
-        sa, sb = scores[a][row["task"]], scores[b][row["task"]]
-        assert row["a_accuracy"] == pytest.approx(np.mean(list(sa.values())))
-        assert row["b_accuracy"] == pytest.approx(np.mean(list(sb.values())))
-        assert (row["a_n"], row["b_n"], row["shared_n"]) == (len(sa), len(sb), len(set(sa) & set(sb)))
-        assert row["difference"] == pytest.approx(row["a_accuracy"] - row["b_accuracy"])
-        assert 0 <= row["p_value"] <= row["p_adjusted"] <= 1
-        assert 0 <= row["a_predicted"] <= 1 and 0 <= row["b_predicted"] <= 1
+    assert sorted(t.task for t in result.tasks) == ["biology", "code", "law", "math"]
+    for row in result.tasks:
+        sa, sb = scores[a][row.task], scores[b][row.task]
+        assert row.a_accuracy == pytest.approx(np.mean(list(sa.values())))
+        assert row.b_accuracy == pytest.approx(np.mean(list(sb.values())))
+        assert (row.a_n, row.b_n, row.shared_n) == (len(sa), len(sb), len(set(sa) & set(sb)))
+        assert row.difference == pytest.approx(row.a_accuracy - row.b_accuracy)
+        assert 0 <= row.p_value <= row.p_adjusted <= 1
+        assert 0 <= row.a_predicted <= 1 and 0 <= row.b_predicted <= 1
         shared = sorted(set(sa) & set(sb))
-        assert row["disagreement_rate"] == pytest.approx(np.mean([abs(sa[q] - sb[q]) for q in shared]))
-    diffs = [abs(t["difference"]) for t in result["tasks"]]
+        assert row.disagreement_rate == pytest.approx(np.mean([abs(sa[q] - sb[q]) for q in shared]))
+    diffs = [abs(t.difference) for t in result.tasks]
     assert diffs == sorted(diffs, reverse=True)
-    assert result["distance"] == pytest.approx(reg.distance(a, b), abs=1e-6)
-    near = [h["name"] for h in reg.similar(a, k=8)]
-    assert near.index(b) + 1 == result["rank_of_b_among_a_neighbours"]
-    g = result["agreement"]
-    assert g["both_correct"] + g["only_a"] + g["only_b"] + g["both_wrong"] == g["shared_queries"] > 0
+    assert result.distance_cosine == pytest.approx(reg.distance(a, b), abs=1e-6)
+    near = [h.name for h in reg.similar(a, k=8).neighbours]
+    assert near.index(b) + 1 == result.rank_of_b_among_a_neighbours
+    g = result.agreement
+    assert g.both_correct + g.only_a + g.only_b + g.both_wrong == g.shared_queries > 0
 
 
 def test_compare_refuses_unknown_names_and_a_model_with_itself(reg):
@@ -245,7 +237,7 @@ def test_compare_refuses_unknown_names_and_a_model_with_itself(reg):
 def test_cli_clusters_map_and_compare(trained_home, tmp_path):
     out = run_cli(trained_home, "clusters", "--json")
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output)["models"] == 9
+    assert json.loads(out.output)["n_models"] == 9
     out = run_cli(trained_home, "clusters", "--linkage", "complete", "--plot", str(tmp_path / "c.png"))
     assert out.exit_code == 0, out.output
     assert "clusters" in out.output and "agreement with family" in out.output and is_png(tmp_path / "c.png")

@@ -29,7 +29,7 @@ def test_jsonl_then_ids_only_then_unknown_id(home, tmp_path):
     first = tmp_path / "a.jsonl"
     first.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run(home, "import", str(first))
-    assert (stats(home)["models"], stats(home)["queries"], stats(home)["evaluations"]) == (2, 2, 3)
+    assert (stats(home)["n_models"], stats(home)["n_queries"], stats(home)["n_evaluations"]) == (2, 2, 3)
 
     from registry import Registry
 
@@ -38,7 +38,7 @@ def test_jsonl_then_ids_only_then_unknown_id(home, tmp_path):
     table = pa.table({"model": ["m2"], "query_id": [known], "score": [1.0]})
     pq.write_table(table, tmp_path / "b.parquet")
     run(home, "import", str(tmp_path / "b.parquet"))
-    assert stats(home)["evaluations"] == 4
+    assert stats(home)["n_evaluations"] == 4
 
     before = stats(home)
     bad = tmp_path / "c.jsonl"
@@ -57,7 +57,7 @@ def test_lm_eval_run_directory(home, tmp_path):
     assert json.loads(out)["new_evaluations"] == 4
     listed = json.loads(run(home, "models", "list", "--json").output)
     assert [m["name"] for m in listed] == ["EleutherAI/pythia-160m"]
-    assert stats(home)["tasks"] == {"arith": 4}
+    assert stats(home)["queries_per_task"] == {"arith": 4}
 
 
 def test_embedllm_csv(home, tmp_path):
@@ -67,4 +67,4 @@ def test_embedllm_csv(home, tmp_path):
     (tmp_path / "train.csv").write_text(header + body)
     result = run(home, "import", str(tmp_path / "train.csv"), "--format", "embedllm")
     assert "1 repeated (model, query) rows; the last score of each was kept" in result.output
-    assert (stats(home)["models"], stats(home)["evaluations"]) == (2, 3)
+    assert (stats(home)["n_models"], stats(home)["n_evaluations"]) == (2, 3)

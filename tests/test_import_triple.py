@@ -43,8 +43,8 @@ def test_import_counts_metadata_and_vectors(home, tmp_path, counting):
     report = Registry.open(home).import_path(write_triple(tmp_path / "d"))
     assert (report.new_models, report.new_queries, report.new_evaluations) == (2, 5, 10)
     stats = _stats(home)
-    assert stats["models"] == 2 and stats["queries"] == 5 and stats["evaluations"] == 10
-    assert stats["tasks"] == {"biology": 1, "law": 2, "math": 2}
+    assert stats["n_models"] == 2 and stats["n_queries"] == 5 and stats["n_evaluations"] == 10
+    assert stats["queries_per_task"] == {"biology": 1, "law": 2, "math": 2}
     assert stats["coverage"] == 1.0
     assert stats["query_vectors"] == {"all-MiniLM-L6-v2": 5}
     beta = Registry.open(home).get("beta-13b")
@@ -139,7 +139,7 @@ def test_query_id_reused_for_another_text_is_refused(home, tmp_path, counting):
     with pytest.raises(InputError, match=r"queries.csv, line 2, field 'query_id'.*different text"):
         Registry.open(home).import_path(write_triple(tmp_path / "b", queries=changed))
     Registry.open(home).import_path(write_triple(tmp_path / "c", queries=changed), id_prefix="v2:")
-    assert _stats(home)["queries"] == 10
+    assert _stats(home)["n_queries"] == 10
 
 
 def _npy(tmp_path, name, array):

@@ -160,52 +160,52 @@ def extended(trained_home, tmp_path_factory) -> Registry:
 
 def test_kcenter_picks_distinct_models_far_apart(reg, space):
     result = reg.portfolio(k=3, method="kcenter")
-    assert len(result["models"]) == len(set(result["models"])) == 3 == result["k"]
-    first, second = (space.names.index(n) for n in result["models"][:2])
+    assert len(result.models) == len(set(result.models)) == 3 == result.k
+    first, second = (space.names.index(n) for n in result.models[:2])
     assert first == int(np.argmax(space.sim.mean(axis=1)))
     distances = pairwise_distances(space.embeddings)
     assert distances[first, second] == pytest.approx(distances[first].max())  # farthest from the first
     assert distances[first, second] > np.median(distances[np.triu_indices(space.size, 1)])
-    assert result["kernel"]["sigma"] == pytest.approx(space.sigma)
+    assert result.kernel.sigma == pytest.approx(space.sigma)
 
 
 def test_kmedoids_improves_on_its_kcenter_start(reg, space):
     result = reg.portfolio(k=3)  # kmedoids is the default
-    assert result["method"] == "kmedoids" and len(set(result["models"])) == 3
-    assert result["kcenter_start"] == reg.portfolio(k=3, method="kcenter")["models"]
-    assert result["coverage"] >= result["kcenter_coverage"] - 1e-12
-    chosen = [space.names.index(n) for n in result["models"]]
-    assert result["coverage"] == pytest.approx(coverage(space.sim, chosen) / space.size)
+    assert result.method == "kmedoids" and len(set(result.models)) == 3
+    assert result.kcenter_start == reg.portfolio(k=3, method="kcenter").models
+    assert result.coverage >= result.kcenter_coverage - 1e-12
+    chosen = [space.names.index(n) for n in result.models]
+    assert result.coverage == pytest.approx(coverage(space.sim, chosen) / space.size)
 
 
 def test_accuracies_against_the_full_pool_and_random_subsets(reg, space):
     result = reg.portfolio(k=2, method="kcenter", random_draws=50, seed=4)
     for key in ("routing_accuracy", "full_pool_routing_accuracy", "random_routing_accuracy_mean"):
-        assert 0.0 <= result[key] <= 1.0
-    assert result["random_routing_accuracy_sd"] > 0 and 0.0 <= result["random_below_fraction"] <= 1.0
-    assert result["scoring"] == "common" and result["test_queries"] == space.test_queries > 0
+        assert 0.0 <= getattr(result, key) <= 1.0
+    assert result.random_routing_accuracy_sd > 0 and 0.0 <= result.random_below_fraction <= 1.0
+    assert result.scoring == "common" and result.n_test_queries == space.test_queries > 0
     # the portfolio's accuracy is the routing among its models on the counted test queries
-    chosen = [space.names.index(n) for n in result["models"]]
+    chosen = [space.names.index(n) for n in result.models]
     picked = np.asarray(chosen)[space.pred[chosen].argmax(axis=0)]
-    assert result["routing_accuracy"] == pytest.approx(space.truth[picked, np.arange(space.test_queries)].mean())
+    assert result.routing_accuracy == pytest.approx(space.truth[picked, np.arange(space.test_queries)].mean())
     full = reg.portfolio(k=space.size, method="kcenter", random_draws=3)
-    assert full["routing_accuracy"] == full["full_pool_routing_accuracy"] == full["random_routing_accuracy_mean"]
-    assert full["random_routing_accuracy_sd"] == 0.0
+    assert full.routing_accuracy == full.full_pool_routing_accuracy == full.random_routing_accuracy_mean
+    assert full.random_routing_accuracy_sd == 0.0
     again = reg.portfolio(k=2, method="kcenter", random_draws=50, seed=4)
-    assert again["random_routing_accuracy_mean"] == result["random_routing_accuracy_mean"]  # seeded
+    assert again.random_routing_accuracy_mean == result.random_routing_accuracy_mean  # seeded
 
 
 def test_greedy_respects_the_budget(reg, space):
     sizes = dict(zip(space.names, space.params_b))
     for budget in (8, 20, 40):
         result = reg.portfolio(budget_b=budget, method="greedy-budget", random_draws=50)
-        assert result["budget_b"] == budget and result["method"] == "greedy-budget"
-        assert result["total_params_b"] == pytest.approx(sum(sizes[n] for n in result["models"]))
-        assert result["total_params_b"] <= budget
-        assert result["params_b"] == {n: sizes[n] for n in result["models"]}
-        assert result["greedy_variant"] in ("gain per parameter", "gain")
-        assert result["random_mean_params_b"] <= budget
-    assert reg.portfolio(budget_b=20, method="greedy-budget", random_draws=50)["random_routing_accuracy_sd"] > 0
+        assert result.budget_b == budget and result.method == "greedy-budget"
+        assert result.total_params_b == pytest.approx(sum(sizes[n] for n in result.models))
+        assert result.total_params_b <= budget
+        assert result.params_b == {n: sizes[n] for n in result.models}
+        assert result.greedy_variant in ("gain per parameter", "gain")
+        assert result.random_mean_params_b <= budget
+    assert reg.portfolio(budget_b=20, method="greedy-budget", random_draws=50).random_routing_accuracy_sd > 0
 
 
 def test_bad_requests_fail_clearly(reg, space):
@@ -226,42 +226,42 @@ def test_bad_requests_fail_clearly(reg, space):
         reg.portfolio()
     with pytest.raises(InputError, match="greedy-budget"):
         reg.portfolio(budget_b=10, method="kmedoids")
-    assert reg.portfolio(budget_b=100, random_draws=5)["method"] == "greedy-budget"  # the default under a budget
+    assert reg.portfolio(budget_b=100, random_draws=5).method == "greedy-budget"  # the default under a budget
     with pytest.raises(InputError, match="positive"):
         reg.portfolio(budget_b=-3, method="greedy-budget")
 
 
 def test_where_narrows_the_pool(reg):
     result = reg.portfolio(k=2, where="family == synfam1")
-    assert result["pool"] == 3 and all("synfam1" in n for n in result["models"])
+    assert result.pool_size == 3 and all("synfam1" in n for n in result.models)
     with pytest.raises(InputError, match="larger than the pool: 3 embedded model.*matching 'family == synfam1'"):
         reg.portfolio(k=4, where="family == synfam1")
 
 
 def test_models_without_params_under_a_budget(extended):
     result = extended.portfolio(budget_b=200, method="greedy-budget", random_draws=20)
-    assert result["excluded_unknown_params"] == ["no-size"] and "no-size" not in result["models"]
-    assert any("no-size" in w and "params_b" in w for w in result["warnings"])
+    assert result.excluded_unknown_params == ["no-size"] and "no-size" not in result.models
+    assert any("no-size" in w and "params_b" in w for w in result.warnings)
     kept = extended.portfolio(budget_b=200, method="greedy-budget", include_unknown_params=True, random_draws=20)
-    assert kept["excluded_unknown_params"] == [] and kept["pool"] == result["pool"] + 1
-    assert "no-size" in kept["models"]  # it costs nothing against the budget and adds coverage
-    assert kept["total_params_b_is_lower_bound"] and kept["total_params_b"] <= 200
+    assert kept.excluded_unknown_params == [] and kept.pool_size == result.pool_size + 1
+    assert "no-size" in kept.models  # it costs nothing against the budget and adds coverage
+    assert kept.total_params_b_is_lower_bound and kept.total_params_b <= 200
     with pytest.raises(RegistryError, match="lacks params_b"):
         extended.portfolio(budget_b=200, method="greedy-budget", where="name == no-size")
     counted = extended.portfolio(k=2, where="family == mystery")  # count methods ignore sizes
-    assert sorted(counted["models"]) == ["no-size", "train-only"]
+    assert sorted(counted.models) == ["no-size", "train-only"]
 
 
 def test_accuracies_are_none_without_test_scores(extended):
     result = extended.portfolio(k=1, where="name == train-only")
-    assert result["models"] == ["train-only"]
-    assert result["routing_accuracy"] is None and result["full_pool_routing_accuracy"] is None
-    assert result["random_routing_accuracy_mean"] is None and result["random_routing_accuracy_sd"] is None
-    assert "no model of the pool has a score" in result["accuracy_reason"]
+    assert result.models == ["train-only"]
+    assert result.routing_accuracy is None and result.full_pool_routing_accuracy is None
+    assert result.random_routing_accuracy_mean is None and result.random_routing_accuracy_sd is None
+    assert "no model of the pool has a score" in result.accuracy_reason
     # in the whole pool 'train-only' leaves no query scored by every model: routing among scored members
     mixed = extended.portfolio(k=3, method="kcenter", random_draws=20)
-    assert mixed["scoring"] == "scored-members" and mixed["routing_accuracy"] is not None
-    assert any("routed among" in w for w in mixed["warnings"])
+    assert mixed.scoring == "scored-members" and mixed.routing_accuracy is not None
+    assert any("routed among" in w for w in mixed.warnings)
 
 
 def test_cli_json_and_text(trained_home):
@@ -270,7 +270,8 @@ def test_cli_json_and_text(trained_home):
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout)
     for key in ("models", "method", "total_params_b", "routing_accuracy", "full_pool_routing_accuracy",
-                "random_routing_accuracy_mean", "random_routing_accuracy_sd", "pool", "test_queries", "warnings"):
+                "random_routing_accuracy_mean", "random_routing_accuracy_sd", "pool_size", "n_test_queries",
+                "warnings"):
         assert key in result
     assert result["method"] == "kmedoids" and len(result["models"]) == 3
     out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--budget", "0.05T", "--draws", "20"])

@@ -40,7 +40,7 @@ def test_a_models_own_task_profile_finds_that_model(reg, accuracies):
     space = ProfileSpace(reg.store)  # loaded once, as the report does; profile() is the same path
     ranks = []
     for name, targets in accuracies.items():
-        found = [r["name"] for r in space.profile(targets, k=9, evals=512, seed=0)["results"]]
+        found = [r.name for r in space.profile(targets, k=9, evals=512, seed=0).neighbours]
         ranks.append(found.index(name) + 1)
     assert np.mean(np.array(ranks) <= 3) >= 7 / 9, ranks  # measured: all 9 in the top 2
     assert np.mean(np.array(ranks) == 1) >= 5 / 9, ranks
@@ -49,32 +49,32 @@ def test_a_models_own_task_profile_finds_that_model(reg, accuracies):
 def test_result_shape_seed_and_realised_accuracies(reg):
     targets = {"math": 0.9, "law": 0.1, "code": 0.5}
     result = reg.profile(targets, k=4, evals=300, seed=1)
-    assert result["targets"] == targets and result["evals"] == 300
-    assert [set(r) for r in result["results"]] == [{"name", "distance", "metadata"}] * 4
-    distances = [r["distance"] for r in result["results"]]
+    assert result.targets == targets and result.n_evals == 300
+    assert len(result.neighbours) == 4 and {r.metric for r in result.neighbours} == {"cosine"}
+    distances = [r.distance for r in result.neighbours]
     assert distances == sorted(distances)
-    assert result["results"][0]["metadata"]["family"].startswith("synfam")
-    per_task = result["per_task"]
-    assert sum(p["evals"] for p in per_task.values()) == 300 and set(per_task) == set(targets)
-    assert per_task["math"]["accuracy"] > 0.75 and per_task["law"]["accuracy"] < 0.25  # Bernoulli around targets
+    assert result.neighbours[0].metadata["family"].startswith("synfam")
+    per_task = result.per_task
+    assert sum(p.n_evals for p in per_task.values()) == 300 and set(per_task) == set(targets)
+    assert per_task["math"].sampled_accuracy > 0.75 and per_task["law"].sampled_accuracy < 0.25  # around targets
     assert reg.profile(targets, k=4, evals=300, seed=1) == result  # seeded
-    assert reg.profile(targets, k=4, evals=300, seed=2)["per_task"] != per_task
+    assert reg.profile(targets, k=4, evals=300, seed=2).per_task != per_task
 
 
 def test_raising_one_tasks_target_changes_the_result(reg, accuracies):
     weak = min(accuracies, key=lambda m: np.mean(list(accuracies[m].values())))
     low = reg.profile(accuracies[weak], k=3, evals=512)
     high = reg.profile({**accuracies[weak], "math": 1.0}, k=3, evals=512)
-    assert low["results"][0]["name"] != high["results"][0]["name"]
-    assert accuracies[high["results"][0]["name"]]["math"] > accuracies[low["results"][0]["name"]]["math"]
+    assert low.neighbours[0].name != high.neighbours[0].name
+    assert accuracies[high.neighbours[0].name]["math"] > accuracies[low.neighbours[0].name]["math"]
 
 
 def test_where_restricts_the_results(reg, accuracies):
     result = reg.profile(accuracies["syn-synfam0-7b"], k=3, where="family == synfam1")
-    assert {r["metadata"]["family"] for r in result["results"]} == {"synfam1"}
-    assert result["pool"] == 3 and len(result["results"]) == 3
+    assert {r.metadata["family"] for r in result.neighbours} == {"synfam1"}
+    assert result.pool_size == 3 and len(result.neighbours) == 3
     fewer = reg.profile(accuracies["syn-synfam0-7b"], k=5, where="family == synfam1")  # like search: what matches
-    assert [r["name"] for r in fewer["results"]] == [r["name"] for r in result["results"]]
+    assert [r.name for r in fewer.neighbours] == [r.name for r in result.neighbours]
 
 
 def test_allocation_proportional_equal_and_at_least_one_each():
@@ -128,8 +128,8 @@ def test_cli_profile_json_and_text(reg, accuracies):
     result = run(reg.home, *args, "-k", "3", "--evals", "256", "--seed", "4", "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload == json.loads(json.dumps(reg.profile(targets, k=3, evals=256, seed=4)))
-    assert len(payload["results"]) == 3 and {"name", "distance"} <= set(payload["results"][0])
+    assert payload == reg.profile(targets, k=3, evals=256, seed=4).model_dump(mode="json")
+    assert len(payload["neighbours"]) == 3 and {"name", "distance"} <= set(payload["neighbours"][0])
     text = run(reg.home, "--task", "math=0.8", "--task", "law=0.3", "--where", "family == synfam0")
     assert text.exit_code == 0, text.output
     assert "hypothetical model from 512 synthetic evaluations" in text.output and "syn-synfam0" in text.output

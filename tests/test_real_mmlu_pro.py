@@ -52,7 +52,7 @@ def test_mmlu_pro_slice_imports_end_to_end(mmlu_pro, tmp_path):
     report = json.loads(_run(*args))
     assert report["new_evaluations"] == n_evals and report["encoded_texts"] == 0
     stats = json.loads(_run("--home", home, "stats", "--json"))
-    assert stats["models"] == 32 and stats["queries"] == 400 and stats["evaluations"] == n_evals
+    assert stats["n_models"] == 32 and stats["n_queries"] == 400 and stats["n_evaluations"] == n_evals
     models = {m["name"]: m for m in json.loads(_run("--home", home, "models", "list", "--json"))}
     assert models["Llama-3-8B"]["family"] == "llama3" and models["Llama-3-8B"]["access"] == "open"
     assert models["Llama-3-8B"]["extra"]["source_key"]  # extra columns of models.csv kept as metadata
@@ -66,7 +66,7 @@ def test_full_mmlu_pro_import_matches_the_dataset_and_is_idempotent(mmlu_pro, tm
             "--query-ids", str(emb / "all-mpnet-base-v2_ids.npy"), "--encoder", "all-mpnet-base-v2"]
     _run(*args)
     stats = json.loads(_run("--home", home, "stats", "--json"))
-    assert (stats["models"], stats["queries"], stats["evaluations"]) == (32, 12032, 383274)
+    assert (stats["n_models"], stats["n_queries"], stats["n_evaluations"]) == (32, 12032, 383274)
     _run(*args)
     assert json.loads(_run("--home", home, "stats", "--json")) == stats
 

@@ -56,7 +56,7 @@ def test_two_processes_adding_different_models_both_land(trained_home, tmp_path)
         assert child.returncode == 0, err
     names = {r.name for r in Registry.open(home).models()}
     assert {"endpoint-0", "endpoint-1"} <= names
-    assert Registry.open(home).check() == []
+    assert Registry.open(home).check().problems == []
 
 
 def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path):
@@ -97,7 +97,7 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
     assert not (home / "journal.json").exists()
     assert {r.name for r in after.models()} == before_models
     assert after.stats() == before_stats
-    assert after.check() == []
+    assert after.check().problems == []
     assert after.similar("syn-synfam0-1b", k=3) == neighbours
     after.add_model("doomed", evals)  # and the registry takes writes again
     assert "doomed" in {r.name for r in after.models()}

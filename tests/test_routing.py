@@ -45,17 +45,18 @@ def no_encoder(monkeypatch):
 
 
 def names(entries) -> list[str]:
-    return [e["name"] for e in entries]
+    return [e["name"] if isinstance(e, dict) else e.name for e in entries]
 
 
 def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_encoder):
     result = reg.route(stored["math"], k=4, fallback=3)
-    assert result["query"] == stored["math"] and set(result) == {"query", "ranking", "fallback"}
-    p = [r["p_correct"] for r in result["ranking"]]
+    assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks"}
+    p = [r.p_correct for r in result.ranking]
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
-    top = result["ranking"][0]["name"]
-    assert top not in names(result["fallback"]) and len(result["fallback"]) == 3
-    assert result["fallback"] == [{"name": h["name"], "distance": h["distance"]} for h in reg.similar(top, k=3)]
+    top = result.ranking[0].name
+    assert top not in names(result.fallbacks) and len(result.fallbacks) == 3
+    assert [(f.name, f.distance_cosine) for f in result.fallbacks] == [
+        (h.name, h.distance) for h in reg.similar(top, k=3).neighbours]
 
 
 def test_predicted_p_follows_the_models_real_accuracy_on_the_task(reg, stored, no_encoder):
@@ -64,30 +65,30 @@ def test_predicted_p_follows_the_models_real_accuracy_on_the_task(reg, stored, n
     for r in reg.store.read("evaluations").to_pylist():
         correct.setdefault((r["model"], task_of[r["query_id"]]), []).append(r["score"])
     for task in TASKS:
-        ranking = reg.route(stored[task], k=9)["ranking"]
-        real = [np.mean(correct[(r["name"], task)]) for r in ranking]
+        ranking = reg.route(stored[task], k=9).ranking
+        real = [np.mean(correct[(r.name, task)]) for r in ranking]
         assert np.mean(real[:3]) > np.mean(real[-3:]), (task, real)
 
 
 def test_an_excluded_model_never_appears(reg, stored, no_encoder):
     free = reg.route(stored["law"], k=9, fallback=8)
-    top, second = free["ranking"][0]["name"], free["ranking"][1]["name"]
-    nearest = free["fallback"][0]["name"]
+    top, second = free.ranking[0].name, free.ranking[1].name
+    nearest = free.fallbacks[0].name
     excluded = [top, nearest]
     result = reg.route(stored["law"], k=9, fallback=9, exclude=excluded)
-    assert not set(excluded) & set(names(result["ranking"]) + names(result["fallback"]))
-    assert len(result["ranking"]) == 7 and len(result["fallback"]) == 6  # everyone else, top excluded
-    assert names(result["ranking"]) == [n for n in names(free["ranking"]) if n not in excluded]
-    assert result["ranking"][0]["name"] == (second if second != nearest else free["ranking"][2]["name"])
-    assert all(not set(excluded) & set(names(r["ranking"]) + names(r["fallback"]))
+    assert not set(excluded) & set(names(result.ranking) + names(result.fallbacks))
+    assert len(result.ranking) == 7 and len(result.fallbacks) == 6  # everyone else, top excluded
+    assert names(result.ranking) == [n for n in names(free.ranking) if n not in excluded]
+    assert result.ranking[0].name == (second if second != nearest else free.ranking[2].name)
+    assert all(not set(excluded) & set(names(r.ranking) + names(r.fallbacks))
                for r in reg.route(list(stored.values()), k=9, fallback=9, exclude=excluded))
 
 
 def test_where_limits_ranking_and_fallback(reg, stored, no_encoder):
     result = reg.route(stored["code"], k=5, where="family == synfam1", fallback=5)
     family = {"syn-synfam1-1b", "syn-synfam1-7b", "syn-synfam1-13b"}
-    assert set(names(result["ranking"])) == family  # k larger than the pool: all of it
-    assert set(names(result["fallback"])) == family - {result["ranking"][0]["name"]}
+    assert set(names(result.ranking)) == family  # k larger than the pool: all of it
+    assert set(names(result.fallbacks)) == family - {result.ranking[0].name}
 
 
 def test_a_batch_is_the_same_as_single_routes(reg, stored, no_encoder):
@@ -96,14 +97,14 @@ def test_a_batch_is_the_same_as_single_routes(reg, stored, no_encoder):
     assert isinstance(batch, list) and len(batch) == 4
     for text, one in zip(texts, batch):
         single = reg.route(text, k=3, exclude=["syn-synfam0-7b"])
-        assert names(one["ranking"]) == names(single["ranking"]) and one["fallback"] == single["fallback"]
-        assert [r["p_correct"] for r in one["ranking"]] == pytest.approx([r["p_correct"] for r in single["ranking"]],
+        assert names(one.ranking) == names(single.ranking) and one.fallbacks == single.fallbacks
+        assert [r.p_correct for r in one.ranking] == pytest.approx([r.p_correct for r in single.ranking],
                                                                          abs=1e-5)
     assert reg.route(tuple(texts[:1]), k=3, exclude=["syn-synfam0-7b"]) == [batch[0]]
 
 
 def test_a_stored_text_is_not_re_encoded_a_new_one_is(reg, stored, no_encoder):
-    assert reg.route(stored["biology"])["ranking"]  # the loader would fail: the stored vector was used
+    assert reg.route(stored["biology"]).ranking  # the loader would fail: the stored vector was used
     with pytest.raises(RuntimeError, match="query encoder all-MiniLM-L6-v2 was loaded"):
         reg.route(NEW_TEXT)
     with pytest.raises(RuntimeError, match="was loaded"):
@@ -111,10 +112,10 @@ def test_a_stored_text_is_not_re_encoded_a_new_one_is(reg, stored, no_encoder):
 
 
 def test_a_new_text_is_encoded_and_routed_without_being_stored(reg):
-    before = reg.stats()["query_vectors"]
+    before = reg.stats().query_vectors
     result = reg.route(NEW_TEXT, k=2, fallback=1)
-    assert len(result["ranking"]) == 2 and len(result["fallback"]) == 1
-    assert reg.stats()["query_vectors"] == before
+    assert len(result.ranking) == 2 and len(result.fallbacks) == 1
+    assert reg.stats().query_vectors == before
 
 
 @pytest.mark.parametrize("call, error, message", [
@@ -148,10 +149,10 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
                  "syn-synfam0-13b", "--fallback", "4", "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload == json.loads(json.dumps(reg.route(stored["math"], k=2, fallback=4,
-                                                      exclude=["syn-synfam1-13b", "syn-synfam0-13b"])))
-    assert set(payload) == {"query", "ranking", "fallback"} and len(payload["ranking"]) == 2
-    assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallback"]))
+    assert payload == reg.route(stored["math"], k=2, fallback=4,
+                                exclude=["syn-synfam1-13b", "syn-synfam0-13b"]).model_dump(mode="json")
+    assert set(payload) == {"query", "ranking", "fallbacks"} and len(payload["ranking"]) == 2
+    assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallbacks"]))
     text = run(reg.home, stored["law"], "--where", "family == synfam2")
     assert text.exit_code == 0, text.output
     assert "P(correct)" in text.output and "if syn-synfam2-" in text.output and "unavailable" in text.output

@@ -17,7 +17,7 @@ from service_harness import TOKEN, Server, copy_home
 def base_home(tmp_path_factory) -> Path:
     """A small synthetic registry, trained briefly, every model embedded (copied by each server)."""
     home = tmp_path_factory.mktemp("service") / "base"
-    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=2, queries_per_task=20,
+    synthetic_registry(home, train_epochs=8, n_families=3, models_per_family=2, queries_per_task=16,
                        tasks=("math", "law", "biology"), n_duplicates=1, seed=3)
     return home
 
@@ -53,10 +53,11 @@ def test_add_refine_search_route_audit(server, texts):
         assert r.status_code == 201, r.text
         added = r.json()
         assert added["event"] == "add" and added["version"] == 1 and added["n_evals"] == 30
-        assert c.get(f"/v1/jobs/{added['job']}").json()["state"] == "done"
+        assert c.get(f"/v1/jobs/{r.headers['x-job-id']}").json()["state"] == "done"
 
         shown = c.get("/v1/models/svc-a").json()
-        assert shown["family"] == "svc" and shown["params_b"] == 3.0 and shown["embedded"] and shown["n_evals"] == 30
+        assert shown["record"]["family"] == "svc" and shown["record"]["params_b"] == 3.0
+        assert shown["embedded"] and shown["n_evals"] == 30 and shown["version"] == 1
         # A new text, encoded by the service, then refine re-embeds as version 2.
         r = c.post("/v1/models/svc-a/refine", json={"evaluations": [{"query": "A brand new question?", "score": 1}]
                                                     + _evals(texts, 5, offset=30)})
@@ -64,9 +65,9 @@ def test_add_refine_search_route_audit(server, texts):
         refined = r.json()
         assert refined["event"] == "refine" and refined["version"] == 2 and refined["n_evals"] == 36
         assert refined["encoded_texts"] == 1
-        assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()] == ["add", "refine"]
+        assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()["versions"]] == ["add", "refine"]
 
-        near = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()
+        near = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()["neighbours"]
         assert len(near) == 3 and all(n["name"] != "svc-a" for n in near)
         assert [n["distance"] for n in near] == sorted(n["distance"] for n in near)
 
@@ -76,7 +77,7 @@ def test_add_refine_search_route_audit(server, texts):
         for result in routed["results"]:
             assert len(result["ranking"]) == 2 and all(r["name"] != "svc-a" for r in result["ranking"])
             assert result["ranking"][0]["p_correct"] >= result["ranking"][1]["p_correct"]
-            assert all(f["name"] != result["ranking"][0]["name"] for f in result["fallback"])
+            assert all(f["name"] != result["ranking"][0]["name"] for f in result["fallbacks"])
         again = c.post("/v1/route", json={"query": "Something never seen before?", "k": 2, "exclude": ["svc-a"],
                                           "fallback": 2}).json()
         assert again["encoded_texts"] == 0 and again["results"][0] == routed["results"][1]
@@ -91,6 +92,8 @@ def test_add_refine_search_route_audit(server, texts):
         assert c.get("/v1/models/svc-a").status_code == 404
         assert c.post("/v1/models/svc-a/restore").json()["restored_version"] == 2
         assert c.get("/v1/models/svc-a").json()["embedded"]
+        assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()["versions"]] == \
+            ["add", "refine", "remove", "restore"]
         metrics = c.get("/metrics").text
         assert "locus_http_requests_total" in metrics and "locus_jobs_landed 2.0" in metrics
 
@@ -154,7 +157,7 @@ def test_a_bad_file_names_its_line_and_field_and_changes_nothing(server, texts, 
         r = c.post("/v1/models/svc-file/file", files={"file": ("evals.csv", good.read_bytes(), "text/csv")},
                    data={"metadata": json.dumps({"family": "files"})})
         assert r.status_code == 201 and r.json()["n_evals"] == 5
-        assert c.get("/v1/models/svc-file").json()["family"] == "files"
+        assert c.get("/v1/models/svc-file").json()["record"]["family"] == "files"
 
 
 def test_concurrent_writers_and_readers_lose_nothing(server, texts):
@@ -181,13 +184,13 @@ def test_concurrent_writers_and_readers_lose_nothing(server, texts):
         t.join(timeout=300)
     assert errors == [] and len(routed) == 24
     with server.client() as c:
-        names = {m["name"]: m for m in c.get("/v1/models").json()}
         for w in range(writers):
             for j in range(per_writer):
-                assert names[f"conc-{w}-{j}"]["n_evals"] == 10 + j and names[f"conc-{w}-{j}"]["version"] == 1
+                shown = c.get(f"/v1/models/conc-{w}-{j}").json()
+                assert shown["n_evals"] == 10 + j and shown["version"] == 1
     from registry import Registry
 
-    assert Registry.open(server.home).check() == []
+    assert Registry.open(server.home).check().ok
 
 
 def test_sigkill_mid_write_then_restart_loses_nothing(base_home, texts, tmp_path):
@@ -200,7 +203,7 @@ def test_sigkill_mid_write_then_restart_loses_nothing(base_home, texts, tmp_path
                 r = c.post("/v1/models", json={"name": f"kill-{i}", "evaluations": _evals(texts, 12, offset=i),
                                                "wait": False})
                 assert r.status_code in (201, 202), r.text
-                accepted.append(r.json().get("job") or r.json()["id"])
+                accepted.append(r.headers["x-job-id"])
             time.sleep(0.3)  # some jobs land, the writer is inside a batch or about to be
     finally:
         srv.kill()
@@ -215,17 +218,18 @@ def test_sigkill_mid_write_then_restart_loses_nothing(base_home, texts, tmp_path
                     break
                 time.sleep(0.3)
             assert states == ["done"] * 6
-            models = {m["name"]: m for m in c.get("/v1/models").json()}
             for i in range(6):
-                assert models[f"kill-{i}"]["n_evals"] == 12 and models[f"kill-{i}"]["version"] == 1
-            history = [h["event"] for i in range(6) for h in c.get(f"/v1/models/kill-{i}/history").json()]
+                shown = c.get(f"/v1/models/kill-{i}").json()
+                assert shown["n_evals"] == 12 and shown["version"] == 1
+            history = [h["event"] for i in range(6)
+                       for h in c.get(f"/v1/models/kill-{i}/history").json()["versions"]]
             assert history == ["add"] * 6  # each landed exactly once
     finally:
         srv.stop()
     from registry import Registry
 
     reg = Registry.open(home)
-    assert reg.check() == [] and not (home / "journal.json").exists()
+    assert reg.check().ok and not (home / "journal.json").exists()
     evals = reg.store.read("evaluations", ["model"]).column("model").to_pylist()
     assert all(evals.count(f"kill-{i}") == 12 for i in range(6))
 

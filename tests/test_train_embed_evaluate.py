@@ -47,7 +47,7 @@ def test_train_then_embed_writes_vectors_with_the_encoder_id(home):
     assert Registry.open(home).store.config["active_encoder"] == report["encoder_id"]
 
     summary = json.loads(run(home, "embed", "--all", "--json").output)
-    assert summary["embedded"] == 10 and summary["encoder_id"] == report["encoder_id"]
+    assert summary["n_embedded"] == 10 and summary["encoder_id"] == report["encoder_id"]
     rows = Registry.open(home).store.read("models").to_pylist()
     d = json.loads((encoder_dir / "config.json").read_text())["config"]["d"]
     assert all(r["encoder_id"] == report["encoder_id"] and len(r["vector"]) == d for r in rows)

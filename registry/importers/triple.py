@@ -13,7 +13,7 @@ from pathlib import Path
 
 from registry.errors import InputError
 from registry.importers._common import ImportBatch, parse_score, read_csv, required_text
-from registry.records import ModelRecord, Query
+from registry.records import ModelRecord, Query, validation_problem
 
 FILES = ("queries.csv", "models.csv", "evals.csv")
 
@@ -58,8 +58,9 @@ def read_triple(path: Path, *, id_prefix: str = "") -> ImportBatch:
             )
         try:
             record = ModelRecord.from_flat(name, row)
-        except ValueError as err:
-            raise InputError(str(err), file=models_file, line=line) from None
+        except ValueError as err:  # pydantic's ValidationError is one: say it in words, with the column
+            column, problem = validation_problem(err)
+            raise InputError(problem, file=models_file, line=line, field=column) from None
         model_names[model_id] = name
         seen_names[name] = line
         batch.models.append(record)

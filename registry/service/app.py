@@ -19,6 +19,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.records import ModelRecord
+from registry import results as r
 from registry.service import schemas as s
 from registry.service.settings import ServiceSettings
 
@@ -27,8 +29,7 @@ __all__ = ["create_app", "API_VERSION"]
 API_VERSION = "v1"
 log = logging.getLogger("locus.service")
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
-_ERRORS = {400: {"model": s.ErrorResponse}, 401: {"model": s.ErrorResponse}, 404: {"model": s.ErrorResponse},
-           409: {"model": s.ErrorResponse}, 413: {"model": s.ErrorResponse}, 422: {"model": s.ErrorResponse}}
+_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 404, 409, 413, 422)}
 
 
 class _HTTPError(Exception):
@@ -212,14 +213,14 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
             job.event.wait(limits.max_wait_s)
         view = job.view()
         if job.state == "done":
-            return JSONResponse(s.ModelChange.model_validate(job.result).model_dump(), status_code=201,
-                                headers={"Location": f"/v1/jobs/{job.spec.id}"})
+            return JSONResponse(r.ModelChange.model_validate(job.result).model_dump(mode="json"), status_code=201,
+                                headers={"Location": f"/v1/jobs/{job.spec.id}", "X-Job-Id": job.spec.id})
         if job.state == "failed":
             e = job.error or {}
             return _error(int(e.get("status") or 409), e.get("type", "RegistryError"), e.get("message", ""),
                           field=e.get("field"), file=e.get("file"), line=e.get("line"))
-        return JSONResponse(s.JobView.model_validate(view).model_dump(), status_code=202,
-                            headers={"Location": f"/v1/jobs/{job.spec.id}"})
+        return JSONResponse(s.JobView.model_validate(view).model_dump(mode="json"), status_code=202,
+                            headers={"Location": f"/v1/jobs/{job.spec.id}", "X-Job-Id": job.spec.id})
 
     def _spec_rows(evaluations: list[s.EvaluationIn]) -> list[dict[str, Any]]:
         return [e.model_dump(exclude_none=True) for e in evaluations]
@@ -235,7 +236,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
                 out.write(chunk)
         return str(path), label
 
-    created = {201: {"model": s.ModelChange}, 202: {"model": s.JobView}, **_ERRORS}
+    created = {201: {"model": r.ModelChange}, 202: {"model": s.JobView}, **_ERRORS}
 
     @app.post("/v1/models", dependencies=write, status_code=201, responses=created, tags=["models"])
     def add_model(body: s.AddModelRequest):
@@ -294,40 +295,38 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
             raise NotFoundError(f"no job {job_id!r}")
         return job.view()
 
-    @app.delete("/v1/models/{name}", dependencies=write, responses=_ERRORS, tags=["models"])
-    def remove(name: str) -> dict[str, Any]:
+    @app.delete("/v1/models/{name}", dependencies=write, response_model=r.RemoveResult, responses=_ERRORS,
+                tags=["models"])
+    def remove(name: str):
         """Remove a model (its history stays: restore brings it back)."""
         _check_name(name)
         return Registry.open(settings.home, create=False).remove(name)
 
-    @app.post("/v1/models/{name}/restore", dependencies=write, responses=_ERRORS, tags=["models"])
-    def restore(name: str, version: int | None = Query(default=None, ge=1, le=2**31 - 1)) -> dict[str, Any]:
+    @app.post("/v1/models/{name}/restore", dependencies=write, response_model=r.RestoreResult, responses=_ERRORS,
+              tags=["models"])
+    def restore(name: str, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
         _check_name(name)
         return Registry.open(settings.home, create=False).restore(name, version)
 
     # ------------------------------------------------------------ reads
-    @app.get("/v1/models", response_model=list[s.ModelView], responses=_ERRORS, tags=["models"])
+    @app.get("/v1/models", response_model=list[ModelRecord], responses=_ERRORS, tags=["models"])
     def list_models(where: str | None = Query(default=None, max_length=limits.max_where_chars)):
         """Model records, optionally filtered by a metadata expression."""
-        snap = state.snapshot()
-        rows = _rows(reader)
-        records = reader.list(where)
-        return [_model_view(r, rows.get(r.name)) for r in records] if snap else []
+        return reader.list(where)
 
-    @app.get("/v1/models/{name}", response_model=s.ModelView, responses=_ERRORS, tags=["models"])
+    @app.get("/v1/models/{name}", response_model=r.ModelInfo, responses=_ERRORS, tags=["models"])
     def show(name: str):
+        """A model's record with its version and embedding state."""
         _check_name(name)
-        record = reader.get(name)
-        return _model_view(record, _rows(reader).get(name))
+        return reader.show(name)
 
-    @app.get("/v1/models/{name}/history", response_model=list[s.HistoryEntry], responses=_ERRORS,
-             tags=["models"])
+    @app.get("/v1/models/{name}/history", response_model=r.ModelHistory, responses=_ERRORS, tags=["models"])
     def history(name: str):
+        """Every version of a model, oldest first."""
         _check_name(name)
-        return [{**{k: v for k, v in r.items() if k not in ("vector", "record", "time")}, "time": str(r["time"])}
-                for r in reader.history(name)]
+        return reader.history(name)
 
-    @app.get("/v1/similar", response_model=list[s.Neighbour], responses=_ERRORS, tags=["search"])
+    @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar(name: str = Query(min_length=1, max_length=limits.max_name_chars),
                 k: int = Query(default=5, ge=1, le=limits.max_k),
                 metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
@@ -335,7 +334,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         """The k models nearest to NAME in embedding space (NAME itself excluded)."""
         return state.similar(name, None, k=k, metric=metric, where=where)
 
-    @app.post("/v1/similar", response_model=list[s.Neighbour], responses=_ERRORS, tags=["search"])
+    @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar_vector(body: s.SimilarByVector):
         """The k models nearest to a LOCUS vector."""
         return state.similar(None, body.vector, k=body.k, metric=body.metric, where=body.where)
@@ -358,35 +357,36 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return _plain(reader.audit(model=model, metric=metric, quantile=quantile, tolerance=tolerance,
                                    alpha=alpha))
 
-    @app.post("/v1/profile", responses=_ERRORS, tags=["analytics"])
-    def profile(body: s.ProfileRequest) -> Any:
+    @app.post("/v1/profile", response_model=r.ProfileResult, responses=_ERRORS, tags=["analytics"])
+    def profile(body: s.ProfileRequest):
         """Real models nearest to a hypothetical one with these task accuracies."""
-        return _plain(reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed,
+        return (reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed,
                                      where=body.where))
 
-    @app.get("/v1/portfolio", responses=_ERRORS, tags=["analytics"])
+    @app.get("/v1/portfolio", response_model=r.PortfolioResult, responses=_ERRORS, tags=["analytics"])
     def portfolio(k: int | None = Query(default=None, ge=1, le=limits.max_k),
                   budget_b: float | None = Query(default=None, gt=0, le=1e7),
                   method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget)$"),
                   where: str | None = Query(default=None, max_length=limits.max_where_chars),
                   include_unknown_params: bool = False,
-                  seed: int = Query(default=0, ge=0, le=2**31 - 1)) -> Any:
+                  seed: int = Query(default=0, ge=0, le=2**31 - 1)):
         """A small set of models that covers the pool, with routing accuracies."""
-        return _plain(reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
+        return (reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
                                        include_unknown_params=include_unknown_params, seed=seed))
 
-    @app.get("/v1/stats", tags=["health"])
-    def stats() -> dict[str, Any]:
+    @app.get("/v1/stats", response_model=r.Stats, tags=["health"])
+    def stats():
         return reader.stats()
 
     @app.get("/v1/health", response_model=s.Health, tags=["health"])
     def health():
         snap = state.snapshot()
         models = snap.models
-        n_models = len(models.records) if models is not None else reader.store.count("models")
+        n_models = len(models.records) if models is not None else reader.stats().n_models
         embedded = len(models.index.names) if models is not None else 0
         return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
-                "home": str(settings.home), "device": settings.device, "models": n_models, "embedded": embedded,
+                "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
+                "models": n_models, "embedded": embedded,
                 "encoder_id": snap.encoder_id,
                 "query_encoder": snap.active.query_encoder if snap.active is not None else None,
                 "queue_depth": queue.depth(), "reloads": state.reloads, "auth": settings.token is not None}
@@ -411,15 +411,10 @@ def _warm_up(state) -> None:
         state.query_encoder(snap.active.query_encoder).encode(["warm-up"], progress=False)
 
 
-def _rows(reader) -> dict[str, dict[str, Any]]:
-    table = reader.store.read("models", ["name", "version", "encoder_id", "n_evals", "embedded_at"])
-    return {r["name"]: r for r in table.to_pylist()}
+def _backend(state, snap) -> str:
+    from encoder.query_encoder import resolve_backend
 
-
-def _model_view(record, row: dict[str, Any] | None) -> dict[str, Any]:
-    row = row or {}
-    return {**record.model_dump(), "version": row.get("version"), "encoder_id": row.get("encoder_id"),
-            "n_evals": row.get("n_evals"), "embedded": row.get("embedded_at") is not None}
+    return resolve_backend(state.settings.query_backend, state.settings.device)
 
 
 def _plain(value: Any) -> Any:

@@ -41,9 +41,11 @@ class JobRecord:
         self.event = threading.Event()
 
     def view(self) -> dict[str, Any]:
+        error = dict(self.error) if self.error else None
+        status = error.pop("status", None) if error else None
         return {"id": self.spec.id, "kind": self.spec.kind, "name": self.spec.name, "state": self.state,
                 "created": self.created, "started": self.started, "finished": self.finished,
-                "result": self.result, "error": self.error}
+                "result": self.result, "error": error, "error_status": status}
 
 
 def error_body(err: Exception) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from registry.results import ErrorDetail, ModelChange, RouteDecision
 from registry.service.settings import Limits
 
 LIMITS = Limits()
@@ -19,8 +20,7 @@ Where = Field(default=None, max_length=LIMITS.max_where_chars,
 Scalar = str | float | int | bool | None
 
 __all__ = ["EvaluationIn", "AddModelRequest", "RefineRequest", "RouteRequest", "ProfileRequest",
-           "SimilarByVector", "ErrorBody", "ErrorResponse", "JobView", "ModelChange", "RouteResult",
-           "Neighbour", "ModelView", "HistoryEntry", "Health"]
+           "SimilarByVector", "JobView", "RouteResponse", "Health"]
 
 
 class _Strict(BaseModel):
@@ -113,95 +113,26 @@ class ProfileRequest(_Strict):
 
 
 # ------------------------------------------------------------------ responses
-class ErrorBody(BaseModel):
-    type: str
-    message: str
-    field: str | None = None
-    file: str | None = None
-    line: int | None = None
-    status: int | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
-
-
-class ModelChange(BaseModel):
-    """What an add or refine did (as `Registry.add_model` / `refine` return)."""
-
-    job: str | None = None
-    name: str
-    version: int
-    event: str
-    encoder_id: str
-    n_evals: int
-    new_evaluations: int
-    encoded_texts: int
-    warnings: list[str] = Field(default_factory=list)
-
-
+# The registry's own result types (registry.results) are the service's response schemas; only what
+# exists over HTTP alone (jobs, batched route answers, health) is defined here.
 class JobView(BaseModel):
+    """An embedding job: `result` once done, `error` (and its HTTP status) once failed."""
+
     id: str
-    kind: str
+    kind: Literal["add", "refine"]
     name: str
     state: Literal["queued", "running", "done", "failed"]
-    created: float
+    created: float = Field(description="Unix time the job was accepted")
     started: float | None = None
     finished: float | None = None
     result: ModelChange | None = None
-    error: ErrorBody | None = None
-
-
-class Ranked(BaseModel):
-    name: str
-    p_correct: float
-
-
-class Fallback(BaseModel):
-    name: str
-    distance: float
-
-
-class RouteResult(BaseModel):
-    query: str
-    ranking: list[Ranked]
-    fallback: list[Fallback]
+    error: ErrorDetail | None = None
+    error_status: int | None = Field(None, description="the HTTP status the error answers with")
 
 
 class RouteResponse(BaseModel):
-    results: list[RouteResult]
+    results: list[RouteDecision] = Field(description="one decision per query text, in order")
     encoded_texts: int = Field(description="texts encoded by this call (the rest came from the cache)")
-
-
-class Neighbour(BaseModel):
-    name: str
-    distance: float
-    metadata: dict[str, Any]
-
-
-class ModelView(BaseModel):
-    name: str
-    family: str | None = None
-    params_b: float | None = None
-    provider: str | None = None
-    endpoint: str | None = None
-    licence: str | None = None
-    access: str | None = None
-    tags: list[str] = Field(default_factory=list)
-    extra: dict[str, Any] = Field(default_factory=dict)
-    version: int | None = None
-    encoder_id: str | None = None
-    n_evals: int | None = None
-    embedded: bool = False
-
-
-class HistoryEntry(BaseModel):
-    name: str
-    version: int
-    event: str
-    time: str
-    encoder_id: str | None = None
-    n_evals: int | None = None
 
 
 class Health(BaseModel):
@@ -209,6 +140,7 @@ class Health(BaseModel):
     problem: str | None = None
     home: str
     device: str
+    query_backend: str
     models: int
     embedded: int
     encoder_id: str | None = None

@@ -180,36 +180,22 @@ class WarmState:
 
     # ---------------------------------------------------------------- queries
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
-                where: str | None) -> list[dict[str, Any]]:
-        """`registry.search.similar` on the warm index (same rules: the model itself excluded)."""
-        from indexing.vector_index import METRICS
+                where: str | None):
+        """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
+        from registry.results import Neighbour, SearchResult
 
-        if metric not in METRICS:
-            raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
         models = self.snapshot().require_models()
-        own = name
-        if name is not None:
-            query = models.vector(name)
-        else:
-            query = np.asarray(vector, dtype=np.float32).reshape(-1)
-            if models.index.names and query.shape[0] != models.index.vectors.shape[1]:
-                raise InputError(f"the vector has {query.shape[0]} dimensions; the registry's have "
-                                 f"{models.index.vectors.shape[1]}", field="vector")
-        allowed = _allowed(models, where)
-        if allowed is not None and own is not None and own in models.index.names:
-            allowed = allowed[allowed != models.index.names.index(own)]
-        hits = models.index.search(query, k + (1 if own is not None and allowed is None else 0), metric=metric,
-                                   allowed=allowed)
-        out = [{"name": models.index.names[r], "distance": d,
-                "metadata": models.records[models.index.names[r]].metadata()}
-               for r, d in hits if models.index.names[r] != own]
-        return out[:k]
+        query = name if name is not None else np.asarray(vector, dtype=np.float32)
+        hits = models.index.neighbours(query, k, metric=metric, allowed=models.allowed_rows(where))
+        return SearchResult(query=name, metric=metric, where=where, neighbours=[
+            Neighbour(name=n, distance=d, metric=metric, metadata=models.records[n].metadata()) for n, d in hits])
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int) -> tuple[list[dict[str, Any]], int]:
-        """`registry.routing.route` on the warm state, every text in one batched pass; returns
-        the per-text results and how many texts were encoded now."""
+              fallback: int):
+        """`Registry.route` on the warm state, every text in one batched pass; returns the
+        decisions and how many texts were encoded now."""
         from encoder.training import predict
+        from registry.results import Fallback, RankedModel, RouteDecision
 
         snap = self.snapshot()
         models = snap.require_models()
@@ -223,37 +209,28 @@ class WarmState:
         if models.index.encoder_id != active.encoder_id:
             raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
                                 f"{active.encoder_id}: run `registry embed --all`")
-        allowed = _allowed(models, where)
+        allowed = models.allowed_rows(where)
         rows = np.arange(len(names)) if allowed is None else allowed
-        if where is not None and len(rows) == 0:
-            raise RegistryError(f"the filter {where!r} matches none of the {len(names)} embedded models")
+        if len(rows) == 0:
+            raise InputError(f"the filter {where!r} matches none of the {len(names)} embedded models", field="where")
         excluded = set(exclude)
         rows = np.asarray([i for i in rows if names[i] not in excluded], dtype=np.int64)
         if len(rows) == 0:
-            raise RegistryError("no model left to route to: every candidate is excluded")
+            raise InputError("no model left to route to: every candidate is excluded", field="exclude")
         phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D)
         if phi.shape[1] != active.config.query_dim:
             raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
                                 f"{active.query_encoder} gives {phi.shape[1]}-d")
         p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
         out = []
-        row_names = [names[r] for r in rows]
+        row_names = np.array([names[r] for r in rows])
         for j, text in enumerate(texts):
-            order = np.lexsort((np.array(row_names), -p[:, j]))  # most likely first, ties by name
-            ranking = [{"name": row_names[i], "p_correct": round(float(p[i, j]), 6)} for i in order[:k]]
+            order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
+            ranking = [RankedModel(name=row_names[i], p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
             top = rows[order[0]]
             others = rows[rows != top]
             hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
                 if fallback and len(others) else []
-            out.append({"query": text, "ranking": ranking,
-                        "fallback": [{"name": names[r], "distance": d} for r, d in hits]})
+            out.append(RouteDecision(query=text, ranking=ranking,
+                                     fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
         return out, encoded
-
-
-def _allowed(models, where: str | None) -> np.ndarray | None:
-    if where is None:
-        return None
-    from registry.filters import parse_filter
-
-    keep = parse_filter(where, list(models.records.values()))
-    return np.array([i for i, n in enumerate(models.index.names) if keep.matches(models.records[n])], dtype=np.int64)

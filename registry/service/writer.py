@@ -99,14 +99,13 @@ def _prepare(spec: JobSpec, stored_models, by_id: dict[str, str], by_hash: dict[
     if spec.kind == "add":
         if existing is not None and not spec.replace:
             raise RegistryError(f"a model named {spec.name!r} exists; refine it, or add with replace")
-        try:
-            record = ModelRecord.from_flat(spec.name, dict(spec.metadata or {}))
-        except ValueError as err:
-            raise InputError(str(err), field="metadata") from None
+        from registry.catalog import check_model_name, record_from_metadata
+
+        record = record_from_metadata(check_model_name(spec.name), spec.metadata)
     elif spec.kind == "refine":
         if existing is None:
             raise NotFoundError.model(spec.name, list(stored_models))
-        from registry.catalog import record_of
+        from registry.rows import record_of
 
         record = record_of(existing)
     else:
@@ -160,8 +159,10 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
 def _land(state, specs: list[JobSpec], outcomes) -> None:
     from encoder.data import EvalData
     from encoder.training import embed_models
-    from registry.catalog import _sql_literal, version_row
+    from registry.catalog import _sql_literal
     from registry.ingest import model_row
+    from registry.results import ModelChange
+    from registry.rows import version_row
 
     store = state.store
     active = state.snapshot().require_active()
@@ -241,11 +242,10 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
                    embedded_at=now, version=version)
         model_rows.append(row)
         version_rows.append(version_row(row, event, now))
-        result = {"job": p.spec.id, "name": p.spec.name, "version": version, "event": event,
-                  "encoder_id": active.encoder_id, "n_evals": int(len(evals)),
-                  "new_evaluations": p.new_evaluations,
-                  "encoded_texts": sum(1 for q, d in p.new_queries if d in encoded),
-                  "warnings": list(p.batch.warnings)}
+        result = ModelChange(name=p.spec.name, version=version, event=event, encoder_id=active.encoder_id,
+                             n_evals=int(len(evals)), new_evaluations=p.new_evaluations,
+                             encoded_texts=sum(1 for q, d in p.new_queries if d in encoded),
+                             warnings=list(p.batch.warnings)).model_dump(mode="json")
         results[p.spec.id] = result
         job_rows.append({"id": p.spec.id, "kind": p.spec.kind, "name": p.spec.name, "result": json.dumps(result),
                          "time": now})

@@ -1,0 +1,82 @@
+"""The one error hierarchy of locus-registry.
+
+It lives at the bottom of the layering (cli -> registry -> encoder / indexing) so that every layer can
+raise it without importing a layer above: `encoder/` and `indexing/` import this module, `registry`
+re-exports it (`registry.RegistryError`, ...). The module imports nothing of the project, and
+`indexing/__init__.py` is empty, so importing it costs nothing (no LanceDB, no FAISS, no torch).
+
+Every error names where the problem is (file, line, field, or the option as the user typed it) so
+that a user can act without guessing; the CLI prints the message (or, under `--json`, `to_dict()`) and
+exits non-zero. Errors that are not these (a ValueError, a KeyError) are bugs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RegistryError", "InputError", "NotFoundError"]
+
+
+class RegistryError(Exception):
+    """Base class: a problem the user can act on (as opposed to a bug): bad state, a refused operation."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as the CLI's `--json` prints it (under "error") and the HTTP service serves it."""
+        return {"type": type(self).__name__, "message": str(self)}
+
+
+class InputError(RegistryError):
+    """Bad input: an argument, a file, a row. The message says file, line, field or option, and what is
+    wrong. `field` is the argument as the Python caller spelled it (`targets`, `k`, `where`); the CLI
+    re-labels it with the option the user typed (`--task`, `-k`, `--where`) through `for_option`."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: str | Path | None = None,
+        line: int | None = None,
+        field: str | None = None,
+        option: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.field = field
+        self.option = option
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(self.file)
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.option is not None:
+            where.append(f"option {self.option}" if self.option.startswith("-") else f"argument {self.option}")
+        elif self.field is not None:
+            where.append(f"field '{self.field}'")
+        return f"{', '.join(where)}: {self.problem}" if where else self.problem
+
+    def for_option(self, option: str) -> "InputError":
+        """The same error, named by the command-line option the user typed instead of the field."""
+        return InputError(self.problem, file=self.file, line=self.line, field=self.field, option=option)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        for key in ("option", "field", "file", "line"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+class NotFoundError(RegistryError):
+    """A named thing (model, task, encoder, version) is not in the store."""
+
+    @classmethod
+    def model(cls, name: str, known: list[str]) -> "NotFoundError":
+        """No model called `name`: the message names the closest existing names."""
+        import difflib
+
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""))

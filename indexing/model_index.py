@@ -1,0 +1,210 @@
+"""`ModelIndex`: the one owner of the FAISS index over the models table.
+
+It builds the index from the table, saves it in `<home>/index/` with the table's rows (metadata, no
+vectors) and the store's generation token, loads it back, decides whether the saved one is current,
+and rebuilds it when not. Nothing else reads or writes `<home>/index/`.
+
+Currency. A search first tries the saved index: when no transaction is open and the generation token
+is the one it was saved with, nothing in the tables has changed since (`indexing.home`), and the search
+runs without opening LanceDB (so `registry search` starts fast). Otherwise the store is opened, the
+index is checked against the models table's version and the embedded names, and rebuilt when stale.
+
+Vectors from different encoders never meet: the index holds the models embedded with one encoder id
+(the only one, else the store's active encoder); `encoders_seen` says when the table holds more, and
+`refuse_mixed()` turns that into an error naming the fix.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from indexing.errors import InputError, NotFoundError, RegistryError
+from indexing.home import generation, transaction_open
+from indexing.vector_index import METRICS, VectorIndex
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+
+__all__ = ["ModelIndex", "METRICS"]
+
+_INDEX_DIR = "index"
+_CURRENT = "current.json"
+_FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved metadata
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A models-table row without its vector, JSON-safe (timestamps as ISO 8601 text)."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items() if k != "vector"}
+
+
+@dataclass
+class ModelIndex:
+    """A snapshot of the models table's embeddings: `names` (embedded with `encoder_id`, sorted),
+    `vectors` (n, d) float32 in that order, `rows` (every model, embedded or not; table columns
+    without the vector) and the FAISS index over the vectors."""
+
+    home: Path
+    encoder_id: str
+    rows: dict[str, dict[str, Any]]
+    encoders_seen: set[str]
+    _index: VectorIndex = field(repr=False)
+
+    # ---------------------------------------------------------------- the snapshot
+    @property
+    def names(self) -> list[str]:
+        return self._index.names
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._index.vectors
+
+    @property
+    def kind(self) -> str:
+        return self._index.kind
+
+    def vector(self, name: str) -> np.ndarray:
+        """(d,) the stored embedding of `name`; a not-found error names the closest models."""
+        if name not in self.rows:
+            raise NotFoundError.model(name, list(self.rows))
+        try:
+            return self._index.vectors[self._index.names.index(name)]
+        except ValueError:
+            raise RegistryError(f"model {name!r} has no embedding yet: run `registry embed --all`") from None
+
+    def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",
+               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Up to k (row into `names`, distance), nearest first; `allowed` restricts to these rows."""
+        return self._index.search(query, k, metric=metric, allowed=allowed)
+
+    def neighbours(self, query: str | np.ndarray, k: int, *, metric: str = "cosine",
+                   allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """The k nearest models (name, distance) to a model name or a (d,) vector, nearest first; a
+        named model is left out of its own neighbours."""
+        if metric not in METRICS:
+            raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
+        own = query if isinstance(query, str) else None
+        if own is not None:
+            vector = self.vector(own)
+        else:
+            vector = np.asarray(query, dtype=np.float32).reshape(-1)
+            if self.names and vector.shape[0] != self.vectors.shape[1]:
+                raise InputError(f"the vector has {vector.shape[0]} dimensions; the registry's have "
+                                 f"{self.vectors.shape[1]}", field="vector")
+        if allowed is not None and own is not None:
+            allowed = allowed[allowed != self.names.index(own)]
+        extra = 1 if own is not None and allowed is None else 0
+        hits = self.search(vector, k + extra, metric=metric, allowed=allowed)
+        return [(self.names[row], dist) for row, dist in hits if self.names[row] != own][:k]
+
+    def refuse_mixed(self) -> "ModelIndex":
+        """This index, unless the table holds vectors from more than one encoder (not comparable)."""
+        if len(self.encoders_seen) > 1:
+            raise RegistryError(
+                f"models carry vectors from {len(self.encoders_seen)} encoders "
+                f"({', '.join(sorted(self.encoders_seen))}). Vectors from different encoders are not comparable: "
+                "run `registry embed --all`."
+            )
+        return self
+
+    # ------------------------------------------------------------------- lifecycle
+    @classmethod
+    def open(cls, source: "Store | str | Path", *, rebuild: bool = False,
+             store: "Callable[[], Store] | None" = None) -> "ModelIndex":
+        """The index for the models table as it is now: the saved one if provably current (no LanceDB
+        opened), else checked against the table and rebuilt (and saved) when stale. `source` is a
+        store or a home directory; `store` opens the store lazily when a home is given."""
+        from_home = isinstance(source, (str, Path))
+        home = Path(source) if from_home else source.home
+        if not rebuild:
+            saved = cls._load_current(home)
+            if saved is not None:
+                return saved.refuse_mixed()
+        if from_home:
+            if store is not None:
+                opened = store()
+            else:
+                from indexing.store import Store
+
+                opened = Store(home, create=False)
+        else:
+            opened = source
+        return cls._from_store(opened, rebuild=rebuild).refuse_mixed()
+
+    @classmethod
+    def _load_current(cls, home: Path) -> "ModelIndex | None":
+        if transaction_open(home):
+            return None
+        try:
+            current = json.loads((home / _INDEX_DIR / _CURRENT).read_text())
+        except (OSError, ValueError):
+            return None
+        token = generation(home)
+        if token is None or current.get("generation") != token or current.get("format") != _FORMAT:
+            return None
+        loaded = VectorIndex.load(home / _INDEX_DIR, current["encoder_id"])
+        if loaded is None:
+            return None
+        index, meta = loaded
+        if meta.get("generation") != token or "rows" not in meta:
+            return None
+        return cls(home, index.encoder_id, meta["rows"], set(meta["encoders_seen"]), index)
+
+    @classmethod
+    def _from_store(cls, store: "Store", *, rebuild: bool) -> "ModelIndex":
+        from indexing.store import MODELS
+
+        home = store.home
+        token = generation(home)
+        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        embedded = sorted(n for n, r in rows.items() if r.get("vector") is not None)
+        encoders = {rows[n]["encoder_id"] for n in embedded}
+        encoder_id = next(iter(encoders)) if len(encoders) == 1 else (store.config.get("active_encoder") or "none")
+        chosen = [n for n in embedded if rows[n]["encoder_id"] == encoder_id]
+        vectors = (np.array([rows[n]["vector"] for n in chosen], dtype=np.float32) if chosen
+                   else np.zeros((0, 0), dtype=np.float32))
+        version = store.versions().get(MODELS, 0)
+        directory = home / _INDEX_DIR
+        loaded = None if rebuild else VectorIndex.load(directory, encoder_id)
+        index, saved_token = None, None
+        if loaded is not None:
+            candidate, meta = loaded
+            if candidate.table_version == version and candidate.names == chosen and "rows" in meta:
+                index, saved_token = candidate, meta.get("generation")
+        if index is None:
+            index = VectorIndex.build(encoder_id, chosen, vectors, table_version=version)
+        snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index)
+        if chosen and token is not None and saved_token != token and not transaction_open(home):
+            snapshot._save(token)
+        return snapshot
+
+    def _save(self, token: str) -> None:
+        """Index files, then the pointer to them (atomically): a crash in between leaves a pointer to
+        the previous generation, and the next open rebuilds."""
+        import os
+
+        directory = self.home / _INDEX_DIR
+        meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows": self.rows}
+        self._index.save(directory, meta)
+        tmp = directory / f"{_CURRENT}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}))
+        os.replace(tmp, directory / _CURRENT)
+
+    # ---------------------------------------------------------------------- checks
+    def problems(self, store: "Store") -> list[str]:
+        """How this index disagrees with the models table (empty when it agrees)."""
+        from indexing.store import MODELS
+
+        problems = []
+        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        names = sorted(n for n, r in rows.items() if r.get("vector") is not None)
+        if self.names != names:
+            problems.append("index names differ from the embedded models in the table")
+        for i, name in enumerate(self.names):
+            if name not in rows or not np.allclose(self.vectors[i], rows[name]["vector"]):
+                problems.append(f"index vector of {name!r} differs from the table")
+        return problems

@@ -1,0 +1,102 @@
+"""A labelled 2-D map of the models' embeddings (`registry map`).
+
+PCA of the L2-normalised embeddings (SVD of the centred matrix). On unit vectors this is exactly
+classical MDS of the chord distances sqrt(2 * cosine distance), so the map shows the geometry that
+search and clustering use, it is deterministic, and it says how much it keeps: the variance share
+of each axis and the correlation between map distances and embedding distances.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from registry.clusters import MIN_MODELS
+from registry.errors import InputError
+from registry.records import METADATA_FIELDS, ModelRecord
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+    from registry.results import MapResult
+
+__all__ = ["embedding_map", "available_fields", "pca_2d"]
+
+
+def _field_values(records: list[ModelRecord], field: str) -> list[Any]:
+    values = []
+    for r in records:
+        if field == "name":
+            values.append(r.name)
+            continue
+        value = r.metadata().get(field)
+        if isinstance(value, list):
+            value = ", ".join(sorted(str(v) for v in value)) or None
+        values.append(value)
+    return values
+
+
+def available_fields(records: list[ModelRecord]) -> list[str]:
+    """Metadata fields at least one of these models has a value for."""
+    present = []
+    for field in (*METADATA_FIELDS, *sorted({k for r in records for k in r.extra})):
+        if field in present:
+            continue
+        if any(v is not None for v in _field_values(records, field)):
+            present.append(field)
+    return present
+
+
+def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """(n, 2) coordinates: PCA of the L2-normalised rows (= classical MDS of chord distances), signs
+    fixed so that each axis's largest-magnitude coordinate is positive."""
+    u = np.asarray(z, dtype=np.float64)
+    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    centred = u - u.mean(0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    coords = centred @ vt[:2].T
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+    for j in range(2):
+        if coords[np.argmax(np.abs(coords[:, j])), j] < 0:
+            coords[:, j] = -coords[:, j]
+    var = s ** 2
+    total = float(var.sum())
+    share = (var / total) if total > 0 else np.zeros_like(var)
+    share = np.pad(share, (0, max(0, 2 - len(share))))
+    return coords, {"x": float(share[0]), "y": float(share[1]), "total": float(share[0] + share[1])}
+
+
+def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None) -> "MapResult":
+    """A labelled 2-D map of the embeddings (PCA of unit vectors), coloured by a metadata field."""
+    from scipy.spatial.distance import pdist
+    from scipy.stats import pearsonr
+
+    if plot is None:
+        raise InputError("the map needs a file to draw to (plot=FILE.png)", field="plot")
+    from registry.results import MapResult
+    from registry.search import embedded_subset
+
+    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map")
+    recs = [records[n] for n in names]
+    values = None
+    if color_by is not None:
+        fields = available_fields(recs)
+        if color_by not in fields and color_by != "name":
+            scope = "the mapped models" if where else "the registry's models"
+            raise InputError(f"no model has a value for {color_by!r}; fields present on {scope}: "
+                             f"{', '.join(fields) or '(none)'}", field="color_by")
+        values = _field_values(recs, color_by)
+    coords, explained = pca_2d(z)
+    unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    chord, flat = pdist(unit.astype(np.float64)), pdist(coords)
+    fidelity = float(pearsonr(chord, flat)[0]) if len(chord) > 2 and np.ptp(chord) > 0 and np.ptp(flat) > 0 else None
+    from registry.plots import plot_path, scatter_map
+
+    path = plot_path(plot)
+    colouring = scatter_map(path, names, coords, explained, field=color_by, values=values, where=where)
+    return MapResult.model_validate({
+        "plot": str(path), "n_models": len(names), "projection": "PCA of L2-normalised embeddings "
+        "(= classical MDS of chord distances sqrt(2 * cosine distance))",
+        "explained_variance": explained, "distance_correlation": fidelity, "color_by": color_by,
+        "colouring": colouring,
+        "coordinates": [{"name": n, "x": float(x), "y": float(y)} for n, (x, y) in zip(names, coords)]})

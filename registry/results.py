@@ -1,0 +1,473 @@
+"""Typed results: one pydantic model per `Registry` operation.
+
+`Registry` methods return these; the CLI's `--json` prints `model_dump_json()` of the same object and
+the HTTP service serves the same schemas. Field names say what they are and, where there is one, the
+unit: `distance_cosine` (1 - cosine similarity, in [0, 2]), `p_correct` (a probability), `params_b`
+(billions of parameters), `n_...` (a count), `..._accuracy` (a fraction in [0, 1], real scores counting
+as expected correctness), `seconds`.
+
+Models are plain data (no behaviour beyond a convenience property), and refuse unknown fields, so a
+renamed field fails loudly in a test rather than silently in a consumer.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from registry.records import ModelRecord
+
+__all__ = [
+    "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
+    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport",
+    "OnboardingRow", "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult",
+    "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
+    "FamilySpread", "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult",
+    "TaskComparison", "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse",
+    "RESULT_TYPES",
+]
+
+Metric = Literal["cosine", "euclidean"]
+
+
+class Result(BaseModel):
+    """Base of every result: unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ------------------------------------------------------------------------------- the home
+class HomeInfo(Result):
+    """`registry init`: where the registry lives and which encoders it uses."""
+
+    home: str
+    query_encoder: str = Field(description="sentence encoder of new query texts")
+    active_encoder: str | None = Field(None, description="LOCUS encoder id new models are embedded with")
+
+
+class ImportReport(Result):
+    """`import`: what an import added (it lands whole or not at all; repeating it adds nothing)."""
+
+    source: str
+    new_queries: int = 0
+    new_models: int = 0
+    updated_models: int = 0
+    new_evaluations: int = 0
+    updated_evaluations: int = 0
+    unchanged_evaluations: int = 0
+    encoder: str | None = Field(None, description="query encoder new texts were encoded with (None: not encoded)")
+    encoded_texts: int = 0
+    stored_precomputed: int = Field(0, description="precomputed query vectors stored (--query-embeddings)")
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.new_queries or self.new_models or self.updated_models or self.new_evaluations
+            or self.updated_evaluations or self.encoded_texts or self.stored_precomputed
+        )
+
+
+class Stats(Result):
+    """`stats`: what the registry holds."""
+
+    home: str
+    n_models: int
+    n_queries: int
+    n_evaluations: int
+    queries_per_task: dict[str, int]
+    coverage: float = Field(description="n_evaluations / (n_models * n_queries), in [0, 1]")
+    query_encoder: str
+    active_encoder: str | None = None
+    query_vectors: dict[str, int] = Field(description="stored query vectors per query encoder")
+
+
+class ModelList(RootModel[list[ModelRecord]]):
+    """`models list`: the model records, by name."""
+
+
+class ModelInfo(Result):
+    """`show`: a model's record with its embedding state."""
+
+    record: ModelRecord
+    version: int | None = Field(None, description="1 on add, +1 on every refine, replace or restore")
+    encoder_id: str | None = Field(None, description="LOCUS encoder of the embedding (None: not embedded)")
+    n_evals: int | None = Field(None, description="evaluations the embedding was built from")
+    embedded: bool
+    embedded_at: datetime | None = None
+    added: datetime | None = None
+
+
+class HistoryEntry(Result):
+    version: int
+    event: Literal["add", "refine", "replace", "embed", "remove", "restore"]
+    time: datetime
+    encoder_id: str | None = None
+    n_evals: int | None = None
+    record: ModelRecord
+
+
+class ModelHistory(Result):
+    """`history`: every version of a model, oldest first."""
+
+    name: str
+    versions: list[HistoryEntry]
+
+
+class ModelChange(Result):
+    """`add-model`, `refine`: a model stored and embedded (one forward pass, no training)."""
+
+    name: str
+    version: int
+    event: Literal["add", "replace", "refine"]
+    encoder_id: str
+    n_evals: int = Field(description="evaluations the embedding was built from")
+    new_evaluations: int
+    encoded_texts: int = Field(description="query texts encoded now (the rest were stored)")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class RemoveResult(Result):
+    name: str
+    removed: bool
+    version: int | None = Field(None, description="the version removed (restore brings it back)")
+
+
+class RestoreResult(Result):
+    name: str
+    restored_version: int = Field(description="the history version brought back")
+    version: int = Field(description="the model's version now")
+
+
+class CheckResult(Result):
+    """`check`: consistency of the index, the tables and the evaluations."""
+
+    ok: bool
+    problems: list[str]
+
+
+# ------------------------------------------------------------------------------ the encoder
+class TrainReport(Result):
+    """`train`: the LOCUS encoder trained and made active."""
+
+    encoder_id: str
+    models: list[str]
+    n_train_queries: int
+    n_val_queries: int
+    evals_per_model: int | None = Field(description="training evaluations per model (None: all)")
+    best_epoch: int
+    val_routing_accuracy: float
+    seconds: float
+    checkpoint: str
+
+
+class EmbedReport(Result):
+    """`embed --all`: models embedded with the active encoder."""
+
+    encoder_id: str
+    n_embedded: int
+    n_evals: dict[str, int] = Field(description="per model, the evaluations its embedding was built from")
+
+
+class OnboardingRow(Result):
+    correctness_accuracy: float = Field(description="of the held-out models, on the test queries")
+    routing_accuracy: float = Field(description="of the whole pool with the held-out models in it")
+    evals_used: int
+
+
+class EvaluationReport(Result):
+    """`evaluate`: LOCUS against the baselines on held-out test queries."""
+
+    pool: list[str]
+    held_out: list[str]
+    evals_per_model: int | None
+    seed: int
+    n_train_queries: int
+    n_val_queries: int
+    n_test_queries: int
+    routing_accuracy: dict[str, float] = Field(description="per method")
+    correctness_accuracy: dict[str, float] = Field(description="per method that predicts P(correct)")
+    seconds: dict[str, float] = Field(description="training wall time per method")
+    locus_best_epoch: int
+    onboarding: dict[str, OnboardingRow] | None = Field(None, description="per number of evaluations embedded from")
+
+
+# --------------------------------------------------------------------------------- search
+class Neighbour(Result):
+    """One model near another (search, profile), nearest first."""
+
+    name: str
+    distance: float = Field(description="in `metric`: cosine (1 - cosine similarity) or Euclidean")
+    metric: Metric
+    metadata: dict[str, Any]
+
+
+class SearchResult(Result):
+    """`search`: the models nearest to a model (itself excluded) or to a vector."""
+
+    query: str | None = Field(description="the model searched from (None: a vector)")
+    metric: Metric
+    where: str | None = None
+    neighbours: list[Neighbour]
+
+
+class TaskSample(Result):
+    n_evals: int
+    sampled_accuracy: float = Field(description="mean of the synthetic scores drawn for the task")
+
+
+class ProfileResult(Result):
+    """`profile`: real models nearest to a hypothetical one with these task accuracies."""
+
+    targets: dict[str, float] = Field(description="target accuracy per task")
+    n_evals: int = Field(description="synthetic evaluations in the hypothetical set")
+    seed: int
+    allocation: Literal["proportional", "equal"]
+    per_task: dict[str, TaskSample]
+    encoder_id: str
+    pool_size: int = Field(description="embedded models the answer was chosen from (after --where)")
+    neighbours: list[Neighbour] = Field(description="cosine distance, nearest first")
+
+
+class RankedModel(Result):
+    name: str
+    p_correct: float = Field(description="predicted probability of answering the query correctly")
+
+
+class Fallback(Result):
+    name: str
+    distance_cosine: float = Field(description="cosine distance to the top-ranked model's embedding")
+
+
+class RouteDecision(Result):
+    """`route`: models ranked by P(correct) for one query, and the top model's nearest fallbacks."""
+
+    query: str
+    ranking: list[RankedModel]
+    fallbacks: list[Fallback]
+
+
+# ------------------------------------------------------------------------------- portfolio
+class Kernel(Result):
+    type: Literal["rbf"] = "rbf"
+    distance: Literal["euclidean"] = "euclidean"
+    sigma: float
+    sigma_rule: str
+
+
+class PortfolioResult(Result):
+    """`portfolio`: models that cover the pool, and their routing accuracy on held-out test queries."""
+
+    models: list[str]
+    method: Literal["kcenter", "kmedoids", "greedy-budget"]
+    k: int = Field(description="models chosen")
+    budget_b: float | None = Field(None, description="parameter budget, billions")
+    params_b: dict[str, float | None] = Field(description="size of each chosen model, billions (None: unknown)")
+    total_params_b: float | None
+    total_params_b_is_lower_bound: bool
+    routing_accuracy: float | None
+    full_pool_routing_accuracy: float | None
+    random_routing_accuracy_mean: float | None
+    random_routing_accuracy_sd: float | None
+    random_below_fraction: float | None = Field(description="share of random subsets routing strictly worse")
+    random_draws: int
+    random_mean_size: float
+    random_mean_params_b: float
+    seed: int
+    coverage: float = Field(description="facility-location coverage J(S) / pool size, in [0, 1]")
+    kernel: Kernel
+    pool_size: int
+    pool_total_params_b: float | None
+    where: str | None
+    excluded_unknown_params: list[str]
+    n_test_queries: int = Field(description="held-out test queries counted")
+    n_test_queries_scored: int = Field(description="held-out test queries some pool model has a score for")
+    scoring: Literal["common", "scored-members"] | None
+    accuracy_reason: str | None = Field(description="why no accuracy was measured, when none was")
+    warnings: list[str]
+    greedy_variant: str | None = None
+    kcenter_start: list[str] | None = None
+    kcenter_coverage: float | None = None
+
+
+# -------------------------------------------------------------------------------- families
+class Cluster(Result):
+    id: int
+    size: int
+    members: list[str] = Field(description="in dendrogram leaf order")
+    mean_distance_cosine: float = Field(description="mean pairwise cosine distance within the cluster")
+    families: dict[str, int] = Field(description="members per `family`, most common first")
+
+
+class Merge(Result):
+    """One row of the linkage: clusters `left` and `right` (a model name, or the index of an earlier
+    merge) joined at `height`."""
+
+    left: Union[str, int]
+    right: Union[str, int]
+    height: float
+    size: int
+
+
+class FamilyCut(Result):
+    k: int
+    adjusted_rand: float
+    purity: float
+
+
+class FamilySpread(Result):
+    n_models: int
+    clusters: list[int]
+
+
+class FamilyAgreement(Result):
+    field: str
+    n_models: int = Field(description="models with a value for `field`")
+    n_families: int
+    n_clusters: int
+    adjusted_rand: float = Field(description="adjusted Rand index: 0 chance, 1 the same partition")
+    p_value: float = Field(description="permutation p of the adjusted Rand index")
+    permutations: int
+    purity: float
+    at_family_count: FamilyCut | None = Field(None, description="the tree cut into as many clusters as families")
+    by_family: dict[str, FamilySpread]
+
+
+class ClustersResult(Result):
+    """`clusters`: hierarchical clusters of the models' embeddings (cosine distance)."""
+
+    n_models: int
+    metric: Literal["cosine"] = "cosine"
+    linkage: Literal["average", "complete", "single", "ward"]
+    heights: str = Field(description="what the merge heights measure")
+    k: int
+    k_rule: str
+    silhouette: float | None = Field(description="mean silhouette on cosine distances (None: 1 or n clusters)")
+    structure: Literal["strong", "reasonable", "weak", "none", "undefined"]
+    silhouette_by_k: dict[str, float]
+    cophenetic_correlation: float | None
+    cut_height: float
+    clusters: list[Cluster]
+    order: list[str] = Field(description="models in dendrogram leaf order")
+    merges: list[Merge]
+    family_agreement: FamilyAgreement | None
+    plot: str | None = None
+    plot_layout: str | None = None
+
+
+class ExplainedVariance(Result):
+    x: float
+    y: float
+    total: float
+
+
+class MapPoint(Result):
+    name: str
+    x: float
+    y: float
+
+
+class MapResult(Result):
+    """`map`: a labelled 2-D map of the embeddings."""
+
+    plot: str
+    n_models: int
+    projection: str
+    explained_variance: ExplainedVariance = Field(description="share of the variance on each axis")
+    distance_correlation: float | None = Field(description="Pearson r of map vs embedding chord distances")
+    color_by: str | None
+    colouring: dict[str, Any]
+    coordinates: list[MapPoint]
+
+
+class TaskComparison(Result):
+    task: str
+    a_accuracy: float | None
+    b_accuracy: float | None
+    a_n: int
+    b_n: int
+    shared_n: int
+    difference: float | None = Field(description="a_accuracy - b_accuracy")
+    test: Literal["paired", "two-proportion"]
+    shared_difference: float | None
+    disagreement_rate: float | None
+    z: float
+    p_value: float
+    p_adjusted: float | None = Field(None, description="Holm over tasks (None for the overall row)")
+    a_predicted: float | None = None
+    b_predicted: float | None = None
+
+
+class Agreement(Result):
+    shared_queries: int
+    disagreement_rate: float | None
+    both_correct: int
+    only_a: int
+    only_b: int
+    both_wrong: int
+
+
+class Comparison(Result):
+    """`compare`: how two models differ."""
+
+    a: str
+    b: str
+    distance_cosine: float
+    rank_of_b_among_a_neighbours: int
+    rank_of_a_among_b_neighbours: int
+    n_neighbours: int
+    overall: TaskComparison
+    tasks: list[TaskComparison] = Field(description="largest difference first")
+    agreement: Agreement
+    test: str
+    predicted_from: str | None
+    predicted_note: str | None
+
+
+# ------------------------------------------------------------------------------------ demo
+class DemoReport(Result):
+    """`demo`: every step of the tour, each as its own command reports it."""
+
+    home: str
+    synthetic: bool
+    imported: ImportReport
+    stats: Stats
+    trained: TrainReport | None
+    embedded: EmbedReport
+    added: ModelChange | None
+    nearest: SearchResult
+    audit: dict[str, Any] = Field(description="the audit report (typed by the audit module)")
+    profile: ProfileResult
+    portfolio: PortfolioResult
+    route: RouteDecision
+    route_without_top: RouteDecision
+    clusters: ClustersResult
+    map: MapResult
+
+
+# ---------------------------------------------------------------------------------- errors
+class ErrorDetail(Result):
+    type: str = Field(description="the error class: InputError, NotFoundError, RegistryError, UsageError")
+    message: str
+    option: str | None = Field(None, description="the command-line option at fault, as typed")
+    field: str | None = Field(None, description="the argument or field at fault")
+    file: str | None = None
+    line: int | None = None
+
+
+class ErrorResponse(Result):
+    """What `--json` prints (and the service answers) on an error."""
+
+    error: ErrorDetail
+
+
+# Every command's --json output, by command (tests validate the CLI against these).
+RESULT_TYPES: dict[str, type[BaseModel]] = {
+    "init": HomeInfo, "import": ImportReport, "stats": Stats, "models list": ModelList, "show": ModelInfo,
+    "history": ModelHistory, "add-model": ModelChange, "refine": ModelChange, "remove": RemoveResult,
+    "restore": RestoreResult, "check": CheckResult, "train": TrainReport, "embed": EmbedReport,
+    "evaluate": EvaluationReport, "search": SearchResult, "profile": ProfileResult, "route": RouteDecision,
+    "portfolio": PortfolioResult, "clusters": ClustersResult, "map": MapResult, "compare": Comparison,
+    "demo": DemoReport,
+}

@@ -1,0 +1,49 @@
+"""Rows of the models table and of its history (`model_versions`) <-> `ModelRecord`.
+
+One place for the conversions that adding, embedding, searching and restoring all need (they lived in
+`registry.catalog`, which made `catalog` and `embedding` import each other).
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Mapping
+
+from registry.records import ModelRecord
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+
+__all__ = ["record_of", "model_rows", "version_row", "write_model"]
+
+
+def record_of(row: Mapping[str, Any]) -> ModelRecord:
+    """The record of a models-table row (the `extra` column is a JSON object)."""
+    fields = {k: row.get(k) for k in ModelRecord.model_fields if k not in ("extra", "tags")}
+    extra = row.get("extra") or "{}"
+    return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(extra) if isinstance(extra, str) else extra)
+
+
+def model_rows(store: "Store") -> dict[str, dict[str, Any]]:
+    from indexing.store import MODELS
+
+    return {row["name"]: row for row in store.read(MODELS).to_pylist()}
+
+
+def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
+    """A history row: a snapshot of the model row at `event` (add, refine, replace, embed, remove, restore)."""
+    return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
+            "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
+            "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when}
+
+
+def write_model(store: "Store", row: dict[str, Any], event: str) -> None:
+    """Upsert the model row and append its history row (inside the caller's transaction)."""
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA, MODELS, VERSION_SCHEMA, VERSIONS, now_utc
+
+    table = store.table(MODELS, MODEL_SCHEMA)
+    table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
+        pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
+    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([version_row(row, event, now_utc())],
+                                                                    schema=VERSION_SCHEMA))

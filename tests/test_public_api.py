@@ -1,0 +1,73 @@
+"""The public names, pinned (as httpx pins its `__all__`): adding or removing one is a decision made
+here, not a side effect. And every public `Registry` method says what it returns."""
+from __future__ import annotations
+
+import inspect
+import typing
+
+import registry
+from registry import results
+
+PUBLIC = {
+    "Registry", "Query", "Evaluation", "ModelRecord", "RegistryError", "InputError", "NotFoundError",
+    "Agreement", "CheckResult", "Cluster", "ClustersResult", "Comparison", "DemoReport", "EmbedReport",
+    "ErrorDetail", "ErrorResponse", "EvaluationReport", "Fallback", "FamilyAgreement", "HistoryEntry", "HomeInfo",
+    "ImportReport", "MapResult", "ModelChange", "ModelHistory", "ModelInfo", "ModelList", "Neighbour",
+    "PortfolioResult", "ProfileResult", "RankedModel", "RemoveResult", "RestoreResult", "RouteDecision",
+    "SearchResult", "Stats", "TaskComparison", "TrainReport",
+}
+
+RESULTS = {
+    "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
+    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "OnboardingRow",
+    "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult", "RankedModel", "Fallback",
+    "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
+    "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
+    "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse", "RESULT_TYPES",
+}
+
+# Registry's public methods and what they return (audit's report is typed on its own branch).
+RETURNS = {
+    "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
+    "select_models": "list[str]", "train": "TrainReport", "embed_all": "EmbedReport",
+    "evaluate": "EvaluationReport", "add_model": "ModelChange", "refine": "ModelChange", "remove": "RemoveResult",
+    "restore": "RestoreResult", "history": "ModelHistory", "list": "list[ModelRecord]", "similar": "SearchResult",
+    "distance": "float", "audit": "dict[str, Any]", "profile": "ProfileResult", "portfolio": "PortfolioResult",
+    "route": "RouteDecision | list[RouteDecision]", "clusters": "ClustersResult", "map": "MapResult",
+    "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",
+    "get": "ModelRecord", "show": "ModelInfo",
+}
+
+
+def test_registry_all_is_pinned_and_every_name_resolves():
+    assert set(registry.__all__) == PUBLIC
+    assert len(registry.__all__) == len(set(registry.__all__))
+    for name in registry.__all__:
+        assert getattr(registry, name) is not None
+
+
+def test_results_all_is_pinned_and_each_model_refuses_unknown_fields():
+    assert set(results.__all__) == RESULTS
+    for name in results.__all__:
+        model = getattr(results, name)
+        if isinstance(model, type) and issubclass(model, results.Result):
+            assert model.model_config.get("extra") == "forbid", name
+
+
+def test_every_command_has_a_result_model_and_every_model_a_json_schema():
+    assert set(results.RESULT_TYPES) >= {"init", "import", "stats", "models list", "show", "history", "add-model",
+                                         "remove", "restore", "check", "train", "embed", "evaluate", "search",
+                                         "profile", "route", "portfolio", "clusters", "map", "compare", "demo"}
+    for model in results.RESULT_TYPES.values():
+        assert model.model_json_schema()["title"]
+
+
+def test_every_public_registry_method_has_a_typed_return():
+    public = {n for n, m in inspect.getmembers(registry.Registry) if not n.startswith("_") and callable(m)}
+    assert public == set(RETURNS)
+    for name in public:
+        annotation = inspect.signature(getattr(registry.Registry, name)).return_annotation
+        assert annotation is not inspect.Signature.empty, name
+        assert str(annotation).replace("'", "") == RETURNS[name], (name, annotation)
+    hints = typing.get_type_hints(registry.Registry.similar)  # the annotations resolve
+    assert hints["return"] is results.SearchResult
