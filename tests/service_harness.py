@@ -26,9 +26,17 @@ class Server:
     """`registry --home HOME serve` on a free port; `stop()` ends it (SIGTERM, or `kill()` SIGKILL)."""
 
     def __init__(self, home: Path, *, token: str | None = TOKEN, extra: tuple[str, ...] = (), log: Path | None = None):
-        self.home, self.token = home, token
+        self.home, self.token, self.extra = home, token, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._start(log)
+
+    def restart(self) -> None:
+        """A new server process on the same home and port (after `kill()` or `stop()`)."""
+        self._start(self.log.with_name(self.log.stem + "-restart.log"))
+
+    def _start(self, log: Path | None) -> None:
+        home, token, extra = self.home, self.token, self.extra
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("LOCUS_TOKEN", None)
         if token is not None:

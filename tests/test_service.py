@@ -193,12 +193,56 @@ def test_concurrent_writers_and_readers_lose_nothing(server, texts):
     assert Registry.open(server.home).check().ok
 
 
-def test_sigkill_mid_write_then_restart_loses_nothing(base_home, texts, tmp_path):
-    home = copy_home(base_home, tmp_path / "home")
-    srv = Server(home)
+def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from registry import InputError, NotFoundError
+    from registry.client import RegistryClient
+
+    with RegistryClient(server.url, token=TOKEN) as reg:
+        added = reg.add_model("client-a", [(t, i % 2, task) for i, (t, task) in enumerate(texts[:20])],
+                              {"family": "client"})
+        assert added.event == "add" and added.n_evals == 20
+        assert reg.get("client-a").family == "client"
+        decision = reg.route(texts[1][0], k=2, exclude=["client-a"])
+        assert len(decision.ranking) == 2 and all(r.name != "client-a" for r in decision.ranking)
+        assert [d.query for d in reg.route([texts[1][0], texts[2][0]], k=1)] == [texts[1][0], texts[2][0]]
+        assert all(n.name != "client-a" for n in reg.similar("client-a", k=3).neighbours)
+        with pytest.raises(NotFoundError):
+            reg.show("no-such-model")
+        with pytest.raises(InputError) as refused:
+            reg.add_model("client-b", [("a question?", 2.0)])
+        assert refused.value.field == "evaluations.0.score"
+    with RegistryClient(server.url) as anonymous:  # no token: reads work, writes are refused
+        assert anonymous.stats().n_models >= 1
+        with pytest.raises(Exception, match="bearer token"):
+            anonymous.remove("client-a")
+
+    evals = tmp_path / "cli.csv"
+    evals.write_text("query,score\n" + "".join(f'"{t}",{i % 2}\n' for i, (t, _) in enumerate(texts[:12])))
+    monkeypatch.setenv("LOCUS_TOKEN", TOKEN)
+    monkeypatch.setenv("LOCUS_SERVER", server.url)
+    run = CliRunner().invoke
+    missing_home = str(tmp_path / "nowhere")  # everything goes through the server, not a local home
+    out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["n_evals"] == 12
+    out = run(cli, ["--home", missing_home, "route", texts[0][0], "-k", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    assert len(json.loads(out.output)["ranking"]) == 2
+    out = run(cli, ["--home", missing_home, "search", "cli-a", "-k", "2", "--json"])
+    assert out.exit_code == 0 and len(json.loads(out.output)["neighbours"]) == 2
+    out = run(cli, ["--home", missing_home, "audit", "--model", "cli-a", "--json"])
+    assert out.exit_code == 0, out.output
+    out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals)])
+    assert out.exit_code == 1 and "exists" in out.output
+
+
+def test_sigkill_mid_write_then_restart_loses_nothing(server, texts):
     accepted = []
     try:
-        with srv.client() as c:
+        with server.client() as c:
             for i in range(6):
                 r = c.post("/v1/models", json={"name": f"kill-{i}", "evaluations": _evals(texts, 12, offset=i),
                                                "wait": False})
@@ -206,30 +250,26 @@ def test_sigkill_mid_write_then_restart_loses_nothing(base_home, texts, tmp_path
                 accepted.append(r.headers["x-job-id"])
             time.sleep(0.3)  # some jobs land, the writer is inside a batch or about to be
     finally:
-        srv.kill()
-    srv = Server(home)
-    try:
-        with srv.client() as c:
-            deadline = time.monotonic() + 120
-            states = []
-            while time.monotonic() < deadline:
-                states = [c.get(f"/v1/jobs/{j}").json()["state"] for j in accepted]
-                if all(s in ("done", "failed") for s in states):
-                    break
-                time.sleep(0.3)
-            assert states == ["done"] * 6
-            for i in range(6):
-                shown = c.get(f"/v1/models/kill-{i}").json()
-                assert shown["n_evals"] == 12 and shown["version"] == 1
-            history = [h["event"] for i in range(6)
-                       for h in c.get(f"/v1/models/kill-{i}/history").json()["versions"]]
-            assert history == ["add"] * 6  # each landed exactly once
-    finally:
-        srv.stop()
+        server.kill()
+    server.restart()
+    with server.client() as c:
+        deadline = time.monotonic() + 120
+        states = []
+        while time.monotonic() < deadline:
+            states = [c.get(f"/v1/jobs/{j}").json()["state"] for j in accepted]
+            if all(s in ("done", "failed") for s in states):
+                break
+            time.sleep(0.3)
+        assert states == ["done"] * 6
+        for i in range(6):
+            shown = c.get(f"/v1/models/kill-{i}").json()
+            assert shown["n_evals"] == 12 and shown["version"] == 1
+        history = [h["event"] for i in range(6) for h in c.get(f"/v1/models/kill-{i}/history").json()["versions"]]
+        assert history == ["add"] * 6  # each landed exactly once
     from registry import Registry
 
-    reg = Registry.open(home)
-    assert reg.check().ok and not (home / "journal.json").exists()
+    reg = Registry.open(server.home)
+    assert reg.check().ok and not (server.home / "journal.json").exists()
     evals = reg.store.read("evaluations", ["model"]).column("model").to_pylist()
     assert all(evals.count(f"kill-{i}") == 12 for i in range(6))
 
