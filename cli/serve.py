@@ -36,10 +36,13 @@ def _read_token(token_file: Path | None) -> str | None:
               show_default=True, help="Query-encoder precision for new texts (auto: int8 on CPU, fp32 on CUDA).")
 @click.option("--max-body-mb", default=64.0, show_default=True, type=click.FloatRange(0.001, 4096),
               help="Largest request body (JSON or uploaded file) in MiB; larger ones are answered 413.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Torch threads per call (requests already run in parallel; more can help a GPU-less "
+                   "host with idle cores and few clients).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.pass_context
-def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, log_level) -> None:
+def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threads, log_level) -> None:
     """Serve the registry over HTTP: /v1 API, /docs, /openapi.json, /metrics.
 
     The same home the CLI uses; both can run side by side (writes take the store's lock, and the
@@ -58,7 +61,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, log_l
         raise click.UsageError(f"refusing to listen on {host} without a token: pass --token-file or set "
                                f"${TOKEN_ENV} (without one, only a loopback address is allowed)")
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
-                               limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)))
+                               limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads)
     app = create_app(settings)
     click.echo(f"serving {home} on http://{host}:{port} (device {settings.device}; docs at /docs; "
                f"writes {'need the bearer token' if token else 'open to loopback only'})", err=True)

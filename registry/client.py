@@ -157,7 +157,12 @@ class RegistryClient:
         params = {"metric": metric, "quantile": quantile, "tolerance": tolerance, "alpha": alpha}
         if model is not None:
             params["model"] = model
-        return self._call("GET", "/v1/audit", params=params)
+        data = self._call("GET", "/v1/audit", params=params)
+        try:  # the typed report, where the audit module defines one (branch `audit`); else the dict
+            from registry.audit import AuditReport
+        except ImportError:
+            return data
+        return AuditReport.model_validate(data)
 
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
                 where: str | None = None) -> ProfileResult:

@@ -110,6 +110,9 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     from registry.service.state import WarmState
     from registry.service.writer import JobSpec
 
+    import torch
+
+    torch.set_num_threads(settings.torch_threads)
     limits = settings.limits
     state = state or WarmState(settings)
     queue = JobQueue(state, max_batch=settings.max_batch_jobs)

@@ -34,6 +34,10 @@ class ServiceSettings:
     query_backend: str = "auto"  # query encoder precision: "fp32", "int8", or "auto" (see encoder.query_encoder)
     max_batch_jobs: int = 64  # jobs the writer lands in one transaction and one forward pass
     text_cache_size: int = 100_000  # encoded query texts kept in memory
+    # Torch intra-op threads. One: requests run in parallel across threads already, and on a busy
+    # 2-core machine two OpenMP threads per call spin against each other (a cached route measured
+    # 31 CPU-ms with 2 threads, 3 CPU-ms with 1; an add-model forward pass 0.55 against 0.18 CPU-s).
+    torch_threads: int = 1
 
 
 def is_loopback(host: str) -> bool:
