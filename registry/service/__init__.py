@@ -5,20 +5,5 @@
   reloaded when the store's generation token or the active encoder changes;
 - `writer`: lands a batch of add/refine jobs in one store transaction with one forward pass;
 - `jobs`: the queue the single writer thread drains (persisted, so an accepted job survives a crash);
-- `app`: the FastAPI application (`/v1/...`, `/openapi.json`, `/docs`, `/metrics`).
+- `app`: the FastAPI application (`/v1/...`, `/openapi.json`, `/docs`, `/metrics`): `create_app`.
 """
-from __future__ import annotations
-
-__all__ = ["create_app", "ServiceSettings", "Limits"]
-
-
-def __getattr__(name: str):
-    if name == "create_app":
-        from registry.service.app import create_app
-
-        return create_app
-    if name in ("ServiceSettings", "Limits"):
-        from registry.service import settings
-
-        return getattr(settings, name)
-    raise AttributeError(name)
