@@ -166,7 +166,10 @@ class QueryEncoder:
                 show_progress_bar=show,
                 convert_to_tensor=True,
             )
-        return vectors.float().cpu().numpy().astype(np.float32, copy=False)
+        out = vectors.float().cpu().numpy().astype(np.float32, copy=False)
+        if self.backend != "fp32":  # unit length in float32, not only in the reduced precision
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
 
 
 def cpu_has_bf16() -> bool:
