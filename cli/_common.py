@@ -21,6 +21,17 @@ def _registry(ctx: click.Context, *, create: bool = True):
     return Registry.open(ctx.obj["home"], create=create)
 
 
+def _backend(ctx: click.Context):
+    """The registry a command that can go through the service talks to: a `RegistryClient` when
+    `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results)."""
+    server = ctx.obj.get("server")
+    if server:
+        from registry.client import RegistryClient
+
+        return RegistryClient(server)
+    return _registry(ctx, create=False)
+
+
 def emit(result, as_json: bool, text: Callable[[Any], None] | None = None) -> None:
     """The result as its model's JSON under --json, else as `text(result)` prints it."""
     if as_json:

@@ -12,6 +12,7 @@ import click
 
 from cli._common import (
     _echo_json,
+    _backend,
     _echo_neighbour,
     _registry,
     echo_neighbour_header,
@@ -77,12 +78,16 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help=HOME_HELP)
+@click.option("--server", envvar="LOCUS_SERVER", default=None, metavar="URL",
+              help="A running `registry serve` that add-model, route, search and audit go through "
+                   "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN).")
 @click.version_option(package_name="locus-registry")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None) -> None:
+def cli(ctx: click.Context, home: Path | None, server: str | None) -> None:
     """A registry of language models, each embedded by LOCUS from its evaluations."""
     ctx.ensure_object(dict)
     ctx.obj["home"] = home
+    ctx.obj["server"] = server
 
 
 @cli.command()
@@ -292,7 +297,7 @@ def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.pass_context
 def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
     """Onboard model NAME from its evaluations: one forward pass of the active encoder, no training."""
-    result = _registry(ctx, create=False).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
+    result = _backend(ctx).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"{r.event} {r.name} (version {r.version}): embedded from {r.n_evals} evaluations with encoder "
@@ -309,7 +314,7 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 def search(ctx, name, k, metric, where, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
     # A current saved index answers without opening LanceDB or importing torch.
-    emit(_registry(ctx, create=False).similar(name, k=k, metric=metric, where=where), as_json, _echo_search)
+    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where), as_json, _echo_search)
 
 
 def _echo_search(result) -> None:
@@ -385,8 +390,8 @@ def audit(ctx, model, metric, quantile, tolerance, alpha, as_json, fail_on_flag)
 
     Pairs whose embeddings sit within a model's own self-spread are candidates; each is then tested
     on the evaluations both hold and cleared when they show two different models."""
-    result = _registry(ctx, create=False).audit(model=model, metric=metric, quantile=quantile,
-                                                tolerance=tolerance, alpha=alpha)
+    result = _backend(ctx).audit(model=model, metric=metric, quantile=quantile, tolerance=tolerance,
+                                 alpha=alpha)
     if as_json:
         _echo_json(result)
     else:
@@ -437,9 +442,9 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json:
 
 
 def _register_analytics() -> None:
-    from cli import families, portfolio, route
+    from cli import families, portfolio, route, serve
 
-    for module in (route, portfolio, families):
+    for module in (route, portfolio, families, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
 

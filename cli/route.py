@@ -5,7 +5,7 @@ import math
 
 import click
 
-from cli._common import _echo_neighbour, _registry, echo_neighbour_header, emit, json_option
+from cli._common import _backend, _echo_neighbour, _registry, echo_neighbour_header, emit, json_option
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -64,7 +64,7 @@ def _echo_profile(result) -> None:
 @click.pass_context
 def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
-    result = _registry(ctx, create=False).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
+    result = _backend(ctx).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
     emit(result, as_json, _echo_route)
 
 

@@ -1,0 +1,217 @@
+"""`RegistryClient`: the registry through a running `registry serve`, with `Registry`'s method names
+and result types.
+
+>>> reg = RegistryClient("http://127.0.0.1:8000", token="...")   # or RegistryClient() for $LOCUS_SERVER
+>>> reg.route("What is 12 times 7?", k=3).ranking[0].name
+>>> reg.add_model("my-model", "evals.csv", {"family": "llama"})   # a file is uploaded, rows sent inline
+
+Errors come back as the registry's own (`InputError` with file/line/field, `NotFoundError`,
+`RegistryError`), so code written against `Registry` handles them unchanged.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from registry.errors import InputError, NotFoundError, RegistryError
+from registry.records import ModelRecord
+from registry.results import (
+    ModelChange,
+    ModelHistory,
+    ModelInfo,
+    PortfolioResult,
+    ProfileResult,
+    RemoveResult,
+    RestoreResult,
+    RouteDecision,
+    SearchResult,
+    Stats,
+)
+from registry.service.settings import SERVER_ENV, TOKEN_ENV
+
+__all__ = ["RegistryClient"]
+
+
+class RegistryClient:
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        url = url or os.environ.get(SERVER_ENV)
+        if not url:
+            raise RegistryError(f"no server URL: pass one or set ${SERVER_ENV}")
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ plumbing
+    def _call(self, method: str, path: str, **kwargs) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as err:
+            raise RegistryError(f"cannot reach the registry service at {self.url}: {err}") from None
+        if response.status_code < 400:
+            return response.json()
+        try:
+            error = response.json()["error"]
+        except (ValueError, KeyError, TypeError):
+            raise RegistryError(f"{method} {path}: HTTP {response.status_code}: {response.text[:200]}") from None
+        message = error.get("message") or f"HTTP {response.status_code}"
+        if response.status_code == 404 or error.get("type") == "NotFoundError":
+            raise NotFoundError(message)
+        if response.status_code in (401, 403):
+            raise RegistryError(f"{message} (set ${TOKEN_ENV} to the server's token)")
+        if response.status_code in (413, 422) or error.get("type") in ("InputError", "ValidationError",
+                                                                        "LimitExceeded", "PayloadTooLarge"):
+            raise InputError(_problem(error), file=error.get("file"), line=error.get("line"),
+                             field=error.get("field"))
+        raise RegistryError(message)
+
+    # -------------------------------------------------------------------- writes
+    def add_model(self, name: str, evaluations, metadata: Mapping[str, Any] | None = None, *,
+                  replace: bool = False) -> ModelChange:
+        """Onboard a model from a CSV/JSONL/Parquet path (uploaded) or an iterable of (query, score[,
+        task]) tuples / mappings with query and/or query_id, score, task."""
+        import json
+
+        metadata = dict(metadata or {})
+        if isinstance(evaluations, (str, Path)):
+            path = Path(evaluations)
+            if not path.is_file():
+                raise InputError("no such file", file=path)
+            with open(path, "rb") as handle:
+                data = self._call("POST", f"/v1/models/{_quote(name)}/file", files={"file": (path.name, handle)},
+                                  data={"metadata": json.dumps(metadata), "replace": str(replace).lower()})
+        else:
+            data = self._call("POST", "/v1/models", json={"name": name, "evaluations": _rows(evaluations),
+                                                           "metadata": metadata, "replace": replace})
+        return ModelChange.model_validate(data)
+
+    def refine(self, name: str, more_evaluations) -> ModelChange:
+        if isinstance(more_evaluations, (str, Path)):
+            path = Path(more_evaluations)
+            with open(path, "rb") as handle:
+                data = self._call("POST", f"/v1/models/{_quote(name)}/refine/file",
+                                  files={"file": (path.name, handle)})
+        else:
+            data = self._call("POST", f"/v1/models/{_quote(name)}/refine",
+                              json={"evaluations": _rows(more_evaluations)})
+        return ModelChange.model_validate(data)
+
+    def remove(self, name: str) -> RemoveResult:
+        return RemoveResult.model_validate(self._call("DELETE", f"/v1/models/{_quote(name)}"))
+
+    def restore(self, name: str, version: int | None = None) -> RestoreResult:
+        params = {"version": version} if version is not None else {}
+        return RestoreResult.model_validate(self._call("POST", f"/v1/models/{_quote(name)}/restore", params=params))
+
+    # --------------------------------------------------------------------- reads
+    def list(self, where: str | None = None) -> list[ModelRecord]:  # noqa: A003
+        params = {"where": where} if where is not None else {}
+        return [ModelRecord.model_validate(r) for r in self._call("GET", "/v1/models", params=params)]
+
+    def models(self) -> list[ModelRecord]:
+        return self.list()
+
+    def show(self, name: str) -> ModelInfo:
+        return ModelInfo.model_validate(self._call("GET", f"/v1/models/{_quote(name)}"))
+
+    def get(self, name: str) -> ModelRecord:
+        return self.show(name).record
+
+    def history(self, name: str) -> ModelHistory:
+        return ModelHistory.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/history"))
+
+    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None) -> SearchResult:
+        if isinstance(name_or_vector, str):
+            params = {"name": name_or_vector, "k": k, "metric": metric}
+            if where is not None:
+                params["where"] = where
+            return SearchResult.model_validate(self._call("GET", "/v1/similar", params=params))
+        vector = [float(x) for x in name_or_vector]
+        return SearchResult.model_validate(self._call("POST", "/v1/similar", json={
+            "vector": vector, "k": k, "metric": metric, "where": where}))
+
+    def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
+              fallback: int = 3) -> RouteDecision | list[RouteDecision]:
+        single = isinstance(queries, str)
+        body = {"k": k, "exclude": [exclude] if isinstance(exclude, str) else list(exclude), "where": where,
+                "fallback": fallback, **({"query": queries} if single else {"queries": list(queries)})}
+        decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
+        return decisions[0] if single else decisions
+
+    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
+              tolerance: float = 0.10, alpha: float = 0.01):
+        params = {"metric": metric, "quantile": quantile, "tolerance": tolerance, "alpha": alpha}
+        if model is not None:
+            params["model"] = model
+        data = self._call("GET", "/v1/audit", params=params)
+        try:  # the typed report, where the audit module defines one (branch `audit`); else the dict
+            from registry.audit import AuditReport
+        except ImportError:
+            return data
+        return AuditReport.model_validate(data)
+
+    def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
+                where: str | None = None) -> ProfileResult:
+        return ProfileResult.model_validate(self._call("POST", "/v1/profile", json={
+            "targets": targets, "k": k, "evals": evals, "seed": seed, "where": where}))
+
+    def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
+                  where: str | None = None, include_unknown_params: bool = False, seed: int = 0) -> PortfolioResult:
+        params = {k_: v for k_, v in {"k": k, "budget_b": budget_b, "method": method, "where": where,
+                                      "include_unknown_params": include_unknown_params, "seed": seed}.items()
+                  if v is not None}
+        return PortfolioResult.model_validate(self._call("GET", "/v1/portfolio", params=params))
+
+    def stats(self) -> Stats:
+        return Stats.model_validate(self._call("GET", "/v1/stats"))
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/health")
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/jobs/{_quote(job_id)}")
+
+
+def _quote(part: str) -> str:
+    from urllib.parse import quote
+
+    return quote(part, safe="")
+
+
+def _problem(error: dict[str, Any]) -> str:
+    """The message without the where-prefix the service already put in (InputError adds it again)."""
+    message = error.get("message") or ""
+    field = error.get("field")
+    if field and message.startswith(f"{field}: "):
+        return message[len(field) + 2:]
+    return message
+
+
+def _rows(evaluations: Iterable[Any]) -> list[dict[str, Any]]:
+    rows = []
+    for i, item in enumerate(evaluations, start=1):
+        if isinstance(item, Mapping):
+            row = {k: item[k] for k in ("query", "query_id", "score", "task") if item.get(k) is not None}
+        else:
+            values = tuple(item)
+            if len(values) not in (2, 3):
+                raise InputError("expected (query, score) or (query, score, task)", file="evaluations", line=i)
+            row = {"query": values[0], "score": values[1]}
+            if len(values) == 3 and values[2] is not None:
+                row["task"] = values[2]
+        rows.append(row)
+    return rows

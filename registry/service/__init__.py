@@ -1,0 +1,9 @@
+"""`registry serve`: the registry over HTTP, with warm state and an embedding-job writer.
+
+- `settings`: the service's limits and options (one dataclass passed down);
+- `state`: what stays loaded (LOCUS encoder + predictor, query encoder, vector index, encoded texts),
+  reloaded when the store's generation token or the active encoder changes;
+- `writer`: lands a batch of add/refine jobs in one store transaction with one forward pass;
+- `jobs`: the queue the single writer thread drains (persisted, so an accepted job survives a crash);
+- `app`: the FastAPI application (`/v1/...`, `/openapi.json`, `/docs`, `/metrics`): `create_app`.
+"""

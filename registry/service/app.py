@@ -1,0 +1,441 @@
+"""The FastAPI application: `/v1/...` over one registry home, `/metrics`, `/openapi.json`, `/docs`.
+
+Reads (route, similar, list, show, audit, ...) answer from the warm state or from the store; writes
+that embed a model (add, refine) become jobs for the single writer (`jobs`); remove and restore are
+one small transaction each. Every error is JSON: {"error": {"type", "message", "field", "file", "line"}}.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from registry.errors import InputError, NotFoundError, RegistryError
+from registry.records import ModelRecord
+from registry import results as r
+from registry.service import schemas as s
+from registry.service.settings import ServiceSettings
+
+__all__ = ["create_app", "API_VERSION"]
+
+API_VERSION = "v1"
+log = logging.getLogger("locus.service")
+_UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
+_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 404, 409, 413, 422)}
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, *, field: str | None = None, type_: str = "HTTPError",
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.field, self.type, self.headers = status, field, type_, headers
+
+
+def _error(status: int, type_: str, message: str, *, field=None, file=None, line=None, headers=None) -> JSONResponse:
+    body = {"error": {"type": type_, "message": message, "field": field, "file": file, "line": line}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _registry_status(err: RegistryError) -> int:
+    if isinstance(err, InputError):
+        return 422
+    if isinstance(err, NotFoundError):
+        return 404
+    return 409  # the request clashes with the registry's state (name exists, no encoder, ...)
+
+
+class _BodyLimit:
+    """Pure ASGI middleware: a request body over the limit is answered 413 before it is read whole."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        too_big = _error(413, "PayloadTooLarge", f"the request body is over {self.max_bytes} bytes", field="body")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                declared = -1
+            if declared > self.max_bytes or declared < 0:
+                return await too_big(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooBig()
+            return message
+
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracking_send)
+        except _TooBig:
+            if not started:
+                await too_big(scope, receive, send)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
+    """The application over `settings.home` (which must hold a registry)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from registry.api import Registry
+    from registry.service.jobs import JobQueue
+    from registry.service.state import WarmState
+    from registry.service.writer import JobSpec
+
+    import torch
+
+    torch.set_num_threads(settings.torch_threads)
+    limits = settings.limits
+    state = state or WarmState(settings)
+    queue = JobQueue(state, max_batch=settings.max_batch_jobs)
+    reader = Registry.open(settings.home, create=False)  # its own Store: never inside the writer's transaction
+    uploads = Path(settings.home) / "service" / "uploads"
+    uploads.mkdir(parents=True, exist_ok=True)
+
+    app = FastAPI(
+        title="locus-registry", version="1",
+        description="A registry of language models embedded with LOCUS, over HTTP. Write endpoints need "
+                    "`Authorization: Bearer <token>` when the server was started with a token. Limits: "
+                    f"body {limits.max_body_bytes} bytes, model name {limits.max_name_chars} characters, "
+                    f"query text {limits.max_query_chars} characters, {limits.max_evaluations} evaluations "
+                    f"per request, {limits.max_route_queries} texts per route call.",
+    )
+    app.state.settings, app.state.warm, app.state.jobs = settings, state, queue
+    _warm_up(state)
+
+    metrics = CollectorRegistry()
+    requests = Counter("locus_http_requests", "HTTP requests", ["method", "route", "status"], registry=metrics)
+    latency = Histogram("locus_http_request_seconds", "HTTP request latency", ["route"], registry=metrics,
+                        buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30))
+    Gauge("locus_job_queue_depth", "jobs waiting for the writer", registry=metrics).set_function(queue.depth)
+    Gauge("locus_jobs_landed", "jobs landed since start", registry=metrics).set_function(lambda: queue.landed)
+    Gauge("locus_jobs_failed", "jobs failed since start", registry=metrics).set_function(lambda: queue.failed)
+    Gauge("locus_writer_batches", "writer batches since start", registry=metrics).set_function(lambda: queue.batches)
+    Gauge("locus_state_reloads", "warm-state reloads", registry=metrics).set_function(lambda: state.reloads)
+    Gauge("locus_text_cache_size", "encoded texts in memory", registry=metrics).set_function(
+        lambda: state.cached_texts)
+    Gauge("locus_text_cache_hits", "query texts answered from memory", registry=metrics).set_function(
+        lambda: state.text_hits)
+    Gauge("locus_texts_encoded", "query texts encoded since start", registry=metrics).set_function(
+        lambda: state.texts_encoded)
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        requests.labels(request.method, template, str(response.status_code)).inc()
+        latency.labels(template).observe(time.perf_counter() - start)
+        return response
+
+    app.add_middleware(_BodyLimit, max_bytes=limits.max_body_bytes)
+
+    # ------------------------------------------------------------ errors
+    @app.exception_handler(RegistryError)
+    async def _registry_error(request: Request, err: RegistryError):
+        return _error(_registry_status(err), type(err).__name__, str(err), field=getattr(err, "field", None),
+                      file=getattr(err, "file", None), line=getattr(err, "line", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, err: RequestValidationError):
+        problems = err.errors()
+        first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
+        loc = [str(p) for p in first.get("loc", ())]
+        if loc and loc[0] in ("body", "query", "path", "form", "header"):
+            loc = loc[1:]  # where the field sits (body, query string) is not part of its name
+        field = ".".join(loc) or None
+        message = first.get("msg", "invalid request")
+        if field and first.get("type") in ("too_long", "string_too_long"):
+            return _error(422, "LimitExceeded", f"{field}: {message}", field=field)
+        return _error(422, "ValidationError", f"{field}: {message}" if field else message, field=field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException):
+        return _error(err.status_code, "HTTPError", str(err.detail), headers=getattr(err, "headers", None))
+
+    @app.exception_handler(_HTTPError)
+    async def _ours(request: Request, err: _HTTPError):
+        return _error(err.status, err.type, str(err), field=err.field, headers=err.headers)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error(500, "InternalError", f"{type(err).__name__}: the server failed; see its log")
+
+    # ------------------------------------------------------------ auth
+    bearer = HTTPBearer(auto_error=False)
+
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if settings.token is None:
+            return  # loopback only (refused otherwise at start)
+        given = credentials.credentials if credentials is not None else ""
+        if not hmac.compare_digest(given.encode("utf-8"), settings.token.encode("utf-8")):
+            raise _HTTPError(401, "a valid bearer token is required for this endpoint", field="Authorization",
+                             type_="Unauthorized", headers={"WWW-Authenticate": "Bearer"})
+
+    write = [Depends(require_token)]
+
+    def _check_name(name: str) -> str:
+        if not name or len(name) > limits.max_name_chars:
+            raise _HTTPError(422, f"the model name must have 1 to {limits.max_name_chars} characters",
+                             field="name", type_="LimitExceeded")
+        return name
+
+    # ------------------------------------------------------------ jobs
+    def _answer(job, wait: bool) -> JSONResponse:
+        if wait:
+            job.event.wait(limits.max_wait_s)
+        view = job.view()
+        if job.state == "done":
+            return JSONResponse(r.ModelChange.model_validate(job.result).model_dump(mode="json"), status_code=201,
+                                headers={"Location": f"/v1/jobs/{job.spec.id}", "X-Job-Id": job.spec.id})
+        if job.state == "failed":
+            e = job.error or {}
+            return _error(int(e.get("status") or 409), e.get("type", "RegistryError"), e.get("message", ""),
+                          field=e.get("field"), file=e.get("file"), line=e.get("line"))
+        return JSONResponse(s.JobView.model_validate(view).model_dump(mode="json"), status_code=202,
+                            headers={"Location": f"/v1/jobs/{job.spec.id}", "X-Job-Id": job.spec.id})
+
+    def _spec_rows(evaluations: list[s.EvaluationIn]) -> list[dict[str, Any]]:
+        return [e.model_dump(exclude_none=True) for e in evaluations]
+
+    async def _spool(file: UploadFile, job_id: str) -> tuple[str, str]:
+        label = Path(file.filename or "upload").name
+        suffix = Path(label).suffix.lower()
+        if suffix not in _UPLOAD_SUFFIXES:
+            raise InputError(f"expected a .csv, .jsonl or .parquet file, not {label!r}", field="file")
+        path = uploads / f"{job_id}{suffix}"
+        with open(path, "wb") as out:
+            while chunk := await file.read(1 << 20):
+                out.write(chunk)
+        return str(path), label
+
+    created = {201: {"model": r.ModelChange}, 202: {"model": s.JobView}, **_ERRORS}
+
+    @app.post("/v1/models", dependencies=write, status_code=201, responses=created, tags=["models"])
+    def add_model(body: s.AddModelRequest):
+        """Add (or with `replace`, replace) a model from inline evaluations: an embedding job."""
+        spec = JobSpec(id=queue.new_id(), kind="add", name=body.name, evaluations=_spec_rows(body.evaluations),
+                       metadata=dict(body.metadata), replace=body.replace)
+        return _answer(queue.submit(spec), body.wait)
+
+    @app.post("/v1/models/{name}/file", dependencies=write, status_code=201, responses=created, tags=["models"])
+    async def add_model_file(name: str, file: UploadFile = File(...), metadata: str = Form("{}"),
+                             replace: bool = Form(False), wait: bool = Form(True)):
+        """Add a model from an uploaded CSV/JSONL/Parquet file of query/query_id, score[, task]."""
+        import json
+
+        from starlette.concurrency import run_in_threadpool
+
+        _check_name(name)
+        try:
+            s._check_name(name)
+        except ValueError as err:
+            raise InputError(str(err), field="name") from None
+        try:
+            meta = json.loads(metadata)
+        except ValueError:
+            raise InputError("metadata is not JSON", field="metadata") from None
+        if not isinstance(meta, dict):
+            raise InputError("metadata must be a JSON object", field="metadata")
+        job_id = queue.new_id()
+        path, label = await _spool(file, job_id)
+        spec = JobSpec(id=job_id, kind="add", name=name, file=path, file_label=label, metadata=meta,
+                       replace=replace)
+        return await run_in_threadpool(lambda: _answer(queue.submit(spec), wait))
+
+    @app.post("/v1/models/{name}/refine", dependencies=write, status_code=201, responses=created, tags=["models"])
+    def refine(name: str, body: s.RefineRequest):
+        """Add evaluations to a model and re-embed it as a new version (an embedding job)."""
+        _check_name(name)
+        spec = JobSpec(id=queue.new_id(), kind="refine", name=name, evaluations=_spec_rows(body.evaluations))
+        return _answer(queue.submit(spec), body.wait)
+
+    @app.post("/v1/models/{name}/refine/file", dependencies=write, status_code=201, responses=created,
+              tags=["models"])
+    async def refine_file(name: str, file: UploadFile = File(...), wait: bool = Form(True)):
+        from starlette.concurrency import run_in_threadpool
+
+        _check_name(name)
+        job_id = queue.new_id()
+        path, label = await _spool(file, job_id)
+        spec = JobSpec(id=job_id, kind="refine", name=name, file=path, file_label=label)
+        return await run_in_threadpool(lambda: _answer(queue.submit(spec), wait))
+
+    @app.get("/v1/jobs/{job_id}", response_model=s.JobView, responses=_ERRORS, tags=["jobs"])
+    def get_job(job_id: str):
+        job = queue.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}")
+        return job.view()
+
+    @app.delete("/v1/models/{name}", dependencies=write, response_model=r.RemoveResult, responses=_ERRORS,
+                tags=["models"])
+    def remove(name: str):
+        """Remove a model (its history stays: restore brings it back)."""
+        _check_name(name)
+        return Registry.open(settings.home, create=False).remove(name)
+
+    @app.post("/v1/models/{name}/restore", dependencies=write, response_model=r.RestoreResult, responses=_ERRORS,
+              tags=["models"])
+    def restore(name: str, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
+        _check_name(name)
+        return Registry.open(settings.home, create=False).restore(name, version)
+
+    # ------------------------------------------------------------ reads
+    @app.get("/v1/models", response_model=list[ModelRecord], responses=_ERRORS, tags=["models"])
+    def list_models(where: str | None = Query(default=None, max_length=limits.max_where_chars)):
+        """Model records, optionally filtered by a metadata expression."""
+        return reader.list(where)
+
+    @app.get("/v1/models/{name}", response_model=r.ModelInfo, responses=_ERRORS, tags=["models"])
+    def show(name: str):
+        """A model's record with its version and embedding state."""
+        _check_name(name)
+        return reader.show(name)
+
+    @app.get("/v1/models/{name}/history", response_model=r.ModelHistory, responses=_ERRORS, tags=["models"])
+    def history(name: str):
+        """Every version of a model, oldest first."""
+        _check_name(name)
+        return reader.history(name)
+
+    @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
+    def similar(name: str = Query(min_length=1, max_length=limits.max_name_chars),
+                k: int = Query(default=5, ge=1, le=limits.max_k),
+                metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
+                where: str | None = Query(default=None, max_length=limits.max_where_chars)):
+        """The k models nearest to NAME in embedding space (NAME itself excluded)."""
+        return state.similar(name, None, k=k, metric=metric, where=where)
+
+    @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
+    def similar_vector(body: s.SimilarByVector):
+        """The k models nearest to a LOCUS vector."""
+        return state.similar(None, body.vector, k=body.k, metric=body.metric, where=body.where)
+
+    @app.post("/v1/route", response_model=s.RouteResponse, responses=_ERRORS, tags=["route"])
+    def route(body: s.RouteRequest):
+        """Rank models by predicted P(correct) for one or many texts (one batched pass); fallbacks
+        are the top model's nearest candidates. Encoded texts are cached."""
+        results, encoded = state.route(body.texts(), k=body.k, exclude=list(body.exclude), where=body.where,
+                                       fallback=body.fallback)
+        return {"results": results, "encoded_texts": encoded}
+
+    @app.get("/v1/audit", responses=_ERRORS, tags=["audit"])
+    def audit(model: str | None = Query(default=None, min_length=1, max_length=limits.max_name_chars),
+              metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
+              quantile: float = Query(default=0.99, gt=0.0, lt=1.0),
+              tolerance: float = Query(default=0.10, ge=0.0, le=1.0),
+              alpha: float = Query(default=0.01, gt=0.0, lt=1.0)) -> Any:
+        """Likely duplicates: the whole pool, or one model against the pool (the CI call)."""
+        return _plain(reader.audit(model=model, metric=metric, quantile=quantile, tolerance=tolerance,
+                                   alpha=alpha))
+
+    @app.post("/v1/profile", response_model=r.ProfileResult, responses=_ERRORS, tags=["analytics"])
+    def profile(body: s.ProfileRequest):
+        """Real models nearest to a hypothetical one with these task accuracies."""
+        return (reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed,
+                                     where=body.where))
+
+    @app.get("/v1/portfolio", response_model=r.PortfolioResult, responses=_ERRORS, tags=["analytics"])
+    def portfolio(k: int | None = Query(default=None, ge=1, le=limits.max_k),
+                  budget_b: float | None = Query(default=None, gt=0, le=1e7),
+                  method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget)$"),
+                  where: str | None = Query(default=None, max_length=limits.max_where_chars),
+                  include_unknown_params: bool = False,
+                  seed: int = Query(default=0, ge=0, le=2**31 - 1)):
+        """A small set of models that covers the pool, with routing accuracies."""
+        return (reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
+                                       include_unknown_params=include_unknown_params, seed=seed))
+
+    @app.get("/v1/stats", response_model=r.Stats, tags=["health"])
+    def stats():
+        return reader.stats()
+
+    @app.get("/v1/health", response_model=s.Health, tags=["health"])
+    def health():
+        snap = state.snapshot()
+        models = snap.models
+        n_models = len(models.records) if models is not None else reader.stats().n_models
+        embedded = len(models.index.names) if models is not None else 0
+        return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
+                "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
+                "models": n_models, "embedded": embedded,
+                "encoder_id": snap.encoder_id,
+                "query_encoder": snap.active.query_encoder if snap.active is not None else None,
+                "queue_depth": queue.depth(), "reloads": state.reloads, "auth": settings.token is not None}
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
+    def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(metrics).decode("utf-8"),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.on_event("shutdown")
+    def _stop() -> None:
+        queue.stop()
+
+    return app
+
+
+def _warm_up(state) -> None:
+    """Load everything a request needs before the first request: the snapshot (LOCUS, the index)
+    and the query encoder, with one encoding so that lazy initialisation is paid now."""
+    snap = state.snapshot()
+    if snap.active is not None:
+        state.query_encoder(snap.active.query_encoder).encode(["warm-up"], progress=False)
+
+
+def _backend(state, snap) -> str:
+    from encoder.query_encoder import resolve_backend
+
+    return resolve_backend(state.settings.query_backend, state.settings.device)
+
+
+def _plain(value: Any) -> Any:
+    """A result as JSON-ready data (pydantic models, dataclasses, numpy scalars)."""
+    import dataclasses
+
+    import numpy as np
+
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value

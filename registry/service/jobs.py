@@ -1,0 +1,223 @@
+"""Embedding jobs: accepted, persisted, drained by one writer thread in batches.
+
+A job is written to `<home>/service/jobs/<id>.json` (with its evaluations, or the uploaded file
+beside it) before the request is answered, so an accepted job survives a crash of the service. The
+writer takes every waiting job (one per model name, up to `max_batch_jobs`) and lands them together
+(see `writer`); a job's completion row lands in the same transaction as its model, so on restart a
+job file without a completion row is simply run again, and one with it is marked done: nothing is
+lost and nothing lands twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from registry.errors import RegistryError
+from registry.service.writer import JobSpec, done_job_ids, land_jobs
+
+__all__ = ["JobQueue", "JobRecord"]
+
+SERVICE_DIR = "service"
+
+
+class JobRecord:
+    __slots__ = ("spec", "state", "created", "started", "finished", "result", "error", "event")
+
+    def __init__(self, spec: JobSpec, state: str = "queued") -> None:
+        self.spec = spec
+        self.state = state  # queued, running, done, failed
+        self.created = time.time()
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.result: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.event = threading.Event()
+
+    def view(self) -> dict[str, Any]:
+        error = dict(self.error) if self.error else None
+        status = error.pop("status", None) if error else None
+        return {"id": self.spec.id, "kind": self.spec.kind, "name": self.spec.name, "state": self.state,
+                "created": self.created, "started": self.started, "finished": self.finished,
+                "result": self.result, "error": error, "error_status": status}
+
+
+def error_body(err: Exception) -> dict[str, Any]:
+    return {"type": type(err).__name__, "message": str(err), "field": getattr(err, "field", None),
+            "file": getattr(err, "file", None), "line": getattr(err, "line", None)}
+
+
+class JobQueue:
+    def __init__(self, state, *, max_batch: int = 64, keep_finished: int = 10_000) -> None:
+        self.state = state
+        self.max_batch = max_batch
+        self.keep_finished = keep_finished
+        self.directory = Path(state.home) / SERVICE_DIR / "jobs"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._jobs: dict[str, JobRecord] = {}
+        self._waiting: deque[str] = deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self.batches = 0
+        self.landed = 0
+        self.failed = 0
+        self.batch_sizes: list[int] = []
+        self._recover()
+        self._thread = threading.Thread(target=self._run, name="locus-writer", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- public
+    def submit(self, spec: JobSpec) -> JobRecord:
+        job = JobRecord(spec)
+        self._persist(job)
+        with self._cond:
+            self._jobs[spec.id] = job
+            self._waiting.append(spec.id)
+            self._cond.notify_all()
+        return job
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+    def get(self, job_id: str) -> JobRecord | None:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            return job
+        if not all(c in "0123456789abcdef" for c in job_id) or len(job_id) != 32:
+            return None
+        path = self.directory / f"{job_id}.json"
+        try:
+            saved = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        record = JobRecord(JobSpec(**{k: v for k, v in saved["spec"].items()}), saved["state"])
+        record.result, record.error = saved.get("result"), saved.get("error")
+        record.created, record.finished = saved.get("created", 0.0), saved.get("finished")
+        return record
+
+    def depth(self) -> int:
+        return len(self._waiting)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    # --------------------------------------------------------------- persistence
+    def _persist(self, job: JobRecord) -> None:
+        spec = asdict(job.spec)
+        if job.state in ("done", "failed"):
+            spec["evaluations"] = None  # the payload is in the store now (or refused): keep the record small
+        payload = {"spec": spec, "state": job.state, "created": job.created, "finished": job.finished,
+                   "result": job.result, "error": job.error}
+        path = self.directory / f"{job.spec.id}.json"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    def _recover(self) -> None:
+        """Jobs accepted before a crash: done if their completion row landed, else queued again."""
+        pending = []
+        for path in sorted(self.directory.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                saved = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):
+                continue
+            if saved.get("state") in ("queued", "running"):
+                pending.append(JobRecord(JobSpec(**saved["spec"])))
+                pending[-1].created = saved.get("created", time.time())
+        if not pending:
+            return
+        done = done_job_ids(self.state.store)
+        for job in pending:
+            if job.spec.id in done:
+                job.state, job.result, job.finished = "done", done[job.spec.id], time.time()
+                self._persist(job)
+                self._cleanup(job)
+                job.event.set()
+            else:
+                self._waiting.append(job.spec.id)
+            self._jobs[job.spec.id] = job
+
+    def _cleanup(self, job: JobRecord) -> None:
+        if job.spec.file:
+            Path(job.spec.file).unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------- writer
+    def _take(self) -> list[JobRecord]:
+        """Waiting jobs with distinct model names (a second job on a name waits for the next batch)."""
+        taken, names, rest = [], set(), deque()
+        while self._waiting and len(taken) < self.max_batch:
+            job = self._jobs[self._waiting.popleft()]
+            if job.spec.name in names:
+                rest.append(job.spec.id)
+                continue
+            names.add(job.spec.name)
+            taken.append(job)
+        self._waiting.extendleft(reversed(rest))
+        return taken
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                batch = self._take()
+            now = time.time()
+            for job in batch:
+                job.state, job.started = "running", now
+            try:
+                outcomes = land_jobs(self.state, [job.spec for job in batch])
+            except Exception as err:  # noqa: BLE001 - a bug must fail the jobs, not the writer thread
+                outcomes = {job.spec.id: err for job in batch}
+            self.batches += 1
+            self.batch_sizes.append(len(batch))
+            del self.batch_sizes[:-1000]
+            finished = time.time()
+            for job in batch:
+                outcome = outcomes.get(job.spec.id)
+                if isinstance(outcome, dict):
+                    job.state, job.result = "done", outcome
+                    self.landed += 1
+                else:
+                    err = outcome if outcome is not None else RegistryError("the job was not landed")
+                    job.state, job.error = "failed", error_body(err)
+                    job.error["status"] = _status_of(err)
+                    self.failed += 1
+                job.finished = finished
+                self._persist(job)
+                self._cleanup(job)
+                job.event.set()
+            self._forget_old()
+
+    def _forget_old(self) -> None:
+        finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]
+        if len(finished) > self.keep_finished:
+            finished.sort(key=lambda j: j.finished or 0)
+            for job in finished[: len(finished) - self.keep_finished]:
+                self._jobs.pop(job.spec.id, None)  # still readable from its file
+
+
+def _status_of(err: Exception) -> int:
+    from registry.errors import InputError, NotFoundError
+
+    if isinstance(err, InputError):
+        return 422
+    if isinstance(err, NotFoundError):
+        return 404
+    if isinstance(err, RegistryError):
+        return 409
+    return 500

@@ -1,0 +1,150 @@
+"""Request bodies of the HTTP API, with their limits, and the thin response models.
+
+The limits (`settings.Limits`, defaults) are part of the schema, so `/openapi.json` documents them
+and a request over one is refused with 422 naming the field (413 for the body as a whole).
+The response models mirror what the `Registry` methods return; they are the service's contract.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from registry.results import ErrorDetail, ModelChange, RouteDecision
+from registry.service.settings import Limits
+
+LIMITS = Limits()
+Name = Field(min_length=1, max_length=LIMITS.max_name_chars, description="model name")
+Where = Field(default=None, max_length=LIMITS.max_where_chars,
+              description="metadata filter, e.g. 'access == open and params_b <= 70'")
+Scalar = str | float | int | bool | None
+
+__all__ = ["EvaluationIn", "AddModelRequest", "RefineRequest", "RouteRequest", "ProfileRequest",
+           "SimilarByVector", "JobView", "RouteResponse", "Health"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_name(value: str) -> str:
+    if value != value.strip():
+        raise ValueError("model name has leading or trailing spaces")
+    if any(ord(c) < 32 for c in value):
+        raise ValueError("model name holds control characters")
+    return value
+
+
+class EvaluationIn(_Strict):
+    """One evaluation: the query by text (`query`) and/or by stored id (`query_id`), its score."""
+
+    query: str | None = Field(default=None, max_length=LIMITS.max_query_chars)
+    query_id: str | None = Field(default=None, min_length=1, max_length=LIMITS.max_name_chars)
+    score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    task: str | None = Field(default=None, max_length=LIMITS.max_name_chars)
+
+    @model_validator(mode="after")
+    def _has_query(self):
+        if (self.query is None or not self.query.strip()) and self.query_id is None:
+            raise ValueError("give a query text or a query_id")
+        return self
+
+
+class AddModelRequest(_Strict):
+    name: str = Name
+    evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
+    metadata: dict[str, Scalar | list[str]] = Field(default_factory=dict, max_length=64)
+    replace: bool = False
+    wait: bool = Field(default=True, description="wait for the embedding job and answer with its result")
+
+    _name = field_validator("name")(_check_name)
+
+
+class RefineRequest(_Strict):
+    evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
+    wait: bool = True
+
+
+class RouteRequest(_Strict):
+    query: str | None = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars)
+    queries: list[Annotated[str, StringConstraints(max_length=LIMITS.max_query_chars)]] | None = Field(
+        default=None, min_length=1, max_length=LIMITS.max_route_queries)
+    k: int = Field(default=3, ge=1, le=LIMITS.max_k)
+    exclude: list[str] = Field(default_factory=list, max_length=LIMITS.max_k)
+    where: str | None = Where
+    fallback: int = Field(default=3, ge=0, le=LIMITS.max_k)
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give exactly one of query (a text) or queries (a list of texts)")
+        for i, text in enumerate(self.texts()):
+            if not text.strip():
+                raise ValueError(f"query {i + 1} is empty")
+            if len(text) > LIMITS.max_query_chars:
+                raise ValueError(f"query {i + 1} is longer than {LIMITS.max_query_chars} characters")
+        return self
+
+    def texts(self) -> list[str]:
+        return [self.query] if self.query is not None else list(self.queries or [])
+
+
+class SimilarByVector(_Strict):
+    vector: list[float] = Field(min_length=1, max_length=65_536)
+    k: int = Field(default=5, ge=1, le=LIMITS.max_k)
+    metric: Literal["cosine", "euclidean"] = "cosine"
+    where: str | None = Where
+
+
+class ProfileRequest(_Strict):
+    targets: dict[str, float] = Field(min_length=1, max_length=256, description="task -> accuracy in [0, 1]")
+    k: int = Field(default=5, ge=1, le=LIMITS.max_k)
+    evals: int = Field(default=512, ge=1, le=LIMITS.max_evaluations)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    where: str | None = Where
+
+    @field_validator("targets")
+    @classmethod
+    def _accuracies(cls, value: dict[str, float]) -> dict[str, float]:
+        for task, accuracy in value.items():
+            if not 0.0 <= accuracy <= 1.0:
+                raise ValueError(f"the accuracy of {task!r} must be in [0, 1]")
+        return value
+
+
+# ------------------------------------------------------------------ responses
+# The registry's own result types (registry.results) are the service's response schemas; only what
+# exists over HTTP alone (jobs, batched route answers, health) is defined here.
+class JobView(BaseModel):
+    """An embedding job: `result` once done, `error` (and its HTTP status) once failed."""
+
+    id: str
+    kind: Literal["add", "refine"]
+    name: str
+    state: Literal["queued", "running", "done", "failed"]
+    created: float = Field(description="Unix time the job was accepted")
+    started: float | None = None
+    finished: float | None = None
+    result: ModelChange | None = None
+    error: ErrorDetail | None = None
+    error_status: int | None = Field(None, description="the HTTP status the error answers with")
+
+
+class RouteResponse(BaseModel):
+    results: list[RouteDecision] = Field(description="one decision per query text, in order")
+    encoded_texts: int = Field(description="texts encoded by this call (the rest came from the cache)")
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    problem: str | None = None
+    home: str
+    device: str
+    query_backend: str
+    models: int
+    embedded: int
+    encoder_id: str | None = None
+    query_encoder: str | None = None
+    queue_depth: int
+    reloads: int
+    auth: bool

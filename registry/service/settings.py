@@ -1,0 +1,66 @@
+"""The service's options and request limits: one dataclass, passed down from `registry serve`."""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "is_loopback"]
+
+TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
+SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (or --server)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry. Over a limit: 413 (body) or 422 naming the field."""
+
+    max_body_bytes: int = 64 * 1024 * 1024  # a request body, JSON or an uploaded file
+    max_name_chars: int = 200  # a model name
+    max_query_chars: int = 8_000  # one query text (route, evaluations)
+    max_evaluations: int = 100_000  # evaluations in one add or refine
+    max_route_queries: int = 1_024  # texts in one route call
+    max_k: int = 1_000  # k / fallback of search and route
+    max_where_chars: int = 2_000  # a metadata filter expression
+    max_wait_s: float = 60.0  # longest a request may wait for its job
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    home: Path
+    token: str | None = None
+    device: str = "cpu"  # resolved: "cpu" or "cuda"
+    limits: Limits = field(default_factory=Limits)
+    query_backend: str = "auto"  # query encoder precision: "fp32", "bf16" or "auto" (see encoder.query_encoder)
+    max_batch_jobs: int = 64  # jobs the writer lands in one transaction and one forward pass
+    text_cache_size: int = 100_000  # encoded query texts kept in memory
+    # Torch intra-op threads. One: requests run in parallel across threads already, and on a busy
+    # 2-core machine two OpenMP threads per call spin against each other (a cached route measured
+    # 31 CPU-ms with 2 threads, 3 CPU-ms with 1; an add-model forward pass 0.55 against 0.18 CPU-s).
+    torch_threads: int = 1
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_device(device: str) -> str:
+    """"auto" is CUDA when torch sees it, else CPU; "cuda" without CUDA is refused."""
+    from registry.errors import InputError
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"device must be auto, cpu or cuda, not {device!r}", field="device")
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise InputError("--device cuda: torch sees no CUDA device", field="device")
+    return "cpu"

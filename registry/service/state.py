@@ -1,0 +1,236 @@
+"""What the service keeps loaded between requests, and when it reloads it.
+
+A `Snapshot` is one consistent view: the active LOCUS checkpoint (encoder F + predictor G, on the
+service's device) and the FAISS index with every model's record, both for one generation of the
+store. Each request compares two tiny files with the snapshot's key (the store's generation token,
+which every finished transaction rewrites whoever the writer was, CLI or service, and the home's
+config, which names the active encoder); only when they changed is anything reloaded. While a
+transaction is open (its journal exists) the old snapshot keeps answering: the tables may be
+half-way through the write.
+
+Encoded query texts are kept in an LRU keyed by (query encoder, text hash): a text is encoded at
+most once per process, and stored texts are read from the store's vector cache, not re-encoded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexing.home import GENERATION_FILE, JOURNAL_FILE
+from indexing.store import Store
+from registry.errors import InputError, NotFoundError, RegistryError
+from registry.importers._common import text_hash
+from registry.service.settings import ServiceSettings
+
+__all__ = ["Snapshot", "WarmState"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    key: tuple[str | None, str]  # (generation token, config text)
+    encoder_id: str | None
+    active: Any  # registry.embedding.ActiveEncoder or None
+    models: Any  # registry.search.EmbeddedModels or None
+    problem: str | None  # why search/route cannot answer (no encoder, mixed encoders), else None
+    loaded_at: float = field(default_factory=time.time)
+
+    def require_models(self):
+        if self.models is None:
+            raise RegistryError(self.problem or "no model is embedded yet")
+        return self.models
+
+    def require_active(self):
+        if self.active is None:
+            raise RegistryError(self.problem or "no active encoder: run `registry train` first")
+        return self.active
+
+
+class WarmState:
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+        self.home = Path(settings.home)
+        self.store = Store(self.home, create=False)
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._texts: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._texts_lock = threading.Lock()
+        self.reloads = 0
+        self.text_hits = 0
+        self.text_misses = 0
+        self.texts_encoded = 0
+
+    # ------------------------------------------------------------------ snapshot
+    def _key(self) -> tuple[str | None, str]:
+        try:
+            generation = (self.home / GENERATION_FILE).read_text()
+        except OSError:
+            generation = None
+        return generation, (self.home / "config.json").read_text("utf-8")
+
+    def _writer_alive(self) -> bool:
+        """Whether the journal's writer still runs (a dead one's journal is recovered by reopening)."""
+        try:
+            pid = int(json.loads((self.home / JOURNAL_FILE).read_text("utf-8")).get("pid"))
+        except (OSError, ValueError, TypeError):
+            return False  # gone (finished) or being written: nothing to recover here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def snapshot(self) -> Snapshot:
+        """The current view, reloaded only when the store or the active encoder changed."""
+        current = self._snapshot
+        if (self.home / JOURNAL_FILE).exists():
+            if current is not None and self._writer_alive():
+                return current  # a write is under way: keep answering from the last whole state
+            if not self._writer_alive():
+                with self._lock:
+                    self.store = Store(self.home, create=False)  # recovers a dead writer's journal
+        key = self._key()
+        if current is not None and current.key == key:
+            return current
+        with self._lock:
+            if self._snapshot is not None and self._snapshot.key == key:
+                return self._snapshot
+            self._snapshot = self._load(key, self._snapshot)
+            self.reloads += 1
+            return self._snapshot
+
+    def _load(self, key, previous: Snapshot | None) -> Snapshot:
+        from registry.embedding import active_encoder
+        from registry.search import open_index
+
+        config = json.loads(key[1])
+        encoder_id = config.get("active_encoder")
+        problem = None
+        active = None
+        if encoder_id:
+            if previous is not None and previous.encoder_id == encoder_id and previous.active is not None:
+                active = previous.active
+            else:
+                active = active_encoder(self.store, encoder_id)
+                if self.settings.device != "cpu":
+                    active.locus.to(self.settings.device)
+        else:
+            problem = "no active encoder: run `registry train` first"
+        try:
+            models = open_index(self.store)
+        except RegistryError as err:
+            models, problem = None, str(err)
+        return Snapshot(key, encoder_id, active, models, problem)
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._snapshot = None
+
+    # ---------------------------------------------------------------- encodings
+    def query_encoder(self, name: str):
+        from encoder.query_encoder import load_query_encoder
+
+        return load_query_encoder(name, device=self.settings.device, backend=self.settings.query_backend)
+
+    def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
+        """(len(texts), D) float32: from memory, else the store's cache, else encoded in one batch.
+        Returns the vectors and how many texts were encoded now."""
+        hashes = [text_hash(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._texts_lock:
+            for h in hashes:
+                vector = self._texts.get((encoder, h))
+                if vector is not None:
+                    self._texts.move_to_end((encoder, h))
+                    found[h] = vector
+        self.text_hits += sum(1 for h in hashes if h in found)
+        missing = sorted({h for h in hashes if h not in found})
+        if missing:
+            found.update(self.store.cached_vectors(encoder, missing))
+        todo = sorted({t for t, h in zip(texts, hashes) if h not in found})
+        if todo:
+            vectors = self.query_encoder(encoder).encode(todo, progress=False)
+            found.update({text_hash(t): v for t, v in zip(todo, vectors)})
+            self.texts_encoded += len(todo)
+        self.text_misses += len(missing)
+        self.remember(encoder, {h: found[h] for h in missing})
+        return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False), len(todo)
+
+    def remember(self, encoder: str, vectors: dict[str, np.ndarray]) -> None:
+        limit = self.settings.text_cache_size
+        with self._texts_lock:
+            for h, v in vectors.items():
+                self._texts[(encoder, h)] = np.asarray(v, dtype=np.float32)
+                self._texts.move_to_end((encoder, h))
+            while len(self._texts) > limit:
+                self._texts.popitem(last=False)
+
+    @property
+    def cached_texts(self) -> int:
+        return len(self._texts)
+
+    # ---------------------------------------------------------------- queries
+    def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
+                where: str | None):
+        """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
+        from registry.results import Neighbour, SearchResult
+
+        models = self.snapshot().require_models()
+        query = name if name is not None else np.asarray(vector, dtype=np.float32)
+        hits = models.index.neighbours(query, k, metric=metric, allowed=models.allowed_rows(where))
+        return SearchResult(query=name, metric=metric, where=where, neighbours=[
+            Neighbour(name=n, distance=d, metric=metric, metadata=models.records[n].metadata()) for n, d in hits])
+
+    def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
+              fallback: int):
+        """`Registry.route` on the warm state, every text in one batched pass; returns the
+        decisions and how many texts were encoded now."""
+        from encoder.training import predict
+        from registry.results import Fallback, RankedModel, RouteDecision
+
+        snap = self.snapshot()
+        models = snap.require_models()
+        active = snap.require_active()
+        names = models.index.names
+        for name in exclude:
+            if name not in models.records:
+                raise NotFoundError.model(name, list(models.records))
+        if not names:
+            raise RegistryError("no model is embedded yet: run `registry embed --all`")
+        if models.index.encoder_id != active.encoder_id:
+            raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
+                                f"{active.encoder_id}: run `registry embed --all`")
+        allowed = models.allowed_rows(where)
+        rows = np.arange(len(names)) if allowed is None else allowed
+        if len(rows) == 0:
+            raise InputError(f"the filter {where!r} matches none of the {len(names)} embedded models", field="where")
+        excluded = set(exclude)
+        rows = np.asarray([i for i in rows if names[i] not in excluded], dtype=np.int64)
+        if len(rows) == 0:
+            raise InputError("no model left to route to: every candidate is excluded", field="exclude")
+        phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D)
+        if phi.shape[1] != active.config.query_dim:
+            raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
+                                f"{active.query_encoder} gives {phi.shape[1]}-d")
+        p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
+        out = []
+        row_names = np.array([names[r] for r in rows])
+        for j, text in enumerate(texts):
+            order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
+            ranking = [RankedModel(name=row_names[i], p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
+            top = rows[order[0]]
+            others = rows[rows != top]
+            hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
+                if fallback and len(others) else []
+            out.append(RouteDecision(query=text, ranking=ranking,
+                                     fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
+        return out, encoded

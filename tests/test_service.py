@@ -1,0 +1,299 @@
+"""The HTTP service, driven over HTTP: a real uvicorn server in a subprocess on a free loopback port."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import synthetic_registry
+from service_harness import TOKEN, Server, copy_home
+
+
+@pytest.fixture(scope="module")
+def base_home(tmp_path_factory) -> Path:
+    """A small synthetic registry, trained briefly, every model embedded (copied by each server)."""
+    home = tmp_path_factory.mktemp("service") / "base"
+    synthetic_registry(home, train_epochs=8, n_families=3, models_per_family=2, queries_per_task=16,
+                       tasks=("math", "law", "biology"), n_duplicates=1, seed=3)
+    return home
+
+
+@pytest.fixture(scope="module")
+def texts(base_home) -> list[tuple[str, str]]:
+    from registry import Registry
+
+    table = Registry.open(base_home).store.read("queries", ["text", "task"])
+    return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))
+
+
+@pytest.fixture(scope="module")
+def server(base_home, tmp_path_factory):
+    home = copy_home(base_home, tmp_path_factory.mktemp("shared-server") / "home")
+    srv = Server(home, extra=("--max-body-mb", "1"))
+    yield srv
+    srv.stop()
+
+
+def _evals(texts, n: int, offset: int = 0, score=lambda i: i % 2) -> list[dict]:
+    return [{"query": t, "task": task, "score": score(i)} for i, (t, task) in enumerate(texts[offset:offset + n])]
+
+
+def _stats(c: httpx.Client) -> dict:
+    return c.get("/v1/stats").json()
+
+
+def test_add_refine_search_route_audit(server, texts):
+    with server.client() as c:
+        r = c.post("/v1/models", json={"name": "svc-a", "metadata": {"family": "svc", "params_b": 3},
+                                       "evaluations": _evals(texts, 30)})
+        assert r.status_code == 201, r.text
+        added = r.json()
+        assert added["event"] == "add" and added["version"] == 1 and added["n_evals"] == 30
+        assert c.get(f"/v1/jobs/{r.headers['x-job-id']}").json()["state"] == "done"
+
+        shown = c.get("/v1/models/svc-a").json()
+        assert shown["record"]["family"] == "svc" and shown["record"]["params_b"] == 3.0
+        assert shown["embedded"] and shown["n_evals"] == 30 and shown["version"] == 1
+        # A new text, encoded by the service, then refine re-embeds as version 2.
+        r = c.post("/v1/models/svc-a/refine", json={"evaluations": [{"query": "A brand new question?", "score": 1}]
+                                                    + _evals(texts, 5, offset=30)})
+        assert r.status_code == 201, r.text
+        refined = r.json()
+        assert refined["event"] == "refine" and refined["version"] == 2 and refined["n_evals"] == 36
+        assert refined["encoded_texts"] == 1
+        assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()["versions"]] == ["add", "refine"]
+
+        near = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()["neighbours"]
+        assert len(near) == 3 and all(n["name"] != "svc-a" for n in near)
+        assert [n["distance"] for n in near] == sorted(n["distance"] for n in near)
+
+        routed = c.post("/v1/route", json={"queries": [texts[0][0], "Something never seen before?"], "k": 2,
+                                           "exclude": ["svc-a"], "fallback": 2}).json()
+        assert routed["encoded_texts"] == 1  # the stored text came from the store's vectors
+        for result in routed["results"]:
+            assert len(result["ranking"]) == 2 and all(r["name"] != "svc-a" for r in result["ranking"])
+            assert result["ranking"][0]["p_correct"] >= result["ranking"][1]["p_correct"]
+            assert all(f["name"] != result["ranking"][0]["name"] for f in result["fallbacks"])
+        again = c.post("/v1/route", json={"query": "Something never seen before?", "k": 2, "exclude": ["svc-a"],
+                                          "fallback": 2}).json()
+        assert again["encoded_texts"] == 0 and again["results"][0] == routed["results"][1]
+
+        one = c.get("/v1/audit", params={"model": "svc-a"}).json()
+        assert all("svc-a" in (f["a"], f["b"]) for f in one["flags"])
+        pool = c.get("/v1/audit").json()
+        assert pool["models"] >= 7
+
+        assert c.get("/v1/models", params={"where": "family == svc"}).json()[0]["name"] == "svc-a"
+        assert c.delete("/v1/models/svc-a").status_code == 200
+        assert c.get("/v1/models/svc-a").status_code == 404
+        assert c.post("/v1/models/svc-a/restore").json()["restored_version"] == 2
+        assert c.get("/v1/models/svc-a").json()["embedded"]
+        assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()["versions"]] == \
+            ["add", "refine", "remove", "restore"]
+        metrics = c.get("/metrics").text
+        assert "locus_http_requests_total" in metrics and "locus_jobs_landed 2.0" in metrics
+
+
+def test_writes_need_the_token(server, texts):
+    body = {"name": "svc-noauth", "evaluations": _evals(texts, 3)}
+    with server.client(auth=False) as c:
+        before = _stats(c)
+        refused = c.post("/v1/models", json=body)
+        assert refused.status_code == 401 and refused.json()["error"]["field"] == "Authorization"
+        assert refused.headers["www-authenticate"] == "Bearer"
+        wrong = c.post("/v1/models", json=body, headers={"Authorization": "Bearer " + TOKEN[:-1] + "x"})
+        assert wrong.status_code == 401
+        assert c.delete("/v1/models/svc-a").status_code == 401
+        assert c.get("/v1/health").status_code == 200  # reads stay open
+        assert _stats(c) == before
+
+
+def test_serve_refuses_a_public_address_without_a_token(base_home, monkeypatch):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    monkeypatch.delenv("LOCUS_TOKEN", raising=False)
+    result = CliRunner().invoke(cli, ["--home", str(base_home), "serve", "--host", "0.0.0.0"])
+    assert result.exit_code == 2 and "without a token" in result.output
+
+
+def test_limits_name_the_field(server, texts):
+    with server.client() as c:
+        before = _stats(c)
+        r = c.post("/v1/models", json={"name": "x" * 201, "evaluations": _evals(texts, 2)})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "name"
+        r = c.post("/v1/route", json={"query": "q" * 8001})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "query"
+        r = c.post("/v1/models", json={"name": "svc-big", "evaluations": [{"query_id": "x", "score": 1}] * 100_001})
+        assert r.status_code == 413 and r.json()["error"]["field"] == "body"  # 1 MiB body limit comes first
+        r = c.post("/v1/models", json={"name": "svc-bad", "evaluations": [{"query": "a?", "score": 1.5}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "evaluations.0.score"
+        r = c.post("/v1/models", json={"name": "svc-bad", "evaluations": [{"query_id": "nope", "score": 1}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "query_id"
+        assert _stats(c) == before
+
+
+def test_a_bad_file_names_its_line_and_field_and_changes_nothing(server, texts, tmp_path):
+    good = tmp_path / "evals.csv"
+    rows = ["query,score,task"] + [f'"{t}",{i % 2},{task}' for i, (t, task) in enumerate(texts[:5])]
+    bad = tmp_path / "broken.csv"
+    bad.write_text("\n".join(rows[:3] + [f'"{texts[3][0]}",high,{texts[3][1]}'] + rows[4:]) + "\n")
+    good.write_text("\n".join(rows) + "\n")
+    with server.client() as c:
+        before = _stats(c)
+        r = c.post("/v1/models/svc-file/file", files={"file": ("broken.csv", bad.read_bytes(), "text/csv")})
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert (error["file"], error["line"], error["field"]) == ("broken.csv", 4, "score")
+        r = c.post("/v1/models/svc-file/file", files={"file": ("evals.txt", b"x", "text/plain")})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "file"
+        assert _stats(c) == before
+        assert c.get("/v1/models/svc-file").status_code == 404
+        r = c.post("/v1/models/svc-file/file", files={"file": ("evals.csv", good.read_bytes(), "text/csv")},
+                   data={"metadata": json.dumps({"family": "files"})})
+        assert r.status_code == 201 and r.json()["n_evals"] == 5
+        assert c.get("/v1/models/svc-file").json()["record"]["family"] == "files"
+
+
+def test_concurrent_writers_and_readers_lose_nothing(server, texts):
+    writers, per_writer, errors, routed = 4, 3, [], []
+
+    def write(w: int) -> None:
+        with server.client() as c:
+            for j in range(per_writer):
+                r = c.post("/v1/models", json={"name": f"conc-{w}-{j}", "evaluations": _evals(texts, 10 + j, offset=w)})
+                if r.status_code != 201:
+                    errors.append(r.text)
+
+    def read() -> None:
+        with server.client() as c:
+            for i in range(8):
+                r = c.post("/v1/route", json={"query": texts[i][0], "k": 2})
+                (routed if r.status_code == 200 else errors).append(r.text)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    threads += [threading.Thread(target=read) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == [] and len(routed) == 24
+    with server.client() as c:
+        for w in range(writers):
+            for j in range(per_writer):
+                shown = c.get(f"/v1/models/conc-{w}-{j}").json()
+                assert shown["n_evals"] == 10 + j and shown["version"] == 1
+    from registry import Registry
+
+    assert Registry.open(server.home).check().ok
+
+
+def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from registry import InputError, NotFoundError
+    from registry.client import RegistryClient
+
+    with RegistryClient(server.url, token=TOKEN) as reg:
+        added = reg.add_model("client-a", [(t, i % 2, task) for i, (t, task) in enumerate(texts[:20])],
+                              {"family": "client"})
+        assert added.event == "add" and added.n_evals == 20
+        assert reg.get("client-a").family == "client"
+        decision = reg.route(texts[1][0], k=2, exclude=["client-a"])
+        assert len(decision.ranking) == 2 and all(r.name != "client-a" for r in decision.ranking)
+        assert [d.query for d in reg.route([texts[1][0], texts[2][0]], k=1)] == [texts[1][0], texts[2][0]]
+        assert all(n.name != "client-a" for n in reg.similar("client-a", k=3).neighbours)
+        with pytest.raises(NotFoundError):
+            reg.show("no-such-model")
+        with pytest.raises(InputError) as refused:
+            reg.add_model("client-b", [("a question?", 2.0)])
+        assert refused.value.field == "evaluations.0.score"
+    with RegistryClient(server.url) as anonymous:  # no token: reads work, writes are refused
+        assert anonymous.stats().n_models >= 1
+        with pytest.raises(Exception, match="bearer token"):
+            anonymous.remove("client-a")
+
+    evals = tmp_path / "cli.csv"
+    evals.write_text("query,score\n" + "".join(f'"{t}",{i % 2}\n' for i, (t, _) in enumerate(texts[:12])))
+    monkeypatch.setenv("LOCUS_TOKEN", TOKEN)
+    monkeypatch.setenv("LOCUS_SERVER", server.url)
+    run = CliRunner().invoke
+    missing_home = str(tmp_path / "nowhere")  # everything goes through the server, not a local home
+    out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["n_evals"] == 12
+    out = run(cli, ["--home", missing_home, "route", texts[0][0], "-k", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    assert len(json.loads(out.output)["ranking"]) == 2
+    out = run(cli, ["--home", missing_home, "search", "cli-a", "-k", "2", "--json"])
+    assert out.exit_code == 0 and len(json.loads(out.output)["neighbours"]) == 2
+    out = run(cli, ["--home", missing_home, "audit", "--model", "cli-a", "--json"])
+    assert out.exit_code == 0, out.output
+    out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals)])
+    assert out.exit_code == 1 and "exists" in out.output
+
+
+def test_sigkill_mid_write_then_restart_loses_nothing(server, texts):
+    accepted = []
+    try:
+        with server.client() as c:
+            for i in range(6):
+                r = c.post("/v1/models", json={"name": f"kill-{i}", "evaluations": _evals(texts, 12, offset=i),
+                                               "wait": False})
+                assert r.status_code in (201, 202), r.text
+                accepted.append(r.headers["x-job-id"])
+            time.sleep(0.3)  # some jobs land, the writer is inside a batch or about to be
+    finally:
+        server.kill()
+    server.restart()
+    with server.client() as c:
+        deadline = time.monotonic() + 120
+        states = []
+        while time.monotonic() < deadline:
+            states = [c.get(f"/v1/jobs/{j}").json()["state"] for j in accepted]
+            if all(s in ("done", "failed") for s in states):
+                break
+            time.sleep(0.3)
+        assert states == ["done"] * 6
+        for i in range(6):
+            shown = c.get(f"/v1/models/kill-{i}").json()
+            assert shown["n_evals"] == 12 and shown["version"] == 1
+        history = [h["event"] for i in range(6) for h in c.get(f"/v1/models/kill-{i}/history").json()["versions"]]
+        assert history == ["add"] * 6  # each landed exactly once
+    from registry import Registry
+
+    reg = Registry.open(server.home)
+    assert reg.check().ok and not (server.home / "journal.json").exists()
+    evals = reg.store.read("evaluations", ["model"]).column("model").to_pylist()
+    assert all(evals.count(f"kill-{i}") == 12 for i in range(6))
+
+
+def test_openapi_fuzzing_finds_no_server_error(server):
+    """schemathesis over /openapi.json, a bounded number of examples per operation."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    failures = []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=6, deadline=None, database=None, derandomize=True,
+                  suppress_health_check=list(HealthCheck))
+        def fuzz(case):
+            response = case.call(base_url=server.url, headers=headers, timeout=60)
+            if response.status_code >= 500:
+                failures.append((operation.label, response.status_code, response.text[:300]))
+
+        fuzz()
+    assert failures == []
+    with server.client() as c:
+        assert c.get("/v1/health").json()["status"] == "ok"
