@@ -66,14 +66,19 @@ class _EmbedWorker:
             self.locus, _, loaded = load_checkpoint(scratch)
         if loaded != encoder_id:
             raise RuntimeError(f"checkpoint shipped to the worker has id {loaded}, not {encoder_id}")
-        query_ids, self.query_vectors = ray.get(queries[0])  # list[str], (Q, D) float32
+        query_ids, query_vectors = ray.get(queries[0])  # list[str], (Q, D) float32
         self.q_pos = {q: i for i, q in enumerate(query_ids)}
-        self.query_ids = query_ids
         self.live = set(live)
+        self.locus.eval()
+        with torch.inference_mode():
+            # The query-only token parts, once per query for the actor's life (embed_models does this once
+            # per call; here a call is one model): (Q, d) each.
+            self.proj = self.locus.encoder.project_queries(torch.from_numpy(query_vectors))
 
     def __call__(self, group: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from encoder.data import EvalData
-        from encoder.training import embed_models
+        import torch
+
+        from encoder.locus import QueryProjection
 
         d = self.locus.config.d
         name = str(group["model"][0]) if len(group["model"]) else ""
@@ -83,14 +88,17 @@ class _EmbedWorker:
             return empty
         q_index = np.fromiter((self.q_pos.get(q, -1) for q in group["query_id"]), np.int64, len(group["query_id"]))
         keep = q_index >= 0  # queries without a vector from the query encoder are left out, as in load_eval_data
-        if not keep.any():
+        n = int(keep.sum())
+        if n == 0:
             return empty
-        data = EvalData(models=[name], query_ids=self.query_ids, tasks=[""] * len(self.query_ids),
-                        query_vectors=self.query_vectors, model_index=np.zeros(int(keep.sum()), np.int64),
-                        query_index=q_index[keep], scores=np.asarray(group["score"], np.float32)[keep])
-        z = embed_models(self.locus, data, [np.arange(int(keep.sum()))])  # (1, d)
-        return {"model": np.array([name], dtype=object), "vector": z.astype(np.float32),
-                "n_evals": np.array([int(keep.sum())], np.int64)}
+        with torch.inference_mode():
+            q = torch.from_numpy(q_index[keep])
+            proj = QueryProjection(self.proj.base[q][None], self.proj.signed[q][None])  # (1, n, d) each
+            y = torch.from_numpy(np.asarray(group["score"], np.float32)[keep])[None]  # (1, n)
+            # The same forward pass as encoder.training.embed_models, for one set without padding.
+            z = self.locus.encoder.embed(proj, y, torch.zeros((1, n), dtype=torch.bool))  # (1, d)
+        return {"model": np.array([name], dtype=object), "vector": z.float().numpy(),
+                "n_evals": np.array([n], np.int64)}
 
 
 def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int = 2,
