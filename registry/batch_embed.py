@@ -83,7 +83,8 @@ class _EmbedWorker:
         d = self.locus.config.d
         name = str(group["model"][0]) if len(group["model"]) else ""
         empty = {"model": np.zeros(0, dtype=object), "vector": np.zeros((0, d), np.float32),
-                 "n_evals": np.zeros(0, np.int64)}
+                 "n_evals": np.zeros(0, np.int64), "seconds": np.zeros(0, np.float64)}
+        started = time.perf_counter()
         if name not in self.live:  # a removed model keeps its evaluations, but is not embedded
             return empty
         q_index = np.fromiter((self.q_pos.get(q, -1) for q in group["query_id"]), np.int64, len(group["query_id"]))
@@ -98,7 +99,7 @@ class _EmbedWorker:
             # The same forward pass as encoder.training.embed_models, for one set without padding.
             z = self.locus.encoder.embed(proj, y, torch.zeros((1, n), dtype=torch.bool))  # (1, d)
         return {"model": np.array([name], dtype=object), "vector": z.float().numpy(),
-                "n_evals": np.array([n], np.int64)}
+                "n_evals": np.array([n], np.int64), "seconds": np.array([time.perf_counter() - started])}
 
 
 def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int = 2,
@@ -152,10 +153,12 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
         names: list[str] = []
         vectors: list[np.ndarray] = []
         n_evals: list[int] = []
+        worker_seconds = 0.0
         for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
             names.extend(str(n) for n in batch["model"])
             vectors.extend(np.asarray(v, np.float32) for v in batch["vector"])
             n_evals.extend(int(n) for n in batch["n_evals"])
+            worker_seconds += float(np.sum(batch["seconds"]))
         seconds = time.perf_counter() - t0
     finally:
         if started:
@@ -164,4 +167,5 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
     matrix = np.stack([vectors[i] for i in order]) if names else np.zeros((0, active.config.d), np.float32)
     report = write_embeddings(store, active.encoder_id, [names[i] for i in order], matrix,
                               [n_evals[i] for i in order], expect_versions=watched)
-    return report.model_copy(update={"engine": "ray", "workers": num_workers, "seconds": seconds})
+    return report.model_copy(update={"engine": "ray", "workers": num_workers, "seconds": seconds,
+                                     "worker_seconds": worker_seconds})

@@ -8,7 +8,9 @@ epoch (the forward pass costs the same whatever the weights), then runs `embed -
 in this order: the single process (torch's own threads), Ray with 1 worker, Ray with 2 workers (one
 torch thread per worker, a local cluster of workers + 1 CPUs started and shut down by each run).
 Wall time is the whole call, Ray's start-up and the transactional write included; "pass" is Ray's
-read + shuffle + embed alone (EmbedReport.seconds). Every Ray run's vectors are compared with the
+read + shuffle + embed alone (EmbedReport.seconds), and "worker s" the time inside the actors' forward
+passes, summed over actors (EmbedReport.worker_seconds): the rest of "wall" is Ray's fixed cost
+(cluster and actor start-up, the Lance read, the shuffle). Every Ray run's vectors are compared with the
 single process's. One run each: on a shared machine, read the ratios, not the digits.
 """
 from __future__ import annotations
@@ -67,21 +69,22 @@ def main() -> None:
     local = reg.embed_all()
     wall = time.perf_counter() - t
     reference = _vectors(reg)
-    rows.append(("local (1 process)", "-", local.n_embedded, wall, None, 0.0))
+    rows.append(("local (1 process)", "-", local.n_embedded, wall, None, None, 0.0))
     for workers in [int(w) for w in args.workers.split(",")]:
         t = time.perf_counter()
         report = reg.embed_all(engine="ray", workers=workers)
         wall = time.perf_counter() - t
         got = _vectors(reg)
         diff = max(float(np.abs(got[n] - reference[n]).max()) for n in reference)
-        rows.append((f"ray", str(workers), report.n_embedded, wall, report.seconds, diff))
+        rows.append(("ray", str(workers), report.n_embedded, wall, report.seconds, report.worker_seconds, diff))
 
     base = rows[0][2] / rows[0][3]
     print(f"\n{'engine':<18} {'workers':>7} {'models':>6} {'wall s':>7} {'models/s':>9} {'vs local':>8} "
-          f"{'pass s':>7} {'pass models/s':>13} {'max |dz|':>9}")
-    for engine, workers, n, wall, pass_s, diff in rows:
+          f"{'pass s':>7} {'pass models/s':>13} {'worker s':>8} {'max |dz|':>9}")
+    for engine, workers, n, wall, pass_s, worker_s, diff in rows:
         rate = n / wall
-        pass_cols = f"{pass_s:>7.1f} {n / pass_s:>13.1f}" if pass_s else f"{'-':>7} {'-':>13}"
+        pass_cols = (f"{pass_s:>7.1f} {n / pass_s:>13.1f} {worker_s:>8.1f}" if pass_s
+                     else f"{'-':>7} {'-':>13} {'-':>8}")
         print(f"{engine:<18} {workers:>7} {n:>6} {wall:>7.1f} {rate:>9.1f} {rate / base:>7.2f}x {pass_cols} {diff:>9.1e}")
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end: the machine is shared with other jobs, one run each")
 

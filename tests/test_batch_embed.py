@@ -58,6 +58,7 @@ def test_ray_engine_gives_the_single_process_vectors(tiny):
     report = EmbedReport.model_validate_json(
         run(tiny, "embed", "--all", "--engine", "ray", "--workers", "2", "--json").stdout)
     assert (report.engine, report.workers, report.encoder_id) == ("ray", 2, local.encoder_id)
+    assert report.seconds > 0 and 0 < report.worker_seconds
     assert report.n_evals == local.n_evals  # every model, from all 30 of its evaluations
     got = vectors(tiny)
     assert sorted(got) == sorted(expected)
