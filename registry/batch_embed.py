@@ -50,8 +50,7 @@ def require_ray() -> Any:
 class _EmbedWorker:
     """A Ray actor: the LOCUS encoder and the query vectors, loaded once; one model's evaluations per call."""
 
-    def __init__(self, checkpoint: dict[str, bytes], encoder_id: str, queries: list, live: list[str],
-                 threads: int) -> None:
+    def __init__(self, checkpoint: dict[str, bytes], encoder_id: str, shared: list, threads: int) -> None:
         import tempfile
 
         import ray
@@ -66,7 +65,8 @@ class _EmbedWorker:
             self.locus, _, loaded = load_checkpoint(scratch)
         if loaded != encoder_id:
             raise RuntimeError(f"checkpoint shipped to the worker has id {loaded}, not {encoder_id}")
-        query_ids, query_vectors = ray.get(queries[0])  # list[str], (Q, D) float32
+        # Through the object store, once per node: list[str], (Q, D) float32, the models table's names.
+        query_ids, query_vectors, live = ray.get(shared[0])
         self.q_pos = {q: i for i, q in enumerate(query_ids)}
         self.live = set(live)
         self.locus.eval()
@@ -140,7 +140,7 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
 
         DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # per-run execution plans and timings
-        queries_ref = ray.put((queries.query_ids, queries.vectors))
+        shared_ref = ray.put((queries.query_ids, queries.vectors, live))
         t0 = time.perf_counter()
         ds = ray.data.read_lance(uri, version=watched[EVALUATIONS], columns=["model", "query_id", "score"])
         # Few shuffle partitions: each holds whole models, and Ray's default (200) costs seconds of
@@ -149,7 +149,7 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
             _EmbedWorker, batch_format="numpy", compute=ActorPoolStrategy(size=num_workers),
             num_cpus=threads_per_worker,
             fn_constructor_kwargs={"checkpoint": checkpoint, "encoder_id": active.encoder_id,
-                                   "queries": [queries_ref], "live": live, "threads": threads_per_worker})
+                                   "shared": [shared_ref], "threads": threads_per_worker})
         names: list[str] = []
         vectors: list[np.ndarray] = []
         n_evals: list[int] = []
