@@ -224,16 +224,22 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, as_json) -> Non
 @click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
 @click.option("--max-evals", default="all", show_default=True,
               help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this process; ray: Ray Data over the evaluations table (pip install 'locus-registry[ray]').")
+@click.option("--address", default=None, help="Ray cluster to join (ray://host:10001 or host:6379); "
+              "default: start a local one.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Ray actors embedding in parallel.")
 @json_option
 @click.pass_context
-def embed(ctx, all_, max_evals, as_json) -> None:
+def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
     """Embed models with the active encoder: one forward pass each, no training."""
     try:
         limit = _evals_option(max_evals)
     except ValueError:
         raise click.BadParameter(f"{max_evals!r} is not a number or 'all'", param_hint="--max-evals") from None
-    emit(_registry(ctx, create=False).embed_all(max_evals=limit), as_json,
-         lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"))
+    emit(_registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers),
+         as_json, lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
+                                       + (f" on Ray ({r.workers} workers, {r.seconds:.1f} s)" if r.engine == "ray" else "")))
 
 
 @cli.command()

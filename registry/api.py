@@ -171,11 +171,23 @@ class Registry:
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, epochs=epochs, progress=progress, **options)
 
-    def embed_all(self, *, max_evals: int | None = None) -> EmbedReport:  # noqa: A003
-        """Embed every model with the active encoder (one forward pass each, no training)."""
+    def embed_all(self, *, max_evals: int | None = None, engine: str = "local", address: str | None = None,
+                  workers: int = 2) -> EmbedReport:  # noqa: A003
+        """Embed every model with the active encoder (one forward pass each, no training), in this
+        process (`engine="local"`) or on Ray (`engine="ray"`: a local cluster of `workers` actors, or
+        the cluster at `address`); the same vectors either way."""
+        _check_count(max_evals, "max_evals", 1, optional=True)
+        if engine == "ray":
+            from registry.batch_embed import embed_all_ray
+
+            _check_count(workers, "workers", 1)
+            return embed_all_ray(self.store, address=address, num_workers=workers, max_evals=max_evals)
+        if engine != "local":
+            raise InputError(f"unknown engine {engine!r}; choose local or ray", field="engine")
+        if address is not None:
+            raise InputError("an address is for the ray engine (--engine ray)", field="address")
         from registry.embedding import embed_all
 
-        _check_count(max_evals, "max_evals", 1, optional=True)
         return embed_all(self.store, max_evals=max_evals)
 
     def evaluate(

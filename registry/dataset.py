@@ -1,13 +1,15 @@
 """The store's evaluations as `EvalData` arrays, for training, embedding and evaluation."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
 from registry.errors import RegistryError
 
-__all__ = ["load_eval_data"]
+__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors"]
 
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None) -> EvalData:
@@ -16,17 +18,11 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     evaluations for restore, but is not part of the pool), in a stable order (models as given or
     sorted, queries as stored). Queries without a vector are left out with their evaluations;
     `registry import` with encoding on fills them."""
-    queries = store.read(QUERIES, ["query_id", "task", "text_hash"])
     evals = store.read(EVALUATIONS, ["model", "query_id", "score"])
     if evals.num_rows == 0:
         raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
-    query_ids = queries.column("query_id").to_pylist()
-    hashes = queries.column("text_hash").to_pylist()
-    vectors = store.cached_vectors(encoder, hashes)
-    if not vectors:
-        raise RegistryError(f"no query vectors from {encoder!r} in the registry; import with --encoder {encoder}")
-    order = sorted(i for i, h in enumerate(hashes) if h in vectors)
-    kept_ids = [query_ids[i] for i in order]
+    queries = load_query_vectors(store, encoder)
+    kept_ids = queries.query_ids
     q_pos = {q: i for i, q in enumerate(kept_ids)}
 
     eval_models = np.asarray(evals.column("model").to_pylist(), dtype=object)
@@ -43,9 +39,33 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     return EvalData(
         models=names,
         query_ids=kept_ids,
-        tasks=[queries.column("task")[i].as_py() for i in order],
-        query_vectors=np.stack([vectors[hashes[i]] for i in order]).astype(np.float32),
+        tasks=queries.tasks,
+        query_vectors=queries.vectors,
         model_index=model_index[keep],
         query_index=query_index[keep],
         scores=evals.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
+    )
+
+
+@dataclass
+class QueryVectors:
+    query_ids: list[str]  # Q ids, in stored order
+    tasks: list[str]  # Q task names
+    vectors: np.ndarray  # (Q, D) float32, from the query encoder
+
+
+def load_query_vectors(store: Store, encoder: str) -> QueryVectors:
+    """The stored queries that have a vector from `encoder`, in stored order: the query side of
+    `load_eval_data`, also what the Ray engine ships to its workers (the evaluations it reads itself)."""
+    queries = store.read(QUERIES, ["query_id", "task", "text_hash"])
+    query_ids = queries.column("query_id").to_pylist()
+    hashes = queries.column("text_hash").to_pylist()
+    vectors = store.cached_vectors(encoder, hashes)
+    if not vectors:
+        raise RegistryError(f"no query vectors from {encoder!r} in the registry; import with --encoder {encoder}")
+    order = sorted(i for i, h in enumerate(hashes) if h in vectors)
+    return QueryVectors(
+        query_ids=[query_ids[i] for i in order],
+        tasks=[queries.column("task")[i].as_py() for i in order],
+        vectors=np.stack([vectors[hashes[i]] for i in order]).astype(np.float32),
     )

