@@ -195,7 +195,7 @@ def geometry_table(results: dict) -> list[str]:
         lambda c: (f"{c['sibling_embedding'][0]} / {c['sibling_raw'][0]} of {c['sibling_raw'][1]}"
                    if c.get("sibling_embedding") and c["sibling_raw"][1] else "-"))
     row("(b) ARI vs family, silhouette k: embedding / raw",
-        lambda c: f"{_num(c['ari_embedding']['ari'], 2)} (k={int(c["ari_embedding"]["k"])}) / {_num(c['ari_raw']['ari'], 2)} (k={int(c["ari_raw"]["k"])})")
+        lambda c: f"{_num(c['ari_embedding']['ari'], 2)} (k={int(c['ari_embedding']['k'])}) / {_num(c['ari_raw']['ari'], 2)} (k={int(c['ari_raw']['k'])})")
     row("(b) ARI vs family, k = #families: embedding / raw",
         lambda c: f"{_num(c['ari_embedding']['ari_at_label_count'], 2)} / {_num(c['ari_raw']['ari_at_label_count'], 2)}")
     row("**(c)** Pearson, cosine", lambda c: _num(c["cosine"]["pearson"]), "0.845")
