@@ -370,6 +370,8 @@ def main(argv: list[str] | None = None) -> None:
             results.setdefault(setup, {})[part] = {"command": command, "encoder_id": encoder_id,
                                                    "max_seconds": args.max_seconds, "data": data,
                                                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            if not args.no_write:  # after every part: a long run cut short keeps what it finished
+                _save(results, args)
     print("\n".join(geometry_table(results)))
     print("\n".join(targets(results)))
     for table in (routing_table, portfolio_table, onboarding_table):
@@ -377,10 +379,14 @@ def main(argv: list[str] | None = None) -> None:
         if text:
             print("\n".join(text))
     if not args.no_write:
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(results, indent=1, default=float), encoding="utf-8")
-        write_page(results, args.page)
+        _save(results, args)
         print(f"wrote {args.page.relative_to(ROOT) if args.page.is_relative_to(ROOT) else args.page}")
+
+
+def _save(results: dict, args) -> None:
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1, default=float), encoding="utf-8")
+    write_page(results, args.page)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,53 @@ def test_cluster_ari_recovers_clear_families():
     assert out["ari"] == pytest.approx(1.0) and out["k"] == 2
     shuffled = g.cluster_ari(cosine_distances(z), ["a", "b", "a", "b", "a", "b"])
     assert shuffled["ari"] < 0.2
+
+
+def test_view_card_on_a_small_trained_registry(tmp_path):
+    """The registry side end to end on a synthetic pool: the card reads the view only, and its
+    figures are what the pure functions give on the same matrices."""
+    from registry.dataset import load_eval_data
+    from tests.helpers import synthetic_registry
+
+    reg = synthetic_registry(tmp_path / "home", train_epochs=5, n_families=3, models_per_family=3,
+                             queries_per_task=25, n_duplicates=0)
+    names = [r.name for r in reg.list()]
+    where = "family in (synfam0, synfam1)"
+    card = g.view_card(reg.store, where=where, copy_evals=32, draws=1)
+    view = [r.name for r in reg.list(where)]
+    assert card.models == len(view) == 6 < len(names)
+    assert 0 <= card.self_top1 <= card.self_top3 <= 1 and card.mutual_pair_models == 6
+    data = load_eval_data(reg.store, reg.query_encoder, models=view)
+    raw, _ = g.disagreement_matrix(data.dense())
+    fam = [r.family for r in reg.list(where)]
+    assert card.family_nn_raw == g.nn_shares_label(raw, fam)
+    assert card.family_purity_raw == pytest.approx(g.label_purity(raw, fam, 3))
+    assert card.cosine["pairs"] == 15 and -1 <= card.cosine["spearman"] <= 1
+    assert card.sibling_field is None  # synthetic models carry no base_model
+
+
+def test_import_meta_tags_every_model_and_views_select_them(tmp_path):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from tests.helpers import write_triple
+
+    home = str(tmp_path / "home")
+    first = write_triple(tmp_path / "a")
+    second = write_triple(tmp_path / "b", models=[("0", "gamma-1b", "gamma", "1", "open")])
+    run = CliRunner()
+    for path, name in ((first, "one"), (second, "two")):
+        result = run.invoke(cli, ["--home", home, "import", str(path), "--no-encode", "--id-prefix", f"{name}:",
+                                  "--meta", f"dataset={name}", "--meta", "source=test"])
+        assert result.exit_code == 0, result.output
+    out = run.invoke(cli, ["--home", home, "models", "list", "--where", "dataset == one", "--json"])
+    assert out.exit_code == 0, out.output
+    import json
+
+    listed = json.loads(out.output)
+    assert sorted(m["name"] for m in listed) == ["alpha-7b", "beta-13b"]
+    assert all(m["extra"]["source"] == "test" and m["family"] in ("alpha", "beta") for m in listed)
+    bad = run.invoke(cli, ["--home", home, "import", str(first), "--meta", "dataset"])
+    assert bad.exit_code != 0 and "--meta" in bad.output
+    bad = run.invoke(cli, ["--home", home, "import", str(first), "--no-encode", "--meta", "params_b=big"])
+    assert bad.exit_code != 0 and "params_b" in bad.output
