@@ -223,6 +223,8 @@ class GeometryCard(BaseModel):
     sibling_raw: tuple[int, int] | None
     ari_embedding: dict[str, float]
     ari_raw: dict[str, float]
+    # views over several datasets: how many models' nearest neighbour comes from their own dataset
+    same_dataset_nn: int | None = None
     # (c)
     cosine: dict[str, float]
     euclidean: dict[str, float]
@@ -298,6 +300,9 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
     held_z = np.asarray(held.embeddings, dtype=np.float64)
     held_cos = cosine_distances(held_z)
 
+    datasets = _metadata(records, "dataset")
+    mixed = len({d for d in datasets if d is not None}) > 1
+
     centred = stored - stored.mean(0)
     sv = np.linalg.svd(centred, compute_uv=False) ** 2
     share = (sv / sv.sum()).tolist() if sv.sum() > 0 else []
@@ -317,6 +322,7 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
         sibling_embedding=sibling_rate(emb_d, siblings) if siblings else None,
         sibling_raw=sibling_rate(raw_d, siblings) if siblings else None,
         ari_embedding=cluster_ari(emb_d, families), ari_raw=cluster_ari(raw_d, families),
+        same_dataset_nn=nn_shares_label(emb_d, datasets) if mixed else None,
         cosine=distance_correlations(held_cos, test_d), euclidean=distance_correlations(euclidean_distances(held_z), test_d),
         nn_agreement=nn_agreement(held_cos, test_d), nn_agreement_raw_best=nn_agreement(test_d, test_d),
         pc_variance=[round(x, 4) for x in share[:5]],

@@ -198,6 +198,8 @@ def geometry_table(results: dict) -> list[str]:
         lambda c: f"{_num(c['ari_embedding']['ari'], 2)} (k={int(c['ari_embedding']['k'])}) / {_num(c['ari_raw']['ari'], 2)} (k={int(c['ari_raw']['k'])})")
     row("(b) ARI vs family, k = #families: embedding / raw",
         lambda c: f"{_num(c['ari_embedding']['ari_at_label_count'], 2)} / {_num(c['ari_raw']['ari_at_label_count'], 2)}")
+    row("(b) NN from the model's own dataset", lambda c: "-" if c.get("same_dataset_nn") is None
+        else f"{c['same_dataset_nn']} of {c['models']}")
     row("**(c)** Pearson, cosine", lambda c: _num(c["cosine"]["pearson"]), "0.845")
     row("(c) Spearman, cosine", lambda c: _num(c["cosine"]["spearman"]), ">= 0.9 (paper 0.886)")
     row("(c) Kendall, cosine", lambda c: _num(c["cosine"]["kendall"]), "0.714")
@@ -321,6 +323,19 @@ def write_page(results: dict, path: Path) -> None:
     lines += portfolio_table(results) or ["(not run yet: `--parts e`)"]
     lines += ["", "## (f) onboarding an unseen model", ""]
     lines += onboarding_table(results) or ["(not run yet: `--parts f`)"]
+    lines += ["", "## Reading the page", "",
+              "- \"raw\" columns use the evaluations themselves (disagreement on every common query): the evidence "
+              "the embedding should reproduce. Its family figures are a reference, not a ceiling.",
+              "- In the joint registry's whole view (all 103) two models of different datasets share no query: "
+              "they have no raw disagreement, never count as behavioural neighbours, and their pairs are left out of "
+              "(c). Its portfolio rows route each test query among the chosen models scored on it and skip the "
+              "queries none of them has (`scoring: scored-members`), so subsets are scored on different queries; "
+              "the per-dataset views are the comparable test.",
+              "- MMLU-Pro's full pool contains Gemini-3.1-Pro, the best single model on every subject: its portfolio "
+              "rows saturate at the best single model; part (d) therefore routes on the open-weight pool.",
+              "- Parts (d) and (f) train fresh LOCUS runs under `registry evaluate`'s protocol (80/10/10 query split "
+              "per seed, 1024 training evaluations per model); parts (a)-(c) and (e) measure the registry's own "
+              "trained encoder."]
     path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
 
 
@@ -359,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     from registry.embedding import active_encoder
 
     parts = [p for p in ("abc", "e", "d", "f") if set(p) & set(args.parts)]
+    produced: dict = {}
     for setup in setups:
         home = homes.get(setup, args.work / setup)
         print(f"{setup}: registry {home}", flush=True)
@@ -367,11 +383,12 @@ def main(argv: list[str] | None = None) -> None:
         encoder_id = active_encoder(reg.store).encoder_id
         for part in parts:
             data = PARTS[part](reg, setup, args)
-            results.setdefault(setup, {})[part] = {"command": command, "encoder_id": encoder_id,
-                                                   "max_seconds": args.max_seconds, "data": data,
-                                                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            entry = {"command": command, "encoder_id": encoder_id, "max_seconds": args.max_seconds, "data": data,
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            results.setdefault(setup, {})[part] = entry
+            produced.setdefault(setup, {})[part] = entry
             if not args.no_write:  # after every part: a long run cut short keeps what it finished
-                _save(results, args)
+                results = _save(produced, args)
     print("\n".join(geometry_table(results)))
     print("\n".join(targets(results)))
     for table in (routing_table, portfolio_table, onboarding_table):
@@ -379,14 +396,20 @@ def main(argv: list[str] | None = None) -> None:
         if text:
             print("\n".join(text))
     if not args.no_write:
-        _save(results, args)
+        _save(produced, args)
         print(f"wrote {args.page.relative_to(ROOT) if args.page.is_relative_to(ROOT) else args.page}")
 
 
-def _save(results: dict, args) -> None:
+def _save(produced: dict, args) -> dict:
+    """Merge this run's parts into the results file as it is now (another run may have added parts
+    meanwhile), write it and the page; returns the merged results."""
+    results = json.loads(args.results.read_text("utf-8")) if args.results.is_file() else {}
+    for setup, parts in produced.items():
+        results.setdefault(setup, {}).update(parts)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1, default=float), encoding="utf-8")
     write_page(results, args.page)
+    return results
 
 
 if __name__ == "__main__":
