@@ -23,6 +23,11 @@ Parts (letters for --parts):
      evaluations (one seed)
 Parts a-c and e read the trained registries; d and f train (slow: --max-seconds per LOCUS run).
 
+To measure another trainer: build fresh registries (`--work NEW_DIR`, trained with the defaults of the
+checked-out code) or point `--registry` at trained ones; `--results`/`--page` write elsewhere so the
+baseline page stays for comparison. On a loaded machine `--max-seconds` is wall time: note the LOCUS
+best epoch printed with each run.
+
 Results accumulate in docs/results/scorecard.json (each entry with the command that produced it) and
 the page docs/results/scorecard.md is rewritten from all of it, so parts can be run one at a time.
 """
@@ -108,7 +113,8 @@ def _mcnemar(a: list[float], b: list[float]) -> dict:
     return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}
 
 
-def part_d(reg, setup: str, args) -> dict:
+def part_d(reg, setup: str, args, seed: int) -> dict:
+    """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
     from registry.dataset import load_eval_data
     from registry.evaluation import run_evaluation
 
@@ -118,22 +124,19 @@ def part_d(reg, setup: str, args) -> dict:
             continue
         names = reg.select_models(EVAL_POOL[view])
         data = load_eval_data(reg.store, reg.query_encoder, models=names)
-        runs = []
-        for seed in args.seeds:
-            started = time.perf_counter()
-            r = run_evaluation(data, evals_per_model=1024, seed=seed, keep_routed=True,
-                               locus_options={"max_seconds": args.max_seconds})
-            routed = r.pop("routed")
-            baselines = [m for m in routed if m != "locus"]
-            best = max(baselines, key=lambda m: r["routing_accuracy"][m])
-            r["paired_vs_best"] = {"baseline": best, **_mcnemar(routed["locus"], routed[best])}
-            r["paired"] = {m: _mcnemar(routed["locus"], routed[m]) for m in baselines}
-            r.pop("pool", None)
-            runs.append(r)
-            print(f"  {LABEL[view]} seed {seed}: LOCUS {r['routing_accuracy']['locus']:.4f} vs {best} "
-                  f"{r['routing_accuracy'][best]:.4f} (p {r['paired_vs_best']['p']:.3f}) in "
-                  f"{time.perf_counter() - started:.0f} s", flush=True)
-        out[view] = {"pool": EVAL_POOL[view], "models": len(names), "runs": runs}
+        started = time.perf_counter()
+        r = run_evaluation(data, evals_per_model=1024, seed=seed, keep_routed=True,
+                           locus_options={"max_seconds": args.max_seconds})
+        routed = r.pop("routed")
+        baselines = [m for m in routed if m != "locus"]
+        best = max(baselines, key=lambda m: r["routing_accuracy"][m])
+        r["paired_vs_best"] = {"baseline": best, **_mcnemar(routed["locus"], routed[best])}
+        r["paired"] = {m: _mcnemar(routed["locus"], routed[m]) for m in baselines}
+        r.pop("pool", None)
+        print(f"  {LABEL[view]} seed {seed}: LOCUS {r['routing_accuracy']['locus']:.4f} (best epoch "
+              f"{r['locus_best_epoch']}) vs {best} {r['routing_accuracy'][best]:.4f} (p {r['paired_vs_best']['p']:.3f}) "
+              f"in {time.perf_counter() - started:.0f} s", flush=True)
+        out[view] = {"pool": EVAL_POOL[view], "models": len(names), "runs": [r]}
     return out
 
 
@@ -157,7 +160,7 @@ def part_f(reg, setup: str, args) -> dict:
     return out
 
 
-PARTS = {"abc": part_abc, "e": part_e, "d": part_d, "f": part_f}
+PARTS = {"abc": part_abc, "e": part_e, "f": part_f}
 
 
 # ----------------------------------------------------------------------------- the page
@@ -254,10 +257,12 @@ def routing_table(results: dict) -> list[str]:
                 lines.append(f"| {m} | {acc.mean():.4f} | {acc.std(ddof=1) if len(acc) > 1 else 0:.4f} | {corr_s} | "
                              + ", ".join(f"{a:.4f}" for a in acc) + " |")
             lines += ["", "Paired test per seed, LOCUS vs the best baseline of that seed (McNemar exact, test queries):", "",
-                      "| seed | baseline | LOCUS - baseline | LOCUS wins / losses | p |", "|---:|---|---:|---:|---:|"]
+                      "| seed | LOCUS best epoch | baseline | LOCUS - baseline | LOCUS wins / losses | p | test queries |",
+                      "|---:|---:|---|---:|---:|---:|---:|"]
             for r in runs:
                 p = r["paired_vs_best"]
-                lines.append(f"| {r['seed']} | {p['baseline']} | {100 * p['diff']:+.2f} pt | {p['wins']} / {p['losses']} | {p['p']:.3f} |")
+                lines.append(f"| {r['seed']} | {r.get('locus_best_epoch', '-')} | {p['baseline']} | {100 * p['diff']:+.2f} pt | "
+                             f"{p['wins']} / {p['losses']} | {p['p']:.3f} | {p['n']} |")
             lines.append("")
     return lines
 
@@ -373,22 +378,40 @@ def main(argv: list[str] | None = None) -> None:
     from _datasets import build_registry
     from registry.embedding import active_encoder
 
-    parts = [p for p in ("abc", "e", "d", "f") if set(p) & set(args.parts)]
+    # the cheap parts first; then (d) one seed at a time over the setups, with (f) after the first
+    # seed, so that a run cut short has saved whole seeds of every dataset
+    jobs = [(setup, part, None) for setup in setups for part in ("abc", "e") if set(part) & set(args.parts)]
+    seeds = args.seeds if "d" in args.parts else []
+    for i, seed in enumerate(seeds):
+        jobs += [(setup, "d", seed) for setup in setups]
+        if i == 0 and "f" in args.parts:
+            jobs += [(setup, "f", None) for setup in setups]
+    if "f" in args.parts and not seeds:
+        jobs += [(setup, "f", None) for setup in setups]
     produced: dict = {}
-    for setup in setups:
-        home = homes.get(setup, args.work / setup)
-        print(f"{setup}: registry {home}", flush=True)
-        reg, built = build_registry(home, SETUPS[setup], max_seconds=args.max_seconds,
-                                    log=lambda m: print(f"  {m}", flush=True))
+    registries: dict = {}
+    for setup, part, seed in jobs:
+        if setup not in registries:
+            home = homes.get(setup, args.work / setup)
+            print(f"{setup}: registry {home}", flush=True)
+            registries[setup] = build_registry(home, SETUPS[setup], max_seconds=args.max_seconds,
+                                               log=lambda m: print(f"  {m}", flush=True))[0]
+        reg = registries[setup]
         encoder_id = active_encoder(reg.store).encoder_id
-        for part in parts:
+        if part == "d":
+            data = part_d(reg, setup, args, seed)
+            previous = produced.get(setup, {}).get("d")
+            if previous:  # add this seed's runs to the ones this invocation already made
+                for view, block in data.items():
+                    block["runs"] = previous["data"].get(view, {}).get("runs", []) + block["runs"]
+        else:
             data = PARTS[part](reg, setup, args)
-            entry = {"command": command, "encoder_id": encoder_id, "max_seconds": args.max_seconds, "data": data,
-                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-            results.setdefault(setup, {})[part] = entry
-            produced.setdefault(setup, {})[part] = entry
-            if not args.no_write:  # after every part: a long run cut short keeps what it finished
-                results = _save(produced, args)
+        entry = {"command": command, "encoder_id": encoder_id, "max_seconds": args.max_seconds, "data": data,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        results.setdefault(setup, {})[part] = entry
+        produced.setdefault(setup, {})[part] = entry
+        if not args.no_write:  # after every job: a long run cut short keeps what it finished
+            results = _save(produced, args)
     print("\n".join(geometry_table(results)))
     print("\n".join(targets(results)))
     for table in (routing_table, portfolio_table, onboarding_table):
