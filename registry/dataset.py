@@ -13,7 +13,7 @@ __all__ = ["load_eval_data", "QueryVectors", "load_query_vectors"]
 
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None) -> EvalData:
-    """Every evaluated query that has a vector from `encoder`, and the evaluations of `models`
+    """Every query that has a vector from `encoder` and a score from one of `models`, and their evaluations
     (when None: every model in the models table that has evaluations; a removed model keeps its
     evaluations for restore, but is not part of the pool), in a stable order (models as given or
     sorted, queries as stored). Queries without a vector are left out with their evaluations;
@@ -36,13 +36,23 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     query_index = np.fromiter((q_pos.get(q, -1) for q in evals.column("query_id").to_pylist()),
                               dtype=np.int64, count=len(eval_models))
     keep = (model_index >= 0) & (query_index >= 0)
+    # Only the queries some model of the pool was evaluated on: in a registry holding two datasets a
+    # per-dataset pool must not split, route or score on the other dataset's queries, where nobody
+    # in it has a score.
+    evaluated = np.zeros(len(kept_ids), dtype=bool)
+    evaluated[query_index[keep]] = True
+    renumber = np.cumsum(evaluated) - 1
+    order = np.flatnonzero(evaluated).tolist()
+    if not order:
+        raise RegistryError(f"none of the {len(names)} model(s) asked for has an evaluation on a query with a "
+                            f"vector from {encoder!r}")
     return EvalData(
         models=names,
-        query_ids=kept_ids,
-        tasks=queries.tasks,
-        query_vectors=queries.vectors,
+        query_ids=[kept_ids[i] for i in order],
+        tasks=[queries.tasks[i] for i in order],
+        query_vectors=queries.vectors[np.asarray(order, dtype=np.int64)],
         model_index=model_index[keep],
-        query_index=query_index[keep],
+        query_index=renumber[query_index[keep]].astype(np.int64),
         scores=evals.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
     )
 
