@@ -111,17 +111,17 @@ class Registry:
         models: str | None = None,
         evals_per_model: int | None = 1024,
         seed: int = 0,
-        epochs: int | None = None,
-        progress: bool = True,
-        **options: Any,
+        config=None,
+        progress=None,
     ):
         """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
-        active encoder. `models` is a pool ("all", "open" or a filter)."""
+        active encoder. `models` is a pool ("all", "open" or a filter); `config` an
+        encoder.training.TrainConfig (None: the defaults); `progress` a callback per validation
+        (registry.embedding.progress_printer writes lines)."""
         from registry.embedding import train_encoder
 
         return train_encoder(self._store, query_encoder=self.query_encoder, models=self.select_models(models),
-                             evals_per_model=evals_per_model, seed=seed, epochs=epochs, progress=progress,
-                             **options)
+                             evals_per_model=evals_per_model, seed=seed, config=config, progress=progress)
 
     def embed_all(self, *, max_evals: int | None = None) -> dict[str, Any]:  # noqa: A003
         """Embed every model with the active encoder (one forward pass each, no training)."""
@@ -137,9 +137,9 @@ class Registry:
         seed: int = 0,
         holdout_models: int = 0,
         onboard_evals: tuple[int, ...] = (),
-        progress: bool = False,
+        progress=None,
         log=lambda message: None,
-        **locus_options: Any,
+        train_config=None,
     ) -> dict[str, Any]:
         """LOCUS against the baselines on this registry's evaluations (see `registry.evaluation`)."""
         from registry.dataset import load_eval_data
@@ -148,8 +148,7 @@ class Registry:
         names = self.select_models(pool)
         data = load_eval_data(self._store, self.query_encoder, models=names)
         return run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
-                              onboard_evals=onboard_evals, progress=progress, log=log,
-                              locus_options=locus_options or None)
+                              onboard_evals=onboard_evals, progress=progress, log=log, train_config=train_config)
 
     # ------------------------------------------------------------ the catalog
     def add_model(self, name: str, evaluations, metadata=None, *, replace: bool = False,
