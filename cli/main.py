@@ -60,10 +60,13 @@ def init(ctx: click.Context, encoder: str | None) -> None:
 @click.option("--no-encode", is_flag=True, help="Store texts without encoding them now.")
 @click.option("--model-name", default=None, help="lm-eval: the model's name, overriding the results file.")
 @click.option("--metric", default=None, help="lm-eval: the per-sample field to use as the score.")
+@click.option("--meta", multiple=True,
+              help="key=value set on every model of this import (repeatable), e.g. dataset=bfcl, so that "
+                   "--pool/--where 'dataset == bfcl' selects them.")
 @click.option("--json", "as_json", is_flag=True, help="Print the import report as JSON.")
 @click.pass_context
 def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix, no_encode, model_name,
-            metric, as_json) -> None:
+            metric, meta, as_json) -> None:
     """Import evaluations from PATH. Lands whole or not at all; repeating it changes nothing."""
     options = {}
     if model_name is not None:
@@ -74,7 +77,7 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
         raise click.UsageError("--model-name and --metric apply to --format lm-eval")
     report = _registry(ctx).import_path(
         path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
-        query_embeddings=query_embeddings, query_ids=query_ids, **options,
+        query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), **options,
     )
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -114,16 +117,17 @@ def models() -> None:
 
 
 @models.command("list")
+@click.option("--where", default=None, help="Metadata filter, e.g. 'dataset == bfcl and access == open'.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
-def models_list(ctx: click.Context, as_json: bool) -> None:
+def models_list(ctx: click.Context, where: str | None, as_json: bool) -> None:
     """List models with their metadata."""
-    records = _registry(ctx, create=False).models()
+    records = _registry(ctx, create=False).list(where)
     if as_json:
         _echo_json([r.model_dump() for r in records])
         return
     if not records:
-        click.echo("no models yet (registry import PATH)")
+        click.echo(f"no model matches {where!r}" if where else "no models yet (registry import PATH)")
         return
     width = max(len(r.name) for r in records)
     for r in records:

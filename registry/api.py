@@ -60,13 +60,15 @@ class Registry:
         encode: bool = True,
         query_embeddings: str | os.PathLike[str] | None = None,
         query_ids: str | os.PathLike[str] | None = None,
+        metadata: dict[str, Any] | None = None,
         **options: Any,
     ) -> ImportReport:
         """Import evaluations from a file or directory (see `registry.importers` for formats).
 
         New query texts are encoded with `encoder` (default: the registry's query encoder) unless
         `encode=False`; `query_embeddings` + `query_ids` (.npy) supply vectors for that encoder so
-        that nothing is re-encoded. The import lands whole or not at all.
+        that nothing is re-encoded. `metadata` (e.g. {"dataset": "bfcl"}) is set on every model
+        of this import, over what the file says. The import lands whole or not at all.
         """
         from encoder.query_encoder import canonical_encoder_name
 
@@ -77,6 +79,7 @@ class Registry:
 
             raise InputError("--query-embeddings and --query-ids go together")
         batch = read_batch(Path(path), format=format, id_prefix=id_prefix, **options)
+        batch.tag_models(metadata or {})
         if query_embeddings is not None:
             precomputed = load_precomputed(
                 Path(query_embeddings), Path(query_ids), encoder=encoder_name, id_prefix=id_prefix

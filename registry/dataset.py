@@ -11,7 +11,7 @@ __all__ = ["load_eval_data"]
 
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None) -> EvalData:
-    """Every evaluated query that has a vector from `encoder`, and the evaluations of `models`
+    """Every query that has a vector from `encoder` and a score from one of `models`, and their evaluations
     (when None: every model in the models table that has evaluations; a removed model keeps its
     evaluations for restore, but is not part of the pool), in a stable order (models as given or
     sorted, queries as stored). Queries without a vector are left out with their evaluations;
@@ -40,12 +40,22 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     query_index = np.fromiter((q_pos.get(q, -1) for q in evals.column("query_id").to_pylist()),
                               dtype=np.int64, count=len(eval_models))
     keep = (model_index >= 0) & (query_index >= 0)
+    # Only the queries some model of the pool was evaluated on: in a registry holding two datasets a
+    # per-dataset pool must not split, route or score on the other dataset's queries, where nobody
+    # in it has a score.
+    evaluated = np.zeros(len(kept_ids), dtype=bool)
+    evaluated[query_index[keep]] = True
+    renumber = np.cumsum(evaluated) - 1
+    order = [i for i, e in zip(order, evaluated) if e]
+    if not order:
+        raise RegistryError(f"none of the {len(names)} model(s) asked for has an evaluation on a query with a "
+                            f"vector from {encoder!r}")
     return EvalData(
         models=names,
-        query_ids=kept_ids,
+        query_ids=[query_ids[i] for i in order],
         tasks=[queries.column("task")[i].as_py() for i in order],
         query_vectors=np.stack([vectors[hashes[i]] for i in order]).astype(np.float32),
         model_index=model_index[keep],
-        query_index=query_index[keep],
+        query_index=renumber[query_index[keep]].astype(np.int64),
         scores=evals.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
     )

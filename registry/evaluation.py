@@ -53,7 +53,11 @@ def run_evaluation(
     train_config: Any = None,
     progress: Callable | None = None,
     log: Callable[[str], None] = lambda message: None,
+    keep_routed: bool = False,
 ) -> dict[str, Any]:
+    """LOCUS and the baselines under one split (see the module docstring). With `keep_routed`,
+    `result["routed"][method]` is the score of the model each method routed each test query to (the
+    queries some model is scored on, in order), for paired tests between methods."""
     from encoder.training import embed_models, predict, train_locus
 
     if data.n_models < 2:
@@ -82,6 +86,8 @@ def run_evaluation(
     z = embed_models(trained_locus.locus, train_data, train_evals)
     pred = predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.test])
     result["routing_accuracy"]["locus"] = routing_accuracy(pred, test_truth)
+    if keep_routed:
+        result["routed"] = {"locus": _routed(pred, test_truth)}
     result["correctness_accuracy"]["locus"] = correctness_accuracy(pred, test_truth)
     result["seconds"]["locus"] = round(time.perf_counter() - started, 1)
     result["locus_best_epoch"] = trained_locus.best_epoch
@@ -93,16 +99,29 @@ def run_evaluation(
         model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
         pred_b = model.predict(split.test)
         result["routing_accuracy"][name] = routing_accuracy(pred_b, test_truth)
+        if keep_routed:
+            result["routed"][name] = _routed(pred_b, test_truth)
         result["correctness_accuracy"][name] = correctness_accuracy(pred_b, test_truth)
         result["seconds"][name] = round(time.perf_counter() - started, 1)
         log(f"{name}: routing {result['routing_accuracy'][name]:.4f} in {result['seconds'][name]} s")
-    result["routing_accuracy"]["best_single"] = best_single_accuracy(truth_on(train_data, split.train, train_evals),
-                                                                     test_truth)
+    train_truth = truth_on(train_data, split.train, train_evals)
+    result["routing_accuracy"]["best_single"] = best_single_accuracy(train_truth, test_truth)
+    if keep_routed:
+        ranking = np.where(np.isnan(np.nanmean(train_truth, axis=1)), -np.inf, np.nanmean(train_truth, axis=1))
+        result["routed"]["best_single"] = _routed(np.broadcast_to(ranking[:, None], test_truth.shape), test_truth)
     result["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
 
     if held_out:
         result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals, seed)
     return result
+
+
+def _routed(pred: np.ndarray, truth: np.ndarray) -> list[float]:
+    from encoder.metrics import route
+
+    choice = route(pred, truth)
+    ok = choice >= 0
+    return truth[choice[ok], np.flatnonzero(ok)].astype(float).tolist()
 
 
 def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed) -> dict[str, dict[str, float]]:

@@ -66,6 +66,27 @@ class ImportBatch:
         self.eval_lines.append(line)
         self.eval_file_index.append(index)
 
+    def tag_models(self, metadata: dict[str, object]) -> None:
+        """Give every model of this import the same metadata (e.g. `dataset=bfcl`), over what its
+        file says: two datasets imported into one registry stay selectable with `--pool`/`--where`.
+        Models that appear only in evaluation rows get a record carrying it too."""
+        if not metadata:
+            return
+        listed = {record.name for record in self.models}
+        tagged = []
+        for record in self.models:
+            try:
+                tagged.append(ModelRecord.from_flat(record.name, {**record.metadata(), **metadata}))
+            except ValueError as err:
+                raise InputError(f"--meta: {err}", field="meta") from None
+        for name in dict.fromkeys(self.eval_models):
+            if name not in listed:
+                try:
+                    tagged.append(ModelRecord.from_flat(name, dict(metadata)))
+                except ValueError as err:
+                    raise InputError(f"--meta: {err}", field="meta") from None
+        self.models = tagged
+
     def where(self, i: int) -> tuple[str, int]:
         return self.eval_files[self.eval_file_index[i]], self.eval_lines[i]
 

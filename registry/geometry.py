@@ -1,0 +1,323 @@
+"""Does the embedding geometry carry identity and behaviour? The metrics of the geometry scorecard.
+
+The pure functions take distance matrices, embeddings and score matrices (no store); `view_card`
+reads a registry view (the models passing a `--where` filter, with the active encoder) and fills a
+`GeometryCard`. scripts/scorecard.py prints and writes them (docs/results/scorecard.md).
+
+(a) identity
+    self-retrieval: a model re-embedded from n random evaluations of its own ("a copy") ranks its
+    stored vector first (top-1) or among the first 3 (top-3) of all the view's stored vectors, by
+    cosine distance. Mutual pairs: each model embedded twice from disjoint n-evaluation samples A and
+    B; among all 2M such embeddings, A's nearest is B and B's nearest is A.
+(b) behaviour
+    raw disagreement of two models = mean |y_i - y_j| over the queries both were scored on (the
+    normalised Hamming distance for 0/1 scores). The embedding's nearest neighbour is "behavioural"
+    when it is among the 3 models with the lowest raw disagreement. Family purity@k = the share of a
+    model's k nearest neighbours with its family, averaged over the models that have a family, beside
+    the same figure with raw disagreement as the distance. Sibling rate (BFCL: `base_model`): among
+    models that have a sibling (another model with the same value), how often the nearest neighbour
+    is one. ARI: scikit-learn's adjusted Rand index between the family and the hierarchical clusters
+    of `registry.families.cluster_distances` (average linkage, k by silhouette, and k = number of
+    families), on the embedding distances and on raw disagreement.
+(c) distance vs disagreement on held-out queries: over model pairs with common test queries,
+    Pearson / Spearman / Kendall between embedding distance (cosine and Euclidean; embeddings built
+    without the test queries) and disagreement on the test queries; nearest-neighbour agreement =
+    1 - disagreement with the embedding's nearest neighbour, averaged over models (paper: 79%).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from registry.families import cluster_distances, cosine_distances
+
+__all__ = ["disagreement_matrix", "nearest", "self_retrieval_ranks", "mutual_pair_rate",
+           "behavioural_nn_rate", "label_purity", "nn_shares_label", "sibling_rate", "distance_correlations",
+           "nn_agreement", "cluster_ari", "euclidean_distances", "GeometryCard", "view_card", "PAPER"]
+
+# The paper's geometry figures (section 3.4; ../shared/reference/LOCUS-facts.md), cosine distance.
+PAPER = {"pearson": 0.845, "spearman": 0.886, "kendall": 0.714, "nn_agreement": 0.79}
+
+
+# --------------------------------------------------------------------------- the pure parts
+def disagreement_matrix(truth: np.ndarray, *, min_common: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(D, n_common) for a (M, Q) score matrix with NaN holes: D[i, j] = mean |y_i - y_j| over the
+    queries both were scored on (NaN where fewer than `min_common`; 0 on the diagonal), n_common the
+    count of those queries. For scores in [0, 1] that are not 0/1 the sum is y_i (1 - y_j) + (1 - y_i) y_j,
+    the chance that they disagree if each is a coin with that probability."""
+    truth = np.asarray(truth, dtype=np.float64)
+    observed = (~np.isnan(truth)).astype(np.float64)  # (M, Q)
+    y = np.nan_to_num(truth)  # (M, Q), 0 where unobserved
+    not_y = observed - y  # 1 - y where observed
+    n_common = observed @ observed.T  # (M, M)
+    count = y @ not_y.T + not_y @ y.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = count / n_common
+    d[n_common < max(min_common, 1)] = np.nan
+    np.fill_diagonal(d, 0.0)
+    return d, n_common.astype(np.int64)
+
+
+def euclidean_distances(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=np.float64)
+    sq = (z * z).sum(1)
+    d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2 * z @ z.T, 0.0))
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def _off_diagonal(d: np.ndarray) -> np.ndarray:
+    """A copy with +inf on the diagonal and where d is NaN: never chosen as a neighbour."""
+    out = np.array(d, dtype=np.float64)
+    out[np.isnan(out)] = np.inf
+    np.fill_diagonal(out, np.inf)
+    return out
+
+
+def nearest(d: np.ndarray, k: int = 1) -> np.ndarray:
+    """(M, k) indices of each row's k nearest others (ties broken by index, stable)."""
+    return np.argsort(_off_diagonal(d), axis=1, kind="stable")[:, :k]
+
+
+def self_retrieval_ranks(copies: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    """(M,) rank (1 = first) of each model's stored vector among all stored vectors, seen from its copy
+    (copies[m] and stored[m] are model m), by cosine distance; ties count against the model."""
+    u = copies / np.maximum(np.linalg.norm(copies, axis=1, keepdims=True), 1e-12)
+    v = stored / np.maximum(np.linalg.norm(stored, axis=1, keepdims=True), 1e-12)
+    d = 1.0 - u @ v.T  # (M copies, M stored)
+    own = np.diag(d)
+    others = d + np.diag(np.full(len(d), np.inf))
+    return (others <= own[:, None]).sum(1) + 1
+
+
+def mutual_pair_rate(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of models m whose two embeddings a[m], b[m] are each other's nearest among all 2M."""
+    both = np.concatenate([a, b])  # (2M, d)
+    nn = nearest(cosine_distances(both))[:, 0]
+    m = len(a)
+    rows = np.arange(m)
+    return float(np.mean((nn[rows] == rows + m) & (nn[rows + m] == rows)))
+
+
+def behavioural_nn_rate(embedding_d: np.ndarray, raw_d: np.ndarray, k: int = 3) -> tuple[float, np.ndarray]:
+    """(rate, hits): whether each model's embedding nearest neighbour is among its k least-disagreeing
+    models by raw evidence. A neighbour with no common queries (NaN raw) is a miss."""
+    nn = nearest(embedding_d)[:, 0]
+    raw_near = nearest(raw_d, k)
+    hits = np.array([nn[i] in raw_near[i] and np.isfinite(raw_d[i, nn[i]]) for i in range(len(nn))])
+    return float(hits.mean()), hits
+
+
+def _labels_known(labels: Sequence[Any]) -> np.ndarray:
+    return np.array([label is not None and label == label and str(label) != "" for label in labels])
+
+
+def label_purity(d: np.ndarray, labels: Sequence[Any], k: int) -> float:
+    """Mean share of a model's k nearest (by d) that carry its label, over models with a label."""
+    known = _labels_known(labels)
+    lab = np.array([str(x) for x in labels], dtype=object)
+    near = nearest(d, k)
+    shares = [np.mean([known[j] and lab[j] == lab[i] for j in near[i]]) for i in np.flatnonzero(known)]
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+def nn_shares_label(d: np.ndarray, labels: Sequence[Any]) -> int:
+    """How many models' nearest neighbour (by d) carries their label."""
+    known = _labels_known(labels)
+    lab = np.array([str(x) for x in labels], dtype=object)
+    nn = nearest(d)[:, 0]
+    return int(sum(known[i] and known[nn[i]] and lab[i] == lab[nn[i]] for i in range(len(nn))))
+
+
+def sibling_rate(d: np.ndarray, groups: Sequence[Any]) -> tuple[int, int]:
+    """(hits, n): among the n models that share their group with another model, how many have a
+    group sibling as nearest neighbour (by d)."""
+    known = _labels_known(groups)
+    lab = np.array([str(x) for x in groups], dtype=object)
+    nn = nearest(d)[:, 0]
+    has = [i for i in range(len(lab)) if known[i] and ((lab == lab[i]) & known).sum() > 1]
+    return int(sum(lab[nn[i]] == lab[i] and known[nn[i]] for i in has)), len(has)
+
+
+def distance_correlations(dist: np.ndarray, disagreement: np.ndarray) -> dict[str, float]:
+    """Pearson, Spearman, Kendall (scipy) between distance and disagreement over the pairs i < j
+    where the disagreement is defined; also the number of pairs."""
+    from scipy import stats
+
+    iu = np.triu_indices(len(dist), k=1)
+    x, y = dist[iu], disagreement[iu]
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return {"pearson": float("nan"), "spearman": float("nan"), "kendall": float("nan"), "pairs": int(len(x))}
+    return {"pearson": float(stats.pearsonr(x, y)[0]), "spearman": float(stats.spearmanr(x, y)[0]),
+            "kendall": float(stats.kendalltau(x, y)[0]), "pairs": int(len(x))}
+
+
+def nn_agreement(dist: np.ndarray, disagreement: np.ndarray) -> float:
+    """Mean over models of 1 - disagreement with their nearest neighbour by `dist` (models whose
+    neighbour shares no query with them are left out)."""
+    nn = nearest(dist)[:, 0]
+    values = np.array([disagreement[i, nn[i]] for i in range(len(nn))])
+    values = values[np.isfinite(values)]
+    return float(1.0 - values.mean()) if len(values) else float("nan")
+
+
+def cluster_ari(d: np.ndarray, labels: Sequence[Any]) -> dict[str, float]:
+    """Adjusted Rand (scikit-learn) of `labels` against average-linkage clusters of d, with k chosen
+    by silhouette and with k = the number of distinct labels; over the models with a label. NaN in d
+    (no common queries) counts as the largest distance."""
+    from sklearn.metrics import adjusted_rand_score
+
+    known = _labels_known(labels)
+    idx = np.flatnonzero(known)
+    lab = [str(labels[i]) for i in idx]
+    n_labels = len(set(lab))
+    out = {"ari": float("nan"), "ari_at_label_count": float("nan"), "k": 0, "labels": n_labels}
+    if len(idx) < 3 or n_labels < 2:
+        return out
+    sub = np.array(d, dtype=np.float64)[np.ix_(idx, idx)]
+    finite = sub[np.isfinite(sub)]
+    sub[~np.isfinite(sub)] = finite.max() if len(finite) else 1.0
+    sub = (sub + sub.T) / 2
+    np.fill_diagonal(sub, 0.0)
+    chosen = cluster_distances(sub)
+    out["ari"] = float(adjusted_rand_score(lab, chosen["labels"]))
+    out["k"] = int(chosen["k"])
+    if n_labels < len(idx):
+        at = cluster_distances(sub, k=n_labels)
+        out["ari_at_label_count"] = float(adjusted_rand_score(lab, at["labels"]))
+    return out
+
+
+# --------------------------------------------------------------------------- the registry part
+class GeometryCard(BaseModel):
+    """Parts (a)-(c) of the scorecard for one view of a registry."""
+
+    view: str
+    encoder_id: str
+    models: int
+    queries: int
+    test_queries: int
+    # (a)
+    copy_evals: int
+    draws: int
+    self_top1: float
+    self_top3: float
+    self_median_rank: float
+    mutual_pairs: float | None  # None when no model has 2 x copy_evals evaluations
+    mutual_pair_models: int
+    # (b)
+    behavioural_nn: float
+    behavioural_nn_hits: int
+    family_models: int
+    family_nn_embedding: int
+    family_nn_raw: int
+    family_purity_k: int
+    family_purity_embedding: float
+    family_purity_raw: float
+    sibling_field: str | None
+    sibling_embedding: tuple[int, int] | None
+    sibling_raw: tuple[int, int] | None
+    ari_embedding: dict[str, float]
+    ari_raw: dict[str, float]
+    # (c)
+    cosine: dict[str, float]
+    euclidean: dict[str, float]
+    nn_agreement: float
+    nn_agreement_raw_best: float
+    # spectrum of the stored vectors: share of variance of the first principal components
+    pc_variance: list[float]
+
+
+def _metadata(records, field: str) -> list[Any]:
+    return [r.metadata().get(field) for r in records]
+
+
+def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: int = 3, seed: int = 0,
+              purity_k: int = 3, sibling_field: str | None = "base_model", label: str | None = None) -> GeometryCard:
+    """Parts (a)-(c) for the models passing `where` (all when None), with the active encoder and the
+    vectors stored in the models table (which must come from that encoder: `registry embed --all`)."""
+    from encoder.training import embed_models, evals_by_model
+    from indexing.store import MODELS
+    from registry.api import Registry
+    from registry.dataset import load_eval_data
+    from registry.embedding import active_encoder
+    from registry.errors import RegistryError
+    from registry.heldout import held_out
+
+    reg = Registry(store)
+    records = reg.list(where)
+    active = active_encoder(store)
+    rows = {r["name"]: r for r in store.read(MODELS, ["name", "vector", "encoder_id"]).to_pylist()}
+    stale = [r.name for r in records if rows[r.name]["vector"] is None or rows[r.name]["encoder_id"] != active.encoder_id]
+    if stale:
+        raise RegistryError(f"{len(stale)} model(s) are not embedded with the active encoder {active.encoder_id} "
+                            f"(e.g. {stale[0]}): run `registry embed --all`")
+    names = [r.name for r in records]
+    data = load_eval_data(store, active.query_encoder, models=names)
+    stored = np.array([rows[n]["vector"] for n in names], dtype=np.float64)  # (M, d)
+    own = evals_by_model(data, np.arange(len(data.scores)))
+
+    # (a) copies from copy_evals random evaluations; disjoint pairs
+    ranks = []
+    for draw in range(draws):
+        rng = np.random.default_rng(seed + 1000 + draw)
+        sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
+        copies = embed_models(active.locus, data, sets)
+        ranks.append(self_retrieval_ranks(np.asarray(copies, dtype=np.float64), stored))
+    ranks = np.concatenate(ranks)
+    rng = np.random.default_rng(seed + 2000)
+    able = [m for m, e in enumerate(own) if len(e) >= 2 * copy_evals]
+    mutual = None
+    if len(able) >= 2:
+        first, second = [], []
+        for m in range(len(own)):
+            perm = rng.permutation(own[m])
+            first.append(np.sort(perm[:copy_evals]))
+            second.append(np.sort(perm[copy_evals:2 * copy_evals]))
+        a = np.asarray(embed_models(active.locus, data, first), dtype=np.float64)[able]
+        b = np.asarray(embed_models(active.locus, data, second), dtype=np.float64)[able]
+        mutual = mutual_pair_rate(a, b)
+
+    # (b) behaviour from raw evidence on every common query
+    truth = data.dense()
+    raw_d, _ = disagreement_matrix(truth)
+    emb_d = cosine_distances(stored)
+    behav, hits = behavioural_nn_rate(emb_d, raw_d)
+    families = _metadata(records, "family")
+    have_sibling_field = sibling_field is not None and any(v is not None for v in _metadata(records, sibling_field))
+    siblings = _metadata(records, sibling_field) if have_sibling_field else None
+
+    # (c) held-out: embeddings without the test queries, disagreement on them
+    held = held_out(store, models=names)
+    test_truth = held.truth()
+    test_d, _ = disagreement_matrix(test_truth)
+    held_z = np.asarray(held.embeddings, dtype=np.float64)
+    held_cos = cosine_distances(held_z)
+
+    centred = stored - stored.mean(0)
+    sv = np.linalg.svd(centred, compute_uv=False) ** 2
+    share = (sv / sv.sum()).tolist() if sv.sum() > 0 else []
+
+    return GeometryCard(
+        view=label or (where or "all"), encoder_id=active.encoder_id, models=len(names), queries=data.n_queries,
+        test_queries=int(len(held.test_queries)),
+        copy_evals=copy_evals, draws=draws, self_top1=float(np.mean(ranks == 1)),
+        self_top3=float(np.mean(ranks <= 3)), self_median_rank=float(np.median(ranks)),
+        mutual_pairs=mutual, mutual_pair_models=len(able),
+        behavioural_nn=behav, behavioural_nn_hits=int(hits.sum()),
+        family_models=int(_labels_known(families).sum()),
+        family_nn_embedding=nn_shares_label(emb_d, families), family_nn_raw=nn_shares_label(raw_d, families),
+        family_purity_k=purity_k, family_purity_embedding=label_purity(emb_d, families, purity_k),
+        family_purity_raw=label_purity(raw_d, families, purity_k),
+        sibling_field=sibling_field if have_sibling_field else None,
+        sibling_embedding=sibling_rate(emb_d, siblings) if siblings else None,
+        sibling_raw=sibling_rate(raw_d, siblings) if siblings else None,
+        ari_embedding=cluster_ari(emb_d, families), ari_raw=cluster_ari(raw_d, families),
+        cosine=distance_correlations(held_cos, test_d), euclidean=distance_correlations(euclidean_distances(held_z), test_d),
+        nn_agreement=nn_agreement(held_cos, test_d), nn_agreement_raw_best=nn_agreement(test_d, test_d),
+        pc_variance=[round(x, 4) for x in share[:5]],
+    )

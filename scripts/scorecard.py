@@ -1,0 +1,393 @@
+"""The geometry scorecard (issue 16): does the embedding carry identity and behaviour? Per dataset and joint.
+
+    nice -n 10 .venv/bin/python scripts/scorecard.py [--parts abc] [--setups mmlu-pro,bfcl,joint]
+        [--work DIR] [--registry SETUP=HOME ...] [--max-seconds 300] [--seeds 0,1,2] [--no-write]
+
+Setups: `mmlu-pro` and `bfcl` (a registry holding one dataset) and `joint` (both, one encoder trained
+on the union of 103 models). Each is the registry at `--registry SETUP=HOME` if given (any trained
+registry: its active encoder and stored vectors are what is measured), else `<work>/<setup>`, built
+when missing with `registry train`'s defaults (seed 0, 1024 evaluations per model, --max-seconds cap)
+from ../shared/data with the precomputed query vectors (scripts/_datasets.py). Views: the models of
+one dataset (`--where 'dataset == X'`) and, in the joint registry, all of them.
+
+Parts (letters for --parts):
+  a  self-retrieval at 512 evaluations (top-1/top-3, 3 draws) and disjoint-pair mutual neighbours
+  b  behavioural neighbours, family purity@3 and nearest-neighbour family (embedding vs raw), BFCL
+     base_model siblings, adjusted Rand of the clusters against family
+  c  distance vs disagreement on held-out test queries (Pearson/Spearman/Kendall, NN agreement)
+  e  portfolio routing (k-medoids, k-center) vs random subsets at k = 3, 5, 10 (per view)
+  d  routing / correctness accuracy of LOCUS vs the baselines per dataset (MMLU-Pro: open-weight
+     pool), one `registry evaluate` protocol run per seed (LOCUS trained fresh, capped by
+     --max-seconds), with a paired test per seed (McNemar's exact test on the test queries)
+  f  onboarding: ~10% of a dataset's models held out of training, then embedded from 64/128/1024
+     evaluations (one seed)
+Parts a-c and e read the trained registries; d and f train (slow: --max-seconds per LOCUS run).
+
+Results accumulate in docs/results/scorecard.json (each entry with the command that produced it) and
+the page docs/results/scorecard.md is rewritten from all of it, so parts can be run one at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+OUT = ROOT / "docs" / "results"
+SETUPS = {"mmlu-pro": ("mmlu-pro",), "bfcl": ("bfcl",), "joint": ("mmlu-pro", "bfcl")}
+LABEL = {"mmlu-pro": "MMLU-Pro", "bfcl": "BFCL", "all": "all 103"}
+K_VALUES = (3, 5, 10)
+ONBOARD = (64, 128, 1024)
+EVAL_POOL = {"mmlu-pro": "dataset == mmlu-pro and access == open", "bfcl": "dataset == bfcl"}
+TARGETS = {"self_top1": 0.90, "behavioural_nn": 0.70, "spearman": 0.90}
+
+
+def views_of(setup: str) -> list[tuple[str, str | None]]:
+    """(view key, where) pairs measured in one setup."""
+    if setup == "joint":
+        return [("mmlu-pro", "dataset == mmlu-pro"), ("bfcl", "dataset == bfcl"), ("all", None)]
+    return [(setup, f"dataset == {setup}")]
+
+
+def column(setup: str, view: str) -> str:
+    if setup == "joint":
+        return f"joint: {LABEL[view]}"
+    return f"{LABEL[view]} alone"
+
+
+# ----------------------------------------------------------------------------- parts
+def part_abc(reg, setup: str, args) -> dict:
+    from registry.geometry import view_card
+
+    out = {}
+    for view, where in views_of(setup):
+        started = time.perf_counter()
+        card = view_card(reg.store, where=where, copy_evals=512, draws=3, seed=0, label=column(setup, view))
+        out[view] = card.model_dump()
+        out[view]["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"  {card.view}: (a-c) in {out[view]['seconds']} s", flush=True)
+    return out
+
+
+def part_e(reg, setup: str, args) -> dict:
+    from registry.portfolio import PortfolioSpace
+
+    out = {}
+    for view, where in views_of(setup):
+        space = PortfolioSpace.load(reg.store, where=where)
+        rows = {}
+        for k in K_VALUES:
+            if k >= space.size:
+                continue
+            for method in ("kmedoids", "kcenter"):
+                r = space.run(method, k=k, seed=0, random_draws=200)
+                rows[f"{method}@{k}"] = {key: r[key] for key in (
+                    "models", "routing_accuracy", "full_pool_routing_accuracy", "random_routing_accuracy_mean",
+                    "random_routing_accuracy_sd", "random_below_fraction", "test_queries", "coverage")}
+        out[view] = rows
+        print(f"  {column(setup, view)}: (e) done", flush=True)
+    return out
+
+
+def _mcnemar(a: list[float], b: list[float]) -> dict:
+    """Paired comparison of two routers on the same test queries: mean difference, and McNemar's exact
+    test (two-sided binomial on the discordant queries; scores rounded at 0.5)."""
+    from scipy.stats import binomtest
+
+    x, y = np.asarray(a) >= 0.5, np.asarray(b) >= 0.5
+    wins, losses = int((x & ~y).sum()), int((~x & y).sum())
+    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}
+
+
+def part_d(reg, setup: str, args) -> dict:
+    from registry.dataset import load_eval_data
+    from registry.evaluation import run_evaluation
+
+    out = {}
+    for view, _ in views_of(setup):
+        if view not in EVAL_POOL:
+            continue
+        names = reg.select_models(EVAL_POOL[view])
+        data = load_eval_data(reg.store, reg.query_encoder, models=names)
+        runs = []
+        for seed in args.seeds:
+            started = time.perf_counter()
+            r = run_evaluation(data, evals_per_model=1024, seed=seed, keep_routed=True,
+                               locus_options={"max_seconds": args.max_seconds})
+            routed = r.pop("routed")
+            baselines = [m for m in routed if m != "locus"]
+            best = max(baselines, key=lambda m: r["routing_accuracy"][m])
+            r["paired_vs_best"] = {"baseline": best, **_mcnemar(routed["locus"], routed[best])}
+            r["paired"] = {m: _mcnemar(routed["locus"], routed[m]) for m in baselines}
+            r.pop("pool", None)
+            runs.append(r)
+            print(f"  {LABEL[view]} seed {seed}: LOCUS {r['routing_accuracy']['locus']:.4f} vs {best} "
+                  f"{r['routing_accuracy'][best]:.4f} (p {r['paired_vs_best']['p']:.3f}) in "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+        out[view] = {"pool": EVAL_POOL[view], "models": len(names), "runs": runs}
+    return out
+
+
+def part_f(reg, setup: str, args) -> dict:
+    from registry.dataset import load_eval_data
+    from registry.evaluation import run_evaluation
+
+    out = {}
+    for view, _ in views_of(setup):
+        if view not in EVAL_POOL:
+            continue
+        names = reg.select_models(f"dataset == {view}")
+        data = load_eval_data(reg.store, reg.query_encoder, models=names)
+        holdout = max(2, round(0.1 * len(names)))
+        started = time.perf_counter()
+        r = run_evaluation(data, evals_per_model=1024, seed=args.seeds[0], holdout_models=holdout,
+                           onboard_evals=ONBOARD, baselines=(), locus_options={"max_seconds": args.max_seconds})
+        out[view] = {"held_out": r["held_out"], "onboarding": r["onboarding"], "models": len(names),
+                     "locus_routing_trained_pool": r["routing_accuracy"]["locus"]}
+        print(f"  {LABEL[view]}: (f) in {time.perf_counter() - started:.0f} s", flush=True)
+    return out
+
+
+PARTS = {"abc": part_abc, "e": part_e, "d": part_d, "f": part_f}
+
+
+# ----------------------------------------------------------------------------- the page
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _num(x, digits=3) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
+
+
+def geometry_table(results: dict) -> list[str]:
+    cols = [(setup, view, results[setup]["abc"]["data"][view])
+            for setup in SETUPS if "abc" in results.get(setup, {}) for view, _ in views_of(setup)
+            if view in results[setup]["abc"]["data"]]
+    if not cols:
+        return []
+    head = "| metric | " + " | ".join(c[2]["view"] for c in cols) + " | target / paper |"
+    lines = [head, "|---|" + "---:|" * len(cols) + "---|"]
+
+    def row(name, fn, ref=""):
+        lines.append(f"| {name} | " + " | ".join(fn(c) for _, _, c in cols) + f" | {ref} |")
+
+    row("models / test queries", lambda c: f"{c['models']} / {c['test_queries']}")
+    row("encoder", lambda c: f"`{c['encoder_id'][:8]}`")
+    row("PC variance share (1st, 2nd, 3rd)", lambda c: ", ".join(f"{100 * v:.1f}" for v in c["pc_variance"][:3]))
+    row("**(a)** self-retrieval top-1 @512", lambda c: _pct(c["self_top1"]), ">= 90%")
+    row("(a) self-retrieval top-3 @512", lambda c: _pct(c["self_top3"]))
+    row("(a) self-retrieval median rank", lambda c: f"{c['self_median_rank']:g}")
+    row("(a) disjoint 512+512 mutual nearest", lambda c: _pct(c["mutual_pairs"]) + f" of {c['mutual_pair_models']}")
+    row("**(b)** NN among 3 behaviourally nearest", lambda c: f"{_pct(c['behavioural_nn'])} ({c['behavioural_nn_hits']}/{c['models']})", ">= 70%")
+    row("(b) NN shares family: embedding / raw", lambda c: f"{c['family_nn_embedding']} / {c['family_nn_raw']} of {c['family_models']}", "embedding >= raw")
+    row("(b) family purity@3: embedding / raw", lambda c: f"{_num(c['family_purity_embedding'], 2)} / {_num(c['family_purity_raw'], 2)}", "embedding >= raw")
+    row("(b) NN is base_model sibling: embedding / raw",
+        lambda c: (f"{c['sibling_embedding'][0]} / {c['sibling_raw'][0]} of {c['sibling_raw'][1]}"
+                   if c.get("sibling_embedding") and c["sibling_raw"][1] else "-"))
+    row("(b) ARI vs family, silhouette k: embedding / raw",
+        lambda c: f"{_num(c['ari_embedding']['ari'], 2)} (k={int(c['ari_embedding']['k'])}) / {_num(c['ari_raw']['ari'], 2)} (k={int(c['ari_raw']['k'])})")
+    row("(b) ARI vs family, k = #families: embedding / raw",
+        lambda c: f"{_num(c['ari_embedding']['ari_at_label_count'], 2)} / {_num(c['ari_raw']['ari_at_label_count'], 2)}")
+    row("**(c)** Pearson, cosine", lambda c: _num(c["cosine"]["pearson"]), "0.845")
+    row("(c) Spearman, cosine", lambda c: _num(c["cosine"]["spearman"]), ">= 0.9 (paper 0.886)")
+    row("(c) Kendall, cosine", lambda c: _num(c["cosine"]["kendall"]), "0.714")
+    row("(c) Pearson / Spearman / Kendall, Euclidean",
+        lambda c: f"{_num(c['euclidean']['pearson'], 2)} / {_num(c['euclidean']['spearman'], 2)} / {_num(c['euclidean']['kendall'], 2)}",
+        "0.887 / 0.876 / 0.702")
+    row("(c) model pairs with common test queries", lambda c: str(int(c["cosine"]["pairs"])))
+    row("(c) NN agreement (raw best possible)", lambda c: f"{_pct(c['nn_agreement'])} ({_pct(c['nn_agreement_raw_best'])})", "79%")
+    return lines
+
+
+def portfolio_table(results: dict) -> list[str]:
+    lines = []
+    for setup in SETUPS:
+        part = results.get(setup, {}).get("e")
+        if not part:
+            continue
+        for view, rows in part["data"].items():
+            lines += [f"**{column(setup, view)}** (encoder `{part['encoder_id'][:8]}`; routing accuracy on the "
+                      "held-out test queries; random: mean +- sd of 200 random subsets of the same size)", "",
+                      "| k | k-medoids | k-center | random | k-medoids beats random mean | full pool |",
+                      "|---:|---:|---:|---:|:---:|---:|"]
+            for k in K_VALUES:
+                med, cen = rows.get(f"kmedoids@{k}"), rows.get(f"kcenter@{k}")
+                if not med:
+                    continue
+                lines.append(f"| {k} | {_num(med['routing_accuracy'])} | {_num(cen['routing_accuracy'])} | "
+                             f"{_num(med['random_routing_accuracy_mean'])} +- {_num(med['random_routing_accuracy_sd'])} | "
+                             f"{'yes' if med['routing_accuracy'] > med['random_routing_accuracy_mean'] else 'no'} | "
+                             f"{_num(med['full_pool_routing_accuracy'])} |")
+            lines.append("")
+    return lines
+
+
+def routing_table(results: dict) -> list[str]:
+    lines = []
+    for setup in SETUPS:
+        part = results.get(setup, {}).get("d")
+        if not part:
+            continue
+        for view, block in part["data"].items():
+            runs = block["runs"]
+            methods = list(runs[0]["routing_accuracy"])
+            lines += [f"**{LABEL[view]}**, pool `{block['pool']}` ({block['models']} models), LOCUS capped at "
+                      f"{part['max_seconds']} s per run; seeds {', '.join(str(r['seed']) for r in runs)}", "",
+                      "| method | routing mean | routing sd | correctness mean | per seed (routing) |",
+                      "|---|---:|---:|---:|---|"]
+            for m in methods:
+                acc = np.array([r["routing_accuracy"][m] for r in runs])
+                corr = [r["correctness_accuracy"].get(m) for r in runs]
+                corr_s = _num(float(np.mean(corr))) if all(c is not None for c in corr) else "-"
+                lines.append(f"| {m} | {acc.mean():.4f} | {acc.std(ddof=1) if len(acc) > 1 else 0:.4f} | {corr_s} | "
+                             + ", ".join(f"{a:.4f}" for a in acc) + " |")
+            lines += ["", "Paired test per seed, LOCUS vs the best baseline of that seed (McNemar exact, test queries):", "",
+                      "| seed | baseline | LOCUS - baseline | LOCUS wins / losses | p |", "|---:|---|---:|---:|---:|"]
+            for r in runs:
+                p = r["paired_vs_best"]
+                lines.append(f"| {r['seed']} | {p['baseline']} | {100 * p['diff']:+.2f} pt | {p['wins']} / {p['losses']} | {p['p']:.3f} |")
+            lines.append("")
+    return lines
+
+
+def onboarding_table(results: dict) -> list[str]:
+    lines = []
+    for setup in SETUPS:
+        part = results.get(setup, {}).get("f")
+        if not part:
+            continue
+        for view, block in part["data"].items():
+            lines += [f"**{LABEL[view]}**: {len(block['held_out'])} of {block['models']} models never seen in "
+                      f"training ({', '.join(block['held_out'])}); LOCUS capped at {part['max_seconds']} s", "",
+                      "| evaluations | held-out models' correctness accuracy | pool routing with them |",
+                      "|---:|---:|---:|"]
+            for n, row in block["onboarding"].items():
+                lines.append(f"| {n} | {row['correctness_accuracy']:.4f} | {row['routing_accuracy']:.4f} |")
+            lines.append("")
+    return lines
+
+
+def targets(results: dict) -> list[str]:
+    lines = []
+    for setup in SETUPS:
+        abc = results.get(setup, {}).get("abc")
+        if not abc:
+            continue
+        for view, c in abc["data"].items():
+            checks = [("self-retrieval top-1 >= 90%", c["self_top1"] >= TARGETS["self_top1"]),
+                      ("NN among 3 behaviourally nearest >= 70%", c["behavioural_nn"] >= TARGETS["behavioural_nn"]),
+                      ("Spearman >= 0.9", (c["cosine"]["spearman"] or 0) >= TARGETS["spearman"]),
+                      ("family purity@3 >= raw", c["family_purity_embedding"] >= c["family_purity_raw"] - 1e-12)]
+            e = results.get(setup, {}).get("e", {}).get("data", {}).get(view)
+            if e:
+                checks.append(("portfolio (k-medoids) beats random mean at k = 3, 5, 10", all(
+                    e[f"kmedoids@{k}"]["routing_accuracy"] > e[f"kmedoids@{k}"]["random_routing_accuracy_mean"]
+                    for k in K_VALUES if f"kmedoids@{k}" in e)))
+            lines.append(f"- {c['view']}: " + "; ".join(f"{name}: {'met' if ok else '**not met**'}" for name, ok in checks))
+    return lines
+
+
+def write_page(results: dict, path: Path) -> None:
+    commands = sorted({entry["command"] for setup in results.values() for entry in setup.values()})
+    lines = ["# Geometry scorecard (issue 16)", "",
+             "Generated by `scripts/scorecard.py`; do not edit by hand. The commands that produced the numbers "
+             "below (each part is stored with its command in `docs/results/scorecard.json`):", ""]
+    lines += [f"    {c}" for c in commands]
+    lines += ["", "Data: `../shared/data/mmlu-pro` (32 models x 12,032 questions) and `../shared/data/bfcl` (71 models x "
+              "1,460 function-calling tasks), imported with id prefixes and `dataset=` metadata "
+              "(scripts/_datasets.py), all-mpnet-base-v2 query vectors (precomputed). \"X alone\": a registry and "
+              "encoder on that dataset only; \"joint\": one registry and one encoder trained on all 103 models, seen "
+              "per dataset (`--where 'dataset == X'`) and whole. Encoders: `registry train` defaults of the commit "
+              "(seed 0, 1024 evaluations per model), capped at the --max-seconds named in the command. Definitions: "
+              "the docstring of `registry/geometry.py`. Stored vectors are built from all of a model's evaluations; "
+              "(c) uses embeddings built without the test queries and disagreement on them.", "",
+              "## (a)-(c) identity, behaviour, distance vs disagreement", ""]
+    lines += geometry_table(results) or ["(not run yet: `--parts abc`)"]
+    lines += ["", "## Targets of issue 16 (moonshot) against this page", ""]
+    lines += targets(results) or ["(no geometry results yet)"]
+    lines += ["", "## (d) routing and correctness: LOCUS vs the baselines", ""]
+    lines += routing_table(results) or ["(not run yet: `--parts d`)"]
+    lines += ["", "## (e) portfolio routing vs random subsets", ""]
+    lines += portfolio_table(results) or ["(not run yet: `--parts e`)"]
+    lines += ["", "## (f) onboarding an unseen model", ""]
+    lines += onboarding_table(results) or ["(not run yet: `--parts f`)"]
+    path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="abc", help="letters of the parts to run: abc, d, e, f (default abc)")
+    parser.add_argument("--setups", default="mmlu-pro,bfcl,joint", help="comma-separated: mmlu-pro, bfcl, joint")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/locus-scorecard"),
+                        help="where registries are built (<work>/<setup>) or reused")
+    parser.add_argument("--registry", action="append", default=[], metavar="SETUP=HOME",
+                        help="measure this existing registry for SETUP instead of <work>/<setup>")
+    parser.add_argument("--max-seconds", type=float, default=300.0, help="cap on each LOCUS training run")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds for part d (the first also for f)")
+    parser.add_argument("--results", type=Path, default=OUT / "scorecard.json")
+    parser.add_argument("--page", type=Path, default=OUT / "scorecard.md")
+    parser.add_argument("--no-write", action="store_true", help="print only; write neither json nor page")
+    args = parser.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    unknown = set(args.parts) - set("abcdef")
+    if unknown:
+        parser.error(f"--parts: unknown part(s) {''.join(sorted(unknown))}; use letters of abcdef")
+    setups = [s.strip() for s in args.setups.split(",") if s.strip()]
+    bad = [s for s in setups if s not in SETUPS]
+    if bad:
+        parser.error(f"--setups: unknown {', '.join(bad)}; choose from {', '.join(SETUPS)}")
+    homes = {}
+    for item in args.registry:
+        name, sep, home = item.partition("=")
+        if not sep or name not in SETUPS:
+            parser.error(f"--registry {item!r}: expected SETUP=HOME with SETUP one of {', '.join(SETUPS)}")
+        homes[name] = Path(home)
+    command = "nice -n 10 .venv/bin/python scripts/scorecard.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    results = json.loads(args.results.read_text("utf-8")) if args.results.is_file() else {}
+    from _datasets import build_registry
+    from registry.embedding import active_encoder
+
+    parts = [p for p in ("abc", "e", "d", "f") if set(p) & set(args.parts)]
+    for setup in setups:
+        home = homes.get(setup, args.work / setup)
+        print(f"{setup}: registry {home}", flush=True)
+        reg, built = build_registry(home, SETUPS[setup], max_seconds=args.max_seconds,
+                                    log=lambda m: print(f"  {m}", flush=True))
+        encoder_id = active_encoder(reg.store).encoder_id
+        for part in parts:
+            data = PARTS[part](reg, setup, args)
+            results.setdefault(setup, {})[part] = {"command": command, "encoder_id": encoder_id,
+                                                   "max_seconds": args.max_seconds, "data": data,
+                                                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            if not args.no_write:  # after every part: a long run cut short keeps what it finished
+                _save(results, args)
+    print("\n".join(geometry_table(results)))
+    print("\n".join(targets(results)))
+    for table in (routing_table, portfolio_table, onboarding_table):
+        text = table(results)
+        if text:
+            print("\n".join(text))
+    if not args.no_write:
+        _save(results, args)
+        print(f"wrote {args.page.relative_to(ROOT) if args.page.is_relative_to(ROOT) else args.page}")
+
+
+def _save(results: dict, args) -> None:
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(results, indent=1, default=float), encoding="utf-8")
+    write_page(results, args.page)
+
+
+if __name__ == "__main__":
+    main()
