@@ -43,7 +43,8 @@ from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
 from encoder.metrics import routing_accuracy
 
 __all__ = ["TrainConfig", "TrainResult", "Validation", "Progress", "Selector", "train_locus", "train_step",
-           "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config", "embedding_spread",
+           "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
+           "embedding_spread",
            "collapse_warnings"]
 
 
@@ -248,7 +249,8 @@ class TrainResult:
     locus: Locus  # the weights of the selected epoch, in eval mode
     config: LocusConfig
     train_config: TrainConfig
-    history: list[dict] = field(default_factory=list)  # {"epoch", "loss", "seconds"[, "val_loss", "val_auc", "val_routing"]}
+    # per epoch {"epoch", "loss", "seconds"}, with {"val_loss", "val_auc", "val_routing"} when validated
+    history: list[dict] = field(default_factory=list)
     best_epoch: int = -1
     best: Validation | None = None  # validation at best_epoch (None without validation queries)
     stopped: str = ""  # why training ended: epochs, patience, patience_seconds, max_seconds

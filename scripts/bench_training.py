@@ -21,7 +21,6 @@ epoch, best epoch and why it stopped.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -89,7 +88,8 @@ def robustness(args) -> None:
         labels = test[~np.isnan(test)] >= 0.5
         majority = max(labels.mean(), 1 - labels.mean())
         ca, ra = result["correctness_accuracy"], result["routing_accuracy"]
-        print(f"| {name} | {pool.n_models} x {pool.n_queries} | {len(pool.scores) / (pool.n_models * pool.n_queries):.2f} "
+        observed = len(pool.scores) / (pool.n_models * pool.n_queries)
+        print(f"| {name} | {pool.n_models} x {pool.n_queries} | {observed:.2f} "
               f"| {pool.scores.mean():.3f} | {majority:.3f} | {ca['locus']:.3f} | {ca['irt_net']:.3f} | "
               f"{ra['locus']:.3f} | {ra['irt_net']:.3f} | {ra['best_single']:.3f} | {result['locus_best_epoch']} / "
               f"{result['locus_stopped']} | {result['seconds']['locus']:.0f} |", flush=True)
@@ -119,7 +119,7 @@ def speed(args) -> None:
     data = joint()
     split = split_queries(data.n_queries, seed=0)
     train = sample_per_model(data, split.train, n_per_model=1024, seed=0)
-    config = TrainConfig() if args.max_seconds is None else dataclasses.replace(TrainConfig(), max_seconds=args.max_seconds)
+    config = TrainConfig() if args.max_seconds is None else TrainConfig(max_seconds=args.max_seconds)
     started = time.perf_counter()
     last = [0.0]
 
