@@ -197,30 +197,67 @@ def _evals_option(value: str) -> int | None:
     return None if value == "all" else int(value)
 
 
+def _train_config(**options):
+    """TrainConfig's defaults with the options the user gave (None = not given)."""
+    import dataclasses
+
+    from encoder.training import TrainConfig
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if given.pop("no_time_limit", False):
+        given["max_seconds"] = None
+    try:
+        return dataclasses.replace(TrainConfig(), **given)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+
+
 @cli.command()
 @click.option("--evals-per-model", default="1024", show_default=True,
               help="Training evaluations per model (a number, or 'all').")
 @click.option("--seed", default=0, show_default=True, help="Seeds the query split, sampling and initialisation.")
-@click.option("--epochs", type=int, default=None,
-              help="Maximum epochs (default 4000; early stopping on validation loss may end sooner).")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="Maximum epochs (default 4000; early stopping usually ends sooner).")
 @click.option("--models", "pool", default="all", show_default=True,
               help="Models to train on: all, open, or a filter such as 'family in (llama3, qwen)'.")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=None,
-              help="Stop after this much wall time and keep the best checkpoint so far.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+              help="Stop after this much wall time and keep the best checkpoint so far (default 480).")
+@click.option("--no-time-limit", is_flag=True, help="No wall-time cap (runs are then bitwise reproducible).")
+@click.option("--patience", type=click.IntRange(min=1), default=None,
+              help="Stop after this many epochs without a 0.1% improvement of the watched value (default 500).")
+@click.option("--select", type=click.Choice(["loss", "auc", "routing"]), default=None,
+              help="What selection and early stopping watch on the validation queries (default loss).")
+@click.option("--view-weight", type=click.FloatRange(min=0), default=None,
+              help="Weight of the term pulling two samples of one model together (default 0).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (no progress lines).")
 @click.pass_context
-def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, as_json) -> None:
-    """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder."""
-    options = {} if max_seconds is None else {"max_seconds": max_seconds}
-    report = _registry(ctx, create=False).train(models=pool, evals_per_model=_evals_option(evals_per_model),
-                                                seed=seed, epochs=epochs, progress=not as_json, **options)
+def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, patience, select, view_weight,
+          as_json) -> None:
+    """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder.
+
+    Progress (epoch, validation loss, best so far, elapsed time) goes to stderr."""
+    from registry.embedding import progress_printer
+
+    config = _train_config(epochs=epochs, max_seconds=max_seconds, no_time_limit=no_time_limit, patience=patience,
+                           select=select, view_weight=view_weight)
+    progress = None if as_json else progress_printer(lambda line: click.echo(line, err=True))
+    try:
+        per_model = _evals_option(evals_per_model)
+    except ValueError:
+        raise click.BadParameter(f"{evals_per_model!r} is not a number or 'all'",
+                                 param_hint="--evals-per-model") from None
+    report = _registry(ctx, create=False).train(models=pool, evals_per_model=per_model,
+                                                seed=seed, config=config, progress=progress)
     if as_json:
-        _echo_json(vars(report))
+        emit(report, True)
         return
     click.echo(f"trained encoder {report.encoder_id} on {len(report.models)} models "
                f"({report.n_train_queries} train / {report.n_val_queries} validation queries) in {report.seconds:.0f} s; "
-               f"best epoch {report.best_epoch} (by validation loss), validation routing accuracy "
-               f"{report.val_routing_accuracy:.4f}")
+               f"stopped after {report.epochs_run} epochs ({report.stopped}); best epoch {report.best_epoch} "
+               f"by validation {config.select}: loss {report.val_loss:.4f} (chance {report.val_chance_loss:.4f}), "
+               f"AUC {report.val_auc:.3f}, routing accuracy {report.val_routing_accuracy:.4f}")
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
 
 
@@ -262,6 +299,8 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
     except ValueError:
         raise click.BadParameter(f"{onboard_evals!r} is not a comma-separated list of numbers",
                                  param_hint="--onboard-evals") from None
+    from registry.embedding import progress_printer
+
     try:
         per_model = _evals_option(evals_per_model)
     except ValueError:
@@ -270,7 +309,8 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
     log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
-        onboard_evals=onboard if holdout_models else (), progress=not as_json, log=log)
+        onboard_evals=onboard if holdout_models else (), log=log,
+        progress=None if as_json else progress_printer(log))
     emit(result, as_json, _echo_evaluation)
 
 

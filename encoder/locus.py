@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
@@ -103,7 +104,8 @@ class QueryProjection(NamedTuple):
 
 
 class MultiHeadAttention(nn.Module):
-    """MHA(Q, K, V) without projection biases, scores scaled by sqrt(d / heads)."""
+    """MHA(Q, K, V) without projection biases, scores scaled by sqrt(d / heads); the attention itself is
+    torch's scaled_dot_product_attention (fused kernels where the platform has them)."""
 
     def __init__(self, *, d: int, heads: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -121,12 +123,11 @@ class MultiHeadAttention(nn.Module):
         Q = self.q(q).view(B, nq, h, d // h).transpose(1, 2)  # (B, h, nq, d/h)
         K = self.k(kv).view(B, nk, h, d // h).transpose(1, 2)  # (B, h, nk, d/h)
         V = self.v(kv).view(B, nk, h, d // h).transpose(1, 2)  # (B, h, nk, d/h)
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(d // h)  # (B, h, nq, nk)
-        if padding_mask is not None:  # (B, nk), True = padding: never attended to
-            scores = scores.masked_fill(padding_mask[:, None, None, :], float("-inf"))
-        att = self.drop(scores.softmax(dim=-1))
-        out = (att @ V).transpose(1, 2).reshape(B, nq, d)  # (B, nq, d)
-        return self.out(out)
+        # SDPA's boolean mask is True where attention is allowed: the complement of the padding mask
+        keep = None if padding_mask is None else ~padding_mask[:, None, None, :]  # (B, 1, 1, nk)
+        out = F.scaled_dot_product_attention(Q, K, V, attn_mask=keep,
+                                             dropout_p=self.drop.p if self.training else 0.0)  # (B, h, nq, d/h)
+        return self.out(out.transpose(1, 2).reshape(B, nq, d))  # (B, nq, d)
 
 
 class TBlock(nn.Module):
@@ -197,9 +198,16 @@ class LocusEncoder(nn.Module):
         self.pma = PMA(d=d, heads=heads, dropout=dropout)
         self.head = nn.Linear(d, d)
 
+    def query_linears(self) -> list[nn.Linear]:
+        """The Linear layers that read phi, in the order `project_linear` takes their outputs."""
+        return [self.token_query, self.token_signed]
+
+    def project_linear(self, parts: list[Tensor]) -> QueryProjection:
+        return QueryProjection(parts[0], parts[1])
+
     def project_queries(self, phi: Tensor) -> QueryProjection:
         """(..., D) query vectors -> their query-only token parts, each (..., d). Once per query."""
-        return QueryProjection(self.token_query(phi), self.token_signed(phi))
+        return self.project_linear([linear(phi) for linear in self.query_linears()])
 
     def tokens(self, proj: QueryProjection, y: Tensor) -> Tensor:
         y = y[..., None]  # (B, n, 1)
@@ -234,13 +242,22 @@ class Predictor(nn.Module):
         self.topic = nn.Linear(query_dim, topics) if topics else None  # T: query -> topic logits
         self.skill = nn.Linear(d, topics, bias=False) if topics else None  # S: model -> skill per topic
 
+    def query_linears(self) -> list[nn.Linear]:
+        """The Linear layers that read phi, in the order `project_linear` takes their outputs."""
+        return [self.query_proj] + [m for m in (self.difficulty, self.topic) if m is not None]
+
+    def project_linear(self, parts: list[Tensor]) -> tuple[Tensor, Tensor | None]:
+        """The outputs of `query_linears` -> u (..., g [+ topics]) and b (...,) or None."""
+        rest = iter(parts[1:])
+        u = parts[0]  # (..., g)
+        b = next(rest)[..., 0] if self.difficulty is not None else None
+        if self.topic is not None:
+            u = torch.cat([u, next(rest).softmax(dim=-1)], dim=-1)  # (..., g + topics)
+        return u, b
+
     def project_queries(self, phi: Tensor) -> tuple[Tensor, Tensor | None]:
         """(..., D) -> u (..., g [+ topics]) and b (...,) or None. Once per query."""
-        b = self.difficulty(phi)[..., 0] if self.difficulty is not None else None
-        u = self.query_proj(phi)  # (..., g)
-        if self.topic is not None:
-            u = torch.cat([u, self.topic(phi).softmax(dim=-1)], dim=-1)  # (..., g + topics)
-        return u, b
+        return self.project_linear([linear(phi) for linear in self.query_linears()])
 
     def logits(self, z: Tensor, u: Tensor, b: Tensor | None = None) -> Tensor:
         """z (..., d) and u (..., g [+ topics]) from project_queries, broadcastable; b broadcastable

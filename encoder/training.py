@@ -5,25 +5,34 @@ random encoder subset S_enc (builds z_m = F(S_enc)) and a DISJOINT decoder batch
 loss BCE(sigmoid(G(z_m, phi(x))), y) is taken. The size of S_enc is drawn afresh every step
 (log-uniform between `enc_min` and `enc_max`), so F learns to embed from a handful of evaluations as
 well as from a thousand, and every step shows a new view of every model. Query vectors get Gaussian
-noise (std annealed from `noise[0]` to `noise[1]`; 0.1 by default) and the BCE targets are smoothed
-toward 0.5 (`label_smoothing`, 0.1 by default). AdamW, separate learning rates for F and G.
-Early stopping on validation routing accuracy: every `eval_every` epochs each model is embedded from
-all its training evaluations and the model with the highest predicted p is picked on each validation
-query. One epoch = every model once (one step when `models_per_batch` >= number of models).
-Optional and off by default (measured neutral to harmful on MMLU-Pro's open pool, see train_locus):
-an exponential moving average of the weights (`ema`), validated and returned instead of the raw
-weights, and selection on a moving average of the last `select_window` validation routings.
+noise and the BCE targets are smoothed toward 0.5. AdamW, separate learning rates for F and G.
+Optionally (`view_weight` > 0) a second encoder subset S_view, disjoint from S_enc, is embedded too and
+an InfoNCE term asks z_m(S_enc) to be nearer z_m(S_view) than any other model's z(S_view) in the batch:
+two samples of one model's evaluations should land together, which is what self-retrieval measures.
+
+Every knob lives in one `TrainConfig`; `train_locus` runs `train_step` per mini-batch, `validate`
+every `eval_every` epochs, and a `Selector` keeps the best weights and decides when to stop. One
+epoch = every model once (one step when `models_per_batch` >= number of models).
+
+Selection watches the validation BCE by default, not routing accuracy: in a pool where one model is
+best on most queries (or with skewed labels, few queries, or holes), routing accuracy reaches its
+plateau at the first validation, where the predictor knows only each model's overall level and
+predicts the base rate everywhere; the loss keeps rewarding per-query structure. No selection before
+`min_epochs`, early stopping after `patience` epochs or `patience_seconds` without a relative
+improvement of `min_delta`, and a wall-clock cap `max_seconds`. Measurements behind the defaults are
+in docs/results (scripts/bench_training.py), not here.
 
 Seeded: `torch.manual_seed(seed)` (initialisation, dropout, noise) and a numpy Generator (subsets);
-on CPU with a fixed thread count the same seed and data give bitwise the same weights.
+on CPU with a fixed thread count the same seed and data give bitwise the same weights, as long as no
+time limit ends the run.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -33,26 +42,18 @@ from encoder.data import EvalData
 from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
 from encoder.metrics import routing_accuracy
 
-__all__ = ["TrainResult", "train_locus", "embed_models", "predict", "evals_by_model", "recommended_config"]
+__all__ = ["TrainConfig", "TrainResult", "Validation", "Progress", "Selector", "train_locus", "train_step",
+           "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
+           "embedding_spread",
+           "collapse_warnings"]
 
 
 def recommended_config(query_dim: int) -> LocusConfig:
-    """The sizes measured on MMLU-Pro's open pool (27 models; see scripts/tune_locus.py): smaller than
-    the paper's (d=128, r=64, L=2), which overfit a pool this small and train 3x slower on a CPU.
-    A soft-topic term in G (16 topics) and a 16-d query path; the per-query difficulty b(phi) on."""
+    """The default architecture: smaller than the paper's (d=128, r=64, L=2), with a soft-topic term
+    (16 topics), a 16-d query path in G and the per-query difficulty b(phi). The measurements behind
+    it are produced by scripts/tune_locus.py."""
     return LocusConfig(query_dim=query_dim, d=64, latents=16, blocks=1, heads=4, predictor_hidden=64,
                        dropout=0.1, predictor_d=16, topics=16, difficulty=True)
-
-
-@dataclass
-class TrainResult:
-    locus: Locus  # the weights of the best validation epoch, in eval mode
-    config: LocusConfig
-    history: list[dict] = field(default_factory=list)  # {"epoch", "loss" (BCE on the unsmoothed labels), "val_routing" (or None), "seconds"}
-    best_epoch: int = -1
-    best_val_routing: float = float("nan")
-    seconds: float = 0.0
-    settings: dict = field(default_factory=dict)  # the training knobs used, for the record
 
 
 def evals_by_model(data: EvalData, eval_indices: np.ndarray) -> list[np.ndarray]:
@@ -151,15 +152,288 @@ def predict(
     return out
 
 
-def _validation(locus: Locus, data: EvalData, per_model, val_queries, val_truth) -> tuple[float, float]:
-    """(routing accuracy, mean BCE of the predicted P(correct)) on the validation queries."""
+# ---------------------------------------------------------------------------------------------
+# One config, the result, and what validation measures
+# ---------------------------------------------------------------------------------------------
+
+SELECT_ON = ("loss", "auc", "routing")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every training knob in one place; the defaults are the ones `registry train`, `registry
+    evaluate`, the demo and the report scripts use (override with `dataclasses.replace`)."""
+
+    # how long: at most `epochs`, never selected before `min_epochs`, stopped after `patience` epochs
+    # or `patience_seconds` without a relative improvement of `min_delta` in the watched value, and
+    # after `max_seconds` of wall time in any case (None: no limit; then runs are bitwise reproducible)
+    epochs: int = 4000
+    min_epochs: int = 100
+    patience: int = 500
+    patience_seconds: float | None = 150.0
+    min_delta: float = 1e-3
+    max_seconds: float | None = 480.0
+    eval_every: int = 10
+    select: Literal["loss", "auc", "routing"] = "loss"  # what selection and early stopping watch
+    # what one step sees
+    models_per_batch: int = 128
+    enc_min: int = 16  # S_enc size, log-uniform in [enc_min, enc_max]
+    enc_max: int = 1024
+    dec_size: int = 256  # S_dec, the evaluations the loss is taken on
+    dec_min: int = 32
+    # the optimiser and regularisers
+    lr_encoder: float = 2e-3
+    lr_predictor: float = 2e-3
+    weight_decay: float = 5e-2
+    noise: float = 0.1  # std of the Gaussian noise on query vectors
+    label_smoothing: float = 0.1
+    grad_clip: float | None = 1.0
+    view_weight: float = 0.0  # weight of the InfoNCE term between two disjoint samples of each model
+    view_temperature: float = 0.1
+    threads: int | None = 2  # torch threads while training (None: leave torch's setting)
+
+    def __post_init__(self) -> None:
+        if self.select not in SELECT_ON:
+            raise ValueError(f"select must be one of {', '.join(SELECT_ON)}, not {self.select!r}")
+        for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.min_epochs < 0 or self.patience < 1:
+            raise ValueError("min_epochs must be >= 0 and patience >= 1")
+        for name in ("max_seconds", "patience_seconds"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive or None, not {value}")
+        if not 0.0 <= self.label_smoothing < 1.0 or self.noise < 0 or self.view_weight < 0:
+            raise ValueError("label_smoothing must lie in [0, 1); noise and view_weight must be >= 0")
+        if self.view_temperature <= 0:
+            raise ValueError("view_temperature must be positive")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "TrainConfig":
+        """From a JSON object (e.g. a checkpoint's training.json); unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s): {', '.join(unknown)}")
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Validation:
+    loss: float  # mean BCE of the predicted P(correct) on the observed validation cells
+    auc: float  # ROC AUC of P(correct) against (score >= 0.5) over those cells (NaN: one class only)
+    routing: float  # routing accuracy on the validation queries
+    chance_loss: float  # BCE of predicting the training base rate everywhere: a predictor that learnt nothing
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a progress callback receives after every validation."""
+
+    epoch: int
+    epochs: int
+    loss: float  # mean training BCE of this epoch (on the unsmoothed labels)
+    validation: Validation
+    best_epoch: int
+    best_loss: float  # validation loss at best_epoch
+    improved: bool
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    locus: Locus  # the weights of the selected epoch, in eval mode
+    config: LocusConfig
+    train_config: TrainConfig
+    # per epoch {"epoch", "loss", "seconds"}, with {"val_loss", "val_auc", "val_routing"} when validated
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best: Validation | None = None  # validation at best_epoch (None without validation queries)
+    stopped: str = ""  # why training ended: epochs, patience, patience_seconds, max_seconds
+    seconds: float = 0.0
+
+    @property
+    def best_val_routing(self) -> float:
+        return self.best.routing if self.best is not None else float("nan")
+
+
+class Selector:
+    """Keeps the best validation and says when to stop. Lower `score` is better (the loss, or minus
+    AUC / routing). Nothing before `min_epochs` is kept once a later validation exists; the patience
+    clocks restart only on a relative improvement of `min_delta`, the best weights on any improvement."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.best_score = math.inf
+        self.best_epoch = 0
+        self.best: Validation | None = None
+        self._ref = math.inf  # the score the patience clocks measure improvement against
+        self._ref_epoch, self._ref_seconds = 0, 0.0
+
+    def score(self, v: Validation) -> float:
+        value = {"loss": v.loss, "auc": -v.auc, "routing": -v.routing}[self.cfg.select]
+        return math.inf if math.isnan(value) else value
+
+    def update(self, epoch: int, seconds: float, v: Validation) -> bool:
+        """Record a validation; True when it is the new best (its weights should be kept)."""
+        s = self.score(v)
+        warmup_over = epoch >= self.cfg.min_epochs and self.best_epoch < self.cfg.min_epochs
+        if warmup_over:  # the first validation past min_epochs replaces whatever came before
+            self.best_score = self._ref = math.inf
+        improved = s < self.best_score or self.best is None
+        if improved:
+            self.best_score, self.best_epoch, self.best = s, epoch, v
+        if s < self._ref - self.cfg.min_delta * abs(self._ref) or warmup_over or math.isinf(self._ref):
+            self._ref, self._ref_epoch, self._ref_seconds = s, epoch, seconds
+        return improved
+
+    def stop_reason(self, epoch: int, seconds: float) -> str | None:
+        cfg = self.cfg
+        if cfg.max_seconds is not None and seconds > cfg.max_seconds:
+            return "max_seconds"
+        if epoch < cfg.min_epochs or self.best is None:
+            return None
+        if epoch - self._ref_epoch >= cfg.patience:
+            return "patience"
+        if cfg.patience_seconds is not None and seconds - self._ref_seconds > cfg.patience_seconds:
+            return "patience_seconds"
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# One step, validation, and the loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    enc_q: torch.Tensor  # (B, n_enc) query indices
+    enc_y: torch.Tensor  # (B, n_enc) scores
+    enc_pad: torch.Tensor  # (B, n_enc) True = padding
+    dec_q: torch.Tensor  # (B, n_dec)
+    dec_y: torch.Tensor  # (B, n_dec)
+    dec_pad: torch.Tensor  # (B, n_dec)
+    view: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # (q, y, pad) of S_view, each (B, n_view)
+
+
+def _sample_batch(rng: np.random.Generator, batch: np.ndarray, qidx, ys, cfg: TrainConfig, device) -> _Batch:
+    """For each model: S_enc, a disjoint S_dec and (view_weight > 0) S_view, disjoint from S_enc."""
+    n_avail = min(len(qidx[m]) for m in batch)
+    size = _sample_size(rng, min(cfg.enc_min, n_avail - 1), max(1, min(cfg.enc_max, n_avail - cfg.dec_min)))
+    if cfg.view_weight > 0:
+        size = max(1, min(size, n_avail // 2))  # room for two disjoint sets of the same size
+    enc_q, enc_y, dec_q, dec_y, view_q, view_y = [], [], [], [], [], []
+    for m in batch:
+        perm = rng.permutation(len(qidx[m]))
+        k = min(size, len(perm) - 1)  # leave at least one evaluation for the loss
+        enc, dec = perm[:k], perm[k : k + cfg.dec_size]
+        enc_q.append(qidx[m][enc]), enc_y.append(ys[m][enc])
+        dec_q.append(qidx[m][dec]), dec_y.append(ys[m][dec])
+        if cfg.view_weight > 0:  # may overlap S_dec: only the encoder sees it, never the loss's labels
+            view = perm[k : 2 * k]
+            view_q.append(qidx[m][view]), view_y.append(ys[m][view])
+
+    def tensors(q_rows, y_rows):
+        q, pad = _pad(q_rows, 0, np.int64)
+        y, _ = _pad(y_rows, 0.0, np.float32)
+        return tuple(torch.from_numpy(a).to(device) for a in (q, y, pad))
+
+    eq, ey, epad = tensors(enc_q, enc_y)
+    dq, dy, dpad = tensors(dec_q, dec_y)
+    return _Batch(eq, ey, epad, dq, dy, dpad, tensors(view_q, view_y) if view_q else None)
+
+
+def noisy_projections(groups: list[tuple[list[torch.nn.Linear], torch.Tensor]], phi_all: torch.Tensor,
+                      sigma: float) -> list[list[torch.Tensor]]:
+    """For each (linears, idx) group, the outputs of `linears` on phi_all[idx] + N(0, sigma^2 I) noise
+    drawn afresh for every element of idx, without materialising (..., D) noisy vectors.
+
+    The layers are linear, so W (phi + e) = W phi + W e with W e ~ N(0, sigma^2 W W^T): the clean part
+    is one matmul over the distinct queries of all groups (every distinct layer once), the noise is
+    drawn in the k output dimensions (Cholesky factor of the k x k covariance) when k < D, else from e
+    itself. The same distribution as noising phi, at a fraction of the cost for wide query vectors
+    (D = 768, k <= 128)."""
+    layers: list[torch.nn.Linear] = []
+    for linears, _ in groups:
+        layers += [lin for lin in linears if all(lin is not seen for seen in layers)]
+    W = torch.cat([lin.weight for lin in layers])  # (K, D)
+    bias = torch.cat([lin.bias if lin.bias is not None else W.new_zeros(lin.out_features) for lin in layers])
+    starts = np.cumsum([0] + [lin.out_features for lin in layers])
+    used, inverse = torch.unique(torch.cat([idx.reshape(-1) for _, idx in groups]), return_inverse=True)
+    clean = phi_all[used] @ W.T + bias  # (U, K), every distinct query once
+    out, offset = [], 0
+    for linears, idx in groups:
+        rows = inverse[offset : offset + idx.numel()].view(idx.shape)
+        offset += idx.numel()
+        cols = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in
+                          [next(j for j, seen in enumerate(layers) if seen is lin) for lin in linears]])
+        Wg = W[cols]  # (k, D)
+        part = F.embedding(rows, clean[:, cols])  # (..., k); embedding, not indexing: its backward is deterministic
+        if sigma > 0:
+            k, D = Wg.shape
+            if k < D:
+                cov = sigma**2 * (Wg @ Wg.T)  # (k, k)
+                jitter = 1e-6 * cov.diagonal().mean().detach() + 1e-12
+                chol = torch.linalg.cholesky(cov + jitter * torch.eye(k, device=W.device, dtype=W.dtype))
+                part = part + torch.randn_like(part) @ chol.T
+            else:
+                part = part + sigma * torch.randn(*idx.shape, D, device=W.device, dtype=W.dtype) @ Wg.T
+        out.append(list(part.split([lin.out_features for lin in linears], dim=-1)))
+    return out
+
+
+def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, phi_all: torch.Tensor,
+               cfg: TrainConfig) -> float:
+    """One optimiser step on one mini-batch -> the BCE on the unsmoothed labels (for the history)."""
+    locus.train()
+    enc, pred = locus.encoder, locus.predictor
+    groups = [(enc.query_linears(), batch.enc_q), (pred.query_linears(), batch.dec_q)]
+    if batch.view is not None:
+        groups.append((enc.query_linears(), batch.view[0]))
+    parts = noisy_projections(groups, phi_all, cfg.noise)
+    z = enc.embed(enc.project_linear(parts[0]), batch.enc_y, batch.enc_pad)  # (B, d)
+    u, b = pred.project_linear(parts[1])  # (B, n_dec, g), (B, n_dec)
+    logits = locus.predictor.logits(z[:, None, :], u, b)  # (B, n_dec)
+    valid = ~batch.dec_pad
+    target = batch.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
+    loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
+    if batch.view is not None and z.shape[0] > 1:
+        _, y, pad = batch.view
+        z_view = enc.embed(enc.project_linear(parts[2]), y, pad)  # (B, d)
+        sim = F.normalize(z, dim=-1) @ F.normalize(z_view, dim=-1).T / cfg.view_temperature  # (B, B)
+        own = torch.arange(z.shape[0], device=z.device)
+        loss = loss + cfg.view_weight * 0.5 * (F.cross_entropy(sim, own) + F.cross_entropy(sim.T, own))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(locus.parameters(), cfg.grad_clip)
+    optimizer.step()
+    with torch.no_grad():
+        return float(F.binary_cross_entropy_with_logits(logits[valid], batch.dec_y[valid]).item())
+
+
+def _bce(p: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
+    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()) if len(y) else float("nan")
+
+
+def validate(locus: Locus, data: EvalData, per_model: Sequence[np.ndarray], val_queries: np.ndarray,
+             val_truth: np.ndarray, base_rate: float) -> Validation:
+    """Embed every model from its training evaluations and score P(correct) on the validation queries."""
+    from sklearn.metrics import roc_auc_score
+
     z = embed_models(locus, data, per_model)
-    pred = predict(locus, np.nan_to_num(z), data.query_vectors[val_queries])
+    pred = predict(locus, np.nan_to_num(z), data.query_vectors[val_queries])  # (M, V)
     seen = ~np.isnan(val_truth)
-    p = np.clip(pred[seen].astype(np.float64), 1e-6, 1 - 1e-6)
-    y = val_truth[seen]
-    bce = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()) if seen.any() else float("nan")
-    return routing_accuracy(pred, val_truth), bce
+    p, y = pred[seen], val_truth[seen].astype(np.float64)
+    positive = y >= 0.5
+    auc = float(roc_auc_score(positive, p)) if 0 < positive.sum() < len(positive) else float("nan")
+    return Validation(loss=_bce(p, y), auc=auc, routing=routing_accuracy(pred, val_truth),
+                      chance_loss=_bce(np.full(len(y), base_rate), y))
 
 
 def train_locus(
@@ -167,64 +441,31 @@ def train_locus(
     train_evals: np.ndarray,
     val_queries: np.ndarray,
     *,
-    config: LocusConfig | None = None,
+    config: TrainConfig | None = None,
+    locus_config: LocusConfig | None = None,
     seed: int = 0,
-    epochs: int = 1500,
-    patience: int = 600,
-    eval_every: int = 10,
-    models_per_batch: int = 128,
-    enc_min: int = 16,
-    enc_max: int = 1024,
-    dec_size: int = 256,
-    dec_min: int = 32,
-    lr_encoder: float = 2e-3,
-    lr_predictor: float = 2e-3,
-    weight_decay: float = 5e-2,
-    noise: tuple[float, float] = (0.1, 0.1),
-    label_smoothing: float = 0.1,
-    grad_clip: float | None = 1.0,
-    ema: float | None = None,
-    select_window: int = 1,
-    select: str = "routing",
-    threads: int | None = 2,
     device: str | torch.device | None = None,
-    max_seconds: float | None = None,
-    progress: bool = True,
+    progress: Callable[[Progress], None] | None = None,
 ) -> TrainResult:
-    """Train F and G jointly on `train_evals` (evaluation indices into data; e.g. at most N per model
-    from the training queries); early-stop on routing accuracy over `val_queries`.
+    """Train F and G jointly on `train_evals` (evaluation indices into data, e.g. at most N per model
+    from the training queries); select and early-stop on `val_queries` as `config` says.
 
-    config: None -> `recommended_config`. The release's defaults were lr 2e-4 / 8e-4 and noise 0.10 -> 0.05;
-    on 27 models they never moved routing off the best single model within a CPU budget (see
-    scripts/tune_locus.py), so the defaults here are lr 2e-3 for both, a constant query noise of 0.1 and
-    label smoothing 0.1 (over noise 0.05 / no smoothing: test routing +0.4 to +1.5 points at N=256 and
-    N=1024 on two query splits).
-    ema: decay of an exponential moving average of the weights (e.g. 0.99 per step; None = off); when on,
-    the averaged weights are validated, selected and returned. select_window: early stopping and model
-    selection on the mean of the last `select_window` validation routings (1 = the raw value). Both
-    were measured on the open pool (MiniLM, N=256/1024, two splits) and did not help on average
-    (EMA: -1.3 to +0.4 points; a window of 3: -1.8 to +0.9), so both are off by default.
-    select: what early stopping and selection watch, "routing" (validation routing accuracy, the
-    paper's protocol) or "loss" (validation BCE of the predicted P(correct)). In a pool where one
-    model is best on most queries, routing plateaus within a few epochs, at the model that predicts
-    ability and little else; the loss keeps rewarding per-query structure (the registry trains on it).
-    `max_seconds` stops early on wall time (then runs are no longer bitwise reproducible)."""
-    if select not in ("routing", "loss"):
-        raise ValueError(f"select must be 'routing' or 'loss', not {select!r}")
+    locus_config: the architecture (None: `recommended_config`). progress: called after every
+    validation (e.g. to print a line)."""
+    cfg = config or TrainConfig()
     started = time.perf_counter()
-    settings = {k: v for k, v in locals().items() if k not in ("data", "train_evals", "val_queries", "config", "started")}
-    settings["device"] = str(settings["device"])
-    config = config or recommended_config(data.query_vectors.shape[1])
-    if config.query_dim != data.query_vectors.shape[1]:
-        raise ValueError(f"config.query_dim={config.query_dim} but query vectors have {data.query_vectors.shape[1]}")
+    locus_config = locus_config or recommended_config(data.query_vectors.shape[1])
+    if locus_config.query_dim != data.query_vectors.shape[1]:
+        raise ValueError(f"config.query_dim={locus_config.query_dim} but query vectors have "
+                         f"{data.query_vectors.shape[1]}")
     old_threads = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     try:
         device = torch.device(device) if device is not None else default_device()
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
-        locus = Locus(config).to(device)
+        locus = Locus(locus_config).to(device)
 
         per_model = evals_by_model(data, train_evals)
         trainable = np.array([m for m in range(data.n_models) if len(per_model[m]) >= 2], dtype=np.int64)
@@ -233,114 +474,103 @@ def train_locus(
         val_queries = np.asarray(val_queries, dtype=np.int64)
         val_truth = data.dense()[:, val_queries]
         has_val = len(val_queries) > 0 and not np.isnan(val_truth).all()
+        base_rate = float(data.scores[np.asarray(train_evals, dtype=np.int64)].mean())
 
         phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
         qidx = [data.query_index[e] for e in per_model]
         ys = [data.scores[e] for e in per_model]
         optimizer = torch.optim.AdamW(
             [
-                {"params": locus.encoder.parameters(), "lr": lr_encoder},
-                {"params": locus.predictor.parameters(), "lr": lr_predictor},
+                {"params": locus.encoder.parameters(), "lr": cfg.lr_encoder},
+                {"params": locus.predictor.parameters(), "lr": cfg.lr_predictor},
             ],
-            weight_decay=weight_decay,
+            weight_decay=cfg.weight_decay,
         )
-
-        result = TrainResult(locus=locus, config=config, settings=settings)
-        ema_locus = copy.deepcopy(locus) if ema else None  # exponential moving average of the weights
-        watched = ema_locus if ema_locus is not None else locus  # the weights validated and returned
-        steps = 0
-        best_state = copy.deepcopy(watched.state_dict())
-        best, best_epoch, since_best, best_routing = -np.inf, 0, 0, float("nan")
-        recent: list[float] = []  # the last `select_window` validation routings
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=epochs, desc="LOCUS", unit="ep", leave=False)
-        for epoch in range(1, epochs + 1):
-            locus.train()
-            sigma = noise[0] + (noise[1] - noise[0]) * (epoch - 1) / max(1, epochs - 1)
+        result = TrainResult(locus=locus, config=locus_config, train_config=cfg)
+        selector = Selector(cfg)
+        best_state = copy.deepcopy(locus.state_dict())
+        for epoch in range(1, cfg.epochs + 1):
             order = rng.permutation(trainable)
-            losses = []
-            for start in range(0, len(order), models_per_batch):
-                batch = order[start : start + models_per_batch]
-                n_avail = min(len(qidx[m]) for m in batch)
-                size = _sample_size(rng, min(enc_min, n_avail - 1), max(1, min(enc_max, n_avail - dec_min)))
-                enc_q, enc_y, dec_q, dec_y = [], [], [], []
-                for m in batch:
-                    perm = rng.permutation(len(qidx[m]))
-                    k = min(size, len(perm) - 1)  # leave at least one evaluation for the loss
-                    enc, dec = perm[:k], perm[k : k + dec_size]
-                    enc_q.append(qidx[m][enc]), enc_y.append(ys[m][enc])
-                    dec_q.append(qidx[m][dec]), dec_y.append(ys[m][dec])
-                eq, epad = _pad(enc_q, 0, np.int64)
-                ey, _ = _pad(enc_y, 0.0, np.float32)
-                dq, dpad = _pad(dec_q, 0, np.int64)
-                dy, _ = _pad(dec_y, 0.0, np.float32)
-                eq, epad, ey = (torch.from_numpy(a).to(device) for a in (eq, epad, ey))
-                dq, dpad, dy = (torch.from_numpy(a).to(device) for a in (dq, dpad, dy))
-
-                phi_enc = phi_all[eq]  # (B, n_enc, D)
-                phi_dec = phi_all[dq]  # (B, n_dec, D)
-                if sigma > 0:
-                    phi_enc = phi_enc + sigma * torch.randn_like(phi_enc)
-                    phi_dec = phi_dec + sigma * torch.randn_like(phi_dec)
-                z = locus.encoder(phi_enc, ey, epad)  # (B, d)
-                u, b = locus.predictor.project_queries(phi_dec)  # (B, n_dec, g), (B, n_dec)
-                logits = locus.predictor.logits(z[:, None, :], u, b)  # (B, n_dec)
-                target = dy * (1 - label_smoothing) + 0.5 * label_smoothing
-                valid = ~dpad
-                loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(locus.parameters(), grad_clip)
-                optimizer.step()
-                if label_smoothing:  # the history records BCE on the observed labels, comparable across settings
-                    with torch.no_grad():
-                        loss = F.binary_cross_entropy_with_logits(logits[valid], dy[valid])
-                losses.append(loss.item())
-                if ema_locus is not None:
-                    steps += 1
-                    decay = min(ema, (1 + steps) / (10 + steps))  # warm-up: early averages stay short
-                    with torch.no_grad():
-                        for pe, pr in zip(ema_locus.parameters(), locus.parameters()):
-                            pe.lerp_(pr, 1 - decay)
-                        for be, br in zip(ema_locus.buffers(), locus.buffers()):
-                            be.copy_(br)
-
-            record = {"epoch": epoch, "loss": float(np.mean(losses)), "val_routing": None,
-                      "seconds": time.perf_counter() - started}
-            out_of_time = max_seconds is not None and record["seconds"] > max_seconds
-            if has_val and (epoch % eval_every == 0 or epoch == epochs or out_of_time):
-                acc, bce = _validation(watched, data, per_model, val_queries, val_truth)
-                record["val_routing"], record["val_loss"] = acc, bce
-                recent = (recent + [acc if select == "routing" else -bce])[-max(1, select_window):]
-                smoothed = float(np.mean(recent))  # a moving average: a lucky single peak is not picked
-                if smoothed > best:
-                    best, best_epoch, since_best = smoothed, epoch, 0
-                    best_routing = acc
-                    best_state = copy.deepcopy(watched.state_dict())
-                else:
-                    since_best += eval_every
+            losses = [
+                train_step(locus, optimizer, _sample_batch(rng, order[s : s + cfg.models_per_batch], qidx, ys, cfg,
+                                                           device), phi_all, cfg)
+                for s in range(0, len(order), cfg.models_per_batch)
+            ]
+            record = {"epoch": epoch, "loss": float(np.mean(losses)), "seconds": time.perf_counter() - started}
+            out_of_time = cfg.max_seconds is not None and record["seconds"] > cfg.max_seconds
+            if has_val and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs or out_of_time):
+                v = validate(locus, data, per_model, val_queries, val_truth, base_rate)
+                record.update(val_loss=v.loss, val_auc=v.auc, val_routing=v.routing)
+                improved = selector.update(epoch, record["seconds"], v)
+                if improved:
+                    best_state = copy.deepcopy(locus.state_dict())
+                if progress is not None:
+                    progress(Progress(epoch, cfg.epochs, record["loss"], v, selector.best_epoch,
+                                      selector.best.loss, improved, time.perf_counter() - started))
             result.history.append(record)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", val=f"{best_routing:.4f}", best_ep=best_epoch)
-            if out_of_time or (has_val and since_best >= patience):
+            stop = selector.stop_reason(epoch, time.perf_counter() - started) if has_val else (
+                "max_seconds" if out_of_time else None)
+            if stop:
+                result.stopped = stop
                 break
-        if bar is not None:
-            bar.close()
+        else:
+            result.stopped = "epochs"
         if has_val:
             locus.load_state_dict(best_state)
-        elif ema_locus is not None:
-            locus.load_state_dict(ema_locus.state_dict())
+            result.best_epoch, result.best = selector.best_epoch, selector.best
         else:
-            best_epoch = result.history[-1]["epoch"]
+            result.best_epoch = result.history[-1]["epoch"]
         locus.eval()
-        result.best_epoch = best_epoch
-        result.best_val_routing = best_routing if has_val else float("nan")
         result.seconds = time.perf_counter() - started
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# Did the encoder collapse?
+# ---------------------------------------------------------------------------------------------
+
+SPREAD_RATIO_WARNING = 1.5  # models no farther apart than this many self-spreads: "within noise"
+CHANCE_MARGIN = 0.01  # a validation loss within 1% of chance's has learnt nothing usable
+
+
+@torch.no_grad()
+def embedding_spread(locus: Locus, data: EvalData, per_model: Sequence[np.ndarray], *, seed: int = 0) -> dict:
+    """How far apart models are, in units of how far apart two embeddings of one model are: each
+    model embedded from two disjoint random halves of its evaluations (the self-spread), and from all
+    of them (between models). -> {"self": median self distance, "between": median distance between
+    distinct models, "ratio": between / self}."""
+    from scipy.spatial.distance import pdist
+
+    rng = np.random.default_rng(seed)
+    usable = [m for m in range(data.n_models) if len(per_model[m]) >= 4]
+    if len(usable) < 2:
+        return {"self": float("nan"), "between": float("nan"), "ratio": float("nan")}
+    halves = [rng.permutation(per_model[m]) for m in usable]
+    first = [np.zeros(0, np.int64)] * data.n_models
+    second = list(first)
+    for m, h in zip(usable, halves):
+        first[m], second[m] = np.sort(h[: len(h) // 2]), np.sort(h[len(h) // 2 :])
+    za = embed_models(locus, data, first)[usable]
+    zb = embed_models(locus, data, second)[usable]
+    full = embed_models(locus, data, [per_model[m] if m in set(usable) else per_model[m][:0]
+                                      for m in range(data.n_models)])[usable]
+    self_d = float(np.median(np.linalg.norm(za - zb, axis=1)))
+    between = float(np.median(pdist(full)))
+    return {"self": self_d, "between": between, "ratio": between / self_d if self_d > 0 else float("inf")}
+
+
+def collapse_warnings(best: Validation | None, spread: dict | None) -> list[str]:
+    """Plain-language warnings when the encoder learnt nothing usable."""
+    out = []
+    if best is not None and not math.isnan(best.loss) and best.loss >= best.chance_loss * (1 - CHANCE_MARGIN):
+        out.append(f"validation loss {best.loss:.4f} is at chance ({best.chance_loss:.4f}, the loss of predicting "
+                   "the base rate everywhere): the predictor learnt nothing beyond the label rate")
+    if best is not None and not math.isnan(best.auc) and best.auc < 0.55:
+        out.append(f"validation AUC {best.auc:.3f} is near 0.5: predicted P(correct) does not rank right above wrong")
+    if spread is not None and not math.isnan(spread["ratio"]) and spread["ratio"] < SPREAD_RATIO_WARNING:
+        out.append(f"embeddings are within noise of each other: distinct models lie a median {spread['between']:.4g} "
+                   f"apart, two samples of one model {spread['self']:.4g} (ratio {spread['ratio']:.2f} < "
+                   f"{SPREAD_RATIO_WARNING}); neighbours in this space mean little")
+    return out

@@ -162,17 +162,18 @@ class Registry:
         models: str | None = None,
         evals_per_model: int | None = 1024,
         seed: int = 0,
-        epochs: int | None = None,
-        progress: bool = True,
-        **options: Any,
+        config=None,
+        progress=None,
     ) -> TrainReport:
         """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
-        active encoder. `models` is a pool ("all", "open" or a filter)."""
+        active encoder. `models` is a pool ("all", "open" or a filter); `config` an
+        encoder.training.TrainConfig (None: the defaults); `progress` a callback per validation
+        (registry.embedding.progress_printer writes lines)."""
         from registry.embedding import train_encoder
 
         return train_encoder(self.store, query_encoder=self.query_encoder,
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
-                             seed=seed, epochs=epochs, progress=progress, **options)
+                             seed=seed, config=config, progress=progress)
 
     def embed_all(self, *, max_evals: int | None = None, engine: str = "local", address: str | None = None,
                   workers: int = 2) -> EmbedReport:  # noqa: A003
@@ -201,9 +202,9 @@ class Registry:
         seed: int = 0,
         holdout_models: int = 0,
         onboard_evals: tuple[int, ...] = (),
-        progress: bool = False,
+        progress=None,
         log: Callable[[str], None] = lambda message: None,
-        **locus_options: Any,
+        train_config=None,
     ) -> EvaluationReport:
         """LOCUS against the baselines on this registry's evaluations (see `registry.evaluation`)."""
         from registry.dataset import load_eval_data
@@ -214,8 +215,7 @@ class Registry:
         names = self.select_models(pool, field="pool")
         data = load_eval_data(self.store, self.query_encoder, models=names)
         result = run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
-                                onboard_evals=onboard_evals, progress=progress, log=log,
-                                locus_options=locus_options or None)
+                                onboard_evals=onboard_evals, progress=progress, log=log, train_config=train_config)
         return EvaluationReport.model_validate(result)
 
     # ------------------------------------------------------------ the catalog

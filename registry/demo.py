@@ -6,6 +6,7 @@ models carry the tag `synthetic`); with `--data DIR` it imports a triple-format 
 """
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -15,10 +16,10 @@ from registry.results import DemoReport
 from registry.synthetic import synthetic_pool
 
 
-def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None],
-             epochs: int = 300) -> DemoReport:
+def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None], epochs: int = 300,
+             progress: Callable | None = None) -> DemoReport:
     """Build (or reopen) the registry at `home` and tour it; `echo` narrates, the report holds every
-    step's typed result."""
+    step's typed result. progress: a train_locus progress callback (default: lines on stderr)."""
     reg = Registry.open(home)
     echo(f"registry home: {reg.home.resolve()} (embedded LanceDB; query encoder {reg.query_encoder})")
     if data is None:
@@ -48,10 +49,18 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
 
     trained = None
     if reg.store.config.get("active_encoder") is None:
+        from encoder.training import TrainConfig
+        from registry.embedding import progress_printer
+
         echo(f"training the LOCUS encoder (at most {epochs} epochs; `registry train` for a full run) ...")
-        trained = reg.train(epochs=epochs, progress=False)
-        echo(f"  encoder {trained.encoder_id}: validation routing accuracy {trained.val_routing_accuracy:.3f} "
-             f"after {trained.seconds:.0f} s")
+        config = TrainConfig(epochs=epochs)
+        trained = reg.train(config=config, progress=progress or progress_printer(
+            lambda line: print(f"  {line}", file=sys.stderr, flush=True)))
+        echo(f"  encoder {trained.encoder_id}: validation loss {trained.val_loss:.4f} (chance "
+             f"{trained.val_chance_loss:.4f}), routing accuracy {trained.val_routing_accuracy:.3f}, best epoch "
+             f"{trained.best_epoch} of {trained.epochs_run} ({trained.stopped}), {trained.seconds:.0f} s")
+        for warning in trained.warnings:
+            echo(f"  warning: {warning}")
     summary = reg.embed_all()
     echo(f"embedded {summary.n_embedded} models with encoder {summary.encoder_id} (one forward pass each)")
     tour = _tour(reg, home, echo)

@@ -7,10 +7,11 @@ home names the active one. An embedding is one forward pass over a model's evalu
 from __future__ import annotations
 
 import json
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -22,23 +23,13 @@ from registry.errors import RegistryError
 from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
-           "embedding_evals", "write_embeddings"]
+           "embedding_evals", "write_embeddings", "progress_printer"]
 
 MIN_TRAIN_MODELS = 3
-# Longer than train_locus's 1500 epochs: the validation loss keeps falling after routing has
-# plateaued, and the geometry sharpens with it. On MMLU-Pro (32 models) the best epoch was 3920 of
-# 4000; a 1024-evaluation copy then finds its original first for 59.4% of models (top 3: 91.7%),
-# against 46.9% (89.6%) after 1500 epochs (best 1410; scripts/bench_copy_search.py on both). About 10
-# minutes on 2 CPU cores; --max-seconds caps it.
-REGISTRY_EPOCHS = 4000
-REGISTRY_PATIENCE = 1000
 MIN_EVALS_PER_MODEL = 16
-# A model's vector is built from all its evaluations by default. The encoder trains on sets of up to
-# 1024, but attention pooling carries over to larger sets, and the vector's sampling noise falls. On
-# MMLU-Pro (scripts/bench_copy_search.py), a copy re-added from 1024 of a model's evaluations has the
-# model as its nearest neighbour for 59.4% of models (top 3: 91.7%) when the registry's vectors use
-# every evaluation, against 42.7% (74.0%) from 1024 (encoder ea5914f08562b8e9; with cce1b05c9d08b959:
-# 46.9% (89.6%) against 37.5% (68.8%)).
+# A model's vector is built from all its evaluations by default: the encoder trains on sets of up to
+# 1024, attention pooling carries over to larger sets, and the vector's sampling noise falls
+# (scripts/bench_copy_search.py measures it).
 DEFAULT_MAX_EMBED_EVALS: int | None = None
 
 
@@ -55,6 +46,23 @@ def _encoders_dir(store: Store) -> Path:
     return store.home / "encoders"
 
 
+def progress_printer(echo: Callable[[str], None], *, every_seconds: float = 5.0):
+    """A train_locus progress callback writing one line per new best, and otherwise at most one line
+    every `every_seconds`: epoch, validation loss, best so far, elapsed time."""
+    last = [-math.inf]
+
+    def report(p) -> None:
+        if not p.improved and p.seconds - last[0] < every_seconds:
+            return
+        last[0] = p.seconds
+        v = p.validation
+        echo(f"epoch {p.epoch}/{p.epochs}  train loss {p.loss:.4f}  val loss {v.loss:.4f} (chance "
+             f"{v.chance_loss:.4f})  val AUC {v.auc:.3f}  best {p.best_loss:.4f} @ epoch {p.best_epoch}  "
+             f"{p.seconds:.0f} s")
+
+    return report
+
+
 def train_encoder(
     store: Store,
     *,
@@ -62,17 +70,16 @@ def train_encoder(
     models: list[str] | None = None,
     evals_per_model: int | None = 1024,
     seed: int = 0,
-    epochs: int | None = None,
-    progress: bool = True,
-    **train_options: Any,
+    config: Any = None,
+    progress: Callable | None = None,
 ) -> TrainReport:
     """Train F and G on the training split of the store's queries and make the result active.
-    Selection watches the validation loss unless `select="routing"` is passed (see train_locus: the
-    registry needs the geometry and the calibrated P(correct), not only the routing plateau)."""
-    train_options.setdefault("select", "loss")
+    config: an encoder.training.TrainConfig (None: its defaults). progress: a train_locus progress
+    callback (see `progress_printer`)."""
     from encoder.checkpoint import save_checkpoint
-    from encoder.training import train_locus
+    from encoder.training import TrainConfig, collapse_warnings, embedding_spread, evals_by_model, train_locus
 
+    config = config or TrainConfig()
     data = load_eval_data(store, query_encoder, models=models)
     split = split_queries(data.n_queries, seed=seed)
     train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
@@ -86,9 +93,11 @@ def train_encoder(
     if len(usable) < data.n_models:
         data = data.select_models(usable)
         train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
-    train_options["epochs"] = REGISTRY_EPOCHS if epochs is None else epochs
-    train_options.setdefault("patience", REGISTRY_PATIENCE)
-    result = train_locus(data, train_evals, split.val, seed=seed, progress=progress, **train_options)
+    result = train_locus(data, train_evals, split.val, config=config, seed=seed, progress=progress)
+    spread = embedding_spread(result.locus, data, evals_by_model(data, train_evals), seed=seed)
+    warnings = collapse_warnings(result.best, spread)
+    best = result.best
+    nan = float("nan")
 
     staging = _encoders_dir(store) / f".staging-{time.time_ns()}"
     encoder_id = save_checkpoint(result.locus, result.config, staging)
@@ -96,8 +105,10 @@ def train_encoder(
         "query_encoder": query_encoder, "seed": seed, "evals_per_model": evals_per_model,
         "models": data.models, "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),
         "test_query_ids": [data.query_ids[q] for q in split.test],
-        "best_epoch": result.best_epoch, "val_routing_accuracy": result.best_val_routing,
-        "seconds": result.seconds, "settings": result.settings,
+        "best_epoch": result.best_epoch, "epochs_run": len(result.history), "stopped": result.stopped,
+        "val_routing_accuracy": result.best_val_routing, "validation": asdict(best) if best else None,
+        "embedding_spread": spread, "warnings": warnings,
+        "seconds": result.seconds, "train_config": config.to_dict(),
     }, indent=2, default=str))
     final = _encoders_dir(store) / encoder_id
     if final.exists():  # same seed, same data: the same checkpoint is already there
@@ -107,10 +118,13 @@ def train_encoder(
     else:
         staging.rename(final)
     store.update_config(active_encoder=encoder_id)
-    return TrainReport(encoder_id=encoder_id, models=data.models, n_train_queries=int(len(split.train)),
-                       n_val_queries=int(len(split.val)), evals_per_model=evals_per_model,
-                       best_epoch=int(result.best_epoch), val_routing_accuracy=float(result.best_val_routing),
-                       seconds=float(result.seconds), checkpoint=str(final))
+    return TrainReport(
+        encoder_id=encoder_id, models=data.models, n_train_queries=int(len(split.train)),
+        n_val_queries=int(len(split.val)), evals_per_model=evals_per_model, best_epoch=int(result.best_epoch),
+        epochs_run=len(result.history), stopped=result.stopped, val_routing_accuracy=float(result.best_val_routing),
+        val_loss=best.loss if best else nan, val_chance_loss=best.chance_loss if best else nan,
+        val_auc=best.auc if best else nan, embedding_spread=float(spread["ratio"]), warnings=warnings,
+        seconds=float(result.seconds), checkpoint=str(final))
 
 
 def active_encoder(store: Store, encoder_id: str | None = None) -> ActiveEncoder:

@@ -51,8 +51,8 @@ def run_evaluation(
     holdout_models: int = 0,
     onboard_evals: tuple[int, ...] = (),
     baselines: tuple[str, ...] = BASELINES,
-    locus_options: dict[str, Any] | None = None,
-    progress: bool = False,
+    train_config: Any = None,
+    progress: Callable | None = None,
     log: Callable[[str], None] = lambda message: None,
     keep_routed: bool = False,
 ) -> dict[str, Any]:
@@ -83,8 +83,8 @@ def run_evaluation(
     }
 
     started = time.perf_counter()
-    trained_locus = train_locus(train_data, train_evals, split.val, seed=seed, progress=progress,
-                                **(locus_options or {}))
+    trained_locus = train_locus(train_data, train_evals, split.val, config=train_config, seed=seed,
+                                progress=progress)
     z = embed_models(trained_locus.locus, train_data, train_evals)
     pred = predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.test])
     result["routing_accuracy"]["locus"] = routing_accuracy(pred, test_truth)
@@ -93,6 +93,7 @@ def run_evaluation(
     result["correctness_accuracy"]["locus"] = correctness_accuracy(pred, test_truth)
     result["seconds"]["locus"] = round(time.perf_counter() - started, 1)
     result["locus_best_epoch"] = trained_locus.best_epoch
+    result["locus_stopped"] = trained_locus.stopped
     log(f"locus: routing {result['routing_accuracy']['locus']:.4f} in {result['seconds']['locus']} s")
 
     for name in baselines:

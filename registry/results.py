@@ -157,7 +157,16 @@ class TrainReport(Result):
     n_val_queries: int
     evals_per_model: int | None = Field(description="training evaluations per model (None: all)")
     best_epoch: int
+    epochs_run: int
+    stopped: str = Field(description="why training ended: epochs, patience, patience_seconds or max_seconds")
     val_routing_accuracy: float
+    val_loss: float = Field(description="validation BCE at the best epoch")
+    val_chance_loss: float = Field(description="BCE of predicting the training base rate everywhere")
+    val_auc: float
+    embedding_spread: float = Field(description="median distance between models / median distance between two "
+                                                "samples of one model")
+    warnings: list[str] = Field(description="the encoder collapsed: validation loss at chance, or embeddings "
+                                            "within noise of each other")
     seconds: float
     checkpoint: str
 
@@ -194,6 +203,7 @@ class EvaluationReport(Result):
     correctness_accuracy: dict[str, float] = Field(description="per method that predicts P(correct)")
     seconds: dict[str, float] = Field(description="training wall time per method")
     locus_best_epoch: int
+    locus_stopped: str = Field(description="why LOCUS training ended: epochs, patience, patience_seconds or max_seconds")
     onboarding: dict[str, OnboardingRow] | None = Field(None, description="per number of evaluations embedded from")
 
 

@@ -15,6 +15,7 @@ def mmlu_pro_registry(home: Path | None, *, threads: int = 2):
     otherwise one built at `home` (an empty or new directory; a temporary one when None) from
     ../shared/data/mmlu-pro: imported with the precomputed query vectors, trained with `registry
     train`'s defaults (seed 0, 1024 evaluations per model), every model embedded."""
+    from encoder.training import TrainConfig
     from registry import Registry
 
     if home is not None and (home / "config.json").is_file():
@@ -34,7 +35,7 @@ def mmlu_pro_registry(home: Path | None, *, threads: int = 2):
     reg.import_path(DATA, encoder=ENCODER, query_embeddings=vectors / f"{ENCODER}.npy",
                     query_ids=vectors / f"{ENCODER}_ids.npy")
     if reg.store.config.get("active_encoder") is None:
-        trained = reg.train(evals_per_model=1024, seed=0, progress=False, threads=threads)
+        trained = reg.train(evals_per_model=1024, seed=0, config=TrainConfig(threads=threads))
         print(f"trained encoder {trained.encoder_id} in {trained.seconds:.0f} s (best epoch "
               f"{trained.best_epoch}, validation routing {trained.val_routing_accuracy:.4f})", flush=True)
     reg.embed_all()

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def one(seed: int, per_task: int, disjoint: bool = False) -> dict:
+    from encoder.training import TrainConfig
     from registry import Registry
     from registry.synthetic import synthetic_pool
 
@@ -44,7 +45,7 @@ def one(seed: int, per_task: int, disjoint: bool = False) -> dict:
         reg = Registry.open(Path(scratch) / "home")
         reg.set_query_encoder("all-MiniLM-L6-v2")
         reg.import_path(pool.write_triple(Path(scratch) / "data"))
-        reg.train(models="provider != reseller", epochs=400, progress=False)
+        reg.train(models="provider != reseller", config=TrainConfig(epochs=400))
         reg.embed_all()
         result = reg.audit()
     flagged = {frozenset((f["a"], f["b"])) for f in result["flags"]}

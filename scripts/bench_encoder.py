@@ -84,7 +84,7 @@ def _train_child() -> None:
     split = split_queries(data.n_queries, seed=0)
     train = sample_per_model(data, split.train, n_per_model=1024, seed=0)
     started = time.perf_counter()
-    result = train_locus(data, train, split.val, seed=0, progress=False)
+    result = train_locus(data, train, split.val, seed=0)
     seconds = time.perf_counter() - started
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": seconds, "peak_rss_mib": peak_mib, "best_epoch": result.best_epoch,

@@ -261,7 +261,7 @@ def main() -> None:
             f"{min(measured):.0f}-{max(measured):.0f}%; predicted overall {100 * c.overall.a_predicted:.1f}% "
             f"vs {100 * c.overall.b_predicted:.1f}%, measured {100 * c.overall.a_accuracy:.1f}% vs "
             f"{100 * c.overall.b_accuracy:.1f}%.")
-    budget = info.get("settings", {}).get("max_seconds")
+    budget = (info.get("train_config") or info.get("settings") or {}).get("max_seconds")
     stopped = f"; training stopped at its {budget:.0f} s budget" if budget and info["seconds"] >= budget else ""
     say(f"- The checkpoint's best validation epoch was {info['best_epoch']}{stopped}. How the picture changes with "
         "a longer-trained encoder is not tested here.")

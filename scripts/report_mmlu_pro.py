@@ -43,7 +43,10 @@ def load_pools():
     return {"full": data, "open": data.select_models(open_names)}, rows
 
 
-LOCUS_OPTIONS = {"threads": 1, "max_seconds": 240}  # two single-thread workers share the 2 cores
+def _train_config():
+    from encoder.training import TrainConfig
+
+    return TrainConfig(threads=1, max_seconds=240)  # two single-thread workers share the 2 cores
 
 
 def _worker_init() -> None:
@@ -68,11 +71,11 @@ def _job(key: str):
         pool, n, seed = parts[1], int(parts[2][1:]), int(parts[3][4:])
         baselines = () if parts[-1] == "locus-only" else ("embedllm_mf", "irt_net", "knn")
         return run_evaluation(_POOLS[pool], evals_per_model=n, seed=seed, baselines=baselines,
-                              locus_options=LOCUS_OPTIONS)
+                              train_config=_train_config())
     if parts[0] == "onboard":
         seed = int(parts[3][4:])
         return run_evaluation(_POOLS["open"], evals_per_model=1024, seed=seed, holdout_models=5,
-                              onboard_evals=ONBOARD, baselines=(), locus_options=LOCUS_OPTIONS)
+                              onboard_evals=ONBOARD, baselines=(), train_config=_train_config())
     if parts[0] == "robustness-geometry":
         return _robustness_and_geometry(_POOLS)
     raise ValueError(key)
@@ -204,7 +207,7 @@ def _trained(pool_data, seed=0, n=1024):
 
     split = split_queries(pool_data.n_queries, seed=seed)
     train = sample_per_model(pool_data, split.train, n_per_model=n, seed=seed)
-    result = train_locus(pool_data, train, split.val, seed=seed, progress=False, **LOCUS_OPTIONS)
+    result = train_locus(pool_data, train, split.val, config=_train_config(), seed=seed)
     return result.locus, split, train
 
 
@@ -340,7 +343,7 @@ Written by `.venv/bin/python scripts/report_mmlu_pro.py --seeds {args.seeds}` (f
 all-mpnet-base-v2. Protocol (`registry evaluate`): queries split 80/10/10 by seed; each model gives
 at most N random evaluations from the training queries; validation queries choose hyperparameters and
 stop training; metrics on the test queries, each routed among the models scored on it.
-LOCUS uses `train_locus`'s defaults with one thread and at most 240 s of training per run (two runs
+LOCUS uses `TrainConfig`'s defaults with one thread and at most 240 s of training per run (two runs
 share the 2 cores). Baselines and their tuning budgets are described in `encoder/baselines.py`.
 
 ## Routing and correctness accuracy (the paper's Table 2)

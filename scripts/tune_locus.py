@@ -18,7 +18,7 @@ import numpy as np
 
 from encoder.data import load_triple_dir, sample_per_model, split_queries
 from encoder.metrics import best_single_accuracy, correctness_accuracy, routing_accuracy
-from encoder.training import embed_models, evals_by_model, predict, recommended_config, train_locus
+from encoder.training import TrainConfig, embed_models, evals_by_model, predict, recommended_config, train_locus
 
 DATA = Path("/work/shared/data/mmlu-pro")
 
@@ -36,9 +36,8 @@ def main() -> None:
     ap.add_argument("--encoder", default="all-MiniLM-L6-v2")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 query split")
-    ap.add_argument("--set", nargs="*", default=[], help="train_locus kwargs, key=value (JSON values)")
+    ap.add_argument("--set", nargs="*", default=[], help="TrainConfig fields, key=value (JSON values)")
     ap.add_argument("--cfg", nargs="*", default=[], help="LocusConfig fields, key=value")
-    ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--history", action="store_true")
     ap.add_argument("--onboard", action="store_true", help="also check embedding from 128 vs 1024 evals")
     args = ap.parse_args()
@@ -56,8 +55,8 @@ def main() -> None:
     for n in args.n:
         train_evals = sample_per_model(data, split.train, n_per_model=n, seed=0)
         t0 = time.perf_counter()
-        res = train_locus(data, train_evals, split.val, config=config, seed=args.seed,
-                          progress=not args.no_progress, **kwargs)
+        res = train_locus(data, train_evals, split.val, config=TrainConfig(**kwargs), locus_config=config,
+                          seed=args.seed)
         wall = time.perf_counter() - t0
         z = embed_models(res.locus, data, train_evals)
         p = predict(res.locus, z, data.query_vectors[split.test])
@@ -82,7 +81,7 @@ def main() -> None:
         print(json.dumps(line), flush=True)
         if args.history:
             vals = [(h["epoch"], round(h["loss"], 4), round(h["val_routing"], 4)) for h in res.history
-                    if h["val_routing"] is not None]
+                    if "val_routing" in h]
             print("  history (epoch, loss, val):", vals, flush=True)
 
 

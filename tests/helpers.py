@@ -46,6 +46,8 @@ def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_op
     with tempfile.TemporaryDirectory() as scratch:
         reg.import_path(synthetic_pool(**pool_options).write_triple(Path(scratch)))
     if train_epochs is not None:
-        reg.train(epochs=train_epochs, progress=False)
+        from encoder.training import TrainConfig
+
+        reg.train(config=TrainConfig(epochs=train_epochs))
         reg.embed_all()
     return reg

@@ -126,3 +126,48 @@ def test_predictor_variants_grid_matches_paired(overrides):
         paired = locus.predictor.logits(z[1:2].expand(6, -1), u, b)
     assert grid.shape == (2, 6)
     assert torch.allclose(grid[1], paired, atol=1e-6)
+
+
+def _reference_attention(mha, q, kv, padding_mask=None):
+    """The explicit softmax(Q K^T / sqrt(d/h)) V that MultiHeadAttention computed before it used
+    torch's scaled_dot_product_attention: the reference the fused path must match."""
+    import math
+
+    B, nq, d = q.shape
+    nk, h = kv.shape[1], mha.heads
+    Q = mha.q(q).view(B, nq, h, d // h).transpose(1, 2)
+    K = mha.k(kv).view(B, nk, h, d // h).transpose(1, 2)
+    V = mha.v(kv).view(B, nk, h, d // h).transpose(1, 2)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d // h)
+    if padding_mask is not None:
+        scores = scores.masked_fill(padding_mask[:, None, None, :], float("-inf"))
+    return mha.out((scores.softmax(dim=-1) @ V).transpose(1, 2).reshape(B, nq, d))
+
+
+@torch.no_grad()
+def test_sdpa_attention_matches_the_explicit_softmax_path():
+    from encoder.locus import MultiHeadAttention
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d=16, heads=4).eval()
+    q, kv = torch.randn(3, 5, 16), torch.randn(3, 11, 16)
+    pad = torch.zeros(3, 11, dtype=torch.bool)
+    pad[0, 7:], pad[2, 1:] = True, True  # ragged sets, one with a single real member
+    assert torch.allclose(mha(q, kv), _reference_attention(mha, q, kv), atol=1e-6)
+    assert torch.allclose(mha(q, kv, pad), _reference_attention(mha, q, kv, pad), atol=1e-6)
+    # and the whole encoder: swap the reference in and compare embeddings of padded sets
+    locus = tiny()
+    phi = torch.nn.functional.normalize(torch.randn(3, 11, D), dim=-1)
+    y = (torch.rand(3, 11) > 0.5).float()
+    fused = locus.embed(phi, y, pad)
+    originals = {}
+    for module in locus.modules():
+        if isinstance(module, MultiHeadAttention):
+            originals[module] = module.forward
+            module.forward = (lambda m: lambda q, kv, mask=None: _reference_attention(m, q, kv, mask))(module)
+    try:
+        reference = locus.embed(phi, y, pad)
+    finally:
+        for module, forward in originals.items():
+            module.forward = forward
+    assert torch.allclose(fused, reference, atol=1e-5)

@@ -8,7 +8,9 @@ import torch
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.locus import LocusConfig
 from encoder.metrics import routing_accuracy
-from encoder.training import embed_models, evals_by_model, predict, train_locus
+import dataclasses
+
+from encoder.training import TrainConfig, embed_models, evals_by_model, predict, train_locus
 
 D = 16
 
@@ -39,8 +41,12 @@ def synthetic(n_models: int = 12, n_queries: int = 300, seed: int = 0) -> EvalDa
 
 
 TINY = LocusConfig(query_dim=D, d=16, latents=4, blocks=1, heads=2, predictor_hidden=16, dropout=0.0)
-FAST = dict(enc_min=8, enc_max=96, dec_size=64, dec_min=16, lr_encoder=5e-3, lr_predictor=5e-3,
-            weight_decay=1e-4, noise=(0.02, 0.02), eval_every=10, threads=1, progress=False)
+FAST = TrainConfig(enc_min=8, enc_max=96, dec_size=64, dec_min=16, lr_encoder=5e-3, lr_predictor=5e-3,
+                   weight_decay=1e-4, noise=0.02, eval_every=10, threads=1, max_seconds=None, min_epochs=0)
+
+
+def fast(**overrides) -> TrainConfig:
+    return dataclasses.replace(FAST, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def problem():
 @pytest.fixture(scope="module")
 def trained(problem):
     data, split, train_evals = problem
-    return train_locus(data, train_evals, split.val, config=TINY, seed=0, epochs=60, patience=1000, **FAST)
+    return train_locus(data, train_evals, split.val, config=fast(epochs=60, patience=1000), locus_config=TINY, seed=0)
 
 
 def test_loss_falls_and_routing_beats_random(problem, trained):
@@ -74,12 +80,12 @@ def test_loss_falls_and_routing_beats_random(problem, trained):
 def test_seeded_training_is_bitwise_reproducible(problem):
     data, split, train_evals = problem
     runs = [
-        train_locus(data, train_evals, split.val, config=TINY, seed=3, epochs=6, **FAST) for _ in range(2)
+        train_locus(data, train_evals, split.val, config=fast(epochs=6), locus_config=TINY, seed=3) for _ in range(2)
     ]
     a, b = (r.locus.state_dict() for r in runs)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [h["loss"] for h in runs[0].history] == [h["loss"] for h in runs[1].history]
-    other = train_locus(data, train_evals, split.val, config=TINY, seed=4, epochs=2, **FAST)
+    other = train_locus(data, train_evals, split.val, config=fast(epochs=2), locus_config=TINY, seed=4)
     assert not torch.equal(other.locus.state_dict()["encoder.head.weight"], a["encoder.head.weight"])
 
 
@@ -117,4 +123,25 @@ def test_predict_batches_agree(problem, trained):
 def test_rejects_wrong_query_dim(problem):
     data, split, train_evals = problem
     with pytest.raises(ValueError, match="query_dim"):
-        train_locus(data, train_evals, split.val, config=LocusConfig(query_dim=D + 1), epochs=1, progress=False)
+        train_locus(data, train_evals, split.val, config=fast(epochs=1), locus_config=LocusConfig(query_dim=D + 1))
+
+
+def test_noisy_projections_match_noising_the_query_vectors():
+    """W (phi + e) computed as W phi + correlated noise: same mean and covariance as noising phi,
+    for a narrow group (k < D, Cholesky path) and a wide one (k >= D)."""
+    from encoder.training import noisy_projections
+
+    torch.manual_seed(0)
+    narrow, wide = torch.nn.Linear(D, 4), torch.nn.Linear(D, 2 * D, bias=False)
+    phi_all = torch.randn(5, D)
+    idx = torch.tensor([[1, 3] * 4000])  # (1, 8000): many draws of two queries
+    with torch.no_grad():
+        clean = noisy_projections([([narrow], idx), ([wide, narrow], idx[:, :4])], phi_all, 0.0)
+        assert torch.allclose(clean[0][0], narrow(phi_all[idx]), atol=1e-5)
+        assert torch.allclose(clean[1][0], wide(phi_all[idx[:, :4]]), atol=1e-5)
+        noisy = noisy_projections([([narrow], idx), ([wide], idx)], phi_all, 0.5)
+    for (out,), layer in zip(noisy, (narrow, wide)):
+        sample = out[0, 0::2] - layer(phi_all[1])  # the draws on query 1, centred on the clean output
+        expected = 0.25 * layer.weight @ layer.weight.T  # sigma^2 W W^T
+        assert sample.mean(0).abs().max() < 0.1
+        torch.testing.assert_close(sample.T.cov(), expected, atol=0.08, rtol=0.1)

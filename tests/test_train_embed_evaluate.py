@@ -116,3 +116,51 @@ def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):
 def test_evaluate_refuses_a_bad_onboard_list(home):
     result = run(home, "evaluate", "--holdout-models", "2", "--onboard-evals", "16,lots", ok=False)
     assert result.exit_code == 2 and "--onboard-evals" in result.output and "'16,lots'" in result.output
+
+
+def test_train_prints_progress_to_stderr_and_records_why_it_stopped(home):
+    result = run(home, "train", "--epochs", "20", "--evals-per-model", "60")
+    assert "epoch 10/20  train loss" in result.stderr and "val loss" in result.stderr
+    assert "epoch" not in result.stdout.split("trained encoder")[0]  # progress never goes to stdout
+    assert "stopped after 20 epochs (epochs)" in result.stdout and "chance" in result.stdout
+    checkpoint = result.stdout.split("checkpoint: ")[1].split(" (now")[0]
+    info = json.loads((Path(checkpoint) / "training.json").read_text())
+    assert info["train_config"]["epochs"] == 20 and info["stopped"] == "epochs" and info["epochs_run"] == 20
+    assert info["validation"]["loss"] > 0 and isinstance(info["warnings"], list)
+
+
+def test_train_refuses_bad_options(home):
+    result = run(home, "train", "--patience", "0", ok=False)
+    assert result.exit_code == 2 and "--patience" in result.output
+    result = run(home, "train", "--select", "accuracy", ok=False)
+    assert result.exit_code == 2 and "--select" in result.output
+
+
+def test_a_collapsed_encoder_is_reported(tmp_path):
+    """Scores independent of model and query: the CLI must say the encoder learnt nothing."""
+    from helpers import write_triple
+
+    rng = np.random.default_rng(0)
+    queries = [(f"q{i}", ("math", "law")[i % 2], f"Question number {i} about topic {i % 7}?") for i in range(80)]
+    models = [(str(m), f"coin-{m}", f"fam{m % 2}", "7", "open") for m in range(6)]
+    evals = [(m[0], q[0], int(rng.random() < 0.5)) for m in models for q in queries]
+    home = tmp_path / "home"
+    reg = Registry.open(home)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    reg.import_path(write_triple(tmp_path / "coins", queries=queries, models=models, evals=evals))
+    result = run(home, "train", "--epochs", "20")
+    assert "warning: validation loss" in result.stderr and "at chance" in result.stderr, result.output
+    active = Registry.open(home).store.config["active_encoder"]
+    info = json.loads((home / "encoders" / active / "training.json").read_text())
+    assert any("at chance" in w for w in info["warnings"])
+
+
+def test_a_checkpoint_from_the_old_trainer_still_loads(home):
+    """Homes written before TrainConfig have `settings` (with ema, select_window) in training.json."""
+    report = json.loads(run(home, "train", *FAST, "--json").output)
+    info_path = Path(report["checkpoint"]) / "training.json"
+    info = json.loads(info_path.read_text())
+    info.pop("train_config")
+    info["settings"] = {"epochs": 4000, "patience": 1000, "ema": None, "select_window": 1, "noise": [0.1, 0.1]}
+    info_path.write_text(json.dumps(info))
+    assert json.loads(run(home, "embed", "--all", "--json").output)["n_embedded"] == 10

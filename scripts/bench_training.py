@@ -1,0 +1,156 @@
+"""Training robustness and cost on real data: does selection avoid a collapsed predictor, and how
+long does `registry train`'s default take on a large pool?
+
+    .venv/bin/python scripts/bench_training.py robustness [--max-seconds 120] [--seed 0]
+    .venv/bin/python scripts/bench_training.py speed [--max-seconds 480]
+
+robustness: three pools cut from ../shared/data/mmlu-pro with the properties that made LOCUS stop at
+a collapsed predictor (base-rate correctness accuracy) while IRT-Net did well:
+  skewed   the hardest questions (lowest mean accuracy) until about 11% of labels are positive;
+  partial  a random 81% of the model x question matrix observed;
+  few      300 random questions.
+Each runs the `registry evaluate` protocol (LOCUS with TrainConfig's defaults, capped at --max-seconds,
+and IRT-Net) and prints a markdown table: LOCUS's correctness accuracy against the majority-class
+rate and IRT-Net's, routing accuracy, best epoch and why training stopped.
+
+speed: the union of MMLU-Pro (32 models x 12,032 questions) and BFCL (71 x 1,460 tasks), 103 models,
+all-mpnet-base-v2 query vectors, trained as `registry train` does (seed-0 80/10/10 split, 1024
+evaluations per model, TrainConfig's defaults, 2 threads); prints wall time, epochs, seconds per
+epoch, best epoch and why it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SHARED = ROOT.parent / "shared" / "data"
+ENCODER = "all-mpnet-base-v2"
+
+
+def _mmlu_pro():
+    from encoder.data import load_triple_dir
+
+    return load_triple_dir(SHARED / "mmlu-pro", encoder=ENCODER)
+
+
+def _subset(data, *, queries=None, keep_evals=None):
+    """The same models on a subset of queries and/or evaluations (query indices renumbered)."""
+    from encoder.data import EvalData
+
+    keep = np.ones(len(data.scores), dtype=bool) if keep_evals is None else keep_evals.copy()
+    if queries is None:
+        queries = np.arange(data.n_queries)
+    queries = np.sort(np.asarray(queries))
+    new_index = np.full(data.n_queries, -1, dtype=np.int64)
+    new_index[queries] = np.arange(len(queries))
+    keep &= new_index[data.query_index] >= 0
+    return EvalData(models=data.models, query_ids=[data.query_ids[q] for q in queries],
+                    tasks=[data.tasks[q] for q in queries], query_vectors=data.query_vectors[queries],
+                    model_index=data.model_index[keep], query_index=new_index[data.query_index[keep]],
+                    scores=data.scores[keep])
+
+
+def robustness_pools(seed: int = 0) -> dict:
+    data = _mmlu_pro()
+    rng = np.random.default_rng(seed)
+    mean = np.nanmean(data.dense(), axis=0)  # per-question accuracy over the pool
+    order = np.argsort(mean, kind="stable")
+    cum = np.cumsum(mean[order]) / np.arange(1, len(order) + 1)
+    n_hard = int(np.searchsorted(-cum, -0.11))  # the hardest questions until the positive rate reaches 11%
+    return {
+        "skewed": _subset(data, queries=order[: max(n_hard, 500)]),
+        "partial": _subset(data, keep_evals=rng.random(len(data.scores)) < 0.81),
+        "few": _subset(data, queries=rng.choice(data.n_queries, size=300, replace=False)),
+    }
+
+
+def robustness(args) -> None:
+    from encoder.training import TrainConfig
+    from registry.evaluation import run_evaluation, truth_on
+    from encoder.data import split_queries
+
+    config = TrainConfig(max_seconds=args.max_seconds)
+    print(f"TrainConfig: defaults, max_seconds={args.max_seconds}; seed {args.seed}; 1024 evaluations per model\n")
+    print("| pool | models x queries | observed | positives | majority rate (test) | LOCUS correctness | IRT-Net "
+          "correctness | LOCUS routing | IRT-Net routing | best single | LOCUS best epoch / stopped | LOCUS s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for name, pool in robustness_pools(args.seed).items():
+        result = run_evaluation(pool, evals_per_model=1024, seed=args.seed, baselines=("irt_net",),
+                                train_config=config)
+        split = split_queries(pool.n_queries, seed=args.seed)
+        test = truth_on(pool, split.test)
+        labels = test[~np.isnan(test)] >= 0.5
+        majority = max(labels.mean(), 1 - labels.mean())
+        ca, ra = result["correctness_accuracy"], result["routing_accuracy"]
+        observed = len(pool.scores) / (pool.n_models * pool.n_queries)
+        print(f"| {name} | {pool.n_models} x {pool.n_queries} | {observed:.2f} "
+              f"| {pool.scores.mean():.3f} | {majority:.3f} | {ca['locus']:.3f} | {ca['irt_net']:.3f} | "
+              f"{ra['locus']:.3f} | {ra['irt_net']:.3f} | {ra['best_single']:.3f} | {result['locus_best_epoch']} / "
+              f"{result['locus_stopped']} | {result['seconds']['locus']:.0f} |", flush=True)
+
+
+def joint():
+    """MMLU-Pro and BFCL as one EvalData (ids prefixed so they cannot collide)."""
+    from encoder.data import EvalData, load_triple_dir
+
+    parts = [(prefix, load_triple_dir(SHARED / name, encoder=ENCODER)) for prefix, name in
+             (("mmlu", "mmlu-pro"), ("bfcl", "bfcl"))]
+    models, qids, tasks, vectors, mi, qi, sc = [], [], [], [], [], [], []
+    for prefix, d in parts:
+        mi.append(d.model_index + len(models)), qi.append(d.query_index + len(qids)), sc.append(d.scores)
+        models += [f"{prefix}:{m}" for m in d.models]
+        qids += [f"{prefix}:{q}" for q in d.query_ids]
+        tasks += d.tasks
+        vectors.append(d.query_vectors)
+    return EvalData(models, qids, tasks, np.concatenate(vectors), np.concatenate(mi), np.concatenate(qi),
+                    np.concatenate(sc))
+
+
+def speed(args) -> None:
+    from encoder.data import sample_per_model, split_queries
+    from encoder.training import TrainConfig, train_locus
+
+    data = joint()
+    split = split_queries(data.n_queries, seed=0)
+    train = sample_per_model(data, split.train, n_per_model=1024, seed=0)
+    config = TrainConfig() if args.max_seconds is None else TrainConfig(max_seconds=args.max_seconds)
+    started = time.perf_counter()
+    last = [0.0]
+
+    def progress(p):
+        if p.seconds - last[0] > 30 or p.improved and p.epoch % 200 == 0:
+            last[0] = p.seconds
+            print(f"  epoch {p.epoch} val loss {p.validation.loss:.4f} best {p.best_loss:.4f}@{p.best_epoch} "
+                  f"{p.seconds:.0f} s", file=sys.stderr, flush=True)
+
+    result = train_locus(data, train, split.val, config=config, seed=0, progress=progress)
+    seconds = time.perf_counter() - started
+    epochs = len(result.history)
+    print(f"| pool | epochs run | best epoch | stopped | wall s | s / epoch | val loss (chance) | val AUC |")
+    print("|---|---:|---:|---|---:|---:|---|---:|")
+    print(f"| MMLU-Pro + BFCL, {data.n_models} x {data.n_queries} | {epochs} | {result.best_epoch} | {result.stopped} "
+          f"| {seconds:.0f} | {seconds / epochs:.3f} | {result.best.loss:.4f} ({result.best.chance_loss:.4f}) | "
+          f"{result.best.auc:.3f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["robustness", "speed"])
+    ap.add_argument("--max-seconds", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    if not (SHARED / "mmlu-pro" / "evals.csv").is_file():
+        sys.exit(f"MMLU-Pro not found at {SHARED / 'mmlu-pro'}")
+    if args.what == "robustness" and args.max_seconds is None:
+        args.max_seconds = 120.0
+    {"robustness": robustness, "speed": speed}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
