@@ -3,6 +3,7 @@ long does `registry train`'s default take on a large pool?
 
     .venv/bin/python scripts/bench_training.py robustness [--max-seconds 120] [--seed 0]
     .venv/bin/python scripts/bench_training.py speed [--max-seconds 480]
+    .venv/bin/python scripts/bench_training.py step-cost [--view-weight 0]
 
 robustness: three pools cut from ../shared/data/mmlu-pro with the properties that made LOCUS stop at
 a collapsed predictor (base-rate correctness accuracy) while IRT-Net did well:
@@ -12,6 +13,8 @@ a collapsed predictor (base-rate correctness accuracy) while IRT-Net did well:
 Each runs the `registry evaluate` protocol (LOCUS with TrainConfig's defaults, capped at --max-seconds,
 and IRT-Net) and prints a markdown table: LOCUS's correctness accuracy against the majority-class
 rate and IRT-Net's, routing accuracy, best epoch and why training stopped.
+
+step-cost: CPU seconds of one step and one validation on the joint pool (one thread, process time).
 
 speed: the union of MMLU-Pro (32 models x 12,032 questions) and BFCL (71 x 1,460 tasks), 103 models,
 all-mpnet-base-v2 query vectors, trained as `registry train` does (seed-0 80/10/10 split, 1024
@@ -81,6 +84,8 @@ def robustness(args) -> None:
           "correctness | LOCUS routing | IRT-Net routing | best single | LOCUS best epoch / stopped | LOCUS s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for name, pool in robustness_pools(args.seed).items():
+        if args.pools and name not in args.pools.split(","):
+            continue
         result = run_evaluation(pool, evals_per_model=1024, seed=args.seed, baselines=("irt_net",),
                                 train_config=config)
         split = split_queries(pool.n_queries, seed=args.seed)
@@ -139,9 +144,44 @@ def speed(args) -> None:
           f"{result.best.auc:.3f} |")
 
 
+def step_cost(args) -> None:
+    """CPU seconds (process time, one thread: independent of other load on the machine) of one
+    training step over all 103 models and of one validation, on the joint pool."""
+    import torch
+
+    from encoder.data import sample_per_model, split_queries
+    from encoder.locus import Locus
+    from encoder.training import TrainConfig, evals_by_model, recommended_config, train_step, validate
+    from encoder.training import _sample_batch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    data = joint()
+    split = split_queries(data.n_queries, seed=0)
+    per_model = evals_by_model(data, sample_per_model(data, split.train, n_per_model=1024, seed=0))
+    qidx, ys = [data.query_index[e] for e in per_model], [data.scores[e] for e in per_model]
+    cfg = TrainConfig(view_weight=args.view_weight)
+    locus = Locus(recommended_config(data.query_vectors.shape[1]))
+    optimizer = torch.optim.AdamW(locus.parameters(), lr=cfg.lr_encoder)
+    phi_all, rng, steps = torch.from_numpy(data.query_vectors), np.random.default_rng(0), 12
+    started = time.process_time()
+    for _ in range(steps):
+        train_step(locus, optimizer, _sample_batch(rng, np.arange(data.n_models), qidx, ys, cfg, "cpu"), phi_all, cfg)
+    per_step = (time.process_time() - started) / steps
+    started = time.process_time()
+    validate(locus, data, per_model, split.val, data.dense()[:, split.val], 0.5)
+    per_validation = time.process_time() - started
+    print("| pool | view_weight | CPU s / step (all models) | CPU s / validation | CPU s / 4000 epochs, eval every 10 |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| MMLU-Pro + BFCL, {data.n_models} x {data.n_queries} | {args.view_weight:g} | {per_step:.3f} | "
+          f"{per_validation:.2f} | {4000 * per_step + 400 * per_validation:.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["robustness", "speed"])
+    ap.add_argument("what", choices=["robustness", "speed", "step-cost"])
+    ap.add_argument("--view-weight", type=float, default=0.0)
+    ap.add_argument("--pools", default="", help="robustness: comma-separated subset of skewed,partial,few")
     ap.add_argument("--max-seconds", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -149,7 +189,7 @@ def main() -> None:
         sys.exit(f"MMLU-Pro not found at {SHARED / 'mmlu-pro'}")
     if args.what == "robustness" and args.max_seconds is None:
         args.max_seconds = 120.0
-    {"robustness": robustness, "speed": speed}[args.what](args)
+    {"robustness": robustness, "speed": speed, "step-cost": step_cost}[args.what](args)
 
 
 if __name__ == "__main__":

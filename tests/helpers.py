@@ -48,6 +48,6 @@ def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_op
     if train_epochs is not None:
         from encoder.training import TrainConfig
 
-        reg.train(config=TrainConfig(epochs=train_epochs))
+        reg.train(config=TrainConfig(epochs=train_epochs, max_seconds=None))  # no wall-clock cap: load-independent
         reg.embed_all()
     return reg

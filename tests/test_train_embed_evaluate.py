@@ -13,7 +13,7 @@ from cli.main import cli
 from helpers import synthetic_registry
 from registry import Registry
 
-FAST = ["--epochs", "12"]
+FAST = ["--epochs", "12", "--no-time-limit"]  # a time cap would make results depend on the load
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_evaluate_refuses_a_bad_onboard_list(home):
 
 
 def test_train_prints_progress_to_stderr_and_records_why_it_stopped(home):
-    result = run(home, "train", "--epochs", "20", "--evals-per-model", "60")
+    result = run(home, "train", "--epochs", "20", "--no-time-limit", "--evals-per-model", "60")
     assert "epoch 10/20  train loss" in result.stderr and "val loss" in result.stderr
     assert "epoch" not in result.stdout.split("trained encoder")[0]  # progress never goes to stdout
     assert "stopped after 20 epochs (epochs)" in result.stdout and "chance" in result.stdout
@@ -148,7 +148,7 @@ def test_a_collapsed_encoder_is_reported(tmp_path):
     reg = Registry.open(home)
     reg.set_query_encoder("all-MiniLM-L6-v2")
     reg.import_path(write_triple(tmp_path / "coins", queries=queries, models=models, evals=evals))
-    result = run(home, "train", "--epochs", "20")
+    result = run(home, "train", "--epochs", "20", "--no-time-limit")
     assert "warning: validation loss" in result.stderr and "at chance" in result.stderr, result.output
     active = Registry.open(home).store.config["active_encoder"]
     info = json.loads((home / "encoders" / active / "training.json").read_text())
