@@ -65,10 +65,11 @@ def build_registry(home: Path, datasets: tuple[str, ...], *, seed: int = 0, max_
             log(f"imported {name}: {report.new_models} models, {report.new_queries} queries, "
                 f"{report.new_evaluations} evaluations")
     if not reg.store.config.get("active_encoder"):
-        options = {"threads": threads}
-        if max_seconds is not None:
-            options["max_seconds"] = max_seconds
-        trained = reg.train(evals_per_model=1024, seed=seed, progress=False, **options)
+        from encoder.training import TrainConfig
+
+        config = TrainConfig(threads=threads) if max_seconds is None else TrainConfig(threads=threads,
+                                                                                      max_seconds=max_seconds)
+        trained = reg.train(evals_per_model=1024, seed=seed, config=config)
         log(f"trained encoder {trained.encoder_id} on {len(trained.models)} models in {trained.seconds:.0f} s "
             f"(best epoch {trained.best_epoch}, validation routing {trained.val_routing_accuracy:.4f})")
     reg.embed_all()

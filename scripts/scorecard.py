@@ -116,6 +116,7 @@ def _mcnemar(a: list[float], b: list[float]) -> dict:
 def part_d(reg, setup: str, args, seed: int) -> dict:
     """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
     from registry.dataset import load_eval_data
+    from encoder.training import TrainConfig
     from registry.evaluation import run_evaluation
 
     out = {}
@@ -126,7 +127,7 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
         data = load_eval_data(reg.store, reg.query_encoder, models=names)
         started = time.perf_counter()
         r = run_evaluation(data, evals_per_model=1024, seed=seed, keep_routed=True,
-                           locus_options={"max_seconds": args.max_seconds})
+                           train_config=TrainConfig(max_seconds=args.max_seconds))
         routed = r.pop("routed")
         baselines = [m for m in routed if m != "locus"]
         best = max(baselines, key=lambda m: r["routing_accuracy"][m])
@@ -142,6 +143,7 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
 
 def part_f(reg, setup: str, args) -> dict:
     from registry.dataset import load_eval_data
+    from encoder.training import TrainConfig
     from registry.evaluation import run_evaluation
 
     out = {}
@@ -153,7 +155,7 @@ def part_f(reg, setup: str, args) -> dict:
         holdout = max(2, round(0.1 * len(names)))
         started = time.perf_counter()
         r = run_evaluation(data, evals_per_model=1024, seed=args.seeds[0], holdout_models=holdout,
-                           onboard_evals=ONBOARD, baselines=(), locus_options={"max_seconds": args.max_seconds})
+                           onboard_evals=ONBOARD, baselines=(), train_config=TrainConfig(max_seconds=args.max_seconds))
         out[view] = {"held_out": r["held_out"], "onboarding": r["onboarding"], "models": len(names),
                      "locus_routing_trained_pool": r["routing_accuracy"]["locus"]}
         print(f"  {LABEL[view]}: (f) in {time.perf_counter() - started:.0f} s", flush=True)

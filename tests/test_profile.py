@@ -22,7 +22,7 @@ def reg(tmp_path_factory) -> Registry:
     """A synthetic registry (3 families x 3 sizes, 4 tasks) with a briefly trained encoder, all embedded.
     Profiling only reads, so the tests share it."""
     home = tmp_path_factory.mktemp("profile") / "home"
-    return synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+    return synthetic_registry(home, train_epochs=60, n_families=3, models_per_family=3, queries_per_task=25,
                               tasks=TASKS, n_duplicates=0, seed=3)
 
 
