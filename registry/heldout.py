@@ -26,6 +26,8 @@ class HeldOut:
     active: ActiveEncoder
     test_queries: np.ndarray  # query indices into data; never built an embedding below
     embeddings: np.ndarray  # (M, d), each model from up to max_evals evaluations outside test_queries
+    # test queries the encoder recorded, the pool's or not (data holds only queries the pool was scored on)
+    recorded_test_queries: int = 0
 
     def truth(self) -> np.ndarray:
         """(M, T) scores on the test queries, NaN where a model was not evaluated."""
@@ -43,8 +45,10 @@ def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | 
     if "test_query_ids" in info:
         wanted = set(info["test_query_ids"])
         test = np.asarray([i for i, q in enumerate(data.query_ids) if q in wanted], dtype=np.int64)
+        recorded = len(wanted)
     else:
         test = split_queries(data.n_queries, seed=int(info.get("seed", 0))).test
+        recorded = len(test)
     is_test = np.zeros(data.n_queries, dtype=bool)
     is_test[test] = True
     keep = ~is_test[data.query_index]
@@ -52,4 +56,4 @@ def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | 
                       scores=data.scores[keep])
     per_model = embedding_evals(outside, max_evals=max_evals, seed=seed)
     return HeldOut(data=data, active=active, test_queries=test,
-                   embeddings=embed_models(active.locus, outside, per_model))
+                   embeddings=embed_models(active.locus, outside, per_model), recorded_test_queries=recorded)

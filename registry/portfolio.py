@@ -308,10 +308,10 @@ class PortfolioSpace:
         scored_any = ~np.isnan(truth).all(axis=0)
         common = ~np.isnan(truth).any(axis=0)
         pred, scoring, reason, counted = None, None, None, np.zeros(0, dtype=np.int64)
-        if not len(held.test_queries):
+        if not held.recorded_test_queries:
             reason = "the active encoder recorded no test queries"
         elif not scored_any.any():
-            reason = (f"no model of the pool has a score on any of the {len(held.test_queries)} held-out test "
+            reason = (f"no model of the pool has a score on any of the {held.recorded_test_queries} held-out test "
                       "queries")
         elif common.any():
             scoring, counted = "common", np.flatnonzero(common)
