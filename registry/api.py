@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from indexing.home import resolve_home
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
@@ -12,6 +12,9 @@ from registry.errors import NotFoundError, RegistryError
 from registry.ingest import ImportReport, ingest, load_precomputed
 from registry.importers import read_batch
 from registry.records import ModelRecord
+
+if TYPE_CHECKING:
+    from registry.audit import AuditReport
 
 __all__ = ["Registry"]
 
@@ -204,13 +207,14 @@ class Registry:
 
         return distance(self._store, a, b, metric=metric)
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
-              tolerance: float = 0.10, alpha: float = 0.01) -> dict[str, Any]:
-        """Flag pairs of models whose embeddings sit within a model's own self-spread and whose
-        evaluations do not show them to differ (see `registry.audit`)."""
+    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
+              max_noise: float = 0.12) -> "AuditReport":
+        """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
+        in the index, judged on their evaluations against the pool's own distinct pairs (see
+        `registry.audit`). Returns a typed `AuditReport`."""
         from registry.audit import audit
 
-        return audit(self._store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
+        return audit(self._store, model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

@@ -65,16 +65,15 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> None:
     echo(f"nearest to {endpoint}:")
     for hit in reg.similar(endpoint, k=3):
         echo(f"  {hit['distance']:.4f}  {hit['name']}")
-    result = reg.audit()
-    echo(f"audit: threshold {result['threshold']:.4f} (0.99 quantile of self-spread); "
-         f"{result['candidates']} close pair(s), {len(result['cleared'])} cleared by their evaluations, "
-         f"{len(result['flags'])} flagged")
-    for flag in result["flags"][:6]:
-        ev = flag["evidence"]
-        shared = f", {ev['disagreement']:.1%} disagreement on {ev['shared_queries']} shared queries" \
-            if ev["disagreement"] is not None else ""
-        echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) "
-             f"{flag['score']:.3f}{shared}")
+    report = reg.audit()
+    echo(f"audit: {report.candidates} candidate pair(s) ({report.k} nearest neighbours), "
+         f"{len(report.cleared)} cleared by their evaluations, {len(report.duplicates)} duplicate(s), "
+         f"{len(report.related)} same product line?")
+    for flag in report.flags[:6]:
+        ev = flag.evidence
+        shared = (f", {ev.disagreement_rate:.1%} disagreement on {ev.shared_queries} shared queries (distinct models "
+                  f"of their abilities: {ev.expected_disagreement_rate:.1%})" if ev.disagreement_rate is not None else "")
+        echo(f"  {flag.label}: {flag.a} ~ {flag.b}, distance {flag.distance:.4f}{shared}")
 
     tasks = sorted(reg.stats()["tasks"])
     targets = {task: (0.9 if i == 0 else 0.3) for i, task in enumerate(tasks[:3])}
