@@ -332,7 +332,7 @@ def restore(ctx, name, version) -> None:
 @click.option("-k", "--neighbours", "k", type=click.IntRange(min=1), default=10, show_default=True,
               help="Nearest neighbours of each model proposed as candidates.")
 @click.option("--alpha", type=float, default=0.01, show_default=True,
-              help="False discovery rate of flags over the run's candidates (and level of the other tests).")
+              help="Chance of any false flag in the run, over its candidates (Holm); level of the other tests.")
 @click.option("--max-noise", type=float, default=0.12, show_default=True,
               help="Largest share of answers on which one model re-run or re-served may differ.")
 @click.option("--json", "as_json", is_flag=True, help="Print the AuditReport as JSON.")

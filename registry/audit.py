@@ -10,9 +10,10 @@ The embeddings propose, the evaluations decide.
    were independent given the query; the pair's excess agreement kappa = 1 - observed / expected is
    compared with the pool's own pairs of similar accuracy (median and MAD), so strong pools (distinct
    models disagreeing on ~10%) and skewed labels (weak models agreeing on 95%) are judged against what
-   is normal there. Flags are controlled at a false discovery rate `alpha` over the run's candidates
-   (Benjamini-Hochberg); a pair that disagrees significantly more than `max_noise` is cleared; a flag
-   whose disagreements lean one way within tasks is "same product line?" rather than "duplicate".
+   is normal there. The chance of any false flag in a run is held at `alpha` over the run's
+   candidates (Holm's step-down, family-wise); a pair that disagrees significantly more than `max_noise` is cleared; a flag
+   whose disagreements lean one way within tasks, or whose kappa is clearly below either member's
+   best match, is "same product line?" rather than "duplicate".
    Pairs with no shared query are tested for equal accuracy within task x difficulty strata.
 
 The pool calibration (IRT fit and reference kappas) is cached in `<home>/audit/`, keyed by encoder
@@ -29,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from indexing.store import EVALUATIONS, QUERIES, Store
-from registry.audit_stats import Calibration, PoolEvals, calibrate, evidence, fdr_level, label
+from registry.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 from registry.errors import InputError, RegistryError
 
 __all__ = ["audit", "AuditReport", "AuditPair", "AuditEvidence", "AuditCalibration"]
@@ -92,10 +93,10 @@ class AuditReport(BaseModel):
     model: str | None = Field(None, description="the one model audited (audit --model), else every model")
     metric: str
     k: int = Field(description="nearest neighbours proposed as candidates per model")
-    alpha: float = Field(description="false discovery rate of flags over this run's candidates; level of the other tests")
+    alpha: float = Field(description="chance of any false flag in this run (Holm over its candidates); level of the other tests")
     max_noise: float = Field(description="largest disagreement rate one model re-run or re-served may show")
     candidates: int
-    flag_level_p: float = Field(description="p threshold of the excess-agreement test after Benjamini-Hochberg")
+    flag_level_p: float = Field(description="p threshold of the excess-agreement test after Holm's correction")
     flags: list[AuditPair] = Field(description="pairs labelled duplicate or same product line?")
     cleared: list[AuditPair]
     untested: list[AuditPair] = Field(description="candidates with no comparable evaluations")
@@ -227,10 +228,12 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     ev_models, ev_qids, ev_scores = _read_evals(store, involved)
     own = {n: _rows_for(cal, ev_models, ev_qids, ev_scores, n) for n in involved}
     decided = {key: evidence(cal, key[0], *own[key[0]], key[1], *own[key[1]], max_noise=max_noise) for key in pairs}
-    level = fdr_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
-    out: dict[str, list[AuditPair]] = {"flags": [], "cleared": [], "untested": []}
+    level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
     for (a, b), d in decided.items():
         label(cal, d, a, b, level=level, alpha=alpha, max_noise=max_noise)
+    prefer_best_match(decided)
+    out: dict[str, list[AuditPair]] = {"flags": [], "cleared": [], "untested": []}
+    for (a, b), d in decided.items():
         s = d.stats
         pair = AuditPair(
             a=a, b=b, label=d.label, reason=d.reason, distance=pairs[(a, b)][0], neighbour_rank=pairs[(a, b)][1],

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PoolEvals", "Calibration", "calibrate", "evidence", "label", "fdr_level", "PairStats", "Decision",
+__all__ = ["PoolEvals", "Calibration", "calibrate", "evidence", "label", "holm_level", "prefer_best_match", "PairStats", "Decision",
            "MIN_EVIDENCE"]
 
 MIN_EVIDENCE = 30  # answers needed on a side before a test is run at all
@@ -386,12 +386,14 @@ class Decision:
 
 
 def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, ib: np.ndarray, yb: np.ndarray, *,
-             max_noise: float) -> Decision:
-    """The pair's statistics and p-values, not yet labelled. `ia`/`ib` index the calibration's queries."""
+             max_noise: float, calibrated_rows: dict | None = None) -> Decision:
+    """The pair's statistics and p-values, not yet labelled. `ia`/`ib` index the calibration's queries.
+    `calibrated_rows` (name -> rows): what the calibration holds for a or b when that differs from the
+    rows given (their answers are left out of the difficulty strata; default: the rows given)."""
     from scipy.stats import binom, norm
 
     ta, tb = cal.theta_of(a, ia, ya), cal.theta_of(b, ib, yb)
-    bins = cal.bins({a: (ia, ya), b: (ib, yb)})
+    bins = cal.bins({a: (ia, ya), b: (ib, yb), **(calibrated_rows or {})})
     s = _pair_stats(ia, ya, ta, ib, yb, tb, cal.task, cal.beta, bins=bins, n_tasks=cal.n_tasks)
     out = Decision("untested", "", s)
     if s.kappa is not None:
@@ -404,19 +406,44 @@ def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, i
     return out
 
 
-def fdr_level(p_values: list[float], q: float) -> float:
-    """Benjamini-Hochberg: the largest p-value threshold whose flags hold at most a share q of
-    false ones in expectation (0.0 when none qualifies)."""
+def holm_level(p_values: list[float], alpha: float) -> float:
+    """Holm's step-down threshold: flags at p <= the returned level hold the chance of any false
+    flag in the run at most alpha (family-wise, as a CI gate wants); 0.0 when nothing qualifies."""
     p = np.sort(np.asarray(p_values, dtype=np.float64))
-    if not len(p):
-        return 0.0
-    ok = p <= q * np.arange(1, len(p) + 1) / len(p)
-    return float(p[np.flatnonzero(ok)[-1]]) if ok.any() else 0.0
+    level = 0.0
+    for i, value in enumerate(p):
+        if value > alpha / (len(p) - i):
+            break
+        level = float(value)
+    return level
+
+
+def prefer_best_match(decided: dict[tuple[str, str], "Decision"]) -> None:
+    """A model flagged with several others is a duplicate of the one it agrees with most; a flagged
+    pair whose kappa is clearly (3 standard errors) below the best match of either member is that
+    duplicate's relative, so it becomes "same product line?" (e.g. a copy of gpt-4-0125 also agrees
+    beyond chance with gpt-4-turbo, less than with the original)."""
+    best: dict[str, tuple[float, float, str]] = {}
+    for (a, b), d in decided.items():
+        if d.label in ("duplicate", "same product line?") and d.stats.kappa is not None:
+            for x, other in ((a, b), (b, a)):
+                if x not in best or d.stats.kappa > best[x][0]:
+                    best[x] = (d.stats.kappa, d.stats.kappa_se, other)
+    for (a, b), d in decided.items():
+        if d.label != "duplicate" or d.stats.kappa is None:
+            continue
+        for x in (a, b):
+            k_best, se_best, other = best[x]
+            if other not in (a, b) and k_best - d.stats.kappa > 3 * np.hypot(se_best, d.stats.kappa_se):
+                d.label = "same product line?"
+                d.reason += (f"; but {x} agrees clearly more with {other} (kappa {k_best:.3f} vs "
+                             f"{d.stats.kappa:.3f}), so this pair is more likely that one's relative")
+                break
 
 
 def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alpha: float, max_noise: float) -> Decision:
-    """Label a pair from its evidence. `level`: the p threshold of the excess-agreement test (the
-    run's Benjamini-Hochberg level over its candidates); `alpha`: level of the other tests.
+    """Label a pair from its evidence. `level`: the p threshold of the excess-agreement test (Holm's
+    step-down level over the run's candidates); `alpha`: level of the other tests.
 
     Shared queries (>= 30): cleared when they disagree significantly more often than `max_noise`
     (one model re-run or re-served does not), or when their excess agreement kappa is not above the

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from helpers import synthetic_registry
 from registry import Registry
-from registry.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, fdr_level, label
+from registry.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 
 
 # ------------------------------------------------------------------ the decision, from evaluations alone
@@ -42,9 +42,11 @@ def _labels(scores, task, names, pairs, *, alpha=0.01, max_noise=0.12):
     cal = calibrate(pool)
     decided = {(a, b): evidence(cal, names[a], *pool.rows[a], names[b], *pool.rows[b], max_noise=max_noise)
                for a, b in pairs}
-    level = fdr_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
-    return {(names[a], names[b]): label(cal, d, names[a], names[b], level=level, alpha=alpha, max_noise=max_noise)
-            for (a, b), d in decided.items()}
+    level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
+    out = {(names[a], names[b]): label(cal, d, names[a], names[b], level=level, alpha=alpha, max_noise=max_noise)
+           for (a, b), d in decided.items()}
+    prefer_best_match(out)
+    return out
 
 
 def _fixed_tolerance_flags(scores, pairs, tolerance=0.10, alpha=0.01):
@@ -126,10 +128,10 @@ def test_no_shared_queries_falls_back_to_task_by_difficulty_homogeneity():
     assert other.label == "cleared" and "differ across" in other.reason
 
 
-def test_fdr_level_is_benjamini_hochberg():
-    # sorted p against q * rank / n = 0.0125, 0.025, 0.0375, 0.05: the first three qualify
-    assert fdr_level([0.03, 0.5, 0.001, 0.02], 0.05) == 0.03
-    assert fdr_level([0.2, 0.5], 0.05) == 0.0 and fdr_level([], 0.05) == 0.0
+def test_holm_level_steps_down():
+    # sorted p against alpha / (n - i) = 0.0125, 0.0167, 0.025, 0.05: 0.001 and 0.012 pass, 0.03 stops it
+    assert holm_level([0.03, 0.5, 0.001, 0.012], 0.05) == 0.012
+    assert holm_level([0.2, 0.5], 0.05) == 0.0 and holm_level([], 0.05) == 0.0
 
 
 # ------------------------------------------------------------------ over a registry: CLI and API
