@@ -29,6 +29,10 @@ __all__ = ["PoolEvals", "Calibration", "calibrate", "evidence", "label", "holm_l
            "MIN_EVIDENCE"]
 
 MIN_EVIDENCE = 30  # answers needed on a side before a test is run at all
+# Without shared queries only the task x difficulty homogeneity test speaks, and it passes distinct
+# models of similar ability unless it has many answers and the pool shows it separates distinct pairs:
+MIN_DISJOINT = 200  # answers each side needs before its "same model" verdict counts
+MAX_SPLIT_PASS = 0.2  # largest share of the pool's distinct pairs it may pass on disjoint halves
 _SCALE_FLOOR = 0.02  # smallest null spread of kappa we trust (a pool of near-identical pairs would give ~0)
 _BINS = 4  # difficulty strata per task for the homogeneity test on non-shared queries
 
@@ -492,13 +496,20 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
         return out
     rate = float((cal.split_homogeneity_p >= alpha).mean()) if len(cal.split_homogeneity_p) else None
     out.split_pass_rate = rate
-    worth = (f"; {rate:.0%} of the pool's distinct pairs pass this test on disjoint halves" if rate is not None else "")
     if s.homogeneity_p < alpha:
         out.label, out.reason = "cleared", (f"no shared queries to compare; their accuracies differ across "
                                             f"{s.homogeneity_strata} task x difficulty strata (p={s.homogeneity_p:.2g})")
+    elif min(s.only_a, s.only_b) < MIN_DISJOINT or rate is None or rate > MAX_SPLIT_PASS:
+        why = (f"{s.only_a} / {s.only_b} answers (a verdict needs {MIN_DISJOINT} each)"
+               if min(s.only_a, s.only_b) < MIN_DISJOINT else
+               f"{rate:.0%} of the pool's distinct pairs pass it on disjoint halves" if rate is not None else
+               "the pool has no pairs to measure it on")
+        out.label, out.reason = "untested", (f"{s.shared} shared queries; their accuracies agree across "
+                                             f"{s.homogeneity_strata} task x difficulty strata (p={s.homogeneity_p:.2g}), "
+                                             f"but that test cannot tell distinct models apart here: {why}")
     else:
         out.label = "duplicate"
         out.reason = (f"no shared queries to compare ({s.only_a} / {s.only_b} answered); their accuracies agree "
                       f"across {s.homogeneity_strata} task x difficulty strata (p={s.homogeneity_p:.2g} >= "
-                      f"{alpha:g}){worth}")
+                      f"{alpha:g}); only {rate:.0%} of the pool's distinct pairs pass this test on disjoint halves")
     return out
