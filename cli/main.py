@@ -425,39 +425,48 @@ def restore(ctx, name, version, as_json) -> None:
 
 
 @cli.command()
-@click.option("--model", default=None, help="Check one model against the rest (default: every pair).")
+@click.option("--model", default=None, help="Audit one model against its nearest neighbours (the CI call for a "
+              "new endpoint; default: every model).")
 @click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
-@click.option("--quantile", default=0.99, show_default=True, help="Quantile of self-spread used as the threshold.")
-@click.option("--tolerance", default=0.10, show_default=True,
-              help="Share of shared queries on which two endpoints of one model may disagree.")
-@click.option("--alpha", default=0.01, show_default=True,
-              help="Test level at which the evaluations clear a close pair as two different models.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-@click.option("--fail-on-flag", is_flag=True, help="Exit 1 when any pair is flagged (for CI).")
+@click.option("-k", "--neighbours", "k", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Nearest neighbours of each model proposed as candidates.")
+@click.option("--alpha", type=float, default=0.01, show_default=True,
+              help="Chance of any false flag in the run, over its candidates (Holm); level of the other tests.")
+@click.option("--max-noise", type=float, default=0.12, show_default=True,
+              help="Largest share of answers on which one model re-run or re-served may differ.")
+@click.option("--json", "as_json", is_flag=True, help="Print the AuditReport as JSON.")
+@click.option("--fail-on-flag", is_flag=True, help="Exit 1 when a pair is labelled duplicate (for CI).")
+@click.option("--fail-on-related", is_flag=True,
+              help="Exit 1 also when a pair is labelled 'same product line?' (snapshots, fine-tunes, degraded copies).")
 @click.pass_context
-def audit(ctx, model, metric, quantile, tolerance, alpha, as_json, fail_on_flag) -> None:
+def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related) -> None:
     """Flag models that are likely the same model behind different endpoints.
 
-    Pairs whose embeddings sit within a model's own self-spread are candidates; each is then tested
-    on the evaluations both hold and cleared when they show two different models."""
-    result = _backend(ctx).audit(model=model, metric=metric, quantile=quantile, tolerance=tolerance,
-                                 alpha=alpha)
+    Each model's k nearest neighbours in the index are candidates; each pair is judged on its
+    evaluations: agreement beyond what two distinct models of their abilities show in this pool is a
+    flag, labelled duplicate, or "same product line?" when their differences are systematic."""
+    for option, value in (("--alpha", alpha), ("--max-noise", max_noise)):
+        if not 0.0 < value < 1.0:
+            raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
+    report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
     if as_json:
-        _echo_json(result)
+        click.echo(report.model_dump_json(indent=2))
     else:
-        click.echo(f"{result['models']} models; threshold {result['threshold']:.4f} ({metric} distance, "
-                   f"{quantile:.2f} quantile of self-spread over {result['self_spread']['models']} models); "
-                   f"closest distinct pair {result['distinct']['min']:.4f}")
-        for f in result["flags"]:
-            ev = f["evidence"]
-            shared = (f"{ev['disagreement']:.1%} disagreement on {ev['shared_queries']} shared queries"
-                      if ev["disagreement"] is not None else "no shared queries to compare")
-            click.echo(f"FLAG {f['a']} ~ {f['b']}: distance {f['distance']:.4f}, "
-                       f"P(distinct models this close) {f['score']:.4f}; {shared}")
-        click.echo(f"{len(result['cleared'])} of {result['candidates']} close pairs cleared by their evaluations")
-        if not result["flags"]:
-            click.echo("no likely duplicates")
-    if fail_on_flag and result["flags"]:
+        cal = report.calibration
+        scope = f"model {report.model}" if report.model else f"{report.models} models"
+        click.echo(f"{scope}: {report.candidates} candidate pairs ({report.k} nearest neighbours, {metric}); "
+                   f"pool calibration over {cal.models} models and {cal.reference_pairs} reference pairs"
+                   + (" (cached" + (", from an older generation" if cal.stale else "") + ")" if cal.cached else ""))
+        for f in report.flags:
+            tag = "DUPLICATE" if f.label == "duplicate" else "SAME PRODUCT LINE?"
+            click.echo(f"{tag} {f.a} ~ {f.b} (distance {f.distance:.4f}, neighbour {f.neighbour_rank}): {f.reason}")
+        for u in report.untested:
+            click.echo(f"UNTESTED {u.a} ~ {u.b}: {u.reason}")
+        click.echo(f"{len(report.cleared)} of {report.candidates} candidate pairs cleared by their evaluations; "
+                   f"{len(report.duplicates)} duplicate(s), {len(report.related)} same product line?")
+    if (fail_on_flag or fail_on_related) and report.duplicates:
+        ctx.exit(1)
+    if fail_on_related and report.related:
         ctx.exit(1)
 
 

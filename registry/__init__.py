@@ -11,6 +11,7 @@ from registry.api import Registry
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import Evaluation, ModelRecord, Query
 from registry.results import (
+    AuditReport,
     Agreement,
     CheckResult,
     Cluster,
@@ -57,6 +58,7 @@ __all__ = [
     "NotFoundError",
     # results
     "Agreement",
+    "AuditReport",
     "CheckResult",
     "Cluster",
     "ClustersResult",

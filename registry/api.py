@@ -15,6 +15,7 @@ from indexing.home import resolve_home
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
+    AuditReport,
     CheckResult,
     ClustersResult,
     Comparison,
@@ -277,13 +278,14 @@ class Registry:
 
         return distance(self.store, a, b, metric=metric)
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
-              tolerance: float = 0.10, alpha: float = 0.01) -> dict[str, Any]:
-        """Flag pairs of models whose embeddings sit within a model's own self-spread and whose
-        evaluations do not show them to differ (see `registry.audit`)."""
+    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
+              max_noise: float = 0.12) -> AuditReport:
+        """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
+        in the index, judged on their evaluations against the pool's own distinct pairs (see
+        `registry.audit`). Returns a typed `AuditReport`."""
         from registry.audit import audit
 
-        return audit(self.store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
+        return audit(self.store, model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

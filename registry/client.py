@@ -20,6 +20,7 @@ import httpx
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
+    AuditReport,
     ModelChange,
     ModelHistory,
     ModelInfo,
@@ -152,17 +153,12 @@ class RegistryClient:
         decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
         return decisions[0] if single else decisions
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
-              tolerance: float = 0.10, alpha: float = 0.01):
-        params = {"metric": metric, "quantile": quantile, "tolerance": tolerance, "alpha": alpha}
+    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
+              max_noise: float = 0.12) -> AuditReport:
+        params = {"metric": metric, "k": k, "alpha": alpha, "max_noise": max_noise}
         if model is not None:
             params["model"] = model
-        data = self._call("GET", "/v1/audit", params=params)
-        try:  # the typed report, where the audit module defines one (branch `audit`); else the dict
-            from registry.audit import AuditReport
-        except ImportError:
-            return data
-        return AuditReport.model_validate(data)
+        return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
                 where: str | None = None) -> ProfileResult:

@@ -82,16 +82,15 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     nearest = reg.similar(endpoint, k=3)
     for hit in nearest.neighbours:
         echo(f"  {hit.distance:.4f}  {hit.name}")
-    result = reg.audit()
-    echo(f"audit: threshold {result['threshold']:.4f} (0.99 quantile of self-spread); "
-         f"{result['candidates']} close pair(s), {len(result['cleared'])} cleared by their evaluations, "
-         f"{len(result['flags'])} flagged")
-    for flag in result["flags"][:6]:
-        ev = flag["evidence"]
-        shared = f", {ev['disagreement']:.1%} disagreement on {ev['shared_queries']} shared queries" \
-            if ev["disagreement"] is not None else ""
-        echo(f"  {flag['a']} ~ {flag['b']}: distance {flag['distance']:.4f}, P(distinct this close) "
-             f"{flag['score']:.3f}{shared}")
+    report = reg.audit()
+    echo(f"audit: {report.candidates} candidate pair(s) ({report.k} nearest neighbours), "
+         f"{len(report.cleared)} cleared by their evaluations, {len(report.duplicates)} duplicate(s), "
+         f"{len(report.related)} same product line?")
+    for flag in report.flags[:6]:
+        ev = flag.evidence
+        shared = (f", {ev.disagreement_rate:.1%} disagreement on {ev.shared_queries} shared queries (distinct models "
+                  f"of their abilities: {ev.expected_disagreement_rate:.1%})" if ev.disagreement_rate is not None else "")
+        echo(f"  {flag.label}: {flag.a} ~ {flag.b}, distance {flag.distance:.4f}{shared}")
 
     tasks = sorted(reg.stats().queries_per_task)
     targets = {task: (0.9 if i == 0 else 0.3) for i, task in enumerate(tasks[:3])}
@@ -122,7 +121,7 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
          + "; ".join(", ".join(c.members[:4]) for c in families.clusters[:2]))
     drawn = reg.map(plots / "map.png", color_by="family")
     echo(f"plots: {plots / 'clusters.png'}, {plots / 'map.png'}")
-    return {"added": added, "nearest": nearest, "audit": result, "profile": found, "portfolio": chosen,
+    return {"added": added, "nearest": nearest, "audit": report, "profile": found, "portfolio": chosen,
             "route": routed, "route_without_top": without, "clusters": families, "map": drawn}
 
 

@@ -25,6 +25,10 @@ __all__ = [
     "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
     "FamilySpread", "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult",
     "TaskComparison", "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse",
+    "AuditEvidence",
+    "AuditPair",
+    "AuditCalibration",
+    "AuditReport",
     "RESULT_TYPES",
 ]
 
@@ -451,7 +455,7 @@ class DemoReport(Result):
     embedded: EmbedReport
     added: ModelChange | None
     nearest: SearchResult
-    audit: dict[str, Any] = Field(description="the audit report (typed by the audit module)")
+    audit: "AuditReport"
     profile: ProfileResult
     portfolio: PortfolioResult
     route: RouteDecision
@@ -477,11 +481,92 @@ class ErrorResponse(Result):
 
 
 # Every command's --json output, by command (tests validate the CLI against these).
+# --------------------------------------------------------------------------------- audit
+AuditLabel = Literal["duplicate", "same product line?", "cleared", "untested"]
+
+
+class AuditEvidence(BaseModel):
+    """What the two models' evaluations say. Rates are shares of queries (0..1)."""
+
+    shared_queries: int = Field(description="queries both models answered")
+    disagreement_rate: float | None = Field(None, description="share of shared queries scored differently")
+    expected_disagreement_rate: float | None = Field(
+        None, description="the same for two distinct, conditionally independent models of their abilities")
+    excess_agreement_kappa: float | None = Field(None, description="1 - observed / expected disagreement")
+    kappa_standard_error: float | None = None
+    null_kappa_median: float | None = Field(None, description="kappa of the pool's pairs of similar accuracy")
+    null_kappa_scale: float | None = Field(None, description="1.4826 x their median absolute deviation")
+    null_pairs: int = 0
+    z_excess: float | None = None
+    p_excess: float | None = Field(None, description="one-sided p of kappa under the pool's distinct pairs")
+    p_above_max_noise: float | None = Field(None, description="p of 'disagreement rate <= max_noise'")
+    accuracy_a: float | None = Field(None, description="on the shared queries")
+    accuracy_b: float | None = None
+    a_right_b_wrong: int = 0
+    b_right_a_wrong: int = 0
+    symmetry_p: float | None = Field(None, description="stratified McNemar by task: disagreements lean one way")
+    only_a_queries: int = 0
+    only_b_queries: int = 0
+    homogeneity_p: float | None = Field(None, description="equal accuracy by task x difficulty, non-shared queries")
+    homogeneity_strata: int = 0
+    split_pass_rate: float | None = Field(
+        None, description="share of the pool's distinct pairs that pass the homogeneity test on disjoint halves")
+
+
+class AuditPair(BaseModel):
+    a: str
+    b: str
+    label: AuditLabel
+    reason: str
+    distance: float = Field(description="embedding distance in the report's metric (cosine: 1 - cos)")
+    neighbour_rank: int = Field(description="b's rank among a's nearest neighbours (1 = nearest)")
+    evidence: AuditEvidence
+
+
+class AuditCalibration(BaseModel):
+    models: int
+    queries: int
+    reference_pairs: int
+    reference_kappa_median: float | None
+    encoder_id: str | None
+    generation: str | None
+    cached: bool = Field(description="read from <home>/audit/ rather than fitted in this run")
+    stale: bool = Field(description="fitted on an older generation of the registry than the current one")
+
+
+class AuditReport(BaseModel):
+    models: int = Field(description="embedded models in the index")
+    model: str | None = Field(None, description="the one model audited (audit --model), else every model")
+    metric: str
+    k: int = Field(description="nearest neighbours proposed as candidates per model")
+    alpha: float = Field(description="chance of any false flag in this run (Holm over its candidates); level of the other tests")
+    max_noise: float = Field(description="largest disagreement rate one model re-run or re-served may show")
+    candidates: int
+    flag_level_p: float = Field(description="p threshold of the excess-agreement test after Holm's correction")
+    flags: list[AuditPair] = Field(description="pairs labelled duplicate or same product line?")
+    cleared: list[AuditPair]
+    untested: list[AuditPair] = Field(description="candidates with no comparable evaluations")
+    calibration: AuditCalibration
+    seconds: float
+
+    @property
+    def duplicates(self) -> list[AuditPair]:
+        return [f for f in self.flags if f.label == "duplicate"]
+
+    @property
+    def related(self) -> list[AuditPair]:
+        return [f for f in self.flags if f.label == "same product line?"]
+
+
+# ---------------------------------------------------------------- reading the store
+
 RESULT_TYPES: dict[str, type[BaseModel]] = {
     "init": HomeInfo, "import": ImportReport, "stats": Stats, "models list": ModelList, "show": ModelInfo,
     "history": ModelHistory, "add-model": ModelChange, "refine": ModelChange, "remove": RemoveResult,
     "restore": RestoreResult, "check": CheckResult, "train": TrainReport, "embed": EmbedReport,
     "evaluate": EvaluationReport, "search": SearchResult, "profile": ProfileResult, "route": RouteDecision,
     "portfolio": PortfolioResult, "clusters": ClustersResult, "map": MapResult, "compare": Comparison,
-    "demo": DemoReport,
+    "demo": DemoReport, "audit": AuditReport,
 }
+
+DemoReport.model_rebuild()  # its audit field names AuditReport, defined after it

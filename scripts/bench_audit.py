@@ -1,24 +1,30 @@
-"""Precision and recall of the duplicate audit on synthetic pools with planted duplicates.
+"""Speed of `registry audit --model NAME` (the CI call for one new endpoint) on large synthetic registries.
 
-    .venv/bin/python scripts/bench_audit.py [--seeds 0,1,2] [--queries-per-task 20,50,100] [--disjoint]
+    .venv/bin/python scripts/bench_audit.py [--sizes 1000,10000] [--evals-per-model 200] [--queries 2000]
 
-For each seed and evaluation count: a synthetic pool (4 families x 3 models, 6 tasks, 3 planted
-duplicate endpoints whose answers differ from the original's by 5% noise, each model scored on a
-random 80% of the queries, so endpoints share only some queries) is imported into a fresh registry;
-the encoder is trained on the pool without the planted copies (as in practice: the registry's encoder
-predates the suspicious endpoint), every model is embedded, and `audit` runs at its default threshold.
-A flag is a true positive when it pairs a model with its planted copy. Also counted: candidates (pairs
-within the self-spread threshold before the evidence stage) and how many true copies were among them.
-
---disjoint: every model is scored on a random half of the queries and each planted copy loses every
-query its original answered, so a copy and its original share no query: only the embeddings and the
-task x difficulty test can tell them apart (the hard case of "evaluated on different query sets").
+For each size N: a registry of N synthetic models (each scored on `--evals-per-model` random queries
+of `--queries`, 5 tasks, right/wrong from a one-parameter IRT model with family abilities) is
+imported with precomputed random query vectors; instead of training an encoder, each model's vector
+is written directly (its family's centre plus noise, 32-d: search speed does not depend on what the
+vectors mean; scripts/bench_index.py does the same). Then:
+1. the pool calibration is built once (`audit(store, model=...)` with no cache fits it and saves it
+   in <home>/audit/; a nightly full audit does the same);
+2. a new endpoint is added (a copy of model 17 with 5% of answers changed, its vector near the
+   original's), which changes the registry's generation;
+3. `audit --model new-endpoint` is timed in-process (5 runs after one warm-up: p50 and max), and as
+   a fresh process (`python -m cli.main audit --model new-endpoint --json`, imports included).
+It reads the saved FAISS index, the cached calibration, and the evaluations of the model and its k
+candidates; no model is embedded. The table also says whether the copy's original was flagged.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,62 +32,129 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+DIM = 32
+TASKS = ("math", "law", "code", "biology", "history")
 
-def one(seed: int, per_task: int, disjoint: bool = False) -> dict:
-    from encoder.training import TrainConfig
+
+def write_pool(directory: Path, n_models: int, per_model: int, n_queries: int, seed: int):
+    """A triple-format pool plus its query vectors; returns (names, vectors, scores of model 17)."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True)
+    difficulty = rng.normal(0, 1.2, n_queries)
+    task = rng.integers(0, len(TASKS), n_queries)
+    with open(directory / "queries.csv", "w", encoding="utf-8") as f:
+        f.write("query_id,text,task\n")
+        for q in range(n_queries):
+            f.write(f"{q},synthetic question {q},{TASKS[task[q]]}\n")
+    families = max(1, n_models // 20)
+    fam = rng.integers(0, families, n_models)
+    centres = rng.normal(size=(families, DIM))
+    ability = rng.normal(0, 1, families)[fam] + rng.normal(0, 0.5, n_models)
+    vectors = (centres[fam] + 0.3 * rng.normal(size=(n_models, DIM))).astype(np.float32)
+    names = [f"model-{i:05d}" for i in range(n_models)]
+    with open(directory / "models.csv", "w", encoding="utf-8") as f:
+        f.write("model_id,name,family\n")
+        for i, name in enumerate(names):
+            f.write(f"{i},{name},fam{fam[i]}\n")
+    kept = {}
+    with open(directory / "evals.csv", "w", encoding="utf-8") as f:
+        f.write("model_id,query_id,score\n")
+        for i in range(n_models):
+            qs = np.sort(rng.choice(n_queries, per_model, replace=False))
+            y = (rng.random(per_model) < 1 / (1 + np.exp(difficulty[qs] - ability[i]))).astype(int)
+            f.write("".join(f"{i},{q},{s}\n" for q, s in zip(qs, y)))
+            if i == 17:
+                kept = {"queries": qs, "scores": y}
+    emb = directory / "emb"
+    emb.mkdir()
+    qv = rng.normal(size=(n_queries, 384)).astype(np.float32)
+    np.save(emb / "v.npy", qv / np.linalg.norm(qv, axis=1, keepdims=True))
+    np.save(emb / "ids.npy", np.arange(n_queries, dtype=np.int64))
+    return names, vectors, kept
+
+
+def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
+    """Write these models' vectors into the models table, as `registry embed` would."""
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA, MODELS, now_utc
+
+    rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+    now = now_utc()
+    updated = []
+    for name, z in vectors.items():
+        row = dict(rows[name])
+        row.update(vector=z.astype(np.float32).tolist(), encoder_id=encoder_id, n_evals=0, embedded_at=now)
+        updated.append(row)
+    with store.transaction():
+        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
+            pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
+
+
+def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
     from registry import Registry
-    from registry.synthetic import synthetic_pool
+    from registry.audit import audit
 
-    pool = synthetic_pool(seed=seed, queries_per_task=per_task, n_duplicates=3, coverage=0.5 if disjoint else 0.8)
-    truth = {frozenset(p) for p in pool.duplicates}
-    if disjoint:
-        answered = {}
-        for e in pool.evaluations:
-            answered.setdefault(e.model, set()).add(e.query)
-        copy_of = {copy: original for original, copy in pool.duplicates}
-        pool.evaluations = [e for e in pool.evaluations
-                            if e.model not in copy_of or e.query not in answered[copy_of[e.model]]]
     with tempfile.TemporaryDirectory() as scratch:
-        reg = Registry.open(Path(scratch) / "home")
-        reg.set_query_encoder("all-MiniLM-L6-v2")
-        reg.import_path(pool.write_triple(Path(scratch) / "data"))
-        reg.train(models="provider != reseller", config=TrainConfig(epochs=400))
-        reg.embed_all()
-        result = reg.audit()
-    flagged = {frozenset((f["a"], f["b"])) for f in result["flags"]}
-    candidates = flagged | {frozenset((f["a"], f["b"])) for f in result["cleared"]}
-    hits = len(flagged & truth)
-    return {"flags": len(flagged), "true": hits, "candidates": len(candidates),
-            "true_candidates": len(candidates & truth), "precision": hits / len(flagged) if flagged else float("nan"),
-            "recall": hits / len(truth), "threshold": result["threshold"]}
+        scratch = Path(scratch)
+        names, vectors, orig = write_pool(scratch / "data", n_models, per_model, n_queries, seed)
+        reg = Registry.open(scratch / "home")
+        started = time.perf_counter()
+        emb = scratch / "data" / "emb"
+        reg.import_path(scratch / "data", encoder="all-MiniLM-L6-v2", query_embeddings=emb / "v.npy",
+                        query_ids=emb / "ids.npy")
+        set_vectors(reg.store, dict(zip(names, vectors)), "bench-encoder")
+        built = time.perf_counter() - started
+        started = time.perf_counter()
+        audit(reg.store, model=names[0])  # no cache yet: fits the pool calibration and saves it
+        calibrate_s = time.perf_counter() - started
+        # the new endpoint: model 17's answers with 5% changed, its vector near model 17's
+        rng = np.random.default_rng(seed + 1)
+        y = orig["scores"].copy()
+        flip = rng.random(len(y)) < 0.05
+        y[flip] = 1 - y[flip]
+        new = scratch / "new"
+        new.mkdir()
+        (new / "queries.csv").write_text((scratch / "data" / "queries.csv").read_text())
+        (new / "models.csv").write_text("model_id,name\n0,new-endpoint\n")
+        (new / "evals.csv").write_text("model_id,query_id,score\n" + "".join(
+            f"0,{q},{s}\n" for q, s in zip(orig["queries"], y)))
+        reg.import_path(new, encoder="all-MiniLM-L6-v2", query_embeddings=emb / "v.npy", query_ids=emb / "ids.npy")
+        set_vectors(reg.store, {"new-endpoint": vectors[17] + 0.01 * rng.normal(size=DIM).astype(np.float32)},
+                    "bench-encoder")
+        times, report = [], None
+        for _ in range(6):
+            t = time.perf_counter()
+            report = audit(reg.store, model="new-endpoint")
+            times.append(time.perf_counter() - t)
+        times = times[1:]
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "cli.main", "--home", str(scratch / "home"), "audit", "--model",
+                              "new-endpoint", "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+        fresh = time.perf_counter() - t
+        if out.returncode not in (0, 1):
+            raise SystemExit(out.stderr)
+        assert json.loads(out.stdout)["model"] == "new-endpoint"
+        flagged = [p.b for p in report.duplicates]
+        return {"models": n_models, "evals": n_models * per_model, "build": built, "calibrate": calibrate_s,
+                "p50": float(np.median(times)), "max": float(np.max(times)), "fresh": fresh,
+                "stale": report.calibration.stale, "found": names[17] in flagged, "flags": len(report.flags)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--queries-per-task", default="20,50,100")
-    parser.add_argument("--disjoint", action="store_true", help="Copies share no query with their originals.")
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--evals-per-model", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=2000)
     args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    print("| queries per task (x6 tasks) | seed | candidates (true) | flags | true flags | precision | "
-          "recall | threshold |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    summary = []
-    for per_task in (int(q) for q in args.queries_per_task.split(",")):
-        rows = []
-        for seed in seeds:
-            r = one(seed, per_task, args.disjoint)
-            rows.append(r)
-            print(f"| {per_task} | {seed} | {r['candidates']} ({r['true_candidates']}) | {r['flags']} | {r['true']} | {r['precision']:.2f} | {r['recall']:.2f} | "
-                  f"{r['threshold']:.4f} |", flush=True)
-        summary.append((per_task, np.nanmean([r["precision"] for r in rows]), np.mean([r["recall"] for r in rows])))
-    print("\n| queries per task | mean precision | mean recall |")
-    print("|---:|---:|---:|")
-    for per_task, precision, recall in summary:
-        print(f"| {per_task} | {precision:.2f} | {recall:.2f} |")
+    print("| models | evaluations | build registry s | calibration s (once, cached) | audit --model p50 ms | "
+          "max ms | fresh process s | calibration stale | original flagged duplicate | flags |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
+    for n in (int(s) for s in args.sizes.split(",")):
+        r = one(n, args.evals_per_model, args.queries)
+        print(f"| {r['models']} | {r['evals']} | {r['build']:.1f} | {r['calibrate']:.1f} | {1000 * r['p50']:.0f} | "
+              f"{1000 * r['max']:.0f} | {r['fresh']:.1f} | {r['stale']} | {r['found']} | {r['flags']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -77,19 +77,15 @@ def main() -> None:
         report_audit(reg.audit(), planted)
 
 
-def report_audit(result: dict, planted: set) -> None:
-    print(f"\naudit: threshold {result['threshold']:.5f} (0.99 quantile of self-spread over "
-          f"{result['self_spread']['models']} models; median self-spread "
-          f"{result['self_spread']['median']:.5f}); "
-          f"closest pair {result['distinct']['min']:.5f}, median pair {result['distinct']['median']:.5f}")
-    distinct = [f for f in result["flags"] if frozenset((f["a"], f["b"])) not in planted]
-    for f in result["flags"]:
-        tag = "re-added copy" if frozenset((f["a"], f["b"])) in planted else "DISTINCT models"
-        ev = f["evidence"]
-        print(f"  flag {f['a']} ~ {f['b']}: {f['distance']:.5f} (score {f['score']:.4f}) [{tag}]; "
-              f"shared {ev['shared_queries']}, disagreement {ev['disagreement']}, homogeneity p {ev['homogeneity_p']}")
-    mistral = any(frozenset((f["a"], f["b"])) in planted and "Mistral" in f["a"] for f in result["flags"])
-    print(f"{result['candidates']} pairs within the threshold, {len(result['cleared'])} cleared by their evaluations")
+def report_audit(report, planted: set) -> None:
+    print(f"\naudit: {report.candidates} candidate pairs ({report.k} nearest neighbours), pool calibration over "
+          f"{report.calibration.reference_pairs} reference pairs")
+    distinct = [f for f in report.flags if frozenset((f.a, f.b)) not in planted]
+    for f in report.flags:
+        tag = "re-added copy" if frozenset((f.a, f.b)) in planted else "DISTINCT models"
+        print(f"  {f.label} {f.a} ~ {f.b}: distance {f.distance:.5f} [{tag}]; {f.reason}")
+    mistral = any(frozenset((f.a, f.b)) in planted and "Mistral" in f.a for f in report.flags)
+    print(f"{report.candidates} candidate pairs, {len(report.cleared)} cleared by their evaluations")
     print(f"Mistral-7B-v0.1 copy flagged: {mistral}; distinct pairs flagged: {len(distinct)}")
 
 

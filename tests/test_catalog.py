@@ -1,4 +1,4 @@
-"""The registry over the vector index: add-model, search, versions, remove/restore, audit, consistency."""
+"""The registry over the vector index: add-model, search, versions, remove/restore, consistency (the audit: test_audit.py)."""
 from __future__ import annotations
 
 import json
@@ -136,18 +136,6 @@ def test_vectors_from_another_encoder_never_meet(reg):
         reg.similar(rows[1]["name"])
 
 
-def test_audit_flags_a_planted_copy(reg):
-    evals = own_evaluations(reg, "syn-synfam2-13b")
-    reg.add_model("mirror-of-13b", evals)
-    result = reg.audit()
-    pairs = {frozenset((f["a"], f["b"])) for f in result["flags"]}
-    assert frozenset(("mirror-of-13b", "syn-synfam2-13b")) in pairs
-    flag = next(f for f in result["flags"] if {f["a"], f["b"]} == {"mirror-of-13b", "syn-synfam2-13b"})
-    assert flag["distance"] <= result["threshold"] and 0 < flag["score"] <= 1
-    one = reg.audit(model="mirror-of-13b")
-    assert all("mirror-of-13b" in (f["a"], f["b"]) for f in one["flags"])
-
-
 def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(trained_home, home)
@@ -164,7 +152,7 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     assert json.loads(run("history", "dup-endpoint", "--json"))["versions"][0]["event"] == "add"
     assert json.loads(run("check", "--json")) == {"ok": True, "problems": []}
     audit = json.loads(run("audit", "--json"))
-    assert set(audit) >= {"flags", "threshold", "models"}
+    assert {"dup-endpoint", "syn-synfam0-13b"} in [{f["a"], f["b"]} for f in audit["flags"]]
     run("audit", "--fail-on-flag", code=1)
     run("remove", "dup-endpoint")
     assert "no model named 'dup-endpoint'" in run("show", "dup-endpoint", code=1)
@@ -188,48 +176,6 @@ def test_add_model_refuses_metadata_that_is_not_key_value(trained_home, tmp_path
     assert "x" not in [r.name for r in Registry.open(tmp_path / "home").models()]
 
 
-def test_audit_evidence_keeps_a_copy_and_clears_a_model_that_answers_differently(reg):
-    from registry.audit import _Pool, evidence
-    from registry.dataset import load_eval_data
-
-    evals = own_evaluations(reg, "syn-synfam2-13b")
-    flipped = [{"query": e["query"], "score": 1.0 - e["score"]} if i % 3 == 0 else e for i, e in enumerate(evals)]
-    reg.add_model("mirror-of-13b", evals)
-    reg.add_model("noisy-13b", flipped)  # a third of the answers flipped: not one model
-    kept = reg.audit(model="mirror-of-13b")
-    mirror = next(f for f in kept["flags"] if "syn-synfam2-13b" in (f["a"], f["b"]))
-    assert mirror["evidence"]["disagreement"] == 0.0 and mirror["evidence"]["cleared"] is False
-    names = ["syn-synfam2-13b", "noisy-13b", "mirror-of-13b"]
-    names += [r.name for r in reg.models() if r.name not in names]
-    pool = _Pool.of(load_eval_data(reg.store, reg.query_encoder, models=names))
-    noisy = evidence(pool, 0, 1, tolerance=0.10, alpha=0.01)
-    assert noisy["cleared"] and noisy["disagreement"] > 0.3 and "shared queries" in noisy["reason"]
-    assert not evidence(pool, 0, 2, tolerance=0.10, alpha=0.01)["cleared"]
-
-
-def test_evidence_on_disjoint_queries_tests_accuracy_by_task_and_difficulty():
-    from registry.audit import _Pool, evidence
-
-    rng = np.random.default_rng(0)
-    q = 600
-    difficulty = rng.normal(0, 1, q)
-    tasks = np.repeat(["math", "law"], q // 2)
-    p_strong = 1 / (1 + np.exp(difficulty - 1.5))
-    p_weak = 1 / (1 + np.exp(difficulty + 0.5))
-    scores = np.full((4, q), np.nan)
-    half = rng.permutation(q)
-    a, b = half[: q // 2], half[q // 2 :]
-    scores[0, a] = rng.random(len(a)) < p_strong[a]
-    scores[1, b] = rng.random(len(b)) < p_strong[b]  # the same model on the other half
-    scores[2, b] = rng.random(len(b)) < p_weak[b]  # a weaker model on the other half
-    scores[3] = rng.random(q) < 1 / (1 + np.exp(difficulty))  # the rest of the pool: sets difficulty
-    pool = _Pool.from_dense(scores, (tasks == "law").astype(np.int64))
-    same = evidence(pool, 0, 1, tolerance=0.1, alpha=0.01)
-    other = evidence(pool, 0, 2, tolerance=0.1, alpha=0.01)
-    assert same["shared_queries"] == 0 and not same["cleared"] and same["homogeneity_p"] > 0.01
-    assert other["cleared"] and other["homogeneity_p"] < 1e-6 and "task x difficulty" in other["reason"]
-
-
 def test_check_command_exits_1_and_names_the_problem(reg):
     some_query = reg.store.read("evaluations").to_pylist()[0]["query_id"]
     with reg.store.transaction():
@@ -251,13 +197,6 @@ def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
     assert "syn-synfam1-13b" not in held_out(reg.store).data.models
     reg.restore("syn-synfam1-13b")
     assert "syn-synfam1-13b" in held_out(reg.store).data.models
-
-
-def test_audit_refuses_a_tolerance_or_alpha_out_of_range(reg):
-    with pytest.raises(RegistryError, match=r"tolerance must be in \[0, 1\) and alpha in \(0, 1\); got 1.5"):
-        reg.audit(tolerance=1.5)
-    out = _run(reg.home, "audit", "--alpha", "0", code=1)
-    assert "alpha in (0, 1); got 0.1 and 0.0" in out
 
 
 def test_a_current_saved_index_answers_search_without_opening_the_store(reg):

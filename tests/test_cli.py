@@ -56,7 +56,7 @@ def test_import_of_a_missing_path_names_it(home, tmp_path):
 def test_demo_builds_a_synthetic_registry(home):
     out = run("--home", str(home), "demo", "--epochs", "5").output
     assert "SYNTHETIC pool" in out and "mirror" in out
-    assert "embedded 14 models" in out and "nearest to" in out and "audit: threshold" in out
+    assert "embedded 14 models" in out and "nearest to" in out and "audit: " in out and "candidate pair" in out
     for step in ("add-model syn-", "profile ", "portfolio (k-medoids", "route ", "with ", "clusters: ", "plots: "):
         assert step in out, step
     assert (home / "plots" / "clusters.png").stat().st_size > 1000 and (home / "plots" / "map.png").is_file()

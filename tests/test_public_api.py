@@ -10,7 +10,7 @@ from registry import results
 
 PUBLIC = {
     "Registry", "Query", "Evaluation", "ModelRecord", "RegistryError", "InputError", "NotFoundError",
-    "Agreement", "CheckResult", "Cluster", "ClustersResult", "Comparison", "DemoReport", "EmbedReport",
+    "Agreement", "AuditReport", "CheckResult", "Cluster", "ClustersResult", "Comparison", "DemoReport", "EmbedReport",
     "ErrorDetail", "ErrorResponse", "EvaluationReport", "Fallback", "FamilyAgreement", "HistoryEntry", "HomeInfo",
     "ImportReport", "MapResult", "ModelChange", "ModelHistory", "ModelInfo", "ModelList", "Neighbour",
     "PortfolioResult", "ProfileResult", "RankedModel", "RemoveResult", "RestoreResult", "RouteDecision",
@@ -24,15 +24,16 @@ RESULTS = {
     "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
     "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
     "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse", "RESULT_TYPES",
+    "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport",
 }
 
-# Registry's public methods and what they return (audit's report is typed on its own branch).
+# Registry's public methods and what they return.
 RETURNS = {
     "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
     "select_models": "list[str]", "train": "TrainReport", "embed_all": "EmbedReport",
     "evaluate": "EvaluationReport", "add_model": "ModelChange", "refine": "ModelChange", "remove": "RemoveResult",
     "restore": "RestoreResult", "history": "ModelHistory", "list": "list[ModelRecord]", "similar": "SearchResult",
-    "distance": "float", "audit": "dict[str, Any]", "profile": "ProfileResult", "portfolio": "PortfolioResult",
+    "distance": "float", "audit": "AuditReport", "profile": "ProfileResult", "portfolio": "PortfolioResult",
     "route": "RouteDecision | list[RouteDecision]", "clusters": "ClustersResult", "map": "MapResult",
     "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",
     "get": "ModelRecord", "show": "ModelInfo",

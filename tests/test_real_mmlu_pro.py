@@ -72,10 +72,11 @@ def test_full_mmlu_pro_import_matches_the_dataset_and_is_idempotent(mmlu_pro, tm
 
 
 def test_audit_evidence_on_mmlu_pro_clears_every_distinct_pair_and_keeps_copies(mmlu_pro):
-    """The audit's second stage on the real results, without an encoder: no two distinct MMLU-Pro
-    models pass as one model, while a copy (same answers on shared queries) and a disjoint-half copy
-    of Mistral-7B-v0.1 do."""
-    from registry.audit import _Pool, evidence
+    """The audit's evidence stage on the real results, without an encoder, every pair a candidate:
+    no two distinct MMLU-Pro models are flagged at all (neither duplicate nor same product line?),
+    while a copy of Mistral-7B-v0.1 with 5% of its answers re-sampled on half the queries, and a
+    copy that shares no query with it, are flagged as duplicates."""
+    from registry.audit_stats import PoolEvals, _sigmoid, calibrate, evidence, holm_level, label
 
     with open(mmlu_pro / "models.csv", encoding="utf-8") as f:
         names = {row["model_id"]: row["name"] for row in csv.DictReader(f)}
@@ -85,22 +86,33 @@ def test_audit_evidence_on_mmlu_pro_clears_every_distinct_pair_and_keeps_copies(
     _, task = np.unique([row["task"] for row in rows], return_inverse=True)
     order = sorted(names, key=int)
     m_index = {m: i for i, m in enumerate(order)}
-    scores = np.full((len(order) + 2, len(rows)), np.nan)
+    scores = np.full((len(order), len(rows)), np.nan)
     with open(mmlu_pro / "evals.csv", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             scores[m_index[row["model_id"]], q_index[row["query_id"]]] = float(row["score"])
-    mistral = [names[m] for m in order].index("Mistral-7B-v0.1")
-    answered = np.flatnonzero(~np.isnan(scores[mistral]))
-    half = np.random.default_rng(0).permutation(answered)[: len(answered) // 2]
-    copy, disjoint = len(order), len(order) + 1
-    scores[copy, half] = scores[mistral, half]  # a second endpoint, same answers on half the queries
-    scores[disjoint] = scores[mistral]
-    scores[disjoint, half] = np.nan  # the other half only: no query shared with `copy`
-    pool = _Pool.from_dense(scores, task)
+    labels = [names[m] for m in order]
+    pool = PoolEvals.from_dense(labels, scores, task)
+    cal = calibrate(pool)
+    pairs = [(a, b) for a in range(len(labels)) for b in range(a + 1, len(labels))]
+    decided = {(a, b): evidence(cal, labels[a], *pool.rows[a], labels[b], *pool.rows[b], max_noise=0.12)
+               for a, b in pairs}
+    level = holm_level([d.p_excess for d in decided.values()], 0.01)
+    flagged = [(labels[a], labels[b]) for (a, b), d in decided.items()
+               if label(cal, d, labels[a], labels[b], level=level, alpha=0.01, max_noise=0.12).label != "cleared"]
+    assert flagged == []  # all 496 distinct pairs, the Llama-3 / 3.1 and Mistral v0.1 / v0.2 pairs among them
 
-    kept = [(a, b) for a in range(len(order)) for b in range(a + 1, len(order))
-            if not evidence(pool, a, b, tolerance=0.10, alpha=0.01)["cleared"]]
-    assert kept == []  # all 496 distinct pairs are told apart by their answers
-    assert not evidence(pool, mistral, copy, tolerance=0.10, alpha=0.01)["cleared"]
-    apart = evidence(pool, copy, disjoint, tolerance=0.10, alpha=0.01)
-    assert apart["shared_queries"] == 0 and not apart["cleared"] and apart["homogeneity_p"] > 0.01
+    mistral = labels.index("Mistral-7B-v0.1")
+    idx, y = pool.rows[mistral]
+    rng = np.random.default_rng(0)
+    p = _sigmoid(cal.theta[mistral][task[idx]] - cal.beta[idx])
+    change = y * (1 - p) + (1 - y) * p
+    noisy = np.where(rng.random(len(y)) < 0.05 * len(y) / change.sum() * change, 1 - y, y)
+    half = np.sort(rng.permutation(len(idx))[: len(idx) // 2])
+    copy = evidence(cal, "copy", idx[half], noisy[half], labels[mistral], idx, y, max_noise=0.12)
+    label(cal, copy, "copy", labels[mistral], level=holm_level([copy.p_excess], 0.01), alpha=0.01, max_noise=0.12)
+    assert copy.label == "duplicate" and 0.03 < copy.stats.disagreement < 0.07 and copy.stats.kappa > 0.5
+    other = np.setdiff1d(np.arange(len(idx)), half)
+    apart = evidence(cal, "copy", idx[half], noisy[half], labels[mistral], idx[other], y[other], max_noise=0.12,
+                     calibrated_rows={labels[mistral]: (idx, y)})
+    label(cal, apart, "copy", labels[mistral], level=0.0, alpha=0.01, max_noise=0.12)
+    assert apart.stats.shared == 0 and apart.label == "duplicate" and apart.stats.homogeneity_p > 0.01

@@ -350,15 +350,15 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
                                        fallback=body.fallback)
         return {"results": results, "encoded_texts": encoded}
 
-    @app.get("/v1/audit", responses=_ERRORS, tags=["audit"])
+    @app.get("/v1/audit", response_model=r.AuditReport, responses=_ERRORS, tags=["audit"])
     def audit(model: str | None = Query(default=None, min_length=1, max_length=limits.max_name_chars),
               metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
-              quantile: float = Query(default=0.99, gt=0.0, lt=1.0),
-              tolerance: float = Query(default=0.10, ge=0.0, le=1.0),
-              alpha: float = Query(default=0.01, gt=0.0, lt=1.0)) -> Any:
-        """Likely duplicates: the whole pool, or one model against the pool (the CI call)."""
-        return _plain(reader.audit(model=model, metric=metric, quantile=quantile, tolerance=tolerance,
-                                   alpha=alpha))
+              k: int = Query(default=10, ge=1, le=1000),
+              alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
+              max_noise: float = Query(default=0.12, gt=0.0, lt=1.0)):
+        """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
+        call), judged against the pool's cached calibration."""
+        return reader.audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
 
     @app.post("/v1/profile", response_model=r.ProfileResult, responses=_ERRORS, tags=["analytics"])
     def profile(body: s.ProfileRequest):

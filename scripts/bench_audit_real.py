@@ -1,0 +1,282 @@
+"""Precision and recall of the duplicate audit on real pools with planted copies of real models.
+
+    .venv/bin/python scripts/bench_audit_real.py --home mmlu-pro=H1 --home bfcl=H2 [--pools mmlu-pro,bfcl,skewed]
+        [--k 10] [--alpha 0.01] [--max-noise 0.12] [--markdown docs/results/audit.md]
+
+Each --home is a registry holding one shared data set (../shared/data/mmlu-pro, or bfcl imported with
+--id-prefix), with a trained encoder and every model embedded (`registry import`, `registry train
+--max-seconds 240`, `registry embed --all`). The "skewed" pool is MMLU-Pro scored on its 3,500 hardest
+questions only (lowest mean score over the pool; about 11% right answers), embedded with the MMLU-Pro
+encoder from those evaluations alone.
+
+Per pool:
+1. The audit of the real pool as it is: each model's k nearest neighbours in embedding space, judged
+   by the calibrated evidence (registry.audit_stats). Every flag here is a pair of distinct models.
+2. For every real model, a planted copy, one variant at a time:
+   - overlap-R: re-answers a random half of the queries, R of its answers changed as re-sampling
+     would (a right answer turns wrong with probability c (1-p), a wrong one right with c p, p the
+     model's own fitted probability, c set for the rate; so the changes are symmetric per query and
+     fall where the model is unsure);
+   - disjoint-R: the original keeps one random half of its evaluations, the copy re-answers the other
+     half with R changed: they share no query;
+   - quant-D: all queries, D points of accuracy lost (right answers turned wrong, weighted toward the
+     model's hard queries by (1-p)^2) on top of 2% re-sampling noise.
+   The copy is audited as `registry audit --model COPY` would: the pool calibration predates it, its
+   candidates are its k nearest real models (the copy embedded by the registry's encoder from its own
+   evaluations), Holm's step-down at alpha over those k. A true flag: copy ~ original labelled "duplicate";
+   a false flag: copy ~ any other model labelled "duplicate". Also counted: the copy ~ original pair
+   labelled "same product line?", and whether the original is among the copy's 3 nearest neighbours.
+   "decision recall" judges copy ~ original even when the embedding did not propose it (the
+   evidence stage alone).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SKEWED_QUERIES = 3500
+VARIANTS = [("overlap", 0.03), ("overlap", 0.05), ("overlap", 0.08), ("overlap", 0.10),
+            ("disjoint", 0.03), ("disjoint", 0.05), ("disjoint", 0.08), ("disjoint", 0.10),
+            ("quant", 0.02), ("quant", 0.04)]
+
+
+def load(home: Path, skewed: bool):
+    from registry import Registry
+    from registry.dataset import load_eval_data
+    from registry.embedding import active_encoder
+
+    reg = Registry.open(home, create=False)
+    active = active_encoder(reg.store)
+    data = load_eval_data(reg.store, active.query_encoder)
+    if skewed:
+        dense = data.dense()
+        keep = np.sort(np.argsort(np.nanmean(dense, 0), kind="stable")[:SKEWED_QUERIES])
+        pos = np.full(data.n_queries, -1)
+        pos[keep] = np.arange(len(keep))
+        sel = pos[data.query_index] >= 0
+        data = replace(data, query_ids=[data.query_ids[i] for i in keep], tasks=[data.tasks[i] for i in keep],
+                       query_vectors=data.query_vectors[keep], model_index=data.model_index[sel],
+                       query_index=pos[data.query_index[sel]], scores=data.scores[sel])
+    return active, data
+
+
+def embed(active, data, rows: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """(n, d) vectors of models given as (query index, score) rows over data's queries."""
+    from encoder.training import embed_models
+
+    qi = np.concatenate([r[0] for r in rows]).astype(np.int64)
+    y = np.concatenate([r[1] for r in rows]).astype(np.float32)
+    mi = np.concatenate([np.full(len(r[0]), m, dtype=np.int64) for m, r in enumerate(rows)])
+    fake = replace(data, models=[f"m{i}" for i in range(len(rows))], model_index=mi, query_index=qi, scores=y)
+    return embed_models(active.locus, fake, np.arange(len(qi)))
+
+
+def cosine_knn(z: np.ndarray, pool: np.ndarray, k: int, exclude: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    u = z / np.linalg.norm(z)
+    v = pool / np.linalg.norm(pool, axis=1, keepdims=True)
+    dist = 1.0 - v @ u
+    if exclude is not None:
+        dist[exclude] = np.inf
+    order = np.argsort(dist, kind="stable")
+    return order[:k], dist[order[:k]]
+
+
+def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray, rng):
+    """(original rows, copy rows) for one variant; p: the original's fitted P(right) on idx."""
+    def resample(y, p, rate):
+        change = y * (1 - p) + (1 - y) * p
+        c = min(1.0, rate * len(y) / max(change.sum(), 1e-9))
+        return np.where(rng.random(len(y)) < c * change, 1.0 - y, y)
+
+    if kind == "overlap":
+        half = np.sort(rng.permutation(len(idx))[: len(idx) // 2])
+        return (idx, y), (idx[half], resample(y[half], p[half], level))
+    if kind == "disjoint":
+        perm = rng.permutation(len(idx))
+        a, b = np.sort(perm[: len(idx) // 2]), np.sort(perm[len(idx) // 2 :])
+        return (idx[a], y[a]), (idx[b], resample(y[b], p[b], level))
+    out = resample(y, p, 0.02)
+    right = np.flatnonzero(out > 0.5)
+    w = (1 - p[right]) ** 2
+    lose = rng.choice(right, min(len(right), int(round(level * len(y)))), replace=False, p=w / w.sum())
+    out = out.copy()
+    out[lose] = 0.0
+    return (idx, y), (idx, out)
+
+
+def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int) -> dict:
+    from registry.audit_stats import PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match
+
+    started = time.perf_counter()
+    active, data = load(home, skewed=name == "skewed")
+    dense = data.dense()
+    _, task = np.unique(np.asarray(data.tasks, dtype=object).astype(str), return_inverse=True)
+    pool = PoolEvals.from_dense(data.models, dense, task)
+    names = pool.names
+    z_real = embed(active, data, pool.rows)
+    cal = calibrate(pool)
+    m = len(names)
+
+    # 1. the real pool's own audit: kNN candidates, BH over all of them
+    pairs = {}
+    for i in range(m):
+        nn, dist = cosine_knn(z_real[i], z_real, k, exclude=i)
+        for j, d in zip(nn, dist):
+            pairs.setdefault((min(i, j), max(i, j)), float(d))
+    decided = {(a, b): evidence(cal, names[a], *pool.rows[a], names[b], *pool.rows[b], max_noise=max_noise)
+               for a, b in pairs}
+    level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
+    for (a, b), d in decided.items():
+        label(cal, d, names[a], names[b], level=level, alpha=alpha, max_noise=max_noise)
+    prefer_best_match({(names[a], names[b]): d for (a, b), d in decided.items()})
+    pool_flags = []
+    for (a, b), d in decided.items():
+        if d.label in ("duplicate", "same product line?"):
+            pool_flags.append((d.label, names[a], names[b], d))
+
+    # 2. planted copies
+    rows = []
+    for kind, lvl in VARIANTS:
+        rng = np.random.default_rng(seed)
+        originals, copies = [], []
+        for a in range(m):
+            idx, y = pool.rows[a]
+            p = _sigmoid(cal.theta[a][cal.task[idx]] - cal.beta[idx])
+            orig, copy = plant(kind, lvl, idx, y, p, rng)
+            originals.append(orig)
+            copies.append(copy)
+        z_copy = embed(active, data, copies)
+        z_orig = embed(active, data, originals) if kind == "disjoint" else z_real
+        tp = related = false = top3 = decision_tp = 0
+        changed = []
+        for a in range(m):
+            z_pool = z_real.copy()
+            z_pool[a] = z_orig[a]
+            nn, _ = cosine_knn(z_copy[a], z_pool, k)
+            top3 += int(a in nn[:3])
+            copy_name = f"{names[a]} (copy)"
+            rows_of = {b: (originals[a] if b == a else pool.rows[b]) for b in set(nn) | {a}}
+            held = {names[a]: pool.rows[a]}  # the calibration holds the original's full answers
+            ev = {b: evidence(cal, copy_name, *copies[a], names[b], *rows_of[b], max_noise=max_noise,
+                              calibrated_rows=held if b == a else None) for b in rows_of}
+            lvl_p = holm_level([ev[b].p_excess for b in nn if ev[b].p_excess is not None], alpha)
+            for b in nn:
+                label(cal, ev[b], copy_name, names[b], level=lvl_p, alpha=alpha, max_noise=max_noise)
+            prefer_best_match({(copy_name, names[b]): ev[b] for b in nn})
+            for b in nn:
+                if ev[b].label == "duplicate":
+                    if b == a:
+                        tp += 1
+                    else:
+                        false += 1
+                elif b == a and ev[b].label == "same product line?":
+                    related += 1
+            if a not in nn:  # the evidence stage alone, as if the embedding had proposed the original
+                lvl_o = holm_level([ev[b].p_excess for b in list(nn[:-1]) + [a] if ev[b].p_excess is not None], alpha)
+                label(cal, ev[a], copy_name, names[a], level=lvl_o, alpha=alpha, max_noise=max_noise)
+            decision_tp += int(ev[a].label == "duplicate")
+            common, ia, ib = np.intersect1d(originals[a][0], copies[a][0], return_indices=True)
+            if len(common):
+                changed.append(float(np.mean(originals[a][1][ia] != copies[a][1][ib])))
+        rows.append({"variant": f"{kind}-{lvl:.0%}" if kind != "quant" else f"quant-{lvl * 100:.0f}pt",
+                     "copies": m, "tp": tp, "related": related, "false": false, "top3": top3,
+                     "decision_tp": decision_tp, "changed": float(np.mean(changed)) if changed else None})
+        print(f"  {name} {rows[-1]['variant']}: recall {tp / m:.2f}, false {false}, top3 {top3 / m:.2f} "
+              f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+    return {"pool": name, "models": m, "queries": len(task), "accuracy": float(np.nanmean(dense)),
+            "encoder": active.encoder_id, "candidates": len(pairs), "pool_flags": pool_flags, "rows": rows,
+            "seconds": time.perf_counter() - started}
+
+
+def render(results: list[dict], args) -> str:
+    out = []
+    for r in results:
+        out.append(f"### {r['pool']}: {r['models']} models x {r['queries']} queries, mean accuracy "
+                   f"{r['accuracy']:.3f}, encoder {r['encoder']}\n")
+        dup = [f for f in r["pool_flags"] if f[0] == "duplicate"]
+        rel = [f for f in r["pool_flags"] if f[0] != "duplicate"]
+        out.append(f"Real pool, {r['candidates']} candidate pairs (k={args.k}): {len(dup)} distinct pairs labelled "
+                   f"duplicate, {len(rel)} labelled same product line?\n")
+        if r["pool_flags"]:
+            out.append("| label | a | b | disagreement | expected (distinct) | kappa | null kappa | z |")
+            out.append("|---|---|---|---:|---:|---:|---:|---:|")
+            for lab, a, b, d in sorted(r["pool_flags"], key=lambda f: (f[0], -(f[3].z or 0))):
+                s = d.stats
+                if s.kappa is None:
+                    out.append(f"| {lab} | {a} | {b} | no shared queries | | | | |")
+                    continue
+                out.append(f"| {lab} | {a} | {b} | {s.disagreement:.3f} | {s.expected_disagreement:.3f} | "
+                           f"{s.kappa:.3f} | {d.null_kappa_median:.3f} +- {d.null_kappa_scale:.3f} | {d.z:.1f} |")
+            out.append("")
+        out.append("| copy variant | copies | changed (shared) | flagged duplicate (recall) | labelled same product "
+                   "line? | false duplicate flags (copy ~ other) | precision | precision incl. pool's distinct "
+                   "duplicates | decision recall (original forced in) | original in top 3 |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for row in r["rows"]:
+            tp, false = row["tp"], row["false"]
+            prec = tp / (tp + false) if tp + false else float("nan")
+            prec_pool = tp / (tp + false + len(dup)) if tp + false + len(dup) else float("nan")
+            changed = f"{row['changed']:.3f}" if row["changed"] is not None else "-"
+            out.append(f"| {row['variant']} | {row['copies']} | {changed} | {tp} ({tp / row['copies']:.2f}) | "
+                       f"{row['related']} | {false} | {prec:.2f} | {prec_pool:.2f} | "
+                       f"{row['decision_tp'] / row['copies']:.2f} | {row['top3'] / row['copies']:.2f} |")
+        out.append(f"\n({r['seconds']:.0f} s)\n")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", action="append", default=[], help="POOL=HOME (mmlu-pro, bfcl); skewed uses mmlu-pro's")
+    parser.add_argument("--pools", default="mmlu-pro,bfcl,skewed")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--max-noise", type=float, default=0.12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--markdown", type=Path, default=None, help="Also write the tables to this results page.")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    homes = dict(h.split("=", 1) for h in args.home)
+    results = []
+    for name in args.pools.split(","):
+        home = homes.get("mmlu-pro" if name == "skewed" else name)
+        if home is None:
+            sys.exit(f"--home {name}=HOME is needed for pool {name}")
+        results.append(run_pool(name, Path(home), k=args.k, alpha=args.alpha, max_noise=args.max_noise,
+                                seed=args.seed))
+        print(render(results[-1:], args), flush=True)
+    if args.markdown:
+        command = " ".join(["scripts/bench_audit_real.py", *sys.argv[1:]])
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(PAGE.format(command=command, alpha=args.alpha, max_noise=args.max_noise, k=args.k)
+                                 + render(results, args))
+
+
+PAGE = """# Duplicate audit on real pools with planted copies
+
+Generated by `.venv/bin/python {command}` (do not edit by hand). What the columns mean is in the
+script's docstring; in short: every real model gets a planted copy per variant, audited as
+`registry audit --model COPY` would (its k={k} nearest real models by embedding, Holm at
+{alpha} over them, max noise {max_noise:.0%}); a flag counts when copy ~ original is labelled
+"duplicate"; a false flag is copy ~ another model labelled "duplicate". "precision incl. pool's
+distinct duplicates" also counts, once per variant, every pair of distinct real models the full
+audit of the pool labels duplicate. "changed (shared)" is the measured share of the copy's answers
+that differ from the original's on the queries both hold (disjoint copies hold none).
+
+"""
+
+
+if __name__ == "__main__":
+    main()

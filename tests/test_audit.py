@@ -1,0 +1,216 @@
+"""The duplicate audit: the calibrated decision on synthetic pools, and the command over a registry."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import synthetic_registry
+from registry import Registry
+from registry.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
+
+
+# ------------------------------------------------------------------ the decision, from evaluations alone
+def _pool(abilities: np.ndarray, n_queries: int, seed: int, *, tasks: int = 4, spread: float = 1.5,
+          shift: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores (M, Q), task (Q,), P(right) (M, Q)): distinct models, independent given the query."""
+    rng = np.random.default_rng(seed)
+    difficulty = rng.normal(shift, spread, n_queries)
+    task = rng.integers(0, tasks, n_queries)
+    bias = rng.normal(0, 0.3, (len(abilities), tasks))  # each model has its own task profile
+    p = 1 / (1 + np.exp(-(abilities[:, None] + bias[:, task] - difficulty[None, :])))
+    return (rng.random(p.shape) < p).astype(float), task, p
+
+
+def _copy(y: np.ndarray, p: np.ndarray, rate: float, seed: int) -> np.ndarray:
+    """`y` with about `rate` of its scores changed as re-sampling would: a right answer turns wrong
+    with probability c (1 - p), a wrong one right with probability c p, c set for the rate."""
+    rng = np.random.default_rng(seed)
+    change = y * (1 - p) + (1 - y) * p
+    c = min(1.0, rate * len(y) / change.sum())
+    flip = rng.random(len(y)) < c * change
+    return np.where(flip, 1.0 - y, y)
+
+
+def _labels(scores, task, names, pairs, *, alpha=0.01, max_noise=0.12):
+    pool = PoolEvals.from_dense(names, scores, task)
+    cal = calibrate(pool)
+    decided = {(a, b): evidence(cal, names[a], *pool.rows[a], names[b], *pool.rows[b], max_noise=max_noise)
+               for a, b in pairs}
+    level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
+    out = {(names[a], names[b]): label(cal, d, names[a], names[b], level=level, alpha=alpha, max_noise=max_noise)
+           for (a, b), d in decided.items()}
+    prefer_best_match(out)
+    return out
+
+
+def _fixed_tolerance_flags(scores, pairs, tolerance=0.10, alpha=0.01):
+    """What the audit did before: flag unless disagreement is significantly above a fixed 10%."""
+    from scipy.stats import binom
+
+    flagged = set()
+    for a, b in pairs:
+        d = np.abs(scores[a] - scores[b])
+        if binom.sf(int(d.sum()) - 1, len(d), tolerance) >= alpha:
+            flagged.add((a, b))
+    return flagged
+
+
+@pytest.mark.parametrize("kind", ["strong", "skewed"])
+def test_calibrated_decision_flags_copies_and_not_distinct_models(kind):
+    """Strong pool: distinct models ~90% right, disagreeing on ~10%. Skewed: ~11% positives, weak
+    models agreeing on ~90%+. Copies with 3-8% of answers changed are flagged as duplicates and no
+    distinct pair is, where a fixed 10% tolerance flags distinct pairs wholesale."""
+    m, q = 24, 4000
+    rng = np.random.default_rng(1)
+    if kind == "strong":
+        abilities, spread, shift = rng.normal(3.6, 0.4, m), 2.5, 0.0
+    else:
+        abilities, spread, shift = rng.normal(-4.0, 0.5, m), 3.0, 0.0
+    scores, task, p = _pool(abilities, q, seed=2, spread=spread, shift=shift)
+    copies = []
+    for c, (orig, rate) in enumerate([(0, 0.03), (5, 0.05), (11, 0.08)]):
+        scores = np.vstack([scores, _copy(scores[orig], p[orig], rate, seed=c)])
+        p = np.vstack([p, p[orig]])
+        copies.append((orig, m + c))
+    names = [f"m{i}" for i in range(len(scores))]
+    acc = np.nanmean(scores[:m])
+    assert (0.85 < acc < 0.95) if kind == "strong" else (0.07 < acc < 0.15)
+    pairs = [(a, b) for a in range(len(names)) for b in range(a + 1, len(names))]
+    labels = _labels(scores, task, names, pairs)
+    flagged = {key for key, d in labels.items() if d.label != "cleared"}
+    assert flagged == {(names[a], names[b]) for a, b in copies}
+    assert all(labels[(names[a], names[b])].label == "duplicate" for a, b in copies)
+    dup = labels[(names[0], names[m])]
+    assert dup.stats.kappa > 0.5 and "far beyond chance" in dup.reason and dup.null_pairs >= 40
+    # today's fixed tolerance: many distinct pairs pass as one model
+    distinct = [(a, b) for a, b in pairs if b < m]
+    assert len(_fixed_tolerance_flags(scores, distinct)) > 20
+
+
+def test_a_systematically_different_relative_is_same_product_line_not_duplicate():
+    m, q = 20, 3000
+    abilities = np.random.default_rng(3).normal(1.0, 0.5, m)
+    scores, task, p = _pool(abilities, q, seed=4)
+    rng = np.random.default_rng(5)
+    successor = scores[0].copy()
+    # a new snapshot: better on task 0, worse on task 1, otherwise the same answers
+    for t, value in ((0, 0.0), (1, 1.0)):
+        idx = np.flatnonzero((task == t) & (successor == value))
+        successor[rng.choice(idx, len(idx) // 6, replace=False)] = 1.0 - value
+    scores = np.vstack([scores, successor])
+    names = [f"m{i}" for i in range(m + 1)]
+    d = _labels(scores, task, names, [(0, m), (1, 2)])
+    assert d[("m0", f"m{m}")].label == "same product line?" and "lean one way" in d[("m0", f"m{m}")].reason
+    assert d[("m1", "m2")].label == "cleared"
+
+
+def test_no_shared_queries_falls_back_to_task_by_difficulty_homogeneity():
+    m, q = 12, 2400
+    abilities = np.linspace(-1.5, 1.5, m)
+    scores, task, p = _pool(abilities, q, seed=6)
+    half = np.random.default_rng(7).permutation(q)
+    copy = np.full(q, np.nan)
+    copy[half[: q // 2]] = scores[3, half[: q // 2]]
+    scores[3, half[: q // 2]] = np.nan  # the original keeps the other half: no query in common
+    scores[0, half[: q // 2]] = np.nan  # and so does a weaker distinct model
+    scores = np.vstack([scores, copy])
+    names = [f"m{i}" for i in range(m + 1)]
+    d = _labels(scores, task, names, [(3, m), (0, m)])
+    same, other = d[("m3", f"m{m}")], d[("m0", f"m{m}")]
+    assert same.stats.shared == 0 and same.label == "duplicate" and same.stats.homogeneity_p > 0.01
+    assert "no shared queries" in same.reason and same.split_pass_rate is not None
+    assert other.label == "cleared" and "differ across" in other.reason
+
+
+def test_holm_level_steps_down():
+    # sorted p against alpha / (n - i) = 0.0125, 0.0167, 0.025, 0.05: 0.001 and 0.012 pass, 0.03 stops it
+    assert holm_level([0.03, 0.5, 0.001, 0.012], 0.05) == 0.012
+    assert holm_level([0.2, 0.5], 0.05) == 0.0 and holm_level([], 0.05) == 0.0
+
+
+# ------------------------------------------------------------------ over a registry: CLI and API
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("audit") / "home"
+    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=40,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=0, seed=2)
+    return home
+
+
+@pytest.fixture
+def reg(trained_home, tmp_path) -> Registry:
+    copy = tmp_path / "home"
+    shutil.copytree(trained_home, copy)
+    return Registry.open(copy)
+
+
+def _own(reg: Registry, name: str) -> list[dict]:
+    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    return [{"query": queries[r["query_id"]], "score": r["score"]}
+            for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]
+
+
+def _run(home, *args, code=0):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def test_audit_flags_a_planted_copy_and_says_why(reg):
+    from registry.audit import AuditReport
+
+    evals = _own(reg, "syn-synfam2-13b")
+    reg.add_model("mirror-of-13b", evals)
+    flipped = [{"query": e["query"], "score": 1.0 - e["score"]} if i % 3 == 0 else e for i, e in enumerate(evals)]
+    reg.add_model("noisy-13b", flipped)  # a third of the answers flipped: not one model
+    report = reg.audit()
+    assert isinstance(report, AuditReport) and report.k == 10 and not report.calibration.cached
+    pairs = {frozenset((f.a, f.b)): f for f in report.flags}
+    mirror = pairs[frozenset(("mirror-of-13b", "syn-synfam2-13b"))]
+    assert mirror.label == "duplicate" and mirror.evidence.disagreement_rate == 0.0
+    assert "far beyond chance" in mirror.reason and mirror.evidence.null_pairs > 0
+    assert all("noisy-13b" not in (f.a, f.b) or f.label != "duplicate" for f in report.flags)
+    assert [(f.a, f.b) for f in report.duplicates] == [(mirror.a, mirror.b)]
+    # --model: the CI call for one endpoint, on the cached calibration
+    one = reg.audit(model="mirror-of-13b", k=3)
+    assert one.model == "mirror-of-13b" and one.candidates == 3 and one.calibration.cached
+    assert all(p.a == "mirror-of-13b" for p in one.flags + one.cleared + one.untested)
+    assert [p.b for p in one.duplicates] == ["syn-synfam2-13b"]
+
+
+def test_cli_json_validates_and_fail_flags(reg):
+    from registry.audit import AuditReport
+
+    reg.add_model("mirror-of-13b", _own(reg, "syn-synfam2-13b"))
+    out = _run(reg.home, "audit", "--json")
+    report = AuditReport.model_validate_json(out)
+    assert report.duplicates and json.loads(out)["flags"][0]["evidence"]["disagreement_rate"] == 0.0
+    _run(reg.home, "audit", "--fail-on-flag", code=1)
+    _run(reg.home, "audit", "--fail-on-related", code=1)
+    text = _run(reg.home, "audit", "--model", "mirror-of-13b", "-k", "2")
+    assert "DUPLICATE mirror-of-13b ~ syn-synfam2-13b" in text and "cached" in text
+    reg.remove("mirror-of-13b")
+    clean = AuditReport.model_validate_json(_run(reg.home, "audit", "--json", "--fail-on-flag"))
+    assert not clean.duplicates
+
+
+def test_audit_refuses_bad_arguments_naming_the_option(reg):
+    from registry import InputError, NotFoundError
+
+    assert "--alpha" in _run(reg.home, "audit", "--alpha", "0", code=2)
+    assert "--max-noise" in _run(reg.home, "audit", "--max-noise", "1.5", code=2)
+    assert "--neighbours" in _run(reg.home, "audit", "-k", "0", code=2)
+    assert "closest: syn-synfam2-13b" in _run(reg.home, "audit", "--model", "syn-synfam2-13", code=1)
+    with pytest.raises(InputError, match="field 'alpha'"):
+        reg.audit(alpha=1.0)
+    with pytest.raises(InputError, match="field 'k'"):
+        reg.audit(k=0)
+    with pytest.raises(NotFoundError):
+        reg.audit(model="nobody")
+    assert MIN_EVIDENCE == 30
