@@ -20,3 +20,8 @@ def _echo_neighbour(hit: dict) -> None:
     """One result of search or profile: distance, name, family, access."""
     m = hit.get("metadata") or {}
     click.echo(f"{hit['distance']:.4f}  {hit['name']:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+
+
+def _echo_neighbour_header() -> None:
+    """The header row above `_echo_neighbour` lines."""
+    click.echo(f"{'distance':<8}  {'name':<32} {'family':<10} access")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _echo_json, _echo_neighbour, _registry
+from cli._common import _echo_json, _echo_neighbour, _echo_neighbour_header, _registry
 from registry.errors import RegistryError
 
 HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
@@ -72,9 +72,11 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
         options["metric"] = metric
     if options and format_ not in ("auto", "lm-eval"):
         raise click.UsageError("--model-name and --metric apply to --format lm-eval")
+    # Progress per stage on stderr (stdout keeps the report); quiet under --json, as `train` is.
+    log = None if as_json else (lambda message: click.echo(message, err=True))
     report = _registry(ctx).import_path(
         path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
-        query_embeddings=query_embeddings, query_ids=query_ids, **options,
+        query_embeddings=query_embeddings, query_ids=query_ids, log=log, **options,
     )
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -94,11 +96,15 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts of models, queries, evaluations, tasks and coverage."""
-    summary = _registry(ctx, create=False).stats()
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    home = resolve_home(ctx.obj["home"])
+    summary = snapshot.stats(home)  # no LanceDB import while nothing has changed
     if as_json:
         _echo_json(summary)
         return
-    click.echo(f"home:        {ctx.obj['home'] or '(default)'}")
+    click.echo(f"home:        {home}")
     click.echo(f"models:      {summary['models']}")
     click.echo(f"queries:     {summary['queries']} in {len(summary['tasks'])} tasks")
     click.echo(f"evaluations: {summary['evaluations']} (coverage {summary['coverage']:.4f})")
@@ -118,17 +124,22 @@ def models() -> None:
 @click.pass_context
 def models_list(ctx: click.Context, as_json: bool) -> None:
     """List models with their metadata."""
-    records = _registry(ctx, create=False).models()
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    rows = snapshot.model_records(resolve_home(ctx.obj["home"]))
     if as_json:
-        _echo_json([r.model_dump() for r in records])
+        _echo_json(rows)
         return
-    if not records:
+    if not rows:
         click.echo("no models yet (registry import PATH)")
         return
-    width = max(len(r.name) for r in records)
-    for r in records:
-        size = f"{r.params_b:g}B" if r.params_b is not None else "-"
-        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<5} {r.provider or ''}")
+    width = max(4, max(len(r["name"]) for r in rows))
+    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} provider")
+    for r in rows:
+        size = f"{r['params_b']:g}B" if r["params_b"] is not None else "-"
+        click.echo(f"{r['name']:<{width}}  {r['family'] or '-':<12} {size:>7}  {r['access'] or '-':<6} "
+                   f"{r['provider'] or ''}")
 
 
 def _evals_option(value: str) -> int | None:
@@ -267,6 +278,8 @@ def search(ctx, name, k, metric, where, as_json) -> None:
         return
     if not results:
         click.echo("no neighbours" + (f" matching {where!r}" if where else ""))
+        return
+    _echo_neighbour_header()
     for r in results:
         _echo_neighbour(r)
 
@@ -276,12 +289,11 @@ def search(ctx, name, k, metric, where, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
 def show(ctx, name, as_json) -> None:
-    """A model's record, metadata and embedding summary."""
-    reg = _registry(ctx, create=False)
-    record = reg.get(name)
-    row = {r["name"]: r for r in reg.store.read("models").to_pylist()}[name]
-    info = {**record.model_dump(), "version": row.get("version"), "encoder_id": row.get("encoder_id"),
-            "n_evals": row.get("n_evals"), "embedded": row.get("vector") is not None}
+    """A model's record, metadata and embedding summary (NAME may be an alias)."""
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    info = snapshot.model_info(resolve_home(ctx.obj["home"]), name)
     if as_json:
         _echo_json(info)
         return
@@ -295,8 +307,11 @@ def show(ctx, name, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_context
 def history(ctx, name, as_json) -> None:
-    """Every version of a model, oldest first."""
-    rows = _registry(ctx, create=False).history(name)
+    """Every version of a model, oldest first (NAME may be an alias)."""
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    rows = snapshot.history(resolve_home(ctx.obj["home"]), name)
     if as_json:
         _echo_json([{k: (str(v) if k == "time" else v) for k, v in r.items() if k not in ("vector", "record")}
                     for r in rows])
@@ -392,9 +407,9 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
 
 
 def _register_analytics() -> None:
-    from cli import families, portfolio, route
+    from cli import catalog_commands, families, portfolio, route
 
-    for module in (route, portfolio, families):
+    for module in (route, portfolio, families, catalog_commands):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -5,7 +5,7 @@ import math
 
 import click
 
-from cli._common import _echo_json, _echo_neighbour, _registry
+from cli._common import _echo_json, _echo_neighbour, _echo_neighbour_header, _registry
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -48,6 +48,7 @@ def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
     wanted = ", ".join(f"{t} {a:.2f} (sampled {result['per_task'][t]['accuracy']:.2f} over "
                        f"{result['per_task'][t]['evals']})" for t, a in result["targets"].items())
     click.echo(f"hypothetical model from {result['evals']} synthetic evaluations: {wanted}")
+    _echo_neighbour_header()
     for r in result["results"]:
         _echo_neighbour(r)
 
@@ -71,8 +72,8 @@ def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
         click.echo(f"{r['p_correct']:.4f}      {r['name']}")
     if result["fallback"]:
         top = result["ranking"][0]["name"]
-        click.echo(f"if {top} is unavailable: " +
-                   ", ".join(f"{f['name']} ({f['distance']:.4f})" for f in result["fallback"]))
+        click.echo(f"if {top} is unavailable, its nearest available neighbours (cosine distance): " +
+                   ", ".join(f"{f['name']} (distance {f['distance']:.4f})" for f in result["fallback"]))
 
 
 COMMANDS: list[click.Command] = [profile, route]

@@ -60,34 +60,55 @@ class Registry:
         encode: bool = True,
         query_embeddings: str | os.PathLike[str] | None = None,
         query_ids: str | os.PathLike[str] | None = None,
+        log=None,
         **options: Any,
     ) -> ImportReport:
         """Import evaluations from a file or directory (see `registry.importers` for formats).
 
         New query texts are encoded with `encoder` (default: the registry's query encoder) unless
         `encode=False`; `query_embeddings` + `query_ids` (.npy) supply vectors for that encoder so
-        that nothing is re-encoded. The import lands whole or not at all.
+        that nothing is re-encoded. The first import into an empty registry with `encoder` makes it
+        the registry's query encoder (as `registry init --encoder` would). `log(line)` hears each stage
+        (reading, checking, encoding with counts, writing). The tables get the import whole or not
+        at all; texts encoded before an interruption stay in the vector cache.
         """
+        import time
+
         from encoder.query_encoder import canonical_encoder_name
 
+        log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
         precomputed = None
         if (query_embeddings is None) != (query_ids is None):
             from registry.errors import InputError
 
             raise InputError("--query-embeddings and --query-ids go together")
+        started = time.monotonic()
+        log(f"reading {path} ...")
         batch = read_batch(Path(path), format=format, id_prefix=id_prefix, **options)
+        log(f"  read {batch.n_evaluations:,} evaluations, {len(batch.queries):,} queries, "
+            f"{len(set(batch.eval_models)):,} models ({time.monotonic() - started:.1f} s)")
         if query_embeddings is not None:
             precomputed = load_precomputed(
                 Path(query_embeddings), Path(query_ids), encoder=encoder_name, id_prefix=id_prefix
             )
-        return ingest(
+        adopt = encoder is not None and encoder_name != self.query_encoder and self._is_empty()
+        report = ingest(
             self._store,
             batch,
             encoder=encoder_name if encode else None,
             load_encoder=_load_query_encoder,
             precomputed=precomputed,
+            log=log,
         )
+        if adopt:
+            # The first import names the encoder its texts belong to: make it the registry's, or the
+            # next `train` would look for vectors from the default encoder and find none.
+            self._store.update_config(query_encoder=encoder_name)
+            report.warnings.append(f"the registry was empty: its query encoder is now {encoder_name} "
+                                   "(as `registry init --encoder` sets it)")
+        log(f"done in {time.monotonic() - started:.1f} s")
+        return report
 
     # ------------------------------------------------------------ LOCUS encoder
     def select_models(self, pool: str | None) -> list[str]:
@@ -165,24 +186,24 @@ class Registry:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
         from registry.catalog import refine
 
-        return refine(self._store, name, more_evaluations, max_evals=max_evals)
+        return refine(self._store, self.resolve(name), more_evaluations, max_evals=max_evals)
 
     def remove(self, name: str) -> dict[str, Any]:
         """Remove a model (its history stays: `restore` brings it back)."""
         from registry.catalog import remove
 
-        return remove(self._store, name)
+        return remove(self._store, self.resolve(name))
 
     def restore(self, name: str, version: int | None = None) -> dict[str, Any]:
         from registry.catalog import restore
 
-        return restore(self._store, name, version)
+        return restore(self._store, self.resolve(name), version)
 
     def history(self, name: str) -> list[dict[str, Any]]:
         """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
         from registry.catalog import history
 
-        return history(self._store, name)
+        return history(self._store, self.resolve(name))
 
     def list(self, where: str | None = None) -> list[ModelRecord]:
         """Model records, optionally filtered (see `registry.filters`)."""
@@ -197,12 +218,12 @@ class Registry:
         """The k nearest models (name, distance, metadata), nearest first, the model itself excluded."""
         from registry.search import similar
 
-        return similar(self._store, name_or_vector, k=k, metric=metric, where=where)
+        return similar(self._store, self.resolve(name_or_vector), k=k, metric=metric, where=where)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         from registry.search import distance
 
-        return distance(self._store, a, b, metric=metric)
+        return distance(self._store, self.resolve(a), self.resolve(b), metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", quantile: float = 0.99,
               tolerance: float = 0.10, alpha: float = 0.01) -> dict[str, Any]:
@@ -210,7 +231,7 @@ class Registry:
         evaluations do not show them to differ (see `registry.audit`)."""
         from registry.audit import audit
 
-        return audit(self._store, model=model, metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
+        return audit(self._store, model=self.resolve(model), metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -239,6 +260,7 @@ class Registry:
         nearest available neighbours (appendix E.2)."""
         from registry.routing import route
 
+        exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
         return route(self._store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
@@ -259,7 +281,7 @@ class Registry:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
         from registry.families import compare
 
-        return compare(self._store, a, b)
+        return compare(self._store, self.resolve(a), self.resolve(b))
 
     def check(self) -> list[str]:
         """Consistency problems (empty when the table, the index and the evaluations agree)."""
@@ -292,10 +314,76 @@ class Registry:
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
 
     def get(self, name: str) -> ModelRecord:
+        name = self.resolve(name)
         for record in self.models():
             if record.name == name:
                 return record
         raise NotFoundError.model(name, [r.name for r in self.models()])
+
+    # ==============================================================================================
+    # Aliases and name resolution (MLflow-style: `production -> NAME[@VERSION]`). One place turns what
+    # a user typed (a model name or an alias) into a stored model name: `resolve`.
+    # ==============================================================================================
+    def resolve(self, name: str) -> str:
+        """The stored model name that `name` (a model name or an alias) stands for; a pinned alias whose
+        version is no longer live is refused, saying what to do. Unknown names pass through unchanged so
+        that the operation's own "no model named ..." error (with suggestions) still speaks."""
+        from registry.aliases import read_aliases, resolve
+
+        if not isinstance(name, str) or name not in read_aliases(self.home):
+            return name
+        return resolve(self.home, name, live=_live_versions(self._store))
+
+    def set_alias(self, alias: str, target: str) -> dict[str, Any]:
+        """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must
+        be in the model's history). Setting an existing alias re-points it."""
+        from registry.aliases import check_alias_name, split_version
+        from registry.catalog import history
+
+        check_alias_name(alias)
+        live = _live_versions(self._store)
+        if alias in live:
+            raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
+        name, version = split_version(target, set(live))
+        past = history(self._store, name)  # "no model named ..." with suggestions
+        versions = sorted({int(r["version"]) for r in past})
+        if version is not None and version not in versions:
+            raise NotFoundError(f"model {name!r} has no version {version} (versions: "
+                                f"{', '.join(map(str, versions))})")
+        entry = {"name": name, "version": version}
+
+        def change(config: dict[str, Any]) -> None:
+            aliases = dict(config.get("aliases") or {})
+            aliases[alias] = entry
+            config["aliases"] = dict(sorted(aliases.items()))
+
+        self._store.modify_config(change)
+        return {"alias": alias, **entry}
+
+    def delete_alias(self, alias: str) -> dict[str, Any]:
+        """Remove an alias (the model is untouched); returns what it pointed to."""
+        def change(config: dict[str, Any]) -> dict[str, Any]:
+            aliases = dict(config.get("aliases") or {})
+            if alias not in aliases:
+                import difflib
+
+                close = difflib.get_close_matches(alias, list(aliases), n=3, cutoff=0.4)
+                raise NotFoundError(f"no alias named {alias!r}" + (f"; closest: {', '.join(close)}" if close else ""))
+            entry = aliases.pop(alias)
+            config["aliases"] = aliases
+            return {"alias": alias, **entry}
+
+        return self._store.modify_config(change)
+
+    def _is_empty(self) -> bool:
+        """No queries and no query vectors yet: a first import may still choose the query encoder."""
+        return self._store.count(QUERIES) == 0 and not self._store.vector_encoders()
+
+    def aliases(self) -> list[dict[str, Any]]:
+        """Every alias and its target ({"alias", "name", "version"}), by alias."""
+        from registry.aliases import read_aliases
+
+        return [{"alias": a, **entry} for a, entry in sorted(read_aliases(self.home).items())]
 
 
 def _vector_table(encoder: str) -> str:
@@ -309,3 +397,7 @@ def _load_query_encoder(name: str):
 
     return load_query_encoder(name)
 
+
+def _live_versions(store: Store) -> dict[str, int]:
+    rows = store.read(MODELS, ["name", "version"]).to_pylist()
+    return {r["name"]: int(r["version"] or 1) for r in rows}

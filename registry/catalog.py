@@ -65,7 +65,7 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         query_id = str(query_id)
         if isinstance(text, str) and text.strip() and query_id not in seen:
             seen[query_id] = text
-            batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i)
+            batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i, field="query")
         batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
     if not batch.n_evaluations:
         raise InputError("no evaluations given", file="evaluations")
@@ -156,10 +156,16 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
               replace: bool = False, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> dict[str, Any]:
     from registry.embedding import active_encoder
 
+    from registry.limits import check_model_name
+
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("the model name is empty", field="NAME")
+    check_model_name(name, field="NAME")
     active = active_encoder(store)
     existing = model_rows(store).get(name)
     if existing is not None and not replace:
-        raise RegistryError(f"a model named {name!r} exists; use refine to add evaluations, or --replace")
+        raise RegistryError(f"a model named {name!r} exists: `registry refine {name} --evals FILE` adds "
+                            "evaluations to it (a new version); --replace starts it afresh")
     if isinstance(metadata, ModelRecord):
         record = metadata.model_copy(update={"name": name})
     else:

@@ -147,6 +147,7 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
     models = open_index(store)
     own = None
     if isinstance(query, str):
+        query = _resolve_alias(store, query)
         own = query
         vector = models.vector(query)
     else:
@@ -166,6 +167,19 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
             continue
         results.append({"name": name, "distance": dist, "metadata": models.records[name].metadata()})
     return results[:k]
+
+
+def _resolve_alias(store, name: str) -> str:
+    """An alias (see `registry.aliases`) becomes its model's name; the CLI's search comes here with a
+    bare home path, so resolve from the home's files (no LanceDB while they are current)."""
+    from registry.aliases import read_aliases, resolve
+
+    home = Path(store) if isinstance(store, (str, Path)) else store.home
+    if name not in read_aliases(home):
+        return name
+    from registry import snapshot
+
+    return resolve(home, name, live=snapshot.live_versions(home))
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
