@@ -39,7 +39,9 @@ PY
 
 step "1/5 virtual environment .venv (with $("$PYTHON" --version 2>&1))"
 if [ -x .venv/bin/python ]; then echo "    .venv exists: reusing it"; else run "$PYTHON" -m venv .venv; fi
-PIP=(.venv/bin/python -m pip install --disable-pip-version-check)
+# --no-compile: no .pyc for the thousands of modules the product never imports (about 300 MB of a
+# compiled venv); Python compiles what it does import on first use.
+PIP=(.venv/bin/python -m pip install --disable-pip-version-check --no-compile)
 run "${PIP[@]}" --upgrade pip
 
 step "2/5 torch (CPU build when PyTorch's CPU index is reachable)"

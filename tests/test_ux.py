@@ -346,14 +346,15 @@ def test_map_labels_do_not_overlap(tmp_path, monkeypatch):
     place = plots._place_labels
 
     def spy(ax, fig, *args):
-        kept["annotations"], kept["fig"] = place(ax, fig, *args), fig
-        return kept["annotations"]
+        annotations = place(ax, fig, *args)
+        renderer = fig.canvas.get_renderer()  # measured before the figure is saved and closed
+        kept["boxes"] = [a.get_window_extent(renderer) for a in annotations]
+        return annotations
 
     monkeypatch.setattr(plots, "_place_labels", spy)
     plots.scatter_map(tmp_path / "map.png", names, coords, {"x": 0.5, "y": 0.3, "total": 0.8}, field="family",
                       values=families)
-    renderer = kept["fig"].canvas.get_renderer()
-    boxes = [a.get_window_extent(renderer) for a in kept["annotations"]]
+    boxes = kept["boxes"]
     assert len(boxes) == len(names)
     overlaps = [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
     assert overlaps == []
