@@ -180,7 +180,7 @@ def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> l
     for i in order:
         w, h = sizes[i]
         candidates = []  # (dx, dy) of the box's lower-left corner from the point, nearest first
-        for ring in range(8):
+        for ring in range(12):
             r = ring * h
             for ux, uy in ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, 1), (1, -1), (-1, -1)):
                 dx = 4.0 + r if ux > 0 else -4.0 - w - r if ux < 0 else -w / 2
@@ -191,7 +191,7 @@ def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> l
             box = (xy[i, 0] + dx, xy[i, 1] + dy, xy[i, 0] + dx + w, xy[i, 1] + dy + h)
             outside = (max(0.0, x0 - box[0]) + max(0.0, box[2] - x1)) * h + (
                 max(0.0, y0 - box[1]) + max(0.0, box[3] - y1)) * w
-            cost = 4.0 * overlap(box, placed) + overlap(box, dots[:i] + dots[i + 1:]) + 10.0 * outside
+            cost = 100.0 * overlap(box, placed) + overlap(box, dots[:i] + dots[i + 1:]) + 10.0 * outside
             if best_cost is None or cost < best_cost - 1e-9:
                 best, best_cost = (dx, dy, box), cost
             if cost == 0:

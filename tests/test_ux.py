@@ -339,6 +339,8 @@ def _points(seed: int = 0) -> tuple[list[str], np.ndarray, list[str]]:
 
 
 def test_map_labels_do_not_overlap(tmp_path, monkeypatch):
+    from matplotlib.text import Text
+
     from registry import plots
 
     names, coords, families = _points()
@@ -347,8 +349,10 @@ def test_map_labels_do_not_overlap(tmp_path, monkeypatch):
 
     def spy(ax, fig, *args):
         annotations = place(ax, fig, *args)
-        renderer = fig.canvas.get_renderer()  # measured before the figure is saved and closed
-        kept["boxes"] = [a.get_window_extent(renderer) for a in annotations]
+        fig.canvas.draw()  # lays the annotations out; measured before the figure is saved and closed
+        renderer = fig.canvas.get_renderer()
+        # the text's own box (an Annotation's extent also spans its leader line)
+        kept["boxes"] = [Text.get_window_extent(a, renderer) for a in annotations]
         return annotations
 
     monkeypatch.setattr(plots, "_place_labels", spy)
