@@ -390,3 +390,28 @@ def test_clusters_figure_keeps_family_colours_for_families_and_runs_the_diagonal
     n = len(names)
     assert np.allclose([image[n - 1 - j, j] for j in range(n)], 0.0)  # top-left to bottom-right
     assert not np.allclose([image[j, j] for j in range(n)], 0.0)
+
+
+# ------------------------------------------------------------------------------------------- the demo
+@pytest.mark.slow
+def test_the_demo_pool_shows_the_features_working(tmp_path):
+    """The demo's synthetic pool, trained as the demo trains it when nothing slows it (150 epochs):
+    its 3-model portfolio routes better than random 3-model subsets, and its clusters follow the
+    planted families (scripts-level numbers, seed 0: portfolio 0.861 vs 0.675 +- 0.183, adjusted Rand
+    0.54)."""
+    import tempfile
+
+    from registry.demo import DEMO_ENCODER, DEMO_POOL
+    from registry.synthetic import synthetic_pool
+
+    reg = Registry.open(tmp_path / "h")
+    reg.set_query_encoder(DEMO_ENCODER)
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
+    reg.train(epochs=150, progress=False)
+    reg.embed_all()
+    chosen = reg.portfolio(k=3, method="kmedoids")
+    mean, sd = chosen["random_routing_accuracy_mean"], chosen["random_routing_accuracy_sd"]
+    assert chosen["routing_accuracy"] > mean + 0.5 * sd
+    agreement = reg.clusters()["family_agreement"]
+    assert agreement["adjusted_rand"] >= 0.4 and agreement["p_value"] < 0.05
