@@ -396,7 +396,8 @@ def check(ctx, as_json) -> None:
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--epochs", default=150, show_default=True, help="Training budget (epochs; the demo also stops at 60 s) when no encoder is active yet.")
+@click.option("--epochs", default=150, show_default=True,
+              help="Training budget in epochs (the demo also stops at 60 s) when no encoder is active yet.")
 @click.pass_context
 def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int) -> None:
     """The main job: build a registry (synthetic pool unless --data), train, embed, search, audit."""

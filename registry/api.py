@@ -231,7 +231,8 @@ class Registry:
         evaluations do not show them to differ (see `registry.audit`)."""
         from registry.audit import audit
 
-        return audit(self._store, model=self.resolve(model), metric=metric, quantile=quantile, tolerance=tolerance, alpha=alpha)
+        return audit(self._store, model=self.resolve(model), metric=metric, quantile=quantile, tolerance=tolerance,
+                     alpha=alpha)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

@@ -72,8 +72,11 @@ def _build(home: Path) -> dict[str, Any]:
     }
     if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).exists():
         tmp = home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(snap), "utf-8")
-        os.replace(tmp, home / SNAPSHOT_FILE)
+        try:
+            tmp.write_text(json.dumps(snap), "utf-8")
+            os.replace(tmp, home / SNAPSHOT_FILE)
+        except OSError:  # a home we may read but not write: answer anyway, just not faster next time
+            tmp.unlink(missing_ok=True)
     return snap
 
 
