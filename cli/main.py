@@ -83,6 +83,9 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
     if as_json:
         _echo_json({k: v for k, v in vars(report).items()})
         return
+    if report.query_encoder_set:
+        click.echo(f"the registry was empty: its query encoder is now {report.query_encoder_set} "
+                   "(as `registry init --encoder` sets it)")
     click.echo(
         f"imported {report.source}: {report.new_models} new models, {report.new_queries} new queries, "
         f"{report.new_evaluations} new evaluations ({report.updated_evaluations} updated, "

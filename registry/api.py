@@ -105,8 +105,7 @@ class Registry:
             # The first import names the encoder its texts belong to: make it the registry's, or the
             # next `train` would look for vectors from the default encoder and find none.
             self._store.update_config(query_encoder=encoder_name)
-            report.warnings.append(f"the registry was empty: its query encoder is now {encoder_name} "
-                                   "(as `registry init --encoder` sets it)")
+            report.query_encoder_set = encoder_name
         log(f"done in {time.monotonic() - started:.1f} s")
         return report
 

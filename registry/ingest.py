@@ -60,6 +60,7 @@ class ImportReport:
     encoded_texts: int = 0
     stored_precomputed: int = 0
     warnings: list[str] = field(default_factory=list)
+    query_encoder_set: str | None = None  # the first import into an empty registry named its query encoder
 
     @property
     def changed(self) -> bool:
