@@ -130,15 +130,20 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
         options["metric"] = metric
     if options and format_ not in ("auto", "lm-eval"):
         raise click.UsageError("--model-name and --metric apply to --format lm-eval")
+    # Progress per stage on stderr (stdout keeps the report); quiet under --json, as `train` is.
+    log = None if as_json else (lambda message: click.echo(message, err=True))
     report = _registry(ctx).import_path(
         path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
-        query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), **options,
+        query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), log=log, **options,
     )
     echo_warnings(report.warnings)
     emit(report, as_json, _echo_import)
 
 
 def _echo_import(report) -> None:
+    if report.query_encoder_set:
+        click.echo(f"the registry was empty: its query encoder is now {report.query_encoder_set} "
+                   "(as `registry init --encoder` sets it)")
     click.echo(
         f"imported {report.source}: {report.new_models} new models, {report.new_queries} new queries, "
         f"{report.new_evaluations} new evaluations ({report.updated_evaluations} updated, "
@@ -152,7 +157,11 @@ def _echo_import(report) -> None:
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts of models, queries, evaluations, tasks and coverage."""
-    emit(_registry(ctx, create=False).stats(), as_json, _echo_stats)
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    # From the snapshot: no LanceDB import while nothing has changed.
+    emit(snapshot.stats(resolve_home(ctx.obj["home"])), as_json, _echo_stats)
 
 
 def _echo_stats(summary) -> None:
@@ -177,9 +186,16 @@ def models() -> None:
 @click.pass_context
 def models_list(ctx: click.Context, where: str | None, as_json: bool) -> None:
     """List models with their metadata."""
+    from indexing.home import resolve_home
+    from registry import snapshot
+    from registry.filters import matching
     from registry.results import ModelList
 
-    emit(ModelList(_registry(ctx, create=False).list(where)), as_json, lambda listed: _echo_models(listed, where))
+    listed = snapshot.model_list(resolve_home(ctx.obj["home"]))
+    if where is not None:
+        keep = set(matching(where, listed.root))
+        listed = ModelList([r for r in listed.root if r.name in keep])
+    emit(listed, as_json, lambda found: _echo_models(found, where))
 
 
 def _echo_models(listed, where: str | None) -> None:
@@ -187,10 +203,18 @@ def _echo_models(listed, where: str | None) -> None:
     if not records:
         click.echo(f"no model matches {where!r}" if where else "no models yet (registry import PATH)")
         return
-    width = max(len(r.name) for r in records)
+    width = max(4, max(len(r.name) for r in records))
+    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} provider")
     for r in records:
         size = f"{r.params_b:g}B" if r.params_b is not None else "-"
-        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<5} {r.provider or ''}")
+        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<6} {r.provider or ''}")
+        return
+    width = max(4, max(len(r["name"]) for r in rows))
+    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} provider")
+    for r in rows:
+        size = f"{r['params_b']:g}B" if r["params_b"] is not None else "-"
+        click.echo(f"{r['name']:<{width}}  {r['family'] or '-':<12} {size:>7}  {r['access'] or '-':<6} "
+                   f"{r['provider'] or ''}")
 
 
 def _evals_option(value: str) -> int | None:
@@ -381,8 +405,11 @@ def _echo_search(result) -> None:
 @json_option
 @click.pass_context
 def show(ctx, name, as_json) -> None:
-    """A model's record, metadata and embedding summary."""
-    emit(_registry(ctx, create=False).show(name), as_json, _echo_show)
+    """A model's record, metadata and embedding summary (NAME may be an alias)."""
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    emit(snapshot.model_info(resolve_home(ctx.obj["home"]), name), as_json, _echo_show)
 
 
 def _echo_show(info) -> None:
@@ -397,8 +424,11 @@ def _echo_show(info) -> None:
 @json_option
 @click.pass_context
 def history(ctx, name, as_json) -> None:
-    """Every version of a model, oldest first."""
-    emit(_registry(ctx, create=False).history(name), as_json, lambda h: [
+    """Every version of a model, oldest first (NAME may be an alias)."""
+    from indexing.home import resolve_home
+    from registry import snapshot
+
+    emit(snapshot.history(resolve_home(ctx.obj["home"]), name), as_json, lambda h: [
         click.echo(f"v{v.version:<3} {v.event:<8} {v.time:%Y-%m-%d %H:%M:%S}  encoder {v.encoder_id}  "
                    f"{v.n_evals} evals") for v in h.versions])
 
@@ -487,7 +517,8 @@ def check(ctx, as_json) -> None:
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--epochs", default=300, show_default=True, help="Training budget when no encoder is active yet.")
+@click.option("--epochs", default=150, show_default=True,
+              help="Training budget in epochs (the demo also stops at 60 s) when no encoder is active yet.")
 @json_option
 @click.pass_context
 def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json: bool) -> None:
@@ -501,9 +532,9 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json:
 
 
 def _register_analytics() -> None:
-    from cli import families, portfolio, route, serve
+    from cli import catalog_commands, families, portfolio, route, serve
 
-    for module in (route, portfolio, families, serve):
+    for module in (route, portfolio, families, catalog_commands, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -1,24 +1,21 @@
 """`registry` commands: portfolio (thin over `registry.Registry`)."""
 from __future__ import annotations
 
-import math
-import re
-
 import click
 
 from cli._common import _registry, echo_warnings, emit, json_option
 
-_BUDGET = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[bBtT]?)\s*$")
-
-
 def parse_budget(text: str) -> float:
-    """'150B', '150b' or '150' -> 150.0 (billions of parameters); '1.5T' -> 1500.0. Raises ValueError."""
-    match = _BUDGET.match(str(text))
-    if not match:
+    """'150B', '150b' or '150' -> 150.0 (billions of parameters); '1.5T' -> 1500.0. Raises ValueError.
+    The same parser as `--meta params_b=...` (`registry.records.parse_params_b`), and positive."""
+    from registry.records import parse_params_b
+
+    try:
+        value = parse_params_b(text)
+    except ValueError:
         raise ValueError(f"{text!r} is not a parameter budget: write billions as 150B, 150b or 150, "
-                         "or trillions as 1.5T")
-    value = float(match.group("number")) * (1000.0 if match.group("unit").lower() == "t" else 1.0)
-    if not math.isfinite(value) or value <= 0:
+                         "or trillions as 1.5T") from None
+    if value <= 0:
         raise ValueError(f"{text!r}: the budget must be a positive number of parameters")
     return value
 

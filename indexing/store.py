@@ -151,6 +151,15 @@ class Store:
             config.update(changes)
             self._write_config(config)
 
+    def modify_config(self, change) -> Any:
+        """Read-modify-write of config.json under the writer lock: `change(config)` edits the dict
+        in place (and may raise to write nothing); returns what it returns."""
+        with self._writer_lock():
+            config = self.config
+            result = change(config)
+            self._write_config(config)
+            return result
+
     @property
     def query_encoder(self) -> str:
         return self.config.get("query_encoder", DEFAULT_QUERY_ENCODER)

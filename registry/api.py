@@ -15,6 +15,7 @@ from indexing.home import resolve_home
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
+    Alias,
     AuditReport,
     CheckResult,
     ClustersResult,
@@ -111,6 +112,7 @@ class Registry:
         query_embeddings: str | os.PathLike[str] | None = None,
         query_ids: str | os.PathLike[str] | None = None,
         metadata: dict[str, Any] | None = None,
+        log=None,
         **options: Any,
     ) -> ImportReport:
         """Import evaluations from a file or directory (see `registry.importers` for formats).
@@ -118,30 +120,50 @@ class Registry:
         New query texts are encoded with `encoder` (default: the registry's query encoder) unless
         `encode=False`; `query_embeddings` + `query_ids` (.npy) supply vectors for that encoder so
         that nothing is re-encoded. `metadata` (e.g. {"dataset": "bfcl"}) is set on every model
-        of this import, over what the file says. The import lands whole or not at all.
+        of this import, over what the file says. The first import into an empty registry with
+        `encoder` makes it the registry's query encoder (as `registry init --encoder` would).
+        `log(line)` hears each stage (reading, checking, encoding with counts, writing). The tables
+        get the import whole or not at all; texts encoded before an interruption stay in the vector
+        cache.
         """
+        import time
+
         from encoder.query_encoder import canonical_encoder_name
         from registry.importers import read_batch
         from registry.ingest import ingest, load_precomputed
 
+        log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
         precomputed = None
         if (query_embeddings is None) != (query_ids is None):
             raise InputError("query embeddings and their query ids go together: give both or neither",
                              field="query_embeddings" if query_embeddings is None else "query_ids")
+        started = time.monotonic()
+        log(f"reading {path} ...")
         batch = read_batch(Path(path), format=format, id_prefix=id_prefix, **options)
         batch.tag_models(metadata or {})
+        log(f"  read {batch.n_evaluations:,} evaluations, {len(batch.queries):,} queries, "
+            f"{len(set(batch.eval_models)):,} models ({time.monotonic() - started:.1f} s)")
         if query_embeddings is not None:
             precomputed = load_precomputed(
                 Path(query_embeddings), Path(query_ids), encoder=encoder_name, id_prefix=id_prefix
             )
-        return ingest(
+        adopt = encoder is not None and encoder_name != self.query_encoder and self._is_empty()
+        report = ingest(
             self.store,
             batch,
             encoder=encoder_name if encode else None,
             load_encoder=_load_query_encoder,
             precomputed=precomputed,
+            log=log,
         )
+        if adopt:
+            # The first import names the encoder its texts belong to: make it the registry's, or the
+            # next `train` would look for vectors from the default encoder and find none.
+            self.store.update_config(query_encoder=encoder_name)
+            report.query_encoder_set = encoder_name
+        log(f"done in {time.monotonic() - started:.1f} s")
+        return report
 
     # ------------------------------------------------------------ LOCUS encoder
     def select_models(self, pool: str | None, *, field: str = "pool") -> list[str]:
@@ -233,26 +255,26 @@ class Registry:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
         from registry.catalog import refine
 
-        return refine(self.store, name, more_evaluations, max_evals=max_evals)
+        return refine(self.store, self.resolve(name), more_evaluations, max_evals=max_evals)
 
     def remove(self, name: str) -> RemoveResult:
         """Remove a model (its history stays: `restore` brings it back)."""
         from registry.catalog import remove
 
-        return remove(self.store, name)
+        return remove(self.store, self.resolve(name))
 
     def restore(self, name: str, version: int | None = None) -> RestoreResult:
         """Bring back a removed model, or an older version of a live one, from its history."""
         from registry.catalog import restore
 
         _check_count(version, "version", 1, optional=True)
-        return restore(self.store, name, version)
+        return restore(self.store, self.resolve(name), version)
 
     def history(self, name: str) -> ModelHistory:
         """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
         from registry.catalog import history
 
-        return history(self.store, name)
+        return history(self.store, self.resolve(name))
 
     def list(self, where: str | None = None) -> list[ModelRecord]:  # noqa: A003
         """Model records, optionally filtered (see `registry.filters`)."""
@@ -268,6 +290,7 @@ class Registry:
         from registry.search import similar
 
         source = self._store if self._store is not None else self._home
+        name_or_vector = self.resolve(name_or_vector)
         hits = similar(source, name_or_vector, k=k, metric=metric, where=where, open_store=lambda: self.store)
         return SearchResult(query=name_or_vector if isinstance(name_or_vector, str) else None, metric=metric,
                             where=where, neighbours=hits)
@@ -276,7 +299,7 @@ class Registry:
         """The distance between two models' embeddings in `metric`."""
         from registry.search import distance
 
-        return distance(self.store, a, b, metric=metric)
+        return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
               max_noise: float = 0.12) -> AuditReport:
@@ -285,7 +308,7 @@ class Registry:
         `registry.audit`). Returns a typed `AuditReport`."""
         from registry.audit import audit
 
-        return audit(self.store, model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -315,6 +338,7 @@ class Registry:
         model's nearest available neighbours (appendix E.2)."""
         from registry.routing import route
 
+        exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
         return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
@@ -335,7 +359,7 @@ class Registry:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
         from registry.compare import compare
 
-        return compare(self.store, a, b)
+        return compare(self.store, self.resolve(a), self.resolve(b))
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
@@ -378,13 +402,80 @@ class Registry:
         """One model's record with its version and embedding state."""
         from registry.rows import model_rows, record_of
 
+        name = self.resolve(name)
         rows = model_rows(self.store)
         if name not in rows:
             raise NotFoundError.model(name, list(rows))
-        row = rows[name]
-        return ModelInfo(record=record_of(row), version=row.get("version"), encoder_id=row.get("encoder_id"),
-                         n_evals=row.get("n_evals"), embedded=row.get("vector") is not None,
-                         embedded_at=row.get("embedded_at"), added=row.get("added"))
+        from registry.rows import info_of_row
+
+        return info_of_row(record_of(rows[name]), rows[name])
+
+    # ==============================================================================================
+    # Aliases and name resolution (MLflow-style: `production -> NAME[@VERSION]`). One place turns what
+    # a user typed (a model name or an alias) into a stored model name: `resolve`.
+    # ==============================================================================================
+    def resolve(self, name: str) -> str:
+        """The stored model name that `name` (a model name or an alias) stands for; a pinned alias whose
+        version is no longer live is refused, saying what to do. Unknown names pass through unchanged so
+        that the operation's own "no model named ..." error (with suggestions) still speaks."""
+        from registry.aliases import read_aliases, resolve
+
+        if not isinstance(name, str) or name not in read_aliases(self.home):
+            return name
+        return resolve(self.home, name, live=_live_versions(self.store))
+
+    def set_alias(self, alias: str, target: str) -> Alias:
+        """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must
+        be in the model's history). Setting an existing alias re-points it."""
+        from registry.aliases import check_alias_name, split_version
+        from registry.catalog import history
+
+        check_alias_name(alias)
+        live = _live_versions(self.store)
+        if alias in live:
+            raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
+        name, version = split_version(target, set(live))
+        past = history(self.store, name)  # "no model named ..." with suggestions
+        versions = sorted({int(r["version"]) for r in past})
+        if version is not None and version not in versions:
+            raise NotFoundError(f"model {name!r} has no version {version} (versions: "
+                                f"{', '.join(map(str, versions))})")
+        entry = {"name": name, "version": version}
+
+        def change(config: dict[str, Any]) -> None:
+            aliases = dict(config.get("aliases") or {})
+            aliases[alias] = entry
+            config["aliases"] = dict(sorted(aliases.items()))
+
+        self.store.modify_config(change)
+        return Alias(alias=alias, **entry)
+
+    def delete_alias(self, alias: str) -> Alias:
+        """Remove an alias (the model is untouched); returns what it pointed to."""
+        def change(config: dict[str, Any]) -> dict[str, Any]:
+            aliases = dict(config.get("aliases") or {})
+            if alias not in aliases:
+                import difflib
+
+                close = difflib.get_close_matches(alias, list(aliases), n=3, cutoff=0.4)
+                raise NotFoundError(f"no alias named {alias!r}" + (f"; closest: {', '.join(close)}" if close else ""))
+            entry = aliases.pop(alias)
+            config["aliases"] = aliases
+            return {"alias": alias, **entry}
+
+        return Alias.model_validate(self.store.modify_config(change))
+
+    def _is_empty(self) -> bool:
+        """No queries and no query vectors yet: a first import may still choose the query encoder."""
+        from indexing.store import QUERIES
+
+        return self.store.count(QUERIES) == 0 and not self.store.vector_encoders()
+
+    def aliases(self) -> list[Alias]:
+        """Every alias and its target, by alias."""
+        from registry.aliases import read_aliases
+
+        return [Alias(alias=a, **entry) for a, entry in sorted(read_aliases(self.home).items())]
 
 
 def _check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> None:
@@ -399,3 +490,10 @@ def _load_query_encoder(name: str):
     from encoder.query_encoder import load_query_encoder
 
     return load_query_encoder(name)
+
+
+def _live_versions(store: "Store") -> dict[str, int]:
+    from indexing.store import MODELS
+
+    rows = store.read(MODELS, ["name", "version"]).to_pylist()
+    return {r["name"]: int(r["version"] or 1) for r in rows}

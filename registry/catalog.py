@@ -19,6 +19,7 @@ from registry.embedding import DEFAULT_MAX_EMBED_EVALS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.importers._common import ImportBatch, query_id_for_text, text_hash
 from registry.ingest import ImportReport, ingest, model_row
+from registry.limits import check_model_name
 from registry.records import ModelRecord, Query, check_score, validation_problem
 from registry.results import HistoryEntry, ModelChange, ModelHistory, RemoveResult, RestoreResult
 from registry.rows import model_rows, record_of, version_row, write_model
@@ -26,17 +27,6 @@ from registry.rows import model_rows, record_of, version_row, write_model
 # version_row, model_rows and record_of live in registry.rows; imported here for callers that used them here.
 __all__ = ["evaluations_batch", "add_model", "refine", "remove", "restore", "history", "history_rows",
            "embed_model_rows", "check_model_name", "record_from_metadata", "version_row", "model_rows", "record_of"]
-
-
-def check_model_name(name: Any) -> str:
-    """A model name as given, or an InputError naming `name` (empty, padded, not text)."""
-    if not isinstance(name, str):
-        raise InputError(f"the model name must be text, not {type(name).__name__}", field="name")
-    if not name.strip():
-        raise InputError("the model name is empty", field="name")
-    if name != name.strip():
-        raise InputError(f"the model name {name!r} has leading or trailing spaces", field="name")
-    return name
 
 
 def record_from_metadata(name: str, metadata: Mapping[str, Any] | None) -> ModelRecord:
@@ -81,7 +71,7 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         query_id = str(query_id)
         if isinstance(text, str) and text.strip() and query_id not in seen:
             seen[query_id] = text
-            batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i)
+            batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i, field="query")
         batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
     if not batch.n_evaluations:
         raise InputError("no evaluations given", file="evaluations")
@@ -162,7 +152,8 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
     active = active_encoder(store)
     existing = model_rows(store).get(name)
     if existing is not None and not replace:
-        raise RegistryError(f"a model named {name!r} exists; use refine to add evaluations, or --replace")
+        raise RegistryError(f"a model named {name!r} exists: `registry refine {name} --evals FILE` adds "
+                            "evaluations to it (a new version); --replace starts it afresh")
     if isinstance(metadata, ModelRecord):
         record = metadata.model_copy(update={"name": name})
     else:

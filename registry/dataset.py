@@ -72,7 +72,11 @@ def load_query_vectors(store: Store, encoder: str) -> QueryVectors:
     hashes = queries.column("text_hash").to_pylist()
     vectors = store.cached_vectors(encoder, hashes)
     if not vectors:
-        raise RegistryError(f"no query vectors from {encoder!r} in the registry; import with --encoder {encoder}")
+        others = [name for name in store.vector_encoders() if name != encoder]
+        hint = (f"the stored vectors come from {', '.join(others)}: `registry init --encoder {others[0]}` makes "
+                f"it the query encoder, or import again with --encoder {encoder}" if others
+                else f"import with --encoder {encoder}")
+        raise RegistryError(f"no query vectors from {encoder!r} (the registry's query encoder); {hint}")
     order = sorted(i for i, h in enumerate(hashes) if h in vectors)
     return QueryVectors(
         query_ids=[query_ids[i] for i in order],

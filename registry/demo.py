@@ -15,15 +15,28 @@ from registry.api import Registry
 from registry.results import DemoReport
 from registry.synthetic import synthetic_pool
 
+# The demo's pool: four families that differ in what they are good at (family skill sd 2 against
+# size gains of 0.05-0.15 per doubling and model noise 0.1), so that the features have something to
+# find: clusters that are the families, and a portfolio that covers their strengths.
+DEMO_POOL = {"family_spread": 2.0, "model_noise": 0.1, "size_gain": (0.05, 0.15)}
+DEMO_ENCODER = "all-MiniLM-L6-v2"  # the small query encoder: a few seconds for the pool's texts
+DEMO_MAX_SECONDS = 60.0  # the demo's training budget; `registry train` runs the full schedule
 
-def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None], epochs: int = 300,
+
+def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], None], epochs: int = 150,
              progress: Callable | None = None) -> DemoReport:
     """Build (or reopen) the registry at `home` and tour it; `echo` narrates, the report holds every
     step's typed result. progress: a train_locus progress callback (default: lines on stderr)."""
+    from indexing.store import DEFAULT_QUERY_ENCODER
+
     reg = Registry.open(home)
+    if data is None and reg._is_empty() and reg.query_encoder == DEFAULT_QUERY_ENCODER:
+        reg.set_query_encoder(DEMO_ENCODER)
+        echo(f"(an empty home: the demo uses the small query encoder {DEMO_ENCODER}; "
+             "`registry init --encoder NAME` picks another)")
     echo(f"registry home: {reg.home.resolve()} (embedded LanceDB; query encoder {reg.query_encoder})")
     if data is None:
-        pool = synthetic_pool(seed=seed)
+        pool = synthetic_pool(seed=seed, **DEMO_POOL)
         echo(f"SYNTHETIC pool: {len(pool.models)} models in {len(set(pool.family_of.values()))} families, "
              f"{len(pool.queries)} queries, planted duplicates: "
              + ", ".join(f"{a} ~ {b}" for a, b in pool.duplicates))
@@ -52,8 +65,9 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
         from encoder.training import TrainConfig
         from registry.embedding import progress_printer
 
-        echo(f"training the LOCUS encoder (at most {epochs} epochs; `registry train` for a full run) ...")
-        config = TrainConfig(epochs=epochs)
+        echo(f"training the LOCUS encoder (at most {epochs} epochs or {DEMO_MAX_SECONDS:.0f} s, progress on "
+             "stderr; `registry train` runs the full schedule) ...")
+        config = TrainConfig(epochs=epochs, max_seconds=DEMO_MAX_SECONDS)
         trained = reg.train(config=config, progress=progress or progress_printer(
             lambda line: print(f"  {line}", file=sys.stderr, flush=True)))
         echo(f"  encoder {trained.encoder_id}: validation loss {trained.val_loss:.4f} (chance "
@@ -102,10 +116,20 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     chosen = reg.portfolio(k=k, method="kmedoids")
     echo(f"portfolio (k-medoids, k={k}): {', '.join(chosen.models)}")
     if chosen.routing_accuracy is not None:
+        mean, sd = chosen.random_routing_accuracy_mean, chosen.random_routing_accuracy_sd
         echo(f"  routing accuracy on {chosen.n_test_queries} held-out queries {chosen.routing_accuracy:.3f} "
-             f"vs full pool "
-             f"{chosen.full_pool_routing_accuracy:.3f} vs random {k}-model subsets "
-             f"{chosen.random_routing_accuracy_mean:.3f} +- {chosen.random_routing_accuracy_sd:.3f}")
+             f"vs full pool {chosen.full_pool_routing_accuracy:.3f} vs random {k}-model subsets "
+             f"{mean:.3f} +- {sd:.3f}")
+        gap = chosen.routing_accuracy - mean
+        if gap > sd:
+            verdict = f"the portfolio beats the random subsets' mean by {gap:.3f}, more than their sd"
+        elif gap > 0:
+            verdict = (f"the portfolio is above the random subsets' mean by {gap:.3f}, within their sd: on "
+                       f"{chosen.n_test_queries} test queries that is not a clear win")
+        else:
+            verdict = (f"the portfolio routes {-gap:.3f} worse than the random subsets' mean: picking for "
+                       "coverage of the embedding space did not pick for accuracy on this pool")
+        echo(f"  {verdict}")
 
     question = reg.store.read("queries", ["text"]).column("text")[0].as_py()
     routed = reg.route(question, k=3)
@@ -117,8 +141,16 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     plots = home / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     families = reg.clusters(plot=plots / "clusters.png")
-    echo(f"clusters: {len(families.clusters)} families, e.g. "
+    agreement = families.family_agreement
+    echo(f"clusters: {len(families.clusters)} clusters, e.g. "
          + "; ".join(", ".join(c.members[:4]) for c in families.clusters[:2]))
+    if agreement is not None:
+        ari = agreement.adjusted_rand
+        meaning = ("they are the planted families" if ari >= 0.9 else
+                   "they mostly follow the planted families" if ari >= 0.5 else
+                   "they do not follow the planted families (they follow ability)")
+        echo(f"  agreement with the family metadata: adjusted Rand {ari:.2f} (1 = the same grouping, 0 = chance; "
+             f"permutation p {agreement.p_value:.3f}): {meaning}")
     drawn = reg.map(plots / "map.png", color_by="family")
     echo(f"plots: {plots / 'clusters.png'}, {plots / 'map.png'}")
     return {"added": added, "nearest": nearest, "audit": report, "profile": found, "portfolio": chosen,

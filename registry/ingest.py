@@ -3,8 +3,9 @@
 Order of work, chosen so that a refused import changes nothing and a repeated import is a no-op:
 1. check the batch against the store (query ids whose text differs, evaluations of unknown queries);
 2. diff against the store: only new queries, models and evaluations (or changed scores) are written;
-3. encode the texts that the chosen query encoder has never seen (outside the write lock: slow);
-4. write everything in one store transaction.
+3. encode the texts that the chosen query encoder has never seen (outside the write lock: slow), in
+   chunks, each committed to the query-vector cache at once (an interrupted import keeps them);
+4. write the queries, models and evaluations in one store transaction.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from indexing.store import (
     now_utc,
 )
 from registry.errors import InputError
+import registry.limits as limits
+from registry.limits import check_file_size, check_model_name
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ImportReport
@@ -50,6 +53,7 @@ def load_precomputed(vectors_file: Path, ids_file: Path, *, encoder: str, id_pre
     queries at ingest."""
     arrays = []
     for path in (vectors_file, ids_file):
+        check_file_size(path)
         try:
             arrays.append(np.load(path, allow_pickle=False))
         except FileNotFoundError:
@@ -91,6 +95,9 @@ def _is_bare(record: ModelRecord) -> bool:
     return record == ModelRecord(name=record.name)
 
 
+ENCODE_CHUNK = 512  # texts encoded, then committed to the vector cache, at a time
+
+
 def ingest(
     store: Store,
     batch: ImportBatch,
@@ -98,11 +105,23 @@ def ingest(
     encoder: str | None,
     load_encoder: Callable[[str], object] | None = None,
     precomputed: Precomputed | None = None,
+    log: Callable[[str], None] | None = None,
+    encode_chunk: int = ENCODE_CHUNK,
 ) -> ImportReport:
     """Check, diff, encode and write `batch`. `encoder` names the query encoder whose vectors the
     batch's new texts need (None: do not encode); `load_encoder(name)` is only called when some text
-    has no vector yet."""
+    has no vector yet. `log` receives one line per stage (checking, encoding with counts, writing).
+
+    New texts are encoded `encode_chunk` at a time, and each chunk's vectors are committed to the
+    query-vector cache (their own small transaction) as soon as they exist: an import interrupted while
+    encoding keeps the texts already encoded, and a rerun encodes only the rest. The queries, models and
+    evaluations are written at the end in one transaction: nothing half-written appears in them."""
+    import time
+
+    log = log or (lambda message: None)
     report = ImportReport(source=batch.source, warnings=list(batch.warnings))
+    log(f"checking {batch.n_evaluations:,} evaluations of {len(set(batch.eval_models)):,} models on "
+        f"{len(batch.queries):,} queries against the store ...")
 
     # 1. the batch against the store ---------------------------------------------------------
     stored_q = store.read(QUERIES, ["query_id", "text_hash"])
@@ -142,6 +161,9 @@ def ingest(
         if uncovered and encoder == precomputed.encoder:
             report.warnings.append(f"{len(uncovered)} new queries have no precomputed vector; they are encoded")
 
+    for record in batch.models:
+        check_model_name(record.name, field="model")
+
     # 2. diff ---------------------------------------------------------------------------------
     stored_models = {row["name"]: row for row in store.read(MODELS).to_pylist()}
     insert_models, update_models = [], []
@@ -168,6 +190,7 @@ def ingest(
             new_rows.append(i)
         elif old != scores[i]:  # both float32: an unchanged score compares equal
             changed_rows.append(i)
+    _check_evaluations_per_model(batch, new_rows, stored_e.column("model").to_pylist())
     report.new_evaluations, report.updated_evaluations = len(new_rows), len(changed_rows)
     report.unchanged_evaluations = batch.n_evaluations - len(new_rows) - len(changed_rows)
     if changed_rows:
@@ -191,12 +214,26 @@ def ingest(
         if todo:
             if load_encoder is None:
                 raise InputError(f"{len(todo)} query texts need encoding and no encoder loader was given")
-            fresh = load_encoder(encoder).encode([t for _, t in todo])
-            pending.update({d: (v, False) for (d, _), v in zip(todo, fresh)})
+            log(f"encoding {len(todo):,} new texts with {encoder} ({len(cached):,} already cached) ...")
+            model = load_encoder(encoder)
+            started, done = time.monotonic(), 0
+            for start in range(0, len(todo), max(1, encode_chunk)):
+                chunk = todo[start:start + max(1, encode_chunk)]
+                vectors = np.asarray(model.encode([t for _, t in chunk]), dtype=np.float32)
+                with store.transaction():
+                    # Another writer may have cached some of these while we encoded outside the lock.
+                    already = store.cached_vectors(encoder, [d for d, _ in chunk])
+                    fresh = [(d, v) for (d, _), v in zip(chunk, vectors) if d not in already]
+                    if fresh:
+                        store.add_vectors(encoder, [d for d, _ in fresh], np.stack([v for _, v in fresh]))
+                done += len(chunk)
+                log(f"  encoded {done:,}/{len(todo):,} texts ({time.monotonic() - started:.0f} s; cached)")
             report.encoded_texts = len(todo)
         report.encoder = encoder
 
     # 4. write ------------------------------------------------------------------------------------
+    log(f"writing {len(new_queries):,} queries, {len(insert_models) + len(update_models):,} models, "
+        f"{len(new_rows) + len(changed_rows):,} evaluations in one transaction ...")
     now = now_utc()
     with store.transaction():
         if new_queries:
@@ -240,3 +277,24 @@ def ingest(
     report.new_models = len(insert_models)
     report.updated_models = len(update_models)
     return report
+
+
+
+def _check_evaluations_per_model(batch: ImportBatch, new_rows: list[int], stored_models: list[str]) -> None:
+    """Refuse a batch that would leave a model with more than `limits.MAX_EVALS_PER_MODEL` stored evaluations,
+    naming the file and line of the first one over the limit."""
+    from collections import Counter
+
+    added = Counter(batch.eval_models[i] for i in new_rows)
+    if not added or max(added.values()) + len(stored_models) <= limits.MAX_EVALS_PER_MODEL:
+        return  # cheap common case: even all stored rows plus the largest addition fit
+    stored = Counter(stored_models)
+    seen: Counter = Counter()
+    for i in new_rows:
+        model = batch.eval_models[i]
+        seen[model] += 1
+        if seen[model] + stored[model] > limits.MAX_EVALS_PER_MODEL:
+            file, line = batch.where(i)
+            raise InputError(f"model {model!r} would hold more than {limits.MAX_EVALS_PER_MODEL:,} evaluations "
+                             f"({stored[model]:,} stored, {added[model]:,} new in this import); the limit is "
+                             "per model", file=file, line=line, field="model")

@@ -14,6 +14,7 @@ __all__ = ["dendrogram_heatmap", "scatter_map"]
 
 DPI = 150
 _MISSING = "#b0b0b0"
+_BRANCH_GREYS = ("#4d4d4d", "#a6a6a6")  # dendrogram clusters: greys, as family colours label the leaves
 
 
 def _pyplot():
@@ -67,13 +68,19 @@ def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[s
     ax_d, ax_h, ax_c = fig.add_subplot(grid[0]), fig.add_subplot(grid[1]), fig.add_subplot(grid[2])
 
     k, cut = tree["k"], tree["cut_height"]
-    with plt.rc_context({"lines.linewidth": 1.2}):
-        dendro = hierarchy.dendrogram(tree["Z"], orientation="left", labels=names, ax=ax_d, leaf_font_size=fs,
-                                      color_threshold=cut if k > 1 else 0, above_threshold_color="#555555")
+    # Branches inside a cluster alternate between two greys (black above the cut): colour is kept for
+    # the families in the leaf names, so that one colour never means two things.
+    hierarchy.set_link_color_palette(list(_BRANCH_GREYS))
+    try:
+        with plt.rc_context({"lines.linewidth": 1.2}):
+            dendro = hierarchy.dendrogram(tree["Z"], orientation="left", labels=names, ax=ax_d, leaf_font_size=fs,
+                                          color_threshold=cut if k > 1 else 0, above_threshold_color="#000000")
+    finally:
+        hierarchy.set_link_color_palette(None)
     order = [names.index(leaf) for leaf in dendro["ivl"]]
     handles = []
     if 1 < k < n:
-        handles.append(ax_d.axvline(cut, color="#c0392b", linestyle="--", linewidth=1, label=f"cut: {k} clusters"))
+        handles.append(ax_d.axvline(cut, color="#000000", linestyle="--", linewidth=1, label=f"cut: {k} clusters"))
     # square-root axis: low merges (inside clusters) stay visible beside the root's height
     ax_d.set_xscale("function", functions=(lambda x: np.sqrt(np.maximum(x, 0.0)), lambda x: np.square(x)))
     top = float(tree["Z"][:, 2].max())
@@ -100,22 +107,25 @@ def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[s
                     title_fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.005), frameon=False,
                     ncol=max(1, min(3, (len(handles) + 5) // 6)))
 
-    matrix = d[np.ix_(order, order)]
-    off = matrix[~np.eye(n, dtype=bool)]
+    # Rows follow the dendrogram's leaves (bottom to top, aligned with it); columns run top leaf to
+    # bottom leaf, so that the diagonal (each model against itself) runs top-left to bottom-right.
+    matrix = d[np.ix_(order, order[::-1])]
+    off = d[np.ix_(order, order)][~np.eye(n, dtype=bool)]
     top_d = float(off.max()) if off.size and off.max() > 0 else 1.0
     image = ax_h.imshow(matrix, cmap="viridis_r", vmin=0.0, vmax=top_d,
                         origin="lower", aspect="auto", interpolation="nearest", extent=(0, n, 0, 10 * n))
     ax_h.set_ylim(ax_d.get_ylim())
     ax_h.set_yticks([])
-    ax_h.set_xticks(np.arange(n) + 0.5, [names[i] for i in order], rotation=90, fontsize=fs)
+    ax_h.set_xticks(np.arange(n) + 0.5, [names[i] for i in order[::-1]], rotation=90, fontsize=fs)
     ax_h.set_xlim(0, n)
     labels = tree["labels"]
     start = 0
     for i in range(1, n + 1):
         if i == n or labels[order[i]] != labels[order[start]]:
-            if i - start > 1:
-                ax_h.add_patch(Rectangle((start, 10 * start), i - start, 10 * (i - start), fill=False,
-                                         edgecolor="#c0392b", linewidth=1.3))
+            if i - start > 1:  # black on a white halo: visible on every shade of the colour map
+                for colour, width in (("#ffffff", 2.6), ("#000000", 1.2)):
+                    ax_h.add_patch(Rectangle((n - i, 10 * start), i - start, 10 * (i - start), fill=False,
+                                             edgecolor=colour, linewidth=width))
             start = i
     ax_h.set_title("cosine distance between embeddings (dendrogram order; clusters boxed)", fontsize=10)
     bar = fig.colorbar(image, cax=ax_c)
@@ -135,18 +145,26 @@ def _is_numeric(values: list[Any]) -> bool:
             and len(set(present)) > 2)
 
 
-def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> None:
-    """Names beside their points; a greedy pass tries a few offsets so that labels do not cover one
-    another (estimated boxes in points), falling back to the least-overlapping one."""
-    fig.canvas.draw()  # fixes the layout (colourbar, legend) so that data -> points is final
+def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> list:
+    """Names beside their points, none covering another: each label takes the nearest free spot among
+    positions around its point at growing distances (a leader line joins it to a far spot). Boxes are
+    measured by the renderer, not estimated. Returns the annotations (their boxes are what a test checks)."""
+    from matplotlib.font_manager import FontProperties
+
+    fig.canvas.draw()  # fixes the layout (colourbar, legend) so that data -> pixels is final
     fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()
     to_points = 72.0 / fig.dpi
     xy = ax.transData.transform(coords) * to_points
-    frame = ax.get_window_extent()
+    frame = ax.get_window_extent(renderer)
     x0, y0, x1, y1 = (frame.x0 * to_points, frame.y0 * to_points, frame.x1 * to_points, frame.y1 * to_points)
-    char_w, line_h = 0.55 * fs, 1.25 * fs
+    font = FontProperties(size=fs)
+    sizes = []
+    for name in names:
+        w, h, _ = renderer.get_text_width_height_descent(name, font, ismath=False)
+        sizes.append((w * to_points + 2.0, max(h * to_points, fs) + 2.0))  # 1 pt of air on each side
     placed: list[tuple[float, float, float, float]] = []
-    dots = [(x - 2.5, y - 2.5, x + 2.5, y + 2.5) for x, y in xy]
+    dots = [(x - 3.0, y - 3.0, x + 3.0, y + 3.0) for x, y in xy]
 
     def overlap(box, others) -> float:
         total = 0.0
@@ -157,28 +175,36 @@ def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> N
                 total += w * h
         return total
 
+    annotations = []
     order = np.lexsort((xy[:, 0], -xy[:, 1]))
     for i in order:
-        w = char_w * len(names[i])
-        candidates = []
-        for dy in (2, -line_h - 2, line_h + 2, -2 * line_h - 2, 2 * line_h + 2):
-            candidates += [(4, dy), (-4 - w, dy)]
+        w, h = sizes[i]
+        candidates = []  # (dx, dy) of the box's lower-left corner from the point, nearest first
+        for ring in range(12):
+            r = ring * h
+            for ux, uy in ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, 1), (1, -1), (-1, -1)):
+                dx = 4.0 + r if ux > 0 else -4.0 - w - r if ux < 0 else -w / 2
+                dy = 3.0 + r if uy > 0 else -h - 3.0 - r if uy < 0 else -h / 2
+                candidates.append((dx, dy))
         best, best_cost = None, None
         for dx, dy in candidates:
-            box = (xy[i, 0] + dx, xy[i, 1] + dy, xy[i, 0] + dx + w, xy[i, 1] + dy + line_h)
-            outside = (max(0.0, x0 - box[0]) + max(0.0, box[2] - x1)) * line_h + (
+            box = (xy[i, 0] + dx, xy[i, 1] + dy, xy[i, 0] + dx + w, xy[i, 1] + dy + h)
+            outside = (max(0.0, x0 - box[0]) + max(0.0, box[2] - x1)) * h + (
                 max(0.0, y0 - box[1]) + max(0.0, box[3] - y1)) * w
-            cost = overlap(box, placed) + 0.3 * overlap(box, dots[:i] + dots[i + 1:]) + 10 * outside
+            cost = 100.0 * overlap(box, placed) + overlap(box, dots[:i] + dots[i + 1:]) + 10.0 * outside
             if best_cost is None or cost < best_cost - 1e-9:
                 best, best_cost = (dx, dy, box), cost
             if cost == 0:
                 break
         dx, dy, box = best
         placed.append(box)
-        far = abs(dy) > line_h
-        ax.annotate(names[i], coords[i], xytext=(dx, dy), textcoords="offset points", fontsize=fs,
-                    ha="left", va="bottom", color="#222222",
-                    arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.5} if far else None)
+        far = abs(dx) > w + 8.0 or abs(dy) > 1.5 * h
+        annotations.append(ax.annotate(
+            names[i], coords[i], xytext=(dx + 1.0, dy + 1.0), textcoords="offset points", fontsize=fs,
+            ha="left", va="bottom", color="#222222",
+            arrowprops={"arrowstyle": "-", "color": "#999999", "lw": 0.5, "shrinkA": 0, "shrinkB": 2}
+            if far else None))
+    return annotations
 
 
 def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dict[str, float], *,

@@ -8,9 +8,12 @@ on a query contributes 0.7).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from registry.limits import DEFAULT_TASK
 
 __all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
 
@@ -23,7 +26,38 @@ class Query(BaseModel):
 
     id: str = Field(min_length=1)
     text: str = Field(min_length=1)
-    task: str = ""
+    task: str = DEFAULT_TASK
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _visible_task(cls, value: Any) -> str:
+        """A query whose file names no task gets a visible one ("default"), not a blank name."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return DEFAULT_TASK
+        return value.strip() if isinstance(value, str) else value
+
+
+_PARAMS = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[mMbBtT]?)\s*$")
+_PARAMS_SCALE = {"": 1.0, "b": 1.0, "t": 1000.0, "m": 0.001}
+
+
+def parse_params_b(value: Any) -> float:
+    """A parameter count in billions, as a user writes it: 8, 8.0, '8', '8B', '8b', '1.5T', '350M'.
+    The one parser behind `--meta params_b=...`, the `params_b` column of an import and `--budget`.
+    Raises ValueError saying what is wrong."""
+    if isinstance(value, bool):
+        raise ValueError(f"params_b {value!r} is not a number of parameters")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        match = _PARAMS.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a number of parameters: write billions as 8B, 8b or 8, "
+                             "millions as 350M, trillions as 1.5T")
+        number = float(match.group("number")) * _PARAMS_SCALE[match.group("unit").lower()]
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r}: a number of parameters must be a finite number >= 0")
+    return number
 
 
 def check_score(value: Any) -> float:
@@ -94,9 +128,10 @@ class ModelRecord(BaseModel):
                 value = None
             if key == "params_b" and value is not None:
                 try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise ValueError(f"params_b {raw!r} is not a number (billions)") from None
+                    value = parse_params_b(value)
+                except ValueError:
+                    raise ValueError(f"params_b {raw!r} is not a number of parameters (billions: 8B, 8b or 8; "
+                                     "also 350M, 1.5T)") from None
             if key == "tags" and isinstance(value, str):
                 value = [t.strip() for t in value.split(",") if t.strip()]
             if key == "tags" and value is None:

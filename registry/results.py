@@ -25,6 +25,8 @@ __all__ = [
     "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
     "FamilySpread", "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult",
     "TaskComparison", "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse",
+    "Alias",
+    "AliasList",
     "AuditEvidence",
     "AuditPair",
     "AuditCalibration",
@@ -64,6 +66,8 @@ class ImportReport(Result):
     encoded_texts: int = 0
     stored_precomputed: int = Field(0, description="precomputed query vectors stored (--query-embeddings)")
     warnings: list[str] = Field(default_factory=list)
+    query_encoder_set: str | None = Field(None, description="the first import into an empty registry named "
+                                                            "its query encoder")
 
     @property
     def changed(self) -> bool:
@@ -71,6 +75,18 @@ class ImportReport(Result):
             self.new_queries or self.new_models or self.updated_models or self.new_evaluations
             or self.updated_evaluations or self.encoded_texts or self.stored_precomputed
         )
+
+
+class Alias(Result):
+    """`alias set|delete|list`: a name that stands for a model (its live version, or one version)."""
+
+    alias: str
+    name: str
+    version: int | None = Field(None, description="the pinned version (None: whatever version is live)")
+
+
+class AliasList(RootModel[list[Alias]]):
+    """`alias list`: every alias, by alias."""
 
 
 class Stats(Result):
@@ -567,6 +583,7 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
     "evaluate": EvaluationReport, "search": SearchResult, "profile": ProfileResult, "route": RouteDecision,
     "portfolio": PortfolioResult, "clusters": ClustersResult, "map": MapResult, "compare": Comparison,
     "demo": DemoReport, "audit": AuditReport,
+    "alias set": Alias, "alias delete": Alias, "alias list": AliasList,
 }
 
 DemoReport.model_rebuild()  # its audit field names AuditReport, defined after it

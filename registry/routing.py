@@ -42,6 +42,9 @@ def _texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:
             raise InputError(f"query {i + 1} is a {type(text).__name__}, not a text", field="query")
         if not text.strip():
             raise InputError("the query text is empty" if single else f"query {i + 1} is empty", field="query")
+        from registry.limits import check_query_text
+
+        check_query_text(text, line=None if single else i + 1, field="query")
     return texts, single
 
 

@@ -13,7 +13,7 @@ from registry.records import ModelRecord
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["record_of", "model_rows", "version_row", "write_model"]
+__all__ = ["record_of", "model_rows", "version_row", "write_model", "info_of_row"]
 
 
 def record_of(row: Mapping[str, Any]) -> ModelRecord:
@@ -47,3 +47,12 @@ def write_model(store: "Store", row: dict[str, Any], event: str) -> None:
         pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
     store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([version_row(row, event, now_utc())],
                                                                     schema=VERSION_SCHEMA))
+
+
+def info_of_row(record, row: dict[str, Any]):
+    """`ModelInfo` of one models-table row (what `Registry.show` returns)."""
+    from registry.results import ModelInfo
+
+    return ModelInfo(record=record, version=row.get("version"), encoder_id=row.get("encoder_id"),
+                     n_evals=row.get("n_evals"), embedded=row.get("vector") is not None,
+                     embedded_at=row.get("embedded_at"), added=row.get("added"))

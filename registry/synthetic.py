@@ -125,8 +125,19 @@ def synthetic_pool(
     duplicate_noise: float = 0.05,
     coverage: float = 1.0,
     seed: int = 0,
+    family_spread: float = 1.0,
+    size_gain: tuple[float, float] = (0.2, 0.6),
+    model_noise: float = 0.3,
+    family_query_effect: float = 0.0,
 ) -> SyntheticPool:
-    """Build a pool; `coverage` < 1 gives each model a random subset of the queries."""
+    """Build a pool; `coverage` < 1 gives each model a random subset of the queries.
+
+    A model's ability on a task is its family's skill (normal, sd `family_spread`: what the family's
+    data taught it) + a size gain per doubling of parameters (uniform in `size_gain`, per family and
+    task) + its own noise (sd `model_noise`). A large `family_spread` against small size gains and
+    noise makes families that differ in what they are good at, and whose members resemble each other.
+    `family_query_effect` > 0 adds a per-query offset shared within a family (normal, that sd): what
+    one lineage's training data happened to teach it, question by question."""
     rng = np.random.default_rng(seed)
     unknown = [t for t in tasks if t not in TASK_TEMPLATES]
     if unknown:
@@ -143,26 +154,30 @@ def synthetic_pool(
     sizes = [1.0, 7.0, 13.0, 34.0, 70.0]
     models: list[ModelRecord] = []
     abilities: list[np.ndarray] = []
+    query_offsets: list[np.ndarray] = []
     family_of: dict[str, str] = {}
     for f in range(n_families):
         family = f"synfam{f}"
-        family_skill = rng.normal(0.0, 1.0, len(tasks))  # what this family's data taught it
-        size_gain = rng.uniform(0.2, 0.6, len(tasks))  # how much scale helps per task
+        family_skill = rng.normal(0.0, family_spread, len(tasks))  # what this family's data taught it
+        gain = rng.uniform(size_gain[0], size_gain[1], len(tasks))  # how much scale helps per task
+        offsets = (rng.normal(0.0, family_query_effect, len(queries)) if family_query_effect > 0
+                   else np.zeros(len(queries)))
         for k in range(models_per_family):
             params = sizes[k % len(sizes)]
-            ability = family_skill + size_gain * np.log2(params / 7.0) + rng.normal(0.0, 0.3, len(tasks))
+            ability = family_skill + gain * np.log2(params / 7.0) + rng.normal(0.0, model_noise, len(tasks))
             name = f"syn-{family}-{params:g}b"
             models.append(ModelRecord(name=name, family=family, params_b=params, provider=f"lab{f}",
                                       endpoint=f"https://lab{f}.example/{name}", access="open",
                                       tags=[SYNTHETIC_TAG]))
             abilities.append(ability)
+            query_offsets.append(offsets)
             family_of[name] = family
 
-    def answers(ability: np.ndarray) -> np.ndarray:
-        p = 1.0 / (1.0 + np.exp(-discrimination * (ability[task_of] - difficulty)))
+    def answers(ability: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        p = 1.0 / (1.0 + np.exp(-discrimination * (ability[task_of] + offset - difficulty)))
         return (rng.random(len(queries)) < p).astype(np.float32)
 
-    outcomes = [answers(a) for a in abilities]
+    outcomes = [answers(a, o) for a, o in zip(abilities, query_offsets)]
     duplicates: list[tuple[str, str]] = []
     for original in rng.choice(len(models), size=min(n_duplicates, len(models)), replace=False):
         source = models[int(original)]

@@ -118,7 +118,7 @@ def test_errors_under_json_are_json_naming_the_option(tiny, tmp_path, args, opti
 @pytest.mark.parametrize("args, expected", [
     (["profile", "--task", "astrology=0.5"], "option --task: unknown task(s) 'astrology'"),
     (["add-model", "", "--evals", "EVALS"], "argument NAME: the model name is empty"),
-    (["add-model", "x", "--evals", "EVALS", "--meta", "params_b=-3"], "option --meta: params_b=-3"),
+    (["add-model", "x", "--evals", "EVALS", "--meta", "params_b=-3"], "option --meta: params_b '-3'"),
 ])
 def test_errors_as_text_name_the_option_not_the_field(tiny, tmp_path, args, expected):
     evals = tmp_path / "e.csv"

@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from registry.errors import InputError
+from registry.limits import MAX_NAME_CHARS, check_file_size, check_model_name, check_query_text
 from registry.records import ModelRecord, Query, check_score
 
 csv.field_size_limit(1 << 30)  # query texts with ten options and code blocks exceed the 128 KiB default
@@ -47,11 +48,14 @@ class ImportBatch:
     eval_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def add_query(self, query: Query, *, file: str, line: int) -> None:
+    def add_query(self, query: Query, *, file: str, line: int, field: str = "text") -> None:
+        check_query_text(query.text, file=file, line=line, field=field)
         self.queries.append(query)
         self.query_origins.append((file, line))
 
     def add_evaluation(self, model: str, query: str, score: float, *, file: str, line: int) -> None:
+        if len(model) > MAX_NAME_CHARS:
+            check_model_name(model, file=file, line=line, field="model")
         if not self.eval_files or self.eval_files[-1] != file:
             if file in self.eval_files:
                 index = self.eval_files.index(file)
@@ -115,6 +119,7 @@ class ImportBatch:
 
 def read_utf8(path: Path) -> str:
     """The whole file as text; refuses non-UTF-8 bytes naming the line they are on."""
+    check_file_size(path)
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")

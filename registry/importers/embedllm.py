@@ -68,7 +68,8 @@ def read_embedllm(path: Path, *, id_prefix: str = "") -> ImportBatch:
             seen = prompts.get(query_id)
             if seen is None:
                 prompts[query_id] = (text, category, (file_name, line))
-                batch.add_query(Query(id=query_id, text=text, task=category), file=file_name, line=line)
+                batch.add_query(Query(id=query_id, text=text, task=category), file=file_name, line=line,
+                                field="prompt")
             else:
                 seen_text, seen_category, (seen_file, seen_line) = seen
                 if text != seen_text:

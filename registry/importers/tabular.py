@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from registry.errors import InputError
+from registry.limits import check_file_size
 from registry.importers._common import ImportBatch, parse_score, query_id_for_text, read_jsonl, required_text
 from registry.records import ModelRecord, Query
 
@@ -128,7 +129,7 @@ def _add_rows(
             first = firsts.get(query_id)
             if first is None:
                 firsts[query_id] = (text, task, line)
-                batch.add_query(Query(id=query_id, text=text, task=task), file=file_name, line=line)
+                batch.add_query(Query(id=query_id, text=text, task=task), file=file_name, line=line, field="query")
             elif first[0] != text:
                 raise InputError(
                     f"query_id {query_id!r} has a different text on {_where(kind)} {first[2]}",
@@ -176,6 +177,7 @@ def _parquet_rows(path: Path, required=("model", "score")) -> Iterator[tuple[int
 
     if path.stat().st_size == 0:
         raise InputError("file is empty", file=path)
+    check_file_size(path)
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from registry.errors import InputError
 from registry.importers._common import ImportBatch, parse_score, read_csv, required_text
+from registry.limits import check_model_name
 from registry.records import ModelRecord, Query, validation_problem
 
 FILES = ("queries.csv", "models.csv", "evals.csv")
@@ -48,7 +49,8 @@ def read_triple(path: Path, *, id_prefix: str = "") -> ImportBatch:
     seen_names: dict[str, int] = {}
     for line, row in read_csv(models_file, ("model_id", "name")):
         model_id = required_text(row.pop("model_id"), file=models_file, line=line, field="model_id")
-        name = required_text(row.pop("name"), file=models_file, line=line, field="name")
+        name = check_model_name(required_text(row.pop("name"), file=models_file, line=line, field="name"),
+                                file=models_file, line=line, field="name")
         if model_id in model_names:
             raise InputError(f"model_id {model_id!r} appears twice", file=models_file, line=line, field="model_id")
         if name in seen_names:

@@ -1,0 +1,88 @@
+"""`registry refine` and `registry alias set|list|delete` (thin over `registry.Registry`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cli._common import _registry, echo_warnings, emit, json_option
+
+
+@click.command()
+@click.argument("name")
+@click.option("--evals", "evals_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
+@json_option
+@click.pass_context
+def refine(ctx, name, evals_file, as_json) -> None:
+    """Add evaluations to model NAME (or an alias) and re-embed it as a new version.
+
+    The model keeps its earlier evaluations and metadata; a repeated (query, model) pair takes the new
+    score. Every earlier version stays in `registry history NAME` and `registry restore NAME --version V`."""
+    result = _registry(ctx, create=False).refine(name, evals_file)
+    echo_warnings(result.warnings)
+    emit(result, as_json, lambda r: click.echo(
+        f"refine {r.name} (version {r.version}): {r.new_evaluations} new evaluations; embedded from {r.n_evals} "
+        f"evaluations with encoder {r.encoder_id}; {r.encoded_texts} new texts encoded"))
+
+
+@click.group()
+def alias() -> None:
+    """Aliases for models, as in MLflow: `registry alias set production NAME[@VERSION]`.
+
+    Every command that takes a model name accepts an alias. An alias without a version follows the
+    model's live version; one with @VERSION stands for that version only."""
+
+
+def _target(entry) -> str:
+    return entry.name + (f"@{entry.version}" if entry.version is not None else "")
+
+
+@alias.command("set")
+@click.argument("alias_name", metavar="ALIAS")
+@click.argument("target", metavar="NAME[@VERSION]")
+@json_option
+@click.pass_context
+def alias_set(ctx, alias_name, target, as_json) -> None:
+    """Point ALIAS at a model (re-points an existing alias)."""
+    entry = _registry(ctx, create=False).set_alias(alias_name, target)
+
+    def text(e) -> None:
+        follows = "its live version" if e.version is None else f"version {e.version} only"
+        click.echo(f"alias {e.alias} -> {_target(e)} ({follows})")
+
+    emit(entry, as_json, text)
+
+
+@alias.command("list")
+@json_option
+@click.pass_context
+def alias_list(ctx, as_json) -> None:
+    """Every alias and the model it stands for."""
+    from registry.results import AliasList
+
+    emit(AliasList(_registry(ctx, create=False).aliases()), as_json, _echo_aliases)
+
+
+def _echo_aliases(listed) -> None:
+    entries = listed.root
+    if not entries:
+        click.echo("no aliases (registry alias set ALIAS NAME[@VERSION])")
+        return
+    width = max(5, max(len(e.alias) for e in entries))
+    click.echo(f"{'alias':<{width}}  model")
+    for e in entries:
+        click.echo(f"{e.alias:<{width}}  {_target(e)}")
+
+
+@alias.command("delete")
+@click.argument("alias_name", metavar="ALIAS")
+@json_option
+@click.pass_context
+def alias_delete(ctx, alias_name, as_json) -> None:
+    """Remove ALIAS (the model is untouched)."""
+    entry = _registry(ctx, create=False).delete_alias(alias_name)
+    emit(entry, as_json, lambda e: click.echo(f"deleted alias {e.alias} (was {_target(e)})"))
+
+
+COMMANDS: list[click.Command] = [refine, alias]

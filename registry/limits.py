@@ -1,0 +1,61 @@
+"""Documented limits on what the registry stores (README, "Limits"). Each is checked where the data
+enters (importers, `add-model`/`refine`, the query text of `route`), with an error naming the file, the
+line and the field, before anything is written.
+
+The numbers leave real data far inside them (MMLU-Pro's longest question is 5,276 characters, its
+evaluations file 4 MB, 12,032 evaluations per model) and keep out what is surely a mistake: a name
+that breaks every table it is printed in, a whole document pasted as one query, a file that would not
+fit in memory.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from registry.errors import InputError
+
+__all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
+           "check_model_name", "check_query_text", "check_file_size"]
+
+MAX_NAME_CHARS = 200  # a model's name (Hugging Face repo ids are at most 96 characters)
+MAX_QUERY_CHARS = 100_000  # one query's text; the query encoders read at most a few hundred tokens of it
+MAX_FILE_BYTES = 2 * 1024**3  # one input file (CSV, JSON Lines, Parquet, .npy), read whole into memory
+MAX_EVALS_PER_MODEL = 1_000_000  # stored evaluations of one model (an embedding reads them all)
+DEFAULT_TASK = "default"  # the task of a query whose file gives none
+
+
+def check_model_name(name: str, *, file: str | Path | None = None, line: int | None = None,
+                     field: str = "name") -> str:
+    """A model name as given, or an InputError naming `field` (not text, empty, padded, too long, control
+    characters)."""
+    if not isinstance(name, str):
+        raise InputError(f"the model name must be text, not {type(name).__name__}", file=file, line=line, field=field)
+    if not name.strip():
+        raise InputError("the model name is empty", file=file, line=line, field=field)
+    if name != name.strip():
+        raise InputError(f"the model name {name[:60]!r} has leading or trailing spaces", file=file, line=line,
+                         field=field)
+    if len(name) > MAX_NAME_CHARS:
+        raise InputError(f"model name of {len(name):,} characters (starting {name[:40]!r}); the limit is "
+                         f"{MAX_NAME_CHARS}", file=file, line=line, field=field)
+    if any(c in name for c in "\n\r\t\x00"):
+        raise InputError(f"model name {name[:60]!r} holds a line break, tab or NUL", file=file, line=line, field=field)
+    return name
+
+
+def check_query_text(text: str, *, file: str | Path | None = None, line: int | None = None,
+                     field: str = "text") -> str:
+    if len(text) > MAX_QUERY_CHARS:
+        raise InputError(f"query text of {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}",
+                         file=file, line=line, field=field)
+    return text
+
+
+def check_file_size(path: str | Path) -> None:
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return  # the reader says "no such file" in its own words
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"file of {size / 1024**3:.1f} GiB; the limit is {MAX_FILE_BYTES / 1024**3:.0f} GiB "
+                         "per file (split it and import the parts)", file=path)

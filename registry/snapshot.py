@@ -1,0 +1,140 @@
+"""Fast reads for the read-only commands (`stats`, `models list`, `show`, `history`).
+
+Importing LanceDB alone takes 1-3 s on a small machine, longer than these commands should. So what they
+show is also kept in `<home>/snapshot.json`, stamped with the store's generation token (which changes
+with every finished transaction, see `indexing.store`). A read first tries that file: when no
+transaction is open and the token is unchanged, nothing in the tables has changed and the answer comes
+from JSON without importing LanceDB, torch or pyarrow. Otherwise the store is opened, the snapshot is
+rebuilt from the tables (through the same `Registry` reads the API uses) and saved for the next
+command. The same pattern as the saved FAISS index in `indexing.model_index`. What it holds is the
+JSON of the typed results (`registry.results`), so a read answers with the same objects as the API.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from indexing.home import GENERATION_FILE, JOURNAL_FILE
+from registry.errors import NotFoundError, RegistryError
+
+__all__ = ["load", "stats", "model_list", "model_info", "history", "live_versions"]
+
+SNAPSHOT_FILE = "snapshot.json"
+_FORMAT = 2  # 2: the typed results' JSON (registry.results)
+
+
+def _generation(home: Path) -> str | None:
+    try:
+        return (home / GENERATION_FILE).read_text()
+    except OSError:
+        return None
+
+
+def _current(home: Path) -> dict[str, Any] | None:
+    if (home / JOURNAL_FILE).exists():
+        return None
+    generation = _generation(home)
+    if generation is None:
+        return None
+    try:
+        snap = json.loads((home / SNAPSHOT_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if snap.get("format") != _FORMAT or snap.get("generation") != generation:
+        return None
+    return snap
+
+
+def _build(home: Path) -> dict[str, Any]:
+    from indexing.store import VERSIONS
+    from registry.api import Registry
+    from registry.records import ModelRecord
+    from registry.rows import info_of_row, model_rows, record_of
+
+    generation = _generation(home)  # read before the tables: a write in between leaves it stale, not wrong
+    reg = Registry.open(home, create=False)
+    store = reg.store
+    rows = model_rows(store)
+    infos = [info_of_row(record_of(row), row).model_dump(mode="json") for _, row in sorted(rows.items())]
+    # home and query_encoder are read at use: `init --encoder` does not bump the generation token
+    summary = reg.stats().model_dump(mode="json", exclude={"home", "query_encoder"})
+    versions = store.read(VERSIONS, ["name", "version", "event", "encoder_id", "n_evals", "time", "record"]).to_pylist()
+    history: dict[str, list] = {}
+    for v in sorted(versions, key=lambda v: v["time"]):
+        history.setdefault(v["name"], []).append({
+            "version": v["version"], "event": v["event"], "time": v["time"].isoformat(),
+            "encoder_id": v["encoder_id"], "n_evals": v["n_evals"],
+            "record": ModelRecord.model_validate_json(v["record"]).model_dump(mode="json")})
+    snap = {"format": _FORMAT, "generation": generation, "stats": summary, "models": infos, "history": history}
+    if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).exists():
+        tmp = home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}"
+        try:
+            tmp.write_text(json.dumps(snap), "utf-8")
+            os.replace(tmp, home / SNAPSHOT_FILE)
+        except OSError:  # a home we may read but not write: answer anyway, just not faster next time
+            tmp.unlink(missing_ok=True)
+    return snap
+
+
+def load(home: str | os.PathLike[str]) -> dict[str, Any]:
+    """The snapshot of the tables as they are now (saved one if current, else rebuilt)."""
+    home = Path(home)
+    if not home.is_dir():
+        raise RegistryError(f"no registry at {home} (run `registry init`)")
+    return _current(home) or _build(home)
+
+
+def _query_encoder(home: Path) -> str:
+    try:
+        return json.loads((home / "config.json").read_text("utf-8")).get("query_encoder") or "all-mpnet-base-v2"
+    except (OSError, ValueError):
+        return "all-mpnet-base-v2"
+
+
+def stats(home):
+    """What `Registry.stats()` returns (a `Stats`), from the snapshot."""
+    from registry.results import Stats
+
+    home = Path(home)
+    return Stats(home=str(home), query_encoder=_query_encoder(home), **load(home)["stats"])
+
+
+def model_list(home):
+    """Every live model's record, by name (a `ModelList`, as `Registry.list()`)."""
+    from registry.results import ModelList
+
+    return ModelList.model_validate([m["record"] for m in load(home)["models"]])
+
+
+def live_versions(home) -> dict[str, int]:
+    return {m["record"]["name"]: int(m["version"] or 1) for m in load(home)["models"]}
+
+
+def model_info(home, name: str):
+    """One live model (name or alias) as `Registry.show` returns it (a `ModelInfo`)."""
+    from registry.aliases import resolve
+    from registry.results import ModelInfo
+
+    home = Path(home)
+    rows = load(home)["models"]
+    live = {m["record"]["name"]: int(m["version"] or 1) for m in rows}
+    target = resolve(home, name, live=live)
+    for row in rows:
+        if row["record"]["name"] == target:
+            return ModelInfo.model_validate(row)
+    raise NotFoundError.model(name, list(live))
+
+
+def history(home, name: str):
+    """Every version of a model (name or alias), oldest first (a `ModelHistory`)."""
+    from registry.aliases import resolve
+    from registry.results import ModelHistory
+
+    home = Path(home)
+    by_name = load(home)["history"]
+    target = resolve(home, name)
+    if target not in by_name:
+        raise NotFoundError.model(name, sorted(by_name))
+    return ModelHistory.model_validate({"name": target, "versions": by_name[target]})
