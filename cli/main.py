@@ -208,13 +208,6 @@ def _echo_models(listed, where: str | None) -> None:
     for r in records:
         size = f"{r.params_b:g}B" if r.params_b is not None else "-"
         click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<6} {r.provider or ''}")
-        return
-    width = max(4, max(len(r["name"]) for r in rows))
-    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} provider")
-    for r in rows:
-        size = f"{r['params_b']:g}B" if r["params_b"] is not None else "-"
-        click.echo(f"{r['name']:<{width}}  {r['family'] or '-':<12} {size:>7}  {r['access'] or '-':<6} "
-                   f"{r['provider'] or ''}")
 
 
 def _evals_option(value: str) -> int | None:

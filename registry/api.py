@@ -436,7 +436,7 @@ class Registry:
             raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
         name, version = split_version(target, set(live))
         past = history(self.store, name)  # "no model named ..." with suggestions
-        versions = sorted({int(r["version"]) for r in past})
+        versions = sorted({int(entry.version) for entry in past.versions})
         if version is not None and version not in versions:
             raise NotFoundError(f"model {name!r} has no version {version} (versions: "
                                 f"{', '.join(map(str, versions))})")

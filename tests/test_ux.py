@@ -79,9 +79,9 @@ def test_alias_set_list_delete_and_every_name_taking_command_accepts_it(home):
     assert json.loads(_run(home, "alias", "list", "--json")) == [{"alias": "production", "name": target,
                                                                    "version": None}]
     # show, history, search, compare, route --exclude, audit --model: all take the alias
-    assert json.loads(_run(home, "show", "production", "--json"))["name"] == target
+    assert json.loads(_run(home, "show", "production", "--json"))["record"]["name"] == target
     assert "v1" in _run(home, "history", "production")
-    hits = json.loads(_run(home, "search", "production", "-k", "3", "--json"))["results"]
+    hits = json.loads(_run(home, "search", "production", "-k", "3", "--json"))["neighbours"]
     assert target not in [h["name"] for h in hits] and hits
     assert reg.similar("production", k=3) == reg.similar(target, k=3)
     assert json.loads(_run(home, "compare", "production", other, "--json"))["a"] == target
@@ -121,10 +121,10 @@ def test_search_prints_a_header_and_route_labels_its_fallback_distances(home):
     reg = Registry.open(home)
     name = reg.models()[0].name
     out = _run(home, "search", name, "-k", "2").splitlines()
-    assert out[0].split() == ["distance", "name", "family", "access"]
+    assert out[0].split() == ["cosine", "d", "model", "family", "access"]
     routed = _run(home, "route", "Solve for x: 3x + 1 = 10.", "-k", "2", "--fallback", "2")
     line = [x for x in routed.splitlines() if x.startswith("if ")][0]
-    assert "nearest available neighbours (cosine distance)" in line and "(distance 0." in line
+    assert "is unavailable (cosine distance to it):" in line and "(d 0." in line
 
 
 def test_search_suggests_close_names(home):
@@ -194,7 +194,7 @@ def test_evaluations_per_model_are_limited(tmp_path, monkeypatch):
     with pytest.raises(InputError) as err:
         reg.import_path(path, encode=False)
     assert err.value.line == 4 and err.value.field == "model" and "more than 3 evaluations" in str(err.value)
-    assert reg.stats()["evaluations"] == 0
+    assert reg.stats().n_evaluations == 0
 
 
 def test_a_file_without_a_task_column_gets_a_visible_default_task(tmp_path):
@@ -202,7 +202,7 @@ def test_a_file_without_a_task_column_gets_a_visible_default_task(tmp_path):
     path.write_text(json.dumps({"model": "m", "query": "What is 2+2?", "score": 1}) + "\n")
     home = tmp_path / "h"
     _run(home, "import", str(path), "--no-encode")
-    assert json.loads(_run(home, "stats", "--json"))["tasks"] == {"default": 1}
+    assert json.loads(_run(home, "stats", "--json"))["queries_per_task"] == {"default": 1}
     assert "  default " in _run(home, "stats")
 
 
@@ -223,11 +223,13 @@ def test_the_first_import_with_an_encoder_makes_it_the_registrys(tmp_path):
 
 
 def test_train_on_a_home_without_its_encoders_vectors_says_how_to_fix_it(tmp_path):
+    from encoder.training import TrainConfig
+
     reg = Registry.open(tmp_path / "h")
     reg.import_path(write_triple(tmp_path / "d"), encoder="all-MiniLM-L6-v2")
     reg.set_query_encoder("all-mpnet-base-v2")  # as a user who imported with another encoder would have
     with pytest.raises(RegistryError, match="registry init --encoder all-MiniLM-L6-v2"):
-        reg.train(epochs=1, progress=False)
+        reg.train(config=TrainConfig(epochs=1, max_seconds=None))
 
 
 class _FailingEncoder:
@@ -254,7 +256,8 @@ def test_an_interrupted_import_keeps_the_encoded_texts_and_writes_no_table_rows(
         ingest(reg.store, batch, encoder="fake", load_encoder=lambda name: encoder, encode_chunk=2)
     assert reg.store.count("qvec__fake") == 4  # two chunks of two were committed to the cache
     assert reg.store.count("queries") == reg.store.count("evaluations") == reg.store.count("models") == 0
-    assert reg.check() == []
+    checked = reg.check()
+    assert checked.ok and checked.problems == []
     # the rerun encodes only the last text
     again = _FailingEncoder(limit=10)
     report = ingest(reg.store, batch, encoder="fake", load_encoder=lambda name: again, encode_chunk=2)
@@ -268,8 +271,8 @@ def test_read_only_commands_import_neither_torch_nor_lancedb_once_the_snapshot_i
     args = [name if a == "NAME" else a for a in command]
     code = ("import sys, runpy; sys.argv = ['registry', '--home', sys.argv[1], *sys.argv[2:]]\n"
             "try:\n    runpy.run_module('cli.main', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('HEAVY', sorted(m for m in ('torch', 'lancedb', 'sentence_transformers', 'pyarrow', 'pydantic')"
-            " if m in sys.modules))")
+            "print('HEAVY', sorted(m for m in ('torch', 'lancedb', 'sentence_transformers', 'pyarrow', 'faiss')"
+            " if m in sys.modules))")  # pydantic is accepted: the answers are the typed results
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first = subprocess.run([sys.executable, "-c", code, str(home), *args], capture_output=True, text=True, env=env,
                            cwd=ROOT, timeout=120)
@@ -287,8 +290,10 @@ def test_the_snapshot_follows_every_write(home, tmp_path):
     before = json.loads(_run(home, "stats", "--json"))
     reg.remove(name)
     after = json.loads(_run(home, "stats", "--json"))
-    assert after["models"] == before["models"] - 1
-    assert name not in _run(home, "models", "list")
+    assert after["n_models"] == before["n_models"] - 1
+    listed = _run(home, "models", "list")
+    assert name not in listed
+    assert all(r.name in listed for r in reg.models())  # every other model still listed
     assert "remove" in _run(home, "history", name)
     assert "no model named" in _run(home, "show", name, code=1)
 
@@ -369,7 +374,7 @@ def test_clusters_figure_keeps_family_colours_for_families_and_runs_the_diagonal
     from matplotlib.colors import to_hex
 
     from registry import plots
-    from registry.families import cluster_distances, cosine_distances
+    from registry.clusters import cluster_distances, cosine_distances
 
     names, coords, families = _points(1)
     z = np.concatenate([coords, np.ones((len(coords), 1))], axis=1)
@@ -401,6 +406,7 @@ def test_the_demo_pool_shows_the_features_working(tmp_path):
     0.54)."""
     import tempfile
 
+    from encoder.training import TrainConfig
     from registry.demo import DEMO_ENCODER, DEMO_POOL
     from registry.synthetic import synthetic_pool
 
@@ -408,10 +414,10 @@ def test_the_demo_pool_shows_the_features_working(tmp_path):
     reg.set_query_encoder(DEMO_ENCODER)
     with tempfile.TemporaryDirectory() as scratch:
         reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
-    reg.train(epochs=150, progress=False)
+    reg.train(config=TrainConfig(epochs=150, max_seconds=None))
     reg.embed_all()
     chosen = reg.portfolio(k=3, method="kmedoids")
-    mean, sd = chosen["random_routing_accuracy_mean"], chosen["random_routing_accuracy_sd"]
-    assert chosen["routing_accuracy"] > mean + 0.5 * sd
-    agreement = reg.clusters()["family_agreement"]
-    assert agreement["adjusted_rand"] >= 0.4 and agreement["p_value"] < 0.05
+    mean, sd = chosen.random_routing_accuracy_mean, chosen.random_routing_accuracy_sd
+    assert chosen.routing_accuracy > mean + 0.5 * sd
+    agreement = reg.clusters().family_agreement
+    assert agreement.adjusted_rand >= 0.4 and agreement.p_value < 0.05
