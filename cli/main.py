@@ -21,7 +21,7 @@ from cli._common import (
     error_payload,
     json_option,
 )
-from registry.errors import RegistryError
+from indexing.errors import RegistryError  # not registry.errors: `--help` should not import the registry package
 
 HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options

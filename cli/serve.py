@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from registry.service.settings import TOKEN_ENV
 
 
 def _read_token(token_file: Path | None) -> str | None:
+    from registry.service.settings import TOKEN_ENV
+
     if token_file is not None:
         try:
             token = token_file.read_text("utf-8").strip()
@@ -30,7 +31,7 @@ def _read_token(token_file: Path | None) -> str | None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where LOCUS and the query encoder run: auto is CUDA when torch sees it.")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"File holding the bearer token write endpoints need (else ${TOKEN_ENV}). Required to "
+              help="File holding the bearer token write endpoints need (else $LOCUS_TOKEN). Required to "
                    "listen beyond loopback.")
 @click.option("--query-backend", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True,
               help="Query-encoder precision for new texts (auto: bf16 on CUDA or a CPU with native bfloat16, "
@@ -52,7 +53,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
 
     from indexing.home import resolve_home
     from registry.service.app import create_app
-    from registry.service.settings import Limits, ServiceSettings, is_loopback, resolve_device
+    from registry.service.settings import TOKEN_ENV, Limits, ServiceSettings, is_loopback, resolve_device
 
     home = resolve_home(ctx.obj["home"])
     if not (home / "config.json").is_file():

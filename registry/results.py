@@ -40,7 +40,7 @@ Metric = Literal["cosine", "euclidean"]
 class Result(BaseModel):
     """Base of every result: unknown fields refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # schemas built at first use: the CLI starts faster
 
 
 # ------------------------------------------------------------------------------- the home
