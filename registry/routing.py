@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import RouteDecision
 
-__all__ = ["query_vectors", "route"]
+__all__ = ["query_vectors", "route", "candidate_rows", "decide"]
 
 
 def _check_int(value: Any, name: str, minimum: int) -> int:
@@ -72,24 +72,30 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     top k models by P(correct), most likely first, and the top model's nearest candidates (cosine
     distance, up to `fallback`). Candidates are the embedded models that pass `where` and are not in
     `exclude`; an excluded model never appears."""
-    from encoder.training import predict
     from registry.embedding import active_encoder
-    from registry.results import Fallback, RankedModel, RouteDecision
     from registry.search import open_index
 
     texts, single = _texts(queries)
     k = _check_int(k, "k", 1)
     fallback = _check_int(fallback, "fallback", 0)
-    exclude = [exclude] if isinstance(exclude, str) else list(exclude)
-
     models = open_index(store)
+    active = active_encoder(store)
+    rows = candidate_rows(models, active, exclude, where)
+    phi, _ = query_vectors(store, active.query_encoder, texts)
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback)
+    return out[0] if single else out
+
+
+def candidate_rows(models, active, exclude: Iterable[str], where: str | None) -> np.ndarray:
+    """Index rows a query may be routed to: the embedded models passing `where`, less `exclude`.
+    Refuses unknown excluded names, an empty index, vectors from another encoder and an empty pool."""
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude)
     names = models.index.names
     for name in exclude:
         if name not in models.records:
             raise NotFoundError.model(name, list(models.records))
     if not names:
         raise RegistryError("no model is embedded yet: run `registry embed --all`")
-    active = active_encoder(store)
     if models.index.encoder_id != active.encoder_id:
         raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
                             f"{active.encoder_id}: run `registry embed --all`")
@@ -102,21 +108,30 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     if len(rows) == 0:
         raise InputError(f"no model left to route to: all {len(allowed)} embedded models"
                          f"{' matching the filter' if where else ''} are excluded", field="exclude")
+    return rows
 
-    phi, _ = query_vectors(store, active.query_encoder, texts)
+
+def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
+           fallback: int) -> "list[RouteDecision]":
+    """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
+    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks."""
+    from encoder.training import predict
+    from registry.results import Fallback, RankedModel, RouteDecision
+
     if phi.shape[1] != active.config.query_dim:
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
                             f"{active.query_encoder} gives {phi.shape[1]}-d")
-    p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, texts), one pass
-
+    names = models.index.names
+    p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
+    row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = sorted(range(len(rows)), key=lambda i: (-float(p[i, j]), names[rows[i]]))
-        ranking = [RankedModel(name=names[rows[i]], p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
+        order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
+        ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
         top = rows[order[0]]
         others = rows[rows != top]
         hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
             if fallback and len(others) else []
         out.append(RouteDecision(query=text, ranking=ranking,
                                  fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
-    return out[0] if single else out
+    return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
+
 QUERIES = [
     ("q1", "math", "What is 12 times 7?"),
     ("q2", "math", "Solve for x: 3x + 4 = 19."),
@@ -51,3 +53,38 @@ def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_op
         reg.train(config=TrainConfig(epochs=train_epochs, max_seconds=None))  # no wall-clock cap: load-independent
         reg.embed_all()
     return reg
+
+
+def mmlu_pro_slice(mmlu_pro: Path, out: Path, n_queries: int) -> int:
+    """The first n queries of MMLU-Pro, all models, as a triple directory `out` with their rows of the
+    precomputed MiniLM vectors (v.npy, i.npy); returns the number of evaluations kept."""
+    out.mkdir()
+    with open(mmlu_pro / "queries.csv", encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [row for _, row in zip(range(n_queries), reader)]
+        with open(out / "queries.csv", "w", encoding="utf-8", newline="") as g:
+            writer = csv.DictWriter(g, reader.fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
+    keep = {row["query_id"] for row in rows}
+    (out / "models.csv").write_bytes((mmlu_pro / "models.csv").read_bytes())
+    with open(mmlu_pro / "evals.csv", encoding="utf-8") as f, open(out / "evals.csv", "w", encoding="utf-8") as g:
+        g.write(f.readline())
+        n_evals = 0
+        for line in f:
+            if line.split(",")[1] in keep:
+                g.write(line)
+                n_evals += 1
+    ids = np.load(mmlu_pro / "query_embeddings" / "all-MiniLM-L6-v2_ids.npy")
+    vectors = np.load(mmlu_pro / "query_embeddings" / "all-MiniLM-L6-v2.npy")
+    chosen = np.isin(ids.astype(str), list(keep))
+    np.save(out / "v.npy", vectors[chosen])
+    np.save(out / "i.npy", ids[chosen])
+    return n_evals
+
+
+def own_evaluations(reg, name: str) -> list[dict]:
+    """A stored model's evaluations as (query text, score) records, as add-model takes them."""
+    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
+    return [{"query": queries[r["query_id"]], "score": r["score"]}
+            for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry
+from helpers import own_evaluations, synthetic_registry
 from registry import Registry
 from registry.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 
@@ -150,12 +150,6 @@ def reg(trained_home, tmp_path) -> Registry:
     return Registry.open(copy)
 
 
-def _own(reg: Registry, name: str) -> list[dict]:
-    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
-    return [{"query": queries[r["query_id"]], "score": r["score"]}
-            for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]
-
-
 def _run(home, *args, code=0):
     result = CliRunner().invoke(cli, ["--home", str(home), *args])
     assert result.exit_code == code, result.output
@@ -165,7 +159,7 @@ def _run(home, *args, code=0):
 def test_audit_flags_a_planted_copy_and_says_why(reg):
     from registry.audit import AuditReport
 
-    evals = _own(reg, "syn-synfam2-13b")
+    evals = own_evaluations(reg, "syn-synfam2-13b")
     reg.add_model("mirror-of-13b", evals)
     flipped = [{"query": e["query"], "score": 1.0 - e["score"]} if i % 3 == 0 else e for i, e in enumerate(evals)]
     reg.add_model("noisy-13b", flipped)  # a third of the answers flipped: not one model
@@ -187,7 +181,7 @@ def test_audit_flags_a_planted_copy_and_says_why(reg):
 def test_cli_json_validates_and_fail_flags(reg):
     from registry.audit import AuditReport
 
-    reg.add_model("mirror-of-13b", _own(reg, "syn-synfam2-13b"))
+    reg.add_model("mirror-of-13b", own_evaluations(reg, "syn-synfam2-13b"))
     out = _run(reg.home, "audit", "--json")
     report = AuditReport.model_validate_json(out)
     assert report.duplicates and json.loads(out)["flags"][0]["evidence"]["disagreement_rate"] == 0.0

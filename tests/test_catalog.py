@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry, write_triple
+from helpers import own_evaluations, synthetic_registry, write_triple
 from registry import InputError, NotFoundError, Registry, RegistryError
 
 
@@ -28,12 +28,6 @@ def reg(trained_home, tmp_path) -> Registry:
     copy = tmp_path / "home"
     shutil.copytree(trained_home, copy)
     return Registry.open(copy)
-
-
-def own_evaluations(reg: Registry, name: str) -> list[dict]:
-    queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
-    return [{"query": queries[r["query_id"]], "score": r["score"]}
-            for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]
 
 
 def test_a_copy_of_a_model_under_a_new_name_finds_the_original_first(reg):

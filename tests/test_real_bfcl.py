@@ -11,11 +11,11 @@ import csv
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from helpers import mmlu_pro_slice
 from tests.conftest import MMLU_PRO, SHARED
 
 BFCL = SHARED / "data" / "bfcl"
@@ -35,32 +35,6 @@ def _run(*args):
     return result.output
 
 
-def _mmlu_slice(out: Path, n_queries: int) -> int:
-    """The first n MMLU-Pro queries, every model, with their precomputed vectors; returns #evaluations."""
-    out.mkdir()
-    with open(MMLU_PRO / "queries.csv", encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [row for _, row in zip(range(n_queries), reader)]
-        with open(out / "queries.csv", "w", encoding="utf-8", newline="") as g:
-            writer = csv.DictWriter(g, reader.fieldnames)
-            writer.writeheader()
-            writer.writerows(rows)
-    keep = {row["query_id"] for row in rows}
-    (out / "models.csv").write_bytes((MMLU_PRO / "models.csv").read_bytes())
-    n = 0
-    with open(MMLU_PRO / "evals.csv", encoding="utf-8") as f, open(out / "evals.csv", "w", encoding="utf-8") as g:
-        g.write(f.readline())
-        for line in f:
-            if line.split(",")[1] in keep:
-                g.write(line)
-                n += 1
-    ids = np.load(MMLU_PRO / "query_embeddings" / f"{SMALL}_ids.npy")
-    chosen = np.isin(ids.astype(str), list(keep))
-    np.save(out / "v.npy", np.load(MMLU_PRO / "query_embeddings" / f"{SMALL}.npy")[chosen])
-    np.save(out / "i.npy", ids[chosen])
-    return n
-
-
 def test_bfcl_and_mmlu_pro_share_a_registry_and_keep_their_views(bfcl, tmp_path):
     if not (MMLU_PRO / "evals.csv").is_file():
         pytest.skip(f"real data not found at {MMLU_PRO}")
@@ -71,7 +45,7 @@ def test_bfcl_and_mmlu_pro_share_a_registry_and_keep_their_views(bfcl, tmp_path)
                              "--query-ids", vectors / f"{SMALL}_ids.npy", "--json"))
     assert (report["new_models"], report["new_queries"], report["new_evaluations"]) == (71, 1460, 103_660)
     assert report["stored_precomputed"] == 1460 and report["encoded_texts"] == 0
-    n_mmlu = _mmlu_slice(tmp_path / "mmlu", 150)
+    n_mmlu = mmlu_pro_slice(MMLU_PRO, tmp_path / "mmlu", 150)
     _run("--home", home, "import", tmp_path / "mmlu", "--id-prefix", "mmlu-pro:", "--meta", "dataset=mmlu-pro",
          "--encoder", SMALL, "--query-embeddings", tmp_path / "mmlu" / "v.npy", "--query-ids", tmp_path / "mmlu" / "i.npy")
     stats = json.loads(_run("--home", home, "stats", "--json"))

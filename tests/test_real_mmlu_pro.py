@@ -8,6 +8,7 @@ import numpy as np
 from click.testing import CliRunner
 
 from cli.main import cli
+from helpers import mmlu_pro_slice
 
 
 def _run(*args):
@@ -16,37 +17,10 @@ def _run(*args):
     return result.output
 
 
-def _slice(mmlu_pro, out, n_queries):
-    """The first n queries of MMLU-Pro, all models, with their rows of the precomputed vectors."""
-    out.mkdir()
-    with open(mmlu_pro / "queries.csv", encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [row for _, row in zip(range(n_queries), reader)]
-        with open(out / "queries.csv", "w", encoding="utf-8", newline="") as g:
-            writer = csv.DictWriter(g, reader.fieldnames)
-            writer.writeheader()
-            writer.writerows(rows)
-    keep = {row["query_id"] for row in rows}
-    (out / "models.csv").write_bytes((mmlu_pro / "models.csv").read_bytes())
-    with open(mmlu_pro / "evals.csv", encoding="utf-8") as f, open(out / "evals.csv", "w", encoding="utf-8") as g:
-        g.write(f.readline())
-        n_evals = 0
-        for line in f:
-            if line.split(",")[1] in keep:
-                g.write(line)
-                n_evals += 1
-    ids = np.load(mmlu_pro / "query_embeddings" / "all-MiniLM-L6-v2_ids.npy")
-    vectors = np.load(mmlu_pro / "query_embeddings" / "all-MiniLM-L6-v2.npy")
-    chosen = np.isin(ids.astype(str), list(keep))
-    np.save(out / "v.npy", vectors[chosen])
-    np.save(out / "i.npy", ids[chosen])
-    return n_evals
-
-
 def test_mmlu_pro_slice_imports_end_to_end(mmlu_pro, tmp_path):
     home = str(tmp_path / "home")
     data = tmp_path / "slice"
-    n_evals = _slice(mmlu_pro, data, 400)
+    n_evals = mmlu_pro_slice(mmlu_pro, data, 400)
     args = ["--home", home, "import", str(data), "--encoder", "all-MiniLM-L6-v2",
             "--query-embeddings", str(data / "v.npy"), "--query-ids", str(data / "i.npy"), "--json"]
     report = json.loads(_run(*args))

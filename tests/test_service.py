@@ -9,6 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from registry.limits import MAX_QUERY_CHARS
+
 from helpers import synthetic_registry
 from service_harness import TOKEN, Server, copy_home
 
@@ -127,7 +129,7 @@ def test_limits_name_the_field(server, texts):
         before = _stats(c)
         r = c.post("/v1/models", json={"name": "x" * 201, "evaluations": _evals(texts, 2)})
         assert r.status_code == 422 and r.json()["error"]["field"] == "name"
-        r = c.post("/v1/route", json={"query": "q" * 8001})
+        r = c.post("/v1/route", json={"query": "q" * (MAX_QUERY_CHARS + 1)})
         assert r.status_code == 422 and r.json()["error"]["field"] == "query"
         r = c.post("/v1/models", json={"name": "svc-big", "evaluations": [{"query_id": "x", "score": 1}] * 100_001})
         assert r.status_code == 413 and r.json()["error"]["field"] == "body"  # 1 MiB body limit comes first

@@ -5,6 +5,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from registry.limits import MAX_NAME_CHARS, MAX_QUERY_CHARS
+
 __all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "is_loopback"]
 
 TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
@@ -16,8 +18,8 @@ class Limits:
     """What one request may carry. Over a limit: 413 (body) or 422 naming the field."""
 
     max_body_bytes: int = 64 * 1024 * 1024  # a request body, JSON or an uploaded file
-    max_name_chars: int = 200  # a model name
-    max_query_chars: int = 8_000  # one query text (route, evaluations)
+    max_name_chars: int = MAX_NAME_CHARS  # a model name (the registry's own limit, registry.limits)
+    max_query_chars: int = MAX_QUERY_CHARS  # one query text (route, evaluations), as registry.limits
     max_evaluations: int = 100_000  # evaluations in one add or refine
     max_route_queries: int = 1_024  # texts in one route call
     max_k: int = 1_000  # k / fallback of search and route

@@ -26,7 +26,7 @@ import numpy as np
 
 from indexing.home import GENERATION_FILE, JOURNAL_FILE
 from indexing.store import Store
-from registry.errors import InputError, NotFoundError, RegistryError
+from registry.errors import RegistryError
 from registry.importers._common import text_hash
 from registry.service.settings import ServiceSettings
 
@@ -194,43 +194,11 @@ class WarmState:
               fallback: int):
         """`Registry.route` on the warm state, every text in one batched pass; returns the
         decisions and how many texts were encoded now."""
-        from encoder.training import predict
-        from registry.results import Fallback, RankedModel, RouteDecision
+        from registry.routing import candidate_rows, decide
 
         snap = self.snapshot()
         models = snap.require_models()
         active = snap.require_active()
-        names = models.index.names
-        for name in exclude:
-            if name not in models.records:
-                raise NotFoundError.model(name, list(models.records))
-        if not names:
-            raise RegistryError("no model is embedded yet: run `registry embed --all`")
-        if models.index.encoder_id != active.encoder_id:
-            raise RegistryError(f"the models are embedded with encoder {models.index.encoder_id}, not the active "
-                                f"{active.encoder_id}: run `registry embed --all`")
-        allowed = models.allowed_rows(where)
-        rows = np.arange(len(names)) if allowed is None else allowed
-        if len(rows) == 0:
-            raise InputError(f"the filter {where!r} matches none of the {len(names)} embedded models", field="where")
-        excluded = set(exclude)
-        rows = np.asarray([i for i in rows if names[i] not in excluded], dtype=np.int64)
-        if len(rows) == 0:
-            raise InputError("no model left to route to: every candidate is excluded", field="exclude")
-        phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D)
-        if phi.shape[1] != active.config.query_dim:
-            raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
-                                f"{active.query_encoder} gives {phi.shape[1]}-d")
-        p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
-        out = []
-        row_names = np.array([names[r] for r in rows])
-        for j, text in enumerate(texts):
-            order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
-            ranking = [RankedModel(name=row_names[i], p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
-            top = rows[order[0]]
-            others = rows[rows != top]
-            hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
-                if fallback and len(others) else []
-            out.append(RouteDecision(query=text, ranking=ranking,
-                                     fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
-        return out, encoded
+        rows = candidate_rows(models, active, exclude, where)
+        phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D), cached texts not re-encoded
+        return decide(models, active, rows, phi, texts, k=k, fallback=fallback), encoded
