@@ -12,8 +12,11 @@ The embeddings propose, the evaluations decide.
    models disagreeing on ~10%) and skewed labels (weak models agreeing on 95%) are judged against what
    is normal there. The chance of any false flag in a run is held at `alpha` over the run's
    candidates (Holm's step-down, family-wise); a pair that disagrees significantly more than `max_noise` is cleared; a flag
-   whose disagreements lean one way within tasks, or whose kappa is clearly below either member's
-   best match, is "same product line?" rather than "duplicate".
+   whose disagreements lean one way within tasks, whose kappa is not above the pool's closest pair
+   of provably distinct models (snapshots of one product can agree as closely as a re-served copy),
+   or whose kappa is clearly below either member's best match, is "same product line?" rather than
+   "duplicate". The calibration also judges every model's index-neighbour pairs, where a big pool's
+   relatives are.
    Pairs with no shared query are tested for equal accuracy within task x difficulty strata.
 
 The pool calibration (IRT fit and reference kappas) is cached in `<home>/audit/`, keyed by encoder
@@ -75,14 +78,16 @@ def _generation(home: Path) -> str | None:
         return None
 
 
-def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: bool) -> tuple[Calibration, bool]:
-    """The pool calibration: the cached one unless `refresh` or none matches the encoder; (cal, cached)."""
+def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: bool,
+                neighbours) -> tuple[Calibration, bool]:
+    """The pool calibration: the cached one unless `refresh` or none matches the encoder; (cal, cached).
+    `neighbours()`: every model's index-neighbour pairs, computed only when a calibration is made."""
     directory = store.home / _CACHE_DIR
     if not refresh:
         cached = Calibration.load(directory)
         if cached is not None and cached.encoder_id == encoder_id:
             return cached, True
-    cal = calibrate(_pool(store, names))
+    cal = calibrate(_pool(store, names), neighbours=list(neighbours()))
     cal.generation, cal.encoder_id = _generation(store.home), encoder_id
     cal.save(directory)
     return cal, False
@@ -133,23 +138,28 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                             "run `registry embed --all`")
 
     # 1. candidates: each audited model's k nearest neighbours, one undirected pair each
-    rows = range(len(names)) if model is None else [names.index(model)]
-    pairs: dict[tuple[str, str], tuple[float, int]] = {}
-    for i in rows:
-        hits = models.index.search(models.index.vectors[i], k + 1, metric=metric)
-        rank = 0
-        for j, dist in hits:
-            if j == i:
-                continue
-            rank += 1
-            if rank > k:
-                break
-            key = (names[i], names[j]) if model is not None or names[i] < names[j] else (names[j], names[i])
-            if key not in pairs or rank < pairs[key][1]:
-                pairs[key] = (float(dist), rank)
+    def candidates(rows, directed: bool) -> dict[tuple[str, str], tuple[float, int]]:
+        pairs: dict[tuple[str, str], tuple[float, int]] = {}
+        for i in rows:
+            hits = models.index.search(models.index.vectors[i], k + 1, metric=metric)
+            rank = 0
+            for j, dist in hits:
+                if j == i:
+                    continue
+                rank += 1
+                if rank > k:
+                    break
+                key = (names[i], names[j]) if directed or names[i] < names[j] else (names[j], names[i])
+                if key not in pairs or rank < pairs[key][1]:
+                    pairs[key] = (float(dist), rank)
+        return pairs
 
-    # 2. evidence: the pool calibration (cached for --model), then each pair's tests
-    cal, cached = calibration(store, list(names), encoder_id, refresh=model is None)
+    pairs = candidates(range(len(names)) if model is None else [names.index(model)], directed=model is not None)
+
+    # 2. evidence: the pool calibration (cached for --model), then each pair's tests; the calibration
+    # also judges every model's neighbour pairs, where the pool's close relatives are
+    every = (lambda: pairs) if model is None else (lambda: candidates(range(len(names)), directed=False))
+    cal, cached = calibration(store, list(names), encoder_id, refresh=model is None, neighbours=every)
     involved = sorted({n for key in pairs for n in key})
     ev_models, ev_qids, ev_scores = _read_evals(store, involved)
     own = {n: _rows_for(cal, ev_models, ev_qids, ev_scores, n) for n in involved}
@@ -171,7 +181,9 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                 p_above_max_noise=d.p_above_max_noise, accuracy_a=s.accuracy_a, accuracy_b=s.accuracy_b,
                 a_right_b_wrong=s.a_right_b_wrong, b_right_a_wrong=s.b_right_a_wrong, symmetry_p=s.symmetry_p,
                 only_a_queries=s.only_a, only_b_queries=s.only_b, homogeneity_p=s.homogeneity_p,
-                homogeneity_strata=s.homogeneity_strata, split_pass_rate=d.split_pass_rate))
+                homogeneity_strata=s.homogeneity_strata, split_pass_rate=d.split_pass_rate,
+                relatives_kappa=d.relatives_kappa,
+                relatives_pair=list(d.relatives_pair) if d.relatives_pair else None))
         bucket = "flags" if d.label in ("duplicate", "same product line?") else d.label
         out[bucket].append(pair)
     order = {"duplicate": 0, "same product line?": 1}

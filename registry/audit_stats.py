@@ -35,6 +35,8 @@ MIN_DISJOINT = 200  # answers each side needs before its "same model" verdict co
 MAX_SPLIT_PASS = 0.2  # largest share of the pool's distinct pairs it may pass on disjoint halves
 _SCALE_FLOOR = 0.02  # smallest null spread of kappa we trust (a pool of near-identical pairs would give ~0)
 _BINS = 4  # difficulty strata per task for the homogeneity test on non-shared queries
+# "duplicate" needs kappa above the pool's closest distinct relatives by this many of its standard errors
+RELATIVES_MARGIN_SE = 0.0
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -244,6 +246,8 @@ class Calibration:
     q_total: np.ndarray  # (Q,) sum of the calibrated models' scores per query
     q_count: np.ndarray  # (Q,) how many calibrated models answered it
     split_homogeneity_p: np.ndarray  # (S,) homogeneity p of reference pairs on disjoint random halves
+    ref_symmetry_p: np.ndarray  # (R,) stratified McNemar p of each reference pair (NaN: too few discordant)
+    ref_random: np.ndarray  # (R,) bool: an all-pairs / random pair (the null's sample); else an index neighbour pair
     generation: str | None = None
     encoder_id: str | None = None
     _pos: dict = field(default_factory=dict, repr=False)
@@ -282,10 +286,10 @@ class Calibration:
 
     def null(self, a: str, b: str, accuracy: float, *, nearest: int = 40) -> tuple[float, float, int]:
         """(median, scale, pairs) of kappa over the reference pairs of similar mean accuracy that
-        involve neither a nor b. The scale is the spread between distinct pairs beyond their own
-        sampling error (robust: 1.4826 MAD, less the median squared standard error), floored."""
-        ia, ib = self._pos.get(a, -1), self._pos.get(b, -1)
-        keep = (self.ref_a != ia) & (self.ref_a != ib) & (self.ref_b != ia) & (self.ref_b != ib)
+        involve neither a nor b. The scale is the upper spread between distinct pairs beyond their own
+        sampling error ((90th percentile - median) / 1.2816, less the median squared standard error;
+        robust to the top 10% being relatives or duplicates), floored."""
+        keep = self._without(a, b) & self.ref_random
         kappa, acc, se = self.ref_kappa[keep], self.ref_accuracy[keep], self.ref_se[keep]
         if len(kappa) < 10:
             return 0.0, _SCALE_FLOOR, int(len(kappa))
@@ -293,12 +297,32 @@ class Calibration:
         sel = np.argsort(np.abs(acc - accuracy), kind="stable")[:n]
         k = kappa[sel]
         med = float(np.median(k))
-        spread = (1.4826 * float(np.median(np.abs(k - med)))) ** 2 - float(np.median(se[sel] ** 2))
+        # the test is one-sided, so the spread is read off the upper half: pools of distinct models have
+        # a long right tail of related pairs (shared data, one vendor's formats) that a MAD would miss
+        spread = ((float(np.quantile(k, 0.9)) - med) / 1.2816) ** 2 - float(np.median(se[sel] ** 2))
         return med, max(float(np.sqrt(max(spread, 0.0))), _SCALE_FLOOR), int(n)
+
+    def _without(self, a: str, b: str) -> np.ndarray:
+        ia, ib = self._pos.get(a, -1), self._pos.get(b, -1)
+        return (self.ref_a != ia) & (self.ref_a != ib) & (self.ref_b != ia) & (self.ref_b != ib)
+
+    def relatives_ceiling(self, a: str, b: str, alpha: float) -> tuple[float, str, str, float] | None:
+        """(kappa, x, y, symmetry p) of the pool pair, involving neither a nor b, that agrees most among
+        those shown to be *distinct* models: their disagreements lean one way within tasks (p < alpha),
+        which one model answering twice does not do. However much a symmetric pair agrees, it is not
+        told apart from such relatives (another snapshot, a fine-tune, the same weights behind another
+        interface) unless it agrees more than they do. None when the pool shows no such pair."""
+        sym = np.nan_to_num(self.ref_symmetry_p, nan=1.0)
+        keep = self._without(a, b) & (sym < alpha)
+        if not keep.any():
+            return None
+        i = int(np.flatnonzero(keep)[np.argmax(self.ref_kappa[keep])])
+        return (float(self.ref_kappa[i]), self.names[int(self.ref_a[i])], self.names[int(self.ref_b[i])],
+                float(self.ref_symmetry_p[i]))
 
     # ---------------------------------------------------------------- persistence (JSON + .npz, no pickle)
     _ARRAYS = ("task", "beta", "theta", "ref_a", "ref_b", "ref_kappa", "ref_accuracy", "ref_se", "q_total", "q_count",
-               "split_homogeneity_p")
+               "split_homogeneity_p", "ref_symmetry_p", "ref_random")
 
     def save(self, directory: Path) -> None:
         import os
@@ -327,8 +351,11 @@ class Calibration:
                    encoder_id=meta["encoder_id"], **arrays)
 
 
-def calibrate(pool: PoolEvals, *, max_pairs: int = 5000, split_pairs: int = 300, seed: int = 0) -> Calibration:
-    """Fit the pool's IRT model, then kappa over its pairs (all of them, or `max_pairs` at random)."""
+def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = None, max_pairs: int = 5000,
+              split_pairs: int = 300, seed: int = 0) -> Calibration:
+    """Fit the pool's IRT model, then kappa over its pairs: all of them, or `max_pairs` at random (the
+    null's sample), plus `neighbours` (the index's candidate pairs, by name), where a big pool's close
+    relatives are, which random pairs would rarely hit."""
     n_tasks = len(pool.task_names)
     theta, beta = _fit(pool.rows, pool.task, n_tasks)
     m = len(pool.names)
@@ -341,26 +368,30 @@ def calibrate(pool: PoolEvals, *, max_pairs: int = 5000, split_pairs: int = 300,
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         pairs = np.unique(np.stack([lo, hi], 1)[lo != hi], axis=0)
         pairs = pairs[rng.permutation(len(pairs))[:max_pairs]]
+    random_set = {(int(a), int(b)) for a, b in pairs}
+    pos = {n: i for i, n in enumerate(pool.names)}
+    extra = sorted({(min(pos[x], pos[y]), max(pos[x], pos[y])) for x, y in neighbours or []
+                    if x in pos and y in pos and x != y} - random_set)
     ref = []
-    for a, b in pairs:
+    for (a, b), is_random in [*((p, True) for p in sorted(random_set)), *((p, False) for p in extra)]:
         ia, ya = pool.rows[a]
         ib, yb = pool.rows[b]
-        s = _pair_stats(ia, ya, theta[a], ib, yb, theta[b], pool.task, beta, bins=None, n_tasks=n_tasks,
-                        with_tests=False)
+        s = _pair_stats(ia, ya, theta[a], ib, yb, theta[b], pool.task, beta, bins=None, n_tasks=n_tasks)
         if s.kappa is not None:
-            ref.append((a, b, s.kappa, 0.5 * (s.accuracy_a + s.accuracy_b), s.kappa_se))
-    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 5)
+            ref.append((a, b, s.kappa, 0.5 * (s.accuracy_a + s.accuracy_b), s.kappa_se,
+                        np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random)))
+    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 7)
     q_total, q_count = np.zeros(len(pool.task)), np.zeros(len(pool.task))
     for idx, y in pool.rows:
         q_total[idx] += y
         q_count[idx] += 1
     cal = Calibration(list(pool.names), list(pool.query_ids), pool.task, list(pool.task_names), beta, theta,
                       ref_arr[:, 0].astype(np.int64), ref_arr[:, 1].astype(np.int64), ref_arr[:, 2], ref_arr[:, 3],
-                      ref_arr[:, 4], q_total, q_count, np.zeros(0))
+                      ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5)
     # How often two distinct models pass the homogeneity test when they share no query: each
     # reference pair on random disjoint halves of the queries (what a disjoint flag is worth).
     split = []
-    for r in rng.permutation(len(ref_arr))[:split_pairs]:
+    for r in rng.permutation(np.flatnonzero(ref_arr[:, 6] > 0.5))[:split_pairs]:
         a, b = int(ref_arr[r, 0]), int(ref_arr[r, 1])
         half = rng.random(len(pool.task)) < 0.5
         ia, ya = pool.rows[a]
@@ -387,6 +418,8 @@ class Decision:
     p_excess: float | None = None
     p_above_max_noise: float | None = None
     split_pass_rate: float | None = None
+    relatives_kappa: float | None = None  # the pool's closest pair of provably distinct models (see label)
+    relatives_pair: tuple[str, str] | None = None
 
 
 def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, ib: np.ndarray, yb: np.ndarray, *,
@@ -453,8 +486,10 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
     (one model re-run or re-served does not), or when their excess agreement kappa is not above the
     pool's distinct pairs of similar accuracy at `level`. Otherwise flagged: "duplicate" when their
     disagreements are symmetric within tasks (as sampling noise is) and their non-shared answers are
-    homogeneous, else "same product line?" (agree far beyond chance but differ systematically:
-    another snapshot, a fine-tune, a degraded copy). No shared queries: "duplicate" unless the task x
+    homogeneous and their kappa is above the pool's closest pair of provably distinct models
+    (`Calibration.relatives_ceiling`), else "same product line?" (agree far beyond chance but differ
+    systematically, or no more than the pool's own relatives do: another snapshot, a fine-tune, a
+    degraded copy). No shared queries: "duplicate" unless the task x
     difficulty homogeneity test rejects; no stratum both answered: "untested".
     """
     s = out.stats
@@ -486,9 +521,24 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
                 out.reason = (f"{seen}: {beyond}, but " + "; ".join(why) + ": another snapshot or fine-tune "
                               "of one model, or a degraded (e.g. quantised) copy")
             else:
-                out.label = "duplicate"
-                out.reason = (f"{seen}: {beyond}, within max noise {max_noise:.0%}, and their disagreements "
-                              f"are symmetric ({s.a_right_b_wrong} vs {s.b_right_a_wrong}) as sampling noise is")
+                symmetric = (f"their disagreements are symmetric ({s.a_right_b_wrong} vs {s.b_right_a_wrong}) "
+                             f"as sampling noise is")
+                ceiling = cal.relatives_ceiling(a, b, alpha)
+                if ceiling is not None:
+                    out.relatives_kappa, out.relatives_pair = ceiling[0], (ceiling[1], ceiling[2])
+                if ceiling is not None and s.kappa <= ceiling[0] + RELATIVES_MARGIN_SE * s.kappa_se:
+                    out.label = "same product line?"
+                    out.reason = (f"{seen}: {beyond} and {symmetric}, but no more than distinct models of this "
+                                  f"pool agree: {ceiling[1]} ~ {ceiling[2]} reach kappa {ceiling[0]:.3f} while "
+                                  f"their disagreements lean one way (p={ceiling[3]:.2g}); successive snapshots "
+                                  f"or fine-tunes of one model agree this closely, so a duplicate is not told "
+                                  f"apart from a relative here")
+                else:
+                    out.label = "duplicate"
+                    above = ("" if ceiling is None else
+                             f", above the pool's closest distinct relatives ({ceiling[1]} ~ {ceiling[2]}, "
+                             f"kappa {ceiling[0]:.3f})")
+                    out.reason = (f"{seen}: {beyond}, within max noise {max_noise:.0%}, {symmetric}{above}")
         return out
     if s.homogeneity_p is None:
         out.label, out.reason = "untested", (f"no evidence either way: {s.shared} shared queries and no task x "

@@ -527,6 +527,10 @@ class AuditEvidence(BaseModel):
     homogeneity_strata: int = 0
     split_pass_rate: float | None = Field(
         None, description="share of the pool's distinct pairs that pass the homogeneity test on disjoint halves")
+    relatives_kappa: float | None = Field(
+        None, description="kappa of the pool's closest pair of provably distinct models (asymmetric "
+                          "disagreements), neither of a and b: a duplicate must agree more")
+    relatives_pair: list[str] | None = Field(None, description="that pair's two models")
 
 
 class AuditPair(BaseModel):

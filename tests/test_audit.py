@@ -208,3 +208,28 @@ def test_audit_refuses_bad_arguments_naming_the_option(reg):
     with pytest.raises(NotFoundError):
         reg.audit(model="nobody")
     assert MIN_EVIDENCE == 30
+
+
+def test_a_symmetric_pair_no_closer_than_the_pools_distinct_relatives_is_not_called_duplicate():
+    """The pool holds a successor snapshot of m0 (systematic changes: provably distinct) that agrees
+    with m0 far beyond chance. A re-served copy that agrees less than that pair is not told apart
+    from such a relative ("same product line?"); one that agrees more is a duplicate."""
+    m, q = 20, 3000
+    abilities = np.random.default_rng(3).normal(1.0, 0.5, m)
+    scores, task, p = _pool(abilities, q, seed=4)
+    rng = np.random.default_rng(6)
+    successor = scores[0].copy()
+    for t, value in ((0, 0.0), (1, 1.0)):
+        idx = np.flatnonzero((task == t) & (successor == value))
+        successor[rng.choice(idx, len(idx) // 10, replace=False)] = 1.0 - value
+    close, loose = _copy(scores[5], p[5], 0.02, seed=7), _copy(scores[11], p[11], 0.10, seed=8)
+    scores = np.vstack([scores, successor, close, loose])
+    names = [f"m{i}" for i in range(m)] + ["successor", "close", "loose"]
+    d = _labels(scores, task, names, [(0, m), (5, m + 1), (11, m + 2)])
+    snapshot, dup, relative = d[("m0", "successor")], d[("m5", "close")], d[("m11", "loose")]
+    assert snapshot.label == "same product line?" and snapshot.stats.symmetry_p < 0.01
+    assert dup.stats.kappa > snapshot.stats.kappa > relative.stats.kappa > 0.3
+    assert dup.label == "duplicate" and "above the pool's closest distinct relatives (m0 ~ successor" in dup.reason
+    assert relative.label == "same product line?" and relative.relatives_pair == ("m0", "successor")
+    assert "no more than distinct models of this pool agree" in relative.reason
+    assert relative.stats.symmetry_p >= 0.01  # symmetric: only the pool's relatives demote it
