@@ -53,13 +53,18 @@ def _echo_json(payload) -> None:
 
 
 def _echo_neighbour(hit) -> None:
-    """One result of search or profile: distance, name, family, access."""
+    """One result of search or profile: distance, [agreement kappa, shared queries,] name, family, access."""
     m = hit.metadata or {}
-    click.echo(f"{hit.distance:>8.4f}  {hit.name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+    agreement = ""
+    if hit.shared_queries is not None:
+        kappa = f"{hit.agreement_kappa:.3f}" if hit.agreement_kappa is not None else "-"
+        agreement = f"{kappa:>7} {hit.shared_queries:>7}  "
+    click.echo(f"{hit.distance:>8.4f}  {agreement}{hit.name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
 
 
-def echo_neighbour_header(metric: str) -> None:
-    click.echo(f"{metric + ' d':>8}  {'model':<32} {'family':<10} access")
+def echo_neighbour_header(metric: str, *, agreement: bool = False) -> None:
+    middle = f"{'kappa':>7} {'shared':>7}  " if agreement else ""
+    click.echo(f"{metric + ' d':>8}  {middle}{'model':<32} {'family':<10} access")
 
 
 # ----------------------------------------------------------------------------------- errors

@@ -376,19 +376,22 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 @click.option("-k", default=5, show_default=True, help="How many neighbours.")
 @click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
+@click.option("--by", type=click.Choice(["embedding", "behaviour"]), default="embedding", show_default=True,
+              help="behaviour: re-rank the embedding's 20 nearest by agreement with NAME on the queries both "
+                   "answered (a re-served copy comes first; reads their evaluations).")
 @json_option
 @click.pass_context
-def search(ctx, name, k, metric, where, as_json) -> None:
+def search(ctx, name, k, metric, where, by, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
     # A current saved index answers without opening LanceDB or importing torch.
-    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where), as_json, _echo_search)
+    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
 
 
 def _echo_search(result) -> None:
     if not result.neighbours:
         click.echo("no neighbours" + (f" matching {result.where!r}" if result.where else ""))
         return
-    echo_neighbour_header(result.metric)
+    echo_neighbour_header(result.metric, agreement=result.by == "behaviour")
     for hit in result.neighbours:
         _echo_neighbour(hit)
 

@@ -284,16 +284,18 @@ class Registry:
         keep = set(matching(where, records))
         return [r for r in records if r.name in keep]
 
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None) -> SearchResult:
+    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None,
+                by: str = "embedding") -> SearchResult:
         """The k nearest models to a model (itself excluded) or to a vector, nearest first. A current
-        saved index answers without opening the store."""
+        saved index answers without opening the store. by="behaviour": the embedding's nearest
+        candidates re-ranked by agreement with the model on shared queries (a copy comes first)."""
         from registry.search import similar
 
         source = self._store if self._store is not None else self._home
         name_or_vector = self.resolve(name_or_vector)
-        hits = similar(source, name_or_vector, k=k, metric=metric, where=where, open_store=lambda: self.store)
+        hits = similar(source, name_or_vector, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
         return SearchResult(query=name_or_vector if isinstance(name_or_vector, str) else None, metric=metric,
-                            where=where, neighbours=hits)
+                            where=where, by=by, neighbours=hits)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""

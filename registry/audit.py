@@ -32,33 +32,15 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from indexing.store import EVALUATIONS, QUERIES, Store
+from indexing.store import QUERIES, Store
 from registry.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
+from registry.rows import read_evaluations as _read_evals
 
 __all__ = ["audit", "AuditReport", "AuditPair", "AuditEvidence", "AuditCalibration"]
 
 _CACHE_DIR = "audit"
-
-
-def _sql_list(names: list[str]) -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-
-
-def _read_evals(store: Store, names: list[str] | None):
-    """(model, query_id, score) arrays for these models (None: every model)."""
-    if not store.has_table(EVALUATIONS):
-        raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
-    cols = ["model", "query_id", "score"]
-    if names is None:
-        table = store.read(EVALUATIONS, cols)
-    else:
-        table = (store.table(EVALUATIONS).search().where(f"model IN ({_sql_list(names)})")
-                 .select(cols).limit(None).to_arrow())
-    return (np.asarray(table.column("model").to_pylist(), dtype=object),
-            np.asarray(table.column("query_id").to_pylist(), dtype=object),
-            table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))
 
 
 def _pool(store: Store, names: list[str]) -> PoolEvals:

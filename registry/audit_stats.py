@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["PoolEvals", "Calibration", "calibrate", "evidence", "label", "holm_level", "prefer_best_match", "PairStats", "Decision",
-           "MIN_EVIDENCE"]
+           "MIN_EVIDENCE", "task_kappa"]
 
 MIN_EVIDENCE = 30  # answers needed on a side before a test is run at all
 # Without shared queries only the task x difficulty homogeneity test speaks, and it passes distinct
@@ -135,6 +135,26 @@ def fit_theta(idx: np.ndarray, y: np.ndarray, task: np.ndarray, beta: np.ndarray
     if (n_t > 0).any():
         theta[n_t == 0] = (theta[n_t > 0] * n_t[n_t > 0]).sum() / n_t.sum()
     return theta
+
+
+def task_kappa(ia: np.ndarray, ya: np.ndarray, ib: np.ndarray, yb: np.ndarray,
+               task: np.ndarray) -> tuple[float | None, int]:
+    """(kappa, shared queries) of two models without a pool fit: 1 - observed disagreement / the
+    disagreement two independent models of their per-task accuracies (on the shared queries) would
+    show. Coarser than `evidence` (no query difficulty), but needs nothing beyond the two models, so
+    search can re-rank by it; None below `MIN_EVIDENCE` shared queries. `ia`/`ib` sorted, unique."""
+    common, pa_i, pb_i = np.intersect1d(ia, ib, assume_unique=True, return_indices=True)
+    if len(common) < MIN_EVIDENCE:
+        return None, len(common)
+    sa, sb, t = ya[pa_i], yb[pb_i], task[common]
+    n_t = np.bincount(t).astype(np.float64)
+    seen = n_t > 0
+    acc_a = np.bincount(t, sa)[seen] / n_t[seen]
+    acc_b = np.bincount(t, sb)[seen] / n_t[seen]
+    expected = float(((acc_a * (1 - acc_b) + acc_b * (1 - acc_a)) * n_t[seen]).sum() / len(common))
+    if expected <= 0:
+        return None, len(common)
+    return 1.0 - float(np.abs(sa - sb).mean()) / expected, len(common)
 
 
 @dataclass

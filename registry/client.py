@@ -135,12 +135,15 @@ class RegistryClient:
     def history(self, name: str) -> ModelHistory:
         return ModelHistory.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/history"))
 
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None) -> SearchResult:
+    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None,
+                by: str = "embedding") -> SearchResult:
         if isinstance(name_or_vector, str):
-            params = {"name": name_or_vector, "k": k, "metric": metric}
+            params = {"name": name_or_vector, "k": k, "metric": metric, "by": by}
             if where is not None:
                 params["where"] = where
             return SearchResult.model_validate(self._call("GET", "/v1/similar", params=params))
+        if by != "embedding":
+            raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
         vector = [float(x) for x in name_or_vector]
         return SearchResult.model_validate(self._call("POST", "/v1/similar", json={
             "vector": vector, "k": k, "metric": metric, "where": where}))

@@ -235,6 +235,10 @@ class Neighbour(Result):
     distance: float = Field(description="in `metric`: cosine (1 - cosine similarity) or Euclidean")
     metric: Metric
     metadata: dict[str, Any]
+    agreement_kappa: float | None = Field(
+        None, description="by='behaviour' only: excess agreement with the query model on shared queries "
+                          "(1 - observed / expected disagreement of independent models of their per-task accuracies)")
+    shared_queries: int | None = Field(None, description="by='behaviour' only: queries both answered")
 
 
 class SearchResult(Result):
@@ -243,6 +247,8 @@ class SearchResult(Result):
     query: str | None = Field(description="the model searched from (None: a vector)")
     metric: Metric
     where: str | None = None
+    by: Literal["embedding", "behaviour"] = Field(
+        "embedding", description="behaviour: the embedding's nearest candidates re-ranked by agreement on shared queries")
     neighbours: list[Neighbour]
 
 

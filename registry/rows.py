@@ -13,7 +13,7 @@ from registry.records import ModelRecord
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["record_of", "model_rows", "version_row", "write_model", "info_of_row"]
+__all__ = ["record_of", "model_rows", "version_row", "write_model", "info_of_row", "read_evaluations"]
 
 
 def record_of(row: Mapping[str, Any]) -> ModelRecord:
@@ -56,3 +56,24 @@ def info_of_row(record, row: dict[str, Any]):
     return ModelInfo(record=record, version=row.get("version"), encoder_id=row.get("encoder_id"),
                      n_evals=row.get("n_evals"), embedded=row.get("vector") is not None,
                      embedded_at=row.get("embedded_at"), added=row.get("added"))
+
+
+def read_evaluations(store: "Store", names: list[str] | None):
+    """(model, query_id, score) arrays of these models' evaluations (None: every model's), read with a
+    filter in LanceDB rather than a scan of the whole table."""
+    import numpy as np
+
+    from indexing.errors import RegistryError
+    from indexing.store import EVALUATIONS
+
+    if not store.has_table(EVALUATIONS):
+        raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
+    cols = ["model", "query_id", "score"]
+    if names is None:
+        table = store.read(EVALUATIONS, cols)
+    else:
+        listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)
+        table = store.table(EVALUATIONS).search().where(f"model IN ({listed})").select(cols).limit(None).to_arrow()
+    return (np.asarray(table.column("model").to_pylist(), dtype=object),
+            np.asarray(table.column("query_id").to_pylist(), dtype=object),
+            table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import Neighbour
 
-__all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "distance",
-           "check_consistency"]
+__all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
+           "check_consistency", "BY", "behaviour_order"]
 
 
 @dataclass
@@ -78,19 +78,87 @@ def embedded_subset(store: "Store", where: str | None, *, need: int,
     return names, np.asarray(z, dtype=np.float32), {n: models.records[n] for n in names}
 
 
+BEHAVIOUR_CANDIDATES = 20  # by="behaviour" re-ranks at least this many of the embedding's nearest
+BY = ("embedding", "behaviour")
+
+
 def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
-            where: str | None = None, open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
-    """The k nearest models to a model name or a vector, nearest first (the model itself excluded)."""
+            where: str | None = None, by: str = "embedding",
+            open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
+    """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
+
+    by="behaviour" (a model name only): the max(4k, 20) nearest by embedding, re-ranked by their
+    excess agreement with the model on the queries both answered (`audit_stats.task_kappa`), so that
+    a re-served copy comes before models of merely similar ability; a candidate with too few shared
+    queries keeps its embedding place. The embedding proposes, the evaluations order."""
     from registry.results import Neighbour
 
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
+    if by not in BY:
+        raise InputError(f"by must be one of {', '.join(BY)}, not {by!r}", field="by")
+    if by == "behaviour" and not isinstance(query, str):
+        raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
     models = open_index(store, store=open_store)
-    hits = models.index.neighbours(query, int(k), metric=metric, allowed=models.allowed_rows(where))
-    return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
-            for name, dist in hits]
+    return neighbours(models, query, k=int(k), metric=metric, where=where, by=by,
+                      open_store=open_store if open_store is not None else lambda: _as_store(store))
+
+
+def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str, where: str | None,
+               by: str, open_store: "Callable[[], Store]") -> "list[Neighbour]":
+    """`similar` on an open index (the service keeps one warm); arguments already checked."""
+    from registry.results import Neighbour
+
+    wanted = k if by == "embedding" else max(4 * k, BEHAVIOUR_CANDIDATES)
+    hits = models.index.neighbours(query, wanted, metric=metric, allowed=models.allowed_rows(where))
+    if by == "embedding":
+        return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
+                for name, dist in hits]
+    agreement = _agreement(open_store(), query, [name for name, _ in hits])
+    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
+    return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
+                      agreement_kappa=agreement[name][0], shared_queries=agreement[name][1])
+            for name, dist in ranked[:k]]
+
+
+def behaviour_order(hits: list, kappas: list[float | None]) -> list:
+    """`hits` (nearest first) re-ordered by kappa, highest first, within the places held by hits
+    with evidence; a hit without shared queries keeps its embedding place (nothing says otherwise)."""
+    slots = [i for i, kappa in enumerate(kappas) if kappa is not None]
+    out = list(hits)
+    for slot, i in zip(slots, sorted(slots, key=lambda i: -kappas[i])):
+        out[slot] = hits[i]
+    return out
+
+
+def _as_store(store: "Store | str | Path") -> "Store":
+    from indexing.store import Store
+
+    return store if isinstance(store, Store) else Store(Path(store), create=False)
+
+
+def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[float | None, int]]:
+    """name -> (task_kappa with `query`, shared queries), from the evaluations of these models only."""
+    from indexing.store import QUERIES
+    from registry.audit_stats import task_kappa
+    from registry.rows import read_evaluations
+
+    models, qids, scores = read_evaluations(store, [query, *names])
+    tasks = store.read(QUERIES, ["query_id", "task"])
+    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    q_pos = {q: i for i, q in enumerate(sorted(set(qids.tolist())))}
+    _, task = np.unique(np.asarray([str(task_of.get(q)) for q in q_pos], dtype=object).astype(str), return_inverse=True)
+
+    def rows(name):
+        sel = models == name
+        idx = np.fromiter((q_pos[q] for q in qids[sel]), dtype=np.int64, count=int(sel.sum()))
+        idx, first = np.unique(idx, return_index=True)  # a query scored twice: its first score
+        return idx, scores[sel][first]
+
+    own = rows(query)
+    return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:

@@ -30,7 +30,8 @@ Per pool:
    a false flag: copy ~ any other model labelled "duplicate". Also counted: the copy ~ original pair
    labelled "same product line?", and whether the original is among the copy's 3 nearest neighbours.
    "decision recall" judges copy ~ original even when the embedding did not propose it (the
-   evidence stage alone).
+   evidence stage alone). "original in top 3 by behaviour": `registry search COPY --by behaviour`,
+   the copy's 20 nearest by embedding re-ranked by agreement on shared queries (task_kappa).
 """
 from __future__ import annotations
 
@@ -120,7 +121,9 @@ def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray
 
 
 def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int) -> dict:
-    from registry.audit_stats import PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match
+    from registry.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
+                                      task_kappa)
+    from registry.search import behaviour_order
 
     started = time.perf_counter()
     active, data = load(home, skewed=name == "skewed")
@@ -163,13 +166,17 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             copies.append(copy)
         z_copy = embed(active, data, copies)
         z_orig = embed(active, data, originals) if kind == "disjoint" else z_real
-        tp = related = false = top3 = decision_tp = 0
+        tp = related = false = top3 = top3_behaviour = decision_tp = 0
         changed = []
         for a in range(m):
             z_pool = z_real.copy()
             z_pool[a] = z_orig[a]
             nn, _ = cosine_knn(z_copy[a], z_pool, k)
             top3 += int(a in nn[:3])
+            # `registry search COPY --by behaviour`: the 20 nearest re-ranked by task_kappa
+            near, _ = cosine_knn(z_copy[a], z_pool, max(20, k))
+            kap = [task_kappa(*copies[a], *(originals[a] if b == a else pool.rows[b]), cal.task)[0] for b in near]
+            top3_behaviour += int(a in behaviour_order(list(near), kap)[:3])
             copy_name = f"{names[a]} (copy)"
             rows_of = {b: (originals[a] if b == a else pool.rows[b]) for b in set(nn) | {a}}
             held = {names[a]: pool.rows[a]}  # the calibration holds the original's full answers
@@ -195,7 +202,7 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             if len(common):
                 changed.append(float(np.mean(originals[a][1][ia] != copies[a][1][ib])))
         rows.append({"variant": f"{kind}-{lvl:.0%}" if kind != "quant" else f"quant-{lvl * 100:.0f}pt",
-                     "copies": m, "tp": tp, "related": related, "false": false, "top3": top3,
+                     "copies": m, "tp": tp, "related": related, "false": false, "top3": top3, "top3_behaviour": top3_behaviour,
                      "decision_tp": decision_tp, "changed": float(np.mean(changed)) if changed else None,
                      "resampled": float(np.mean(shares))})
         print(f"  {name} {rows[-1]['variant']}: recall {tp / m:.2f}, false {false}, top3 {top3 / m:.2f} "
@@ -227,8 +234,9 @@ def render(results: list[dict], args) -> str:
             out.append("")
         out.append("| copy variant | copies | changed (shared) | re-drawn share c | flagged duplicate (recall) | labelled "
                    "same product line? | flagged either way (recall) | false duplicate flags (copy ~ other) | precision "
-                   "| precision incl. pool's distinct duplicates | decision recall (original forced in) | original in top 3 |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   "| precision incl. pool's distinct duplicates | decision recall (original forced in) | original in top 3 | "
+                   "original in top 3 by behaviour |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row in r["rows"]:
             tp, false = row["tp"], row["false"]
             prec = tp / (tp + false) if tp + false else float("nan")
@@ -238,7 +246,8 @@ def render(results: list[dict], args) -> str:
             out.append(f"| {row['variant']} | {row['copies']} | {changed} | {row['resampled']:.2f} | "
                        f"{tp} ({tp / row['copies']:.2f}) | {row['related']} | {either} ({either / row['copies']:.2f}) | "
                        f"{false} | {prec:.2f} | {prec_pool:.2f} | "
-                       f"{row['decision_tp'] / row['copies']:.2f} | {row['top3'] / row['copies']:.2f} |")
+                       f"{row['decision_tp'] / row['copies']:.2f} | {row['top3'] / row['copies']:.2f} | "
+                       f"{row['top3_behaviour'] / row['copies']:.2f} |")
         out.append(f"\n({r['seconds']:.0f} s)\n")
     return "\n".join(out)
 

@@ -233,3 +233,35 @@ def test_a_symmetric_pair_no_closer_than_the_pools_distinct_relatives_is_not_cal
     assert relative.label == "same product line?" and relative.relatives_pair == ("m0", "successor")
     assert "no more than distinct models of this pool agree" in relative.reason
     assert relative.stats.symmetry_p >= 0.01  # symmetric: only the pool's relatives demote it
+
+
+def test_search_by_behaviour_puts_a_copy_first(reg):
+    """A copy with a tenth of its answers re-drawn, under a new name: by behaviour its original is its
+    first neighbour, with the agreement that put it there; the CLI prints it and refuses a vector."""
+    from registry import InputError
+
+    evals = own_evaluations(reg, "syn-synfam1-7b")
+    rng = np.random.default_rng(0)
+    changed = [{"query": e["query"], "score": float(rng.random() < 0.5)} if i % 10 == 0 else e
+               for i, e in enumerate(evals)]
+    reg.add_model("endpoint-x", changed)
+    by_behaviour = reg.similar("endpoint-x", k=3, by="behaviour")
+    first = by_behaviour.neighbours[0]
+    assert by_behaviour.by == "behaviour" and first.name == "syn-synfam1-7b"
+    assert first.shared_queries == len(evals) and first.agreement_kappa > 0.7
+    assert all(n.agreement_kappa < first.agreement_kappa for n in by_behaviour.neighbours[1:])
+    assert reg.similar("endpoint-x", k=3).neighbours[0].agreement_kappa is None  # embedding order: no evidence read
+    text = _run(reg.home, "search", "endpoint-x", "--by", "behaviour", "-k", "2")
+    assert "kappa" in text.splitlines()[0] and "syn-synfam1-7b" in text.splitlines()[1]
+    with pytest.raises(InputError, match="field 'by'"):
+        reg.similar(np.zeros(4, dtype=np.float32), by="behaviour")
+    with pytest.raises(InputError, match="field 'by'"):
+        reg.similar("endpoint-x", by="ability")
+
+
+def test_behaviour_order_moves_only_hits_with_evidence():
+    from registry.search import behaviour_order
+
+    hits = ["a", "b", "c", "d"]
+    assert behaviour_order(hits, [0.1, None, 0.9, 0.5]) == ["c", "b", "d", "a"]
+    assert behaviour_order(hits, [None] * 4) == hits

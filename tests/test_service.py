@@ -72,6 +72,9 @@ def test_add_refine_search_route_audit(server, texts):
         near = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()["neighbours"]
         assert len(near) == 3 and all(n["name"] != "svc-a" for n in near)
         assert [n["distance"] for n in near] == sorted(n["distance"] for n in near)
+        behaviour = c.get("/v1/similar", params={"name": "svc-a", "k": 3, "by": "behaviour"}).json()
+        assert behaviour["by"] == "behaviour" and all(n["shared_queries"] is not None for n in behaviour["neighbours"])
+        assert c.get("/v1/similar", params={"name": "svc-a", "by": "ability"}).status_code == 422
 
         routed = c.post("/v1/route", json={"queries": [texts[0][0], "Something never seen before?"], "k": 2,
                                            "exclude": ["svc-a"], "fallback": 2}).json()

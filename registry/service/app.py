@@ -333,9 +333,11 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     def similar(name: str = Query(min_length=1, max_length=limits.max_name_chars),
                 k: int = Query(default=5, ge=1, le=limits.max_k),
                 metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
-                where: str | None = Query(default=None, max_length=limits.max_where_chars)):
-        """The k models nearest to NAME in embedding space (NAME itself excluded)."""
-        return state.similar(name, None, k=k, metric=metric, where=where)
+                where: str | None = Query(default=None, max_length=limits.max_where_chars),
+                by: str = Query(default="embedding", pattern="^(embedding|behaviour)$")):
+        """The k models nearest to NAME in embedding space (NAME itself excluded); by=behaviour
+        re-ranks the embedding's nearest by agreement with NAME on shared queries."""
+        return state.similar(name, None, k=k, metric=metric, where=where, by=by)
 
     @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar_vector(body: s.SimilarByVector):

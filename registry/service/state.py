@@ -180,15 +180,18 @@ class WarmState:
 
     # ---------------------------------------------------------------- queries
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
-                where: str | None):
+                where: str | None, by: str = "embedding"):
         """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
-        from registry.results import Neighbour, SearchResult
+        from indexing.errors import InputError
+        from registry.results import SearchResult
+        from registry.search import neighbours
 
+        if by == "behaviour" and name is None:
+            raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
         models = self.snapshot().require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        hits = models.index.neighbours(query, k, metric=metric, allowed=models.allowed_rows(where))
-        return SearchResult(query=name, metric=metric, where=where, neighbours=[
-            Neighbour(name=n, distance=d, metric=metric, metadata=models.records[n].metadata()) for n, d in hits])
+        hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
+        return SearchResult(query=name, metric=metric, where=where, by=by, neighbours=hits)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
               fallback: int):
