@@ -46,7 +46,8 @@ _CACHE_DIR = "audit"
 def _pool(store: Store, names: list[str]) -> PoolEvals:
     queries = store.read(QUERIES, ["query_id", "task"])
     models, qids, scores = _read_evals(store, None)
-    keep = np.isin(models, np.asarray(names, dtype=object))
+    wanted = set(names)  # np.isin on object arrays compares every pair: minutes at 10k models
+    keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
     return PoolEvals.from_triples(models[keep], qids[keep], scores[keep], queries.column("query_id").to_pylist(),
                                   queries.column("task").to_pylist())
 

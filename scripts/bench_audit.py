@@ -12,13 +12,18 @@ vectors mean; scripts/bench_index.py does the same). Then:
 2. a new endpoint is added (a copy of model 17 with 5% of answers changed, its vector near the
    original's), which changes the registry's generation;
 3. `audit --model new-endpoint` is timed in-process (5 runs after one warm-up: p50 and max), and as
-   a fresh process (`python -m cli.main audit --model new-endpoint --json`, imports included).
+   a fresh process (`python -m cli.main audit --model new-endpoint --json`, imports included: LanceDB
+   alone takes ~2 s to import here);
+4. the same through `registry serve` on that home: GET /v1/audit on the warm service, and a fresh
+   `registry --server URL audit --model new-endpoint --json` process (what a CI job with a running
+   service pays).
 It reads the saved FAISS index, the cached calibration, and the evaluations of the model and its k
 candidates; no model is embedded. The table also says whether the copy's original was flagged.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -91,11 +96,11 @@ def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
             pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
 
 
-def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
+def one(n_models: int, per_model: int, n_queries: int, seed: int = 0, keep: Path | None = None) -> dict:
     from registry import Registry
     from registry.audit import audit
 
-    with tempfile.TemporaryDirectory() as scratch:
+    with (contextlib.nullcontext(str(keep / f"n{n_models}")) if keep else tempfile.TemporaryDirectory()) as scratch:
         scratch = Path(scratch)
         names, vectors, orig = write_pool(scratch / "data", n_models, per_model, n_queries, seed)
         reg = Registry.open(scratch / "home")
@@ -136,10 +141,54 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
         if out.returncode not in (0, 1):
             raise SystemExit(out.stderr)
         assert json.loads(out.stdout)["model"] == "new-endpoint"
+        service_s, server_cli_s = _through_service(scratch / "home", env)
         flagged = [p.b for p in report.duplicates]
-        return {"models": n_models, "evals": n_models * per_model, "build": built, "calibrate": calibrate_s,
+        return {"service": service_s, "server_cli": server_cli_s, "models": n_models, "evals": n_models * per_model, "build": built, "calibrate": calibrate_s,
                 "p50": float(np.median(times)), "max": float(np.max(times)), "fresh": fresh,
                 "stale": report.calibration.stale, "found": names[17] in flagged, "flags": len(report.flags)}
+
+
+def _through_service(home: Path, env: dict) -> tuple[float, float]:
+    """(p50 s of GET /v1/audit?model=new-endpoint on a warm `registry serve`, p50 s of a fresh
+    `registry --server URL audit --model new-endpoint --json` process), 5 runs each after a warm-up."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "cli.main", "--home", str(home), "serve", "--port", str(port),
+                               "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("registry serve did not come up")
+            time.sleep(0.5)
+        with httpx.Client(base_url=url, timeout=120) as client:
+            times = []
+            for _ in range(6):
+                t = time.perf_counter()
+                client.get("/v1/audit", params={"model": "new-endpoint"}).raise_for_status()
+                times.append(time.perf_counter() - t)
+        cli_times = []
+        for _ in range(6):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "cli.main", "--server", url, "audit", "--model", "new-endpoint",
+                            "--json"], cwd=ROOT, env=env, capture_output=True, check=False)
+            cli_times.append(time.perf_counter() - t)
+        return float(np.median(times[1:])), float(np.median(cli_times[1:]))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def main() -> None:
@@ -147,14 +196,17 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--evals-per-model", type=int, default=200)
     parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--keep", type=Path, default=None, help="Build the registries under this directory and keep them.")
     args = parser.parse_args()
     print("| models | evaluations | build registry s | calibration s (once, cached) | audit --model p50 ms | "
-          "max ms | fresh process s | calibration stale | original flagged duplicate | flags |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
+          "max ms | fresh process s | via registry serve: HTTP p50 ms | via serve: fresh `--server` CLI s | "
+          "calibration stale | original flagged duplicate | flags |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for n in (int(s) for s in args.sizes.split(",")):
-        r = one(n, args.evals_per_model, args.queries)
+        r = one(n, args.evals_per_model, args.queries, keep=args.keep)
         print(f"| {r['models']} | {r['evals']} | {r['build']:.1f} | {r['calibrate']:.1f} | {1000 * r['p50']:.0f} | "
-              f"{1000 * r['max']:.0f} | {r['fresh']:.1f} | {r['stale']} | {r['found']} | {r['flags']} |", flush=True)
+              f"{1000 * r['max']:.0f} | {r['fresh']:.1f} | {1000 * r['service']:.0f} | {r['server_cli']:.2f} | "
+              f"{r['stale']} | {r['found']} | {r['flags']} |", flush=True)
 
 
 if __name__ == "__main__":
