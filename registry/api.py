@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from indexing.home import resolve_home
+from indexing.home import as_path, resolve_home
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -56,7 +56,7 @@ class Registry:
         if store is None and home is None:
             raise TypeError("Registry needs a store or a home (Registry.open(home) opens one)")
         self._store = store
-        self._home = Path(home) if home is not None else store.home
+        self._home = as_path(home) if home is not None else store.home
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
