@@ -73,7 +73,7 @@ def client():
                 import boto3
                 from botocore.config import Config
             except ImportError:  # pragma: no cover - boto3 comes with the package
-                raise RegistryError("an s3:// home needs boto3: pip install boto3") from None
+                raise RegistryError("an s3:// home needs boto3: pip install 'locus-registry[s3]'") from None
             _client = boto3.client("s3", endpoint_url=_endpoint(),
                                    config=Config(retries={"max_attempts": 5, "mode": "standard"}))
         return _client

@@ -146,8 +146,10 @@ class Store:
     def _connect_remote(self, create: bool):
         from indexing.object_store import lance_storage_options
 
-        if not create and not (self.home / _CONFIG).is_file():
-            raise RegistryError(f"no registry at {self.home} (run `registry init`)")
+        if not (self.home / _CONFIG).is_file():
+            if not create:
+                raise RegistryError(f"no registry at {self.home} (run `registry init`)")
+            self.home.is_dir()  # a LIST: a clear error now when the bucket is missing or not ours
         return lancedb.connect(str(self.home / "db"), storage_options=lance_storage_options())
 
     # ----------------------------------------------------------------- config
