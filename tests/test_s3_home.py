@@ -197,3 +197,27 @@ def test_the_cli_with_a_local_home_does_not_import_boto3():
             "'pyarrow.fs' in sys.modules, 'indexing.object_store' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.split() == ["0", "False", "False", "False"], out.stderr
+
+
+def test_the_service_over_an_s3_home_serves_reads_and_lands_a_write(s3, trained, workdir, monkeypatch):
+    """The service (in process, FastAPI's TestClient) on the s3 home: its job records live in the bucket,
+    its writer takes the lease, and a reader elsewhere sees the write."""
+    from fastapi.testclient import TestClient
+
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    monkeypatch.chdir(workdir)
+    name = "syn-synfam1-7b"
+    evals = own_evaluations(trained, name)
+    with TestClient(create_app(ServiceSettings(home=as_path(HOME), token="t" * 24))) as client:
+        near = client.get("/v1/similar", params={"name": name, "k": 2})
+        assert near.status_code == 200, near.text
+        added = client.post("/v1/models", headers={"Authorization": "Bearer " + "t" * 24},
+                            json={"name": "via-service", "evaluations": evals})
+        assert added.status_code == 201, added.text
+        job = added.headers["x-job-id"]
+    assert f"registry/service/jobs/{job}.json" in _keys(s3)
+    hits = Registry.open(HOME, create=False).similar("via-service", k=1).neighbours
+    assert hits[0].name == name and hits[0].distance < 1e-5
+    assert list(workdir.iterdir()) == []
