@@ -68,22 +68,23 @@ def transaction_open(home: HomePath) -> bool:
     return (as_path(home) / JOURNAL_FILE).is_file()
 
 
-def write_bytes_atomic(path: HomePath, data: bytes) -> None:
-    """Readers see the old content or the new, whole: a temporary file renamed over it (local, fsynced),
-    or one PUT (s3)."""
+def write_bytes_atomic(path: HomePath, data: bytes, *, fsync: bool = True) -> None:
+    """Readers see the old content or the new, whole: a temporary file renamed over it (local; fsynced
+    unless `fsync=False`, for caches that are rebuilt when lost), or one PUT (s3)."""
     if is_remote(path):
         path.write_bytes(data)
         return
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with open(tmp, "wb") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
-def write_text_atomic(path: HomePath, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
+def write_text_atomic(path: HomePath, text: str, *, fsync: bool = True) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync)
 
 
 def remove_tree(path: HomePath) -> None:

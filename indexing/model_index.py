@@ -189,7 +189,8 @@ class ModelIndex:
         meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows": self.rows}
         self._index.save(directory, meta)
         write_text_atomic(directory / _CURRENT,
-                          json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}))
+                          json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}),
+                          fsync=False)  # a cache: lost, the next open rebuilds it
 
     # ---------------------------------------------------------------------- checks
     def problems(self, store: "Store") -> list[str]:

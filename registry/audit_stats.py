@@ -308,10 +308,10 @@ class Calibration:
         directory.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()  # through bytes: the home may be an s3 prefix
         np.savez(buffer, **{k: getattr(self, k) for k in self._ARRAYS})
-        write_bytes_atomic(directory / "calibration.npz", buffer.getvalue())
+        write_bytes_atomic(directory / "calibration.npz", buffer.getvalue(), fsync=False)  # a cache
         meta = {"names": self.names, "query_ids": self.query_ids, "task_names": self.task_names,
                 "generation": self.generation, "encoder_id": self.encoder_id}
-        write_text_atomic(directory / "calibration.json", json.dumps(meta))
+        write_text_atomic(directory / "calibration.json", json.dumps(meta), fsync=False)
 
     @classmethod
     def load(cls, directory: Path) -> "Calibration | None":

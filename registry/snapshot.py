@@ -70,7 +70,7 @@ def _build(home: Path) -> dict[str, Any]:
     snap = {"format": _FORMAT, "generation": generation, "stats": summary, "models": infos, "history": history}
     if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).is_file():
         try:
-            write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap))
+            write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap), fsync=False)  # a cache, rebuilt when lost
         except (OSError, RegistryError):  # a home we may read but not write: answer anyway, just not faster next time
             (home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}").unlink(missing_ok=True)
     return snap
