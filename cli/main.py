@@ -23,7 +23,21 @@ from cli._common import (
 )
 from indexing.errors import RegistryError  # not registry.errors: `--help` should not import the registry package
 
-HOME_HELP = "Registry home directory (default: $LOCUS_HOME, else ~/.locus)."
+HOME_HELP = "Registry home: a directory, or s3://BUCKET/PREFIX (default: $LOCUS_HOME, else ~/.locus)."
+
+
+class _HomeType(click.ParamType):
+    """A local directory (checked as click.Path checks it), or an s3:// location passed on as text."""
+
+    name = "home"
+    _local = click.Path(file_okay=False, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.startswith("s3://"):
+            if not value[len("s3://"):].split("/")[0]:
+                self.fail(f"{value!r}: an s3 home is s3://BUCKET/PREFIX", param, ctx)
+            return value
+        return self._local.convert(value, param, ctx)
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
 
 
@@ -77,13 +91,13 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None, help=HOME_HELP)
+@click.option("--home", type=_HomeType(), default=None, help=HOME_HELP)
 @click.option("--server", envvar="LOCUS_SERVER", default=None, metavar="URL",
               help="A running `registry serve` that add-model, route, search and audit go through "
                    "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN).")
 @click.version_option(package_name="locus-registry")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, server: str | None) -> None:
+def cli(ctx: click.Context, home: Path | str | None, server: str | None) -> None:
     """A registry of language models, each embedded by LOCUS from its evaluations."""
     ctx.ensure_object(dict)
     ctx.obj["home"] = home

@@ -18,6 +18,7 @@ import torch
 
 from encoder.locus import Locus, LocusConfig
 from indexing.errors import RegistryError
+from indexing.home import as_path, is_remote
 
 __all__ = ["save_checkpoint", "load_checkpoint", "encoder_id", "WEIGHTS_FILE", "CONFIG_FILE"]
 
@@ -43,7 +44,10 @@ def encoder_id(config: LocusConfig, tensors: dict[str, np.ndarray]) -> str:
     return h.hexdigest()[:_ID_LENGTH]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path, data: bytes) -> None:
+    if is_remote(path):
+        path.write_bytes(data)  # one PUT: atomic by itself
+        return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -60,7 +64,7 @@ def save_checkpoint(locus: Locus, config: LocusConfig, directory: str | Path) ->
 
     if locus.config != config:
         raise RegistryError("save_checkpoint: the config given differs from the model's own config")
-    directory = Path(directory)
+    directory = as_path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = _tensors(locus)
     eid = encoder_id(config, tensors)
@@ -75,9 +79,9 @@ def load_checkpoint(
 ) -> tuple[Locus, LocusConfig, str]:
     """Read and verify a checkpoint -> (Locus in eval mode, its config, its encoder id)."""
     from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load, load_file
 
-    directory = Path(directory)
+    directory = as_path(directory)
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     for path in (config_path, weights_path):
         if not path.is_file():
@@ -91,7 +95,7 @@ def load_checkpoint(
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryError(f"{config_path}: bad checkpoint config: {exc}") from exc
     try:
-        tensors = load_file(str(weights_path))
+        tensors = load(weights_path.read_bytes()) if is_remote(weights_path) else load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise RegistryError(f"{weights_path}: unreadable weights: {exc}") from exc
 

@@ -1,39 +1,98 @@
-"""Where the registry lives (`--home DIR`, else `$LOCUS_HOME`, else `~/.locus`), and the two files
-through which readers learn about writers without opening LanceDB.
+"""Where the registry lives (`--home DIR` or `--home s3://BUCKET/PREFIX`, else `$LOCUS_HOME`, else
+`~/.locus`), and the two files through which readers learn about writers without opening LanceDB.
 
 The store's multi-table journal (`indexing.store.Store.transaction`) writes both: `journal.json` while a
 transaction is open (or its writer died), and a new `generation` token when one finishes. Whatever is
 derived from the tables and cached beside them (the FAISS index, `indexing.model_index`) is current
 when no transaction is open and the token has not changed since it was saved.
+
+A home is a `pathlib.Path` for a local directory, or an `indexing.object_store.ObjectPath` for an
+`s3://` location (the same path methods; see that module for its lock and guarantees). Code that writes
+beside the tables goes through `write_text_atomic` / `write_bytes_atomic`, which rename a temporary
+file on a local home and PUT the object (atomic by itself) on an s3 home.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
 
-__all__ = ["resolve_home", "HOME_ENV", "GENERATION_FILE", "JOURNAL_FILE", "generation", "transaction_open"]
+if TYPE_CHECKING:
+    from indexing.object_store import ObjectPath
+
+__all__ = ["resolve_home", "as_path", "is_remote", "HomePath", "HOME_ENV", "GENERATION_FILE", "JOURNAL_FILE",
+           "generation", "transaction_open", "write_text_atomic", "write_bytes_atomic", "remove_tree"]
 
 HOME_ENV = "LOCUS_HOME"
 GENERATION_FILE = "generation"  # changes with every finished store transaction
 JOURNAL_FILE = "journal.json"  # present while a transaction is open (or its writer died)
+REMOTE_SCHEMES = ("s3://",)
+
+HomePath = Union[Path, "ObjectPath"]
 
 
-def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
+def as_path(location) -> HomePath:
+    """A Path, or an ObjectPath for an s3:// location (already-made paths pass through)."""
+    if isinstance(location, Path) or type(location).__name__ == "ObjectPath":
+        return location
+    text = os.fspath(location) if not isinstance(location, str) else location
+    if text.startswith(REMOTE_SCHEMES):
+        from indexing.object_store import ObjectPath  # boto3 only for an s3 home
+
+        return ObjectPath.parse(text)
+    return Path(text)
+
+
+def is_remote(path) -> bool:
+    return not isinstance(path, Path)
+
+
+def resolve_home(home: str | os.PathLike[str] | None = None) -> HomePath:
     if home is not None:
-        return Path(home).expanduser()
+        return as_path(home).expanduser()
     if os.environ.get(HOME_ENV):
-        return Path(os.environ[HOME_ENV]).expanduser()
+        return as_path(os.environ[HOME_ENV]).expanduser()
     return Path.home() / ".locus"
 
 
-def generation(home: Path) -> str | None:
+def generation(home: HomePath) -> str | None:
     """The token of the last finished transaction (None before the first one)."""
     try:
-        return (Path(home) / GENERATION_FILE).read_text()
+        return (as_path(home) / GENERATION_FILE).read_text()
     except OSError:
         return None
 
 
-def transaction_open(home: Path) -> bool:
+def transaction_open(home: HomePath) -> bool:
     """A writer is inside a transaction, or died inside one (the next open of the store rolls it back)."""
-    return (Path(home) / JOURNAL_FILE).exists()
+    return (as_path(home) / JOURNAL_FILE).is_file()
+
+
+def write_bytes_atomic(path: HomePath, data: bytes, *, fsync: bool = True) -> None:
+    """Readers see the old content or the new, whole: a temporary file renamed over it (local; fsynced
+    unless `fsync=False`, for caches that are rebuilt when lost), or one PUT (s3)."""
+    if is_remote(path):
+        path.write_bytes(data)
+        return
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: HomePath, text: str, *, fsync: bool = True) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync)
+
+
+def remove_tree(path: HomePath) -> None:
+    if is_remote(path):
+        from indexing.object_store import remove_tree as remove_objects
+
+        remove_objects(path)
+    else:
+        import shutil
+
+        shutil.rmtree(path)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from indexing.errors import InputError, NotFoundError, RegistryError
-from indexing.home import generation, transaction_open
+from indexing.home import as_path, generation, transaction_open, write_text_atomic
 from indexing.vector_index import METRICS, VectorIndex
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ class ModelIndex:
         """The index for the models table as it is now: the saved one if provably current (no LanceDB
         opened), else checked against the table and rebuilt (and saved) when stale. `source` is a
         store or a home directory; `store` opens the store lazily when a home is given."""
-        from_home = isinstance(source, (str, Path))
-        home = Path(source) if from_home else source.home
+        from_home = not hasattr(source, "read")  # a home (str, Path or ObjectPath), not a Store
+        home = as_path(source) if from_home else source.home
         if not rebuild:
             saved = cls._load_current(home)
             if saved is not None:
@@ -185,14 +185,12 @@ class ModelIndex:
     def _save(self, token: str) -> None:
         """Index files, then the pointer to them (atomically): a crash in between leaves a pointer to
         the previous generation, and the next open rebuilds."""
-        import os
-
         directory = self.home / _INDEX_DIR
         meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows": self.rows}
         self._index.save(directory, meta)
-        tmp = directory / f"{_CURRENT}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}))
-        os.replace(tmp, directory / _CURRENT)
+        write_text_atomic(directory / _CURRENT,
+                          json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}),
+                          fsync=False)  # a cache: lost, the next open rebuilds it
 
     # ---------------------------------------------------------------------- checks
     def problems(self, store: "Store") -> list[str]:

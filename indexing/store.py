@@ -10,6 +10,9 @@ Writes go through `Store.transaction()`: one writer at a time (a file lock), and
 table's version taken before the first write. If the block raises, or the process dies inside it,
 every table is restored to its journalled version (LanceDB keeps old versions), so an import lands
 whole or not at all. Readers never take the lock; they recover a dead writer's journal first.
+
+On an s3 home (`indexing.object_store`) the tables live under `s3://.../db`, the files beside them are
+objects, and the lock is a lease taken with a conditional create; the journal works the same way.
 """
 from __future__ import annotations
 
@@ -19,7 +22,6 @@ import os
 import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterator
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table creation otherwise
@@ -28,7 +30,7 @@ import lancedb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from indexing.home import GENERATION_FILE  # noqa: E402
+from indexing.home import GENERATION_FILE, HomePath, as_path, is_remote, write_text_atomic  # noqa: E402
 from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
 from indexing.errors import InputError, NotFoundError, RegistryError  # noqa: E402
 
@@ -40,7 +42,7 @@ MODELS = "models"
 VERSIONS = "model_versions"
 _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
-_LOCK = ".lock"
+_LOCK = LOCK_FILE = ".lock"
 STORE_FORMAT = 1
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -121,21 +123,34 @@ def now_utc() -> datetime:
 class Store:
     """An opened registry home. Cheap to open; tables are created on first use."""
 
-    def __init__(self, home: Path, *, create: bool = True) -> None:
-        self.home = Path(home)
-        if not self.home.exists():
-            if not create:
-                raise RegistryError(f"no registry at {self.home} (run `registry init`)")
-            self.home.mkdir(parents=True)
-        elif not self.home.is_dir():
-            raise RegistryError(f"registry home {self.home} is not a directory")
-        self._db = lancedb.connect(str(self.home / "db"))
+    def __init__(self, home: HomePath, *, create: bool = True) -> None:
+        self.home = as_path(home)
+        self._lease = None  # the held lease of an s3 home, inside _writer_lock
+        if is_remote(self.home):
+            self._db = self._connect_remote(create)
+        else:
+            if not self.home.exists():
+                if not create:
+                    raise RegistryError(f"no registry at {self.home} (run `registry init`)")
+                self.home.mkdir(parents=True)
+            elif not self.home.is_dir():
+                raise RegistryError(f"registry home {self.home} is not a directory")
+            self._db = lancedb.connect(str(self.home / "db"))
         self._in_transaction = False
-        if (self.home / _JOURNAL).exists():
+        if (self.home / _JOURNAL).is_file():
             with self._writer_lock():
                 self._recover()
-        if not (self.home / _CONFIG).exists():
+        if not (self.home / _CONFIG).is_file():
             self._write_config({"format": STORE_FORMAT, "query_encoder": DEFAULT_QUERY_ENCODER})
+
+    def _connect_remote(self, create: bool):
+        from indexing.object_store import lance_storage_options
+
+        if not (self.home / _CONFIG).is_file():
+            if not create:
+                raise RegistryError(f"no registry at {self.home} (run `registry init`)")
+            self.home.is_dir()  # a LIST: a clear error now when the bucket is missing or not ours
+        return lancedb.connect(str(self.home / "db"), storage_options=lance_storage_options())
 
     # ----------------------------------------------------------------- config
     @property
@@ -274,14 +289,18 @@ class Store:
             self._in_transaction = True
             try:
                 yield self
-            except BaseException:
+            except BaseException as exc:
                 self._in_transaction = False
+                if _lease_lost(exc):
+                    raise  # another writer holds the home now and has rolled this journal back
                 self._rollback(journal["versions"])
                 # Only a finished rollback may drop the journal: if it failed, the next open retries.
                 self._bump_generation()
                 (self.home / _JOURNAL).unlink()
                 raise
             self._in_transaction = False
+            if self._lease is not None:
+                self._lease.check()  # an s3 writer commits only while it provably still holds the lease
             self._bump_generation()
             (self.home / _JOURNAL).unlink()
 
@@ -297,7 +316,7 @@ class Store:
     def _recover(self) -> None:
         """Undo a writer that died inside a transaction (its journal is still there)."""
         path = self.home / _JOURNAL
-        if not path.exists():
+        if not path.is_file():
             return
         journal = json.loads(path.read_text("utf-8"))
         self._rollback(journal["versions"])
@@ -314,6 +333,16 @@ class Store:
 
     @contextmanager
     def _writer_lock(self) -> Iterator[None]:
+        if is_remote(self.home):
+            from indexing.object_store import lease
+
+            with lease(self.home, _LOCK) as held:
+                self._lease = held
+                try:
+                    yield
+                finally:
+                    self._lease = None
+            return
         with open(self.home / _LOCK, "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
@@ -322,10 +351,9 @@ class Store:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+def _atomic_write(path: HomePath, text: str) -> None:
+    write_text_atomic(path, text)
+
+
+def _lease_lost(exc: BaseException) -> bool:
+    return type(exc).__name__ == "LeaseLost"  # without importing the s3 module on a local home

@@ -19,6 +19,7 @@ import faiss
 import numpy as np
 
 from indexing.errors import InputError
+from indexing.home import is_remote
 
 __all__ = ["VectorIndex", "HNSW_THRESHOLD", "METRICS"]
 
@@ -83,6 +84,9 @@ class VectorIndex:
         does not match the table, and the next open rebuilds."""
         directory.mkdir(parents=True, exist_ok=True)
         paths = self._paths(directory, self.encoder_id)
+        if is_remote(directory):
+            self._save_remote(paths, extra)
+            return
         for metric in METRICS:
             tmp = paths[metric].with_name(paths[metric].name + f".tmp{os.getpid()}")
             index = self._indexes[metric]
@@ -93,25 +97,57 @@ class VectorIndex:
         tmp = paths["vectors"].with_name(f"tmp{os.getpid()}.npy")
         np.save(tmp, self.vectors, allow_pickle=False)
         os.replace(tmp, paths["vectors"])
-        meta = {"encoder_id": self.encoder_id, "names": self.names, "table_version": self.table_version,
-                "kind": self.kind, **(extra or {})}
+        meta = self._meta(extra)
         tmp = paths["meta"].with_name(paths["meta"].name + f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, paths["meta"])
+
+    def _meta(self, extra: dict | None) -> dict:
+        return {"encoder_id": self.encoder_id, "names": self.names, "table_version": self.table_version,
+                "kind": self.kind, **(extra or {})}
+
+    def _save_remote(self, paths: dict, extra: dict | None) -> None:
+        """The same files through bytes (faiss and numpy write to local paths only), metadata last."""
+        import io
+
+        for metric in METRICS:
+            index = self._indexes[metric]
+            if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
+                index = faiss.index_gpu_to_cpu(index)
+            paths[metric].write_bytes(faiss.serialize_index(index).tobytes())
+        buffer = io.BytesIO()
+        np.save(buffer, self.vectors, allow_pickle=False)
+        paths["vectors"].write_bytes(buffer.getvalue())
+        paths["meta"].write_text(json.dumps(self._meta(extra)))
+
+    @staticmethod
+    def _load_remote(paths: dict) -> tuple[dict, dict, np.ndarray]:
+        import io
+
+        meta = json.loads(paths["meta"].read_text())  # first: a missing index is one request, not four
+        indexes = {m: faiss.deserialize_index(np.frombuffer(paths[m].read_bytes(), dtype=np.uint8)) for m in METRICS}
+        vectors = np.load(io.BytesIO(paths["vectors"].read_bytes()), allow_pickle=False)
+        return meta, indexes, vectors
 
     @classmethod
     def load(cls, directory: Path, encoder_id: str) -> tuple["VectorIndex", dict] | None:
         """The saved index and its metadata, or None when missing or unreadable. Whether it is
         still current is the caller's check (table version, or the store's generation token)."""
         paths = cls._paths(directory, encoder_id)
-        if not all(p.exists() for p in paths.values()):
+        if is_remote(directory):
+            try:
+                meta, indexes, vectors = cls._load_remote(paths)
+            except (OSError, ValueError, KeyError, RuntimeError):
+                return None
+        elif not all(p.exists() for p in paths.values()):
             return None
-        try:
-            meta = json.loads(paths["meta"].read_text())
-            indexes = {m: faiss.read_index(str(paths[m])) for m in METRICS}
-            vectors = np.load(paths["vectors"], allow_pickle=False)
-        except (OSError, ValueError, KeyError, RuntimeError):
-            return None
+        else:
+            try:
+                meta = json.loads(paths["meta"].read_text())
+                indexes = {m: faiss.read_index(str(paths[m])) for m in METRICS}
+                vectors = np.load(paths["vectors"], allow_pickle=False)
+            except (OSError, ValueError, KeyError, RuntimeError):
+                return None
         names = meta["names"]
         if any(indexes[m].ntotal != len(names) for m in METRICS) or len(vectors) != len(names):
             return None

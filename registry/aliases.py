@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from indexing.home import as_path
 from registry.errors import InputError, NotFoundError, RegistryError
 
 __all__ = ["ALIAS_PATTERN", "read_aliases", "split_version", "resolve", "resolve_many"]
@@ -30,7 +31,7 @@ _CONFIG = "config.json"
 def read_aliases(home: Path) -> dict[str, dict[str, Any]]:
     """alias -> {"name", "version"}; empty when the home has none (or no config yet)."""
     try:
-        config = json.loads((Path(home) / _CONFIG).read_text("utf-8"))
+        config = json.loads((as_path(home) / _CONFIG).read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return dict(config.get("aliases") or {})

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from indexing.home import resolve_home
+from indexing.home import as_path, is_remote, resolve_home
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -56,12 +56,16 @@ class Registry:
         if store is None and home is None:
             raise TypeError("Registry needs a store or a home (Registry.open(home) opens one)")
         self._store = store
-        self._home = Path(home) if home is not None else store.home
+        self._home = as_path(home) if home is not None else store.home
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
         """The registry at `home` ($LOCUS_HOME, else ~/.locus), created when missing unless `create=False`."""
         path = resolve_home(home)
+        if is_remote(path) and not create:  # one HEAD instead of exists() and is_dir() (a HEAD and two LISTs)
+            if not (path / "config.json").is_file():
+                raise RegistryError(f"no registry at {path} (run `registry init`)")
+            return cls(home=path)
         if create or not path.exists():
             from indexing.store import Store
 

@@ -348,23 +348,25 @@ class Calibration:
                "split_homogeneity_p", "ref_symmetry_p", "ref_random")
 
     def save(self, directory: Path) -> None:
-        import os
+        import io
+
+        from indexing.home import write_bytes_atomic, write_text_atomic
 
         directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f"calibration.tmp{os.getpid()}.npz"
-        np.savez(tmp, **{k: getattr(self, k) for k in self._ARRAYS})
-        os.replace(tmp, directory / "calibration.npz")
+        buffer = io.BytesIO()  # through bytes: the home may be an s3 prefix
+        np.savez(buffer, **{k: getattr(self, k) for k in self._ARRAYS})
+        write_bytes_atomic(directory / "calibration.npz", buffer.getvalue(), fsync=False)  # a cache
         meta = {"names": self.names, "query_ids": self.query_ids, "task_names": self.task_names,
                 "generation": self.generation, "encoder_id": self.encoder_id}
-        tmp = directory / f"calibration.tmp{os.getpid()}.json"
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, directory / "calibration.json")
+        write_text_atomic(directory / "calibration.json", json.dumps(meta), fsync=False)
 
     @classmethod
     def load(cls, directory: Path) -> "Calibration | None":
+        import io
+
         try:
             meta = json.loads((directory / "calibration.json").read_text())
-            with np.load(directory / "calibration.npz", allow_pickle=False) as z:
+            with np.load(io.BytesIO((directory / "calibration.npz").read_bytes()), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in cls._ARRAYS}
         except (OSError, ValueError, KeyError):
             return None

@@ -36,6 +36,17 @@ RAY_INSTALL_HINT = ("the Ray engine needs the optional 'ray' extra: pip install 
 _CHECKPOINT_FILES = ("weights.safetensors", "config.json")
 
 
+
+def _storage_options(store: Store) -> dict[str, str] | None:
+    """An s3 home's endpoint and region for Lance on the workers (keys: their own AWS_* variables)."""
+    from indexing.home import is_remote
+
+    if not is_remote(store.home):
+        return None
+    from indexing.object_store import lance_storage_options
+
+    return lance_storage_options()
+
 def require_ray() -> Any:
     """`ray` with Ray Data and pylance importable, or a RegistryError saying how to install them."""
     try:
@@ -142,7 +153,8 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # per-run execution plans and timings
         shared_ref = ray.put((queries.query_ids, queries.vectors, live))
         t0 = time.perf_counter()
-        ds = ray.data.read_lance(uri, version=watched[EVALUATIONS], columns=["model", "query_id", "score"])
+        ds = ray.data.read_lance(uri, version=watched[EVALUATIONS], columns=["model", "query_id", "score"],
+                                 storage_options=_storage_options(store))
         # Few shuffle partitions: each holds whole models, and Ray's default (200) costs seconds of
         # scheduling on a small registry for no parallelism the actors could use.
         embedded = ds.groupby("model", num_partitions=max(2, 4 * num_workers)).map_groups(

@@ -138,7 +138,9 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     without = reg.route(question, k=3, exclude=[top])
     echo(f"  with {top} down: " + ", ".join(f"{r.name} {r.p_correct:.2f}" for r in without.ranking))
 
-    plots = home / "plots"
+    from indexing.home import is_remote
+
+    plots = Path("locus-demo-plots") if is_remote(reg.home) else reg.home / "plots"  # matplotlib writes local files
     plots.mkdir(parents=True, exist_ok=True)
     families = reg.clusters(plot=plots / "clusters.png")
     agreement = families.family_agreement

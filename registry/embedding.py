@@ -111,10 +111,12 @@ def train_encoder(
         "seconds": result.seconds, "train_config": config.to_dict(),
     }, indent=2, default=str))
     final = _encoders_dir(store) / encoder_id
-    if final.exists():  # same seed, same data: the same checkpoint is already there
-        import shutil
+    # training.json is written last (and copied last on an s3 home, which has no rename): a directory
+    # holding it is a whole checkpoint
+    if (final / "training.json").is_file():  # same seed, same data: the same checkpoint is already there
+        from indexing.home import remove_tree
 
-        shutil.rmtree(staging)
+        remove_tree(staging)
     else:
         staging.rename(final)
     store.update_config(active_encoder=encoder_id)

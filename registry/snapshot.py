@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from indexing.home import GENERATION_FILE, JOURNAL_FILE
+from indexing.home import GENERATION_FILE, JOURNAL_FILE, as_path, write_text_atomic
 from registry.errors import NotFoundError, RegistryError
 
 __all__ = ["load", "stats", "model_list", "model_info", "history", "live_versions"]
@@ -33,7 +33,7 @@ def _generation(home: Path) -> str | None:
 
 
 def _current(home: Path) -> dict[str, Any] | None:
-    if (home / JOURNAL_FILE).exists():
+    if (home / JOURNAL_FILE).is_file():
         return None
     generation = _generation(home)
     if generation is None:
@@ -68,19 +68,17 @@ def _build(home: Path) -> dict[str, Any]:
             "encoder_id": v["encoder_id"], "n_evals": v["n_evals"],
             "record": ModelRecord.model_validate_json(v["record"]).model_dump(mode="json")})
     snap = {"format": _FORMAT, "generation": generation, "stats": summary, "models": infos, "history": history}
-    if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).exists():
-        tmp = home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}"
+    if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).is_file():
         try:
-            tmp.write_text(json.dumps(snap), "utf-8")
-            os.replace(tmp, home / SNAPSHOT_FILE)
-        except OSError:  # a home we may read but not write: answer anyway, just not faster next time
-            tmp.unlink(missing_ok=True)
+            write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap), fsync=False)  # a cache, rebuilt when lost
+        except (OSError, RegistryError):  # a home we may read but not write: answer anyway, just not faster next time
+            (home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}").unlink(missing_ok=True)
     return snap
 
 
 def load(home: str | os.PathLike[str]) -> dict[str, Any]:
     """The snapshot of the tables as they are now (saved one if current, else rebuilt)."""
-    home = Path(home)
+    home = as_path(home)
     if not home.is_dir():
         raise RegistryError(f"no registry at {home} (run `registry init`)")
     return _current(home) or _build(home)
@@ -97,7 +95,7 @@ def stats(home):
     """What `Registry.stats()` returns (a `Stats`), from the snapshot."""
     from registry.results import Stats
 
-    home = Path(home)
+    home = as_path(home)
     return Stats(home=str(home), query_encoder=_query_encoder(home), **load(home)["stats"])
 
 
@@ -117,7 +115,7 @@ def model_info(home, name: str):
     from registry.aliases import resolve
     from registry.results import ModelInfo
 
-    home = Path(home)
+    home = as_path(home)
     rows = load(home)["models"]
     live = {m["record"]["name"]: int(m["version"] or 1) for m in rows}
     target = resolve(home, name, live=live)
@@ -132,7 +130,7 @@ def history(home, name: str):
     from registry.aliases import resolve
     from registry.results import ModelHistory
 
-    home = Path(home)
+    home = as_path(home)
     by_name = load(home)["history"]
     target = resolve(home, name)
     if target not in by_name:

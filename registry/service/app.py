@@ -101,6 +101,19 @@ class _TooBig(Exception):
     pass
 
 
+def _uploads_dir(home) -> Path:
+    """Where uploaded files wait for the writer: in the home, or for an s3 home on this machine's disk
+    (the importers read local files; a job whose spooled file is gone fails with a clear error)."""
+    from indexing.home import as_path, is_remote
+
+    home = as_path(home)
+    if not is_remote(home):
+        return home / "service" / "uploads"
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "locus-registry-uploads" / home.bucket / home.key
+
+
 def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     """The application over `settings.home` (which must hold a registry)."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -117,7 +130,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     state = state or WarmState(settings)
     queue = JobQueue(state, max_batch=settings.max_batch_jobs)
     reader = Registry.open(settings.home, create=False)  # its own Store: never inside the writer's transaction
-    uploads = Path(settings.home) / "service" / "uploads"
+    uploads = _uploads_dir(settings.home)
     uploads.mkdir(parents=True, exist_ok=True)
 
     app = FastAPI(

@@ -10,7 +10,6 @@ lost and nothing lands twice.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import uuid
@@ -19,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from indexing.home import as_path, write_text_atomic
 from registry.errors import RegistryError
 from registry.service.writer import JobSpec, done_job_ids, land_jobs
 
@@ -58,7 +58,7 @@ class JobQueue:
         self.state = state
         self.max_batch = max_batch
         self.keep_finished = keep_finished
-        self.directory = Path(state.home) / SERVICE_DIR / "jobs"
+        self.directory = as_path(state.home) / SERVICE_DIR / "jobs"
         self.directory.mkdir(parents=True, exist_ok=True)
         self._jobs: dict[str, JobRecord] = {}
         self._waiting: deque[str] = deque()
@@ -118,13 +118,7 @@ class JobQueue:
             spec["evaluations"] = None  # the payload is in the store now (or refused): keep the record small
         payload = {"spec": spec, "state": job.state, "created": job.created, "finished": job.finished,
                    "result": job.result, "error": job.error}
-        path = self.directory / f"{job.spec.id}.json"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(self.directory / f"{job.spec.id}.json", json.dumps(payload))
 
     def _recover(self) -> None:
         """Jobs accepted before a crash: done if their completion row landed, else queued again."""

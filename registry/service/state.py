@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from indexing.home import GENERATION_FILE, JOURNAL_FILE
+from indexing.home import GENERATION_FILE, JOURNAL_FILE, as_path, is_remote
 from indexing.store import Store
 from registry.errors import RegistryError
 from registry.importers._common import text_hash
@@ -56,7 +56,7 @@ class Snapshot:
 class WarmState:
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
-        self.home = Path(settings.home)
+        self.home = as_path(settings.home)
         self.store = Store(self.home, create=False)
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -77,6 +77,11 @@ class WarmState:
 
     def _writer_alive(self) -> bool:
         """Whether the journal's writer still runs (a dead one's journal is recovered by reopening)."""
+        if is_remote(self.home):  # a writer on another machine: its lease says whether it still renews
+            from indexing.object_store import lease_alive
+            from indexing.store import LOCK_FILE
+
+            return lease_alive(self.home / LOCK_FILE)
         try:
             pid = int(json.loads((self.home / JOURNAL_FILE).read_text("utf-8")).get("pid"))
         except (OSError, ValueError, TypeError):
@@ -92,7 +97,7 @@ class WarmState:
     def snapshot(self) -> Snapshot:
         """The current view, reloaded only when the store or the active encoder changed."""
         current = self._snapshot
-        if (self.home / JOURNAL_FILE).exists():
+        if (self.home / JOURNAL_FILE).is_file():
             if current is not None and self._writer_alive():
                 return current  # a write is under way: keep answering from the last whole state
             if not self._writer_alive():
