@@ -30,6 +30,7 @@ with open(out, "w", encoding="utf-8") as f:
 PY
 step add-model "Llama-3-8B@reseller" --evals "$LOCUS_HOME/endpoint.jsonl" --meta provider=reseller
 step search "Llama-3-8B@reseller" -k 5
+step search "Llama-3-8B@reseller" -k 5 --by behaviour
 step audit
 step profile --task math=0.8 --task physics=0.7 --task law=0.3 -k 5
 step portfolio --k 5 --where "access == open"
