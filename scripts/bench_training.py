@@ -64,8 +64,8 @@ def robustness_pools(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     mean = np.nanmean(data.dense(), axis=0)  # per-question accuracy over the pool
     order = np.argsort(mean, kind="stable")
-    cum = np.cumsum(mean[order]) / np.arange(1, len(order) + 1)
-    n_hard = int(np.searchsorted(-cum, -0.11))  # the hardest questions until the positive rate reaches 11%
+    cum = np.cumsum(mean[order]) / np.arange(1, len(order) + 1)  # rises as easier questions join
+    n_hard = int(np.searchsorted(cum, 0.11))  # the hardest questions until the positive rate reaches 11%
     return {
         "skewed": _subset(data, queries=order[: max(n_hard, 500)]),
         "partial": _subset(data, keep_evals=rng.random(len(data.scores)) < 0.81),
