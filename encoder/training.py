@@ -42,7 +42,7 @@ from encoder.data import EvalData
 from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
 from encoder.metrics import routing_accuracy
 
-__all__ = ["TrainConfig", "TrainResult", "Validation", "Progress", "Selector", "train_locus", "train_step",
+__all__ = ["TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector", "train_locus", "train_step",
            "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
            "embedding_spread",
            "collapse_warnings"]
@@ -152,6 +152,11 @@ def predict(
     return out
 
 
+class TrainingError(RuntimeError):
+    """Training could not finish: a training process failed, died or stopped answering (multi-process
+    training). The message names the process and carries its traceback."""
+
+
 # ---------------------------------------------------------------------------------------------
 # One config, the result, and what validation measures
 # ---------------------------------------------------------------------------------------------
@@ -190,12 +195,17 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     view_weight: float = 0.0  # weight of the InfoNCE term between two disjoint samples of each model
     view_temperature: float = 0.1
-    threads: int | None = 2  # torch threads while training (None: leave torch's setting)
+    threads: int | None = 2  # torch threads while training (None: leave torch's setting), all processes together
+    # processes training together (encoder.distributed: torch.distributed, gloo on CPU, NCCL with one GPU
+    # each); every step's models are split between them and their gradients summed, so one step is
+    # the single-process step on the same batch. 1: this process, the plain loop
+    nproc: int = 1
 
     def __post_init__(self) -> None:
         if self.select not in SELECT_ON:
             raise ValueError(f"select must be one of {', '.join(SELECT_ON)}, not {self.select!r}")
-        for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min"):
+        for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min",
+                     "nproc"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.min_epochs < 0 or self.patience < 1:
@@ -386,10 +396,11 @@ def noisy_projections(groups: list[tuple[list[torch.nn.Linear], torch.Tensor]], 
     return out
 
 
-def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, phi_all: torch.Tensor,
-               cfg: TrainConfig) -> float:
-    """One optimiser step on one mini-batch -> the BCE on the unsmoothed labels (for the history)."""
-    locus.train()
+def _forward(locus: Locus, batch: _Batch, phi_all: torch.Tensor,
+             cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The training forward pass on one mini-batch -> (logits (B, n_dec), z (B, d), z_view (B, d) or
+    None: S_view's embeddings, when view_weight > 0 and B > 1). Shared by `train_step` and the
+    multi-process step (encoder.distributed)."""
     enc, pred = locus.encoder, locus.predictor
     groups = [(enc.query_linears(), batch.enc_q), (pred.query_linears(), batch.dec_q)]
     if batch.view is not None:
@@ -398,15 +409,30 @@ def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, ph
     z = enc.embed(enc.project_linear(parts[0]), batch.enc_y, batch.enc_pad)  # (B, d)
     u, b = pred.project_linear(parts[1])  # (B, n_dec, g), (B, n_dec)
     logits = locus.predictor.logits(z[:, None, :], u, b)  # (B, n_dec)
-    valid = ~batch.dec_pad
-    target = batch.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
-    loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
+    z_view = None
     if batch.view is not None and z.shape[0] > 1:
         _, y, pad = batch.view
         z_view = enc.embed(enc.project_linear(parts[2]), y, pad)  # (B, d)
-        sim = F.normalize(z, dim=-1) @ F.normalize(z_view, dim=-1).T / cfg.view_temperature  # (B, B)
-        own = torch.arange(z.shape[0], device=z.device)
-        loss = loss + cfg.view_weight * 0.5 * (F.cross_entropy(sim, own) + F.cross_entropy(sim.T, own))
+    return logits, z, z_view
+
+
+def _view_terms(z: torch.Tensor, z_view: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """The two InfoNCE cross-entropies (z -> z_view and back), summed; the loss takes half of it."""
+    sim = F.normalize(z, dim=-1) @ F.normalize(z_view, dim=-1).T / cfg.view_temperature  # (B, B)
+    own = torch.arange(z.shape[0], device=z.device)
+    return F.cross_entropy(sim, own) + F.cross_entropy(sim.T, own)
+
+
+def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, phi_all: torch.Tensor,
+               cfg: TrainConfig) -> float:
+    """One optimiser step on one mini-batch -> the BCE on the unsmoothed labels (for the history)."""
+    locus.train()
+    logits, z, z_view = _forward(locus, batch, phi_all, cfg)
+    valid = ~batch.dec_pad
+    target = batch.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
+    loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
+    if z_view is not None:
+        loss = loss + cfg.view_weight * 0.5 * _view_terms(z, z_view, cfg)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
@@ -458,6 +484,11 @@ def train_locus(
     if locus_config.query_dim != data.query_vectors.shape[1]:
         raise ValueError(f"config.query_dim={locus_config.query_dim} but query vectors have "
                          f"{data.query_vectors.shape[1]}")
+    if cfg.nproc > 1:
+        from encoder.distributed import train_distributed
+
+        return train_distributed(data, train_evals, val_queries, config=cfg, locus_config=locus_config, seed=seed,
+                                 device=device, progress=progress)
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
