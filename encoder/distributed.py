@@ -115,7 +115,11 @@ def train_distributed(
                 continue
             last_heard = time.monotonic()
             if kind == "error":
-                raise TrainingError(f"training process {rank} of {nproc} failed:\n{body}")
+                # a peer's death shows up on the others as a broken connection: name the dead one first
+                time.sleep(0.2)
+                killed = [(r, w.exitcode) for r, w in enumerate(workers) if w.exitcode is not None and w.exitcode < 0]
+                first = "".join(f"training process {r} exited with code {c}; " for r, c in killed)
+                raise TrainingError(f"{first}training process {rank} of {nproc} failed:\n{body}")
             if kind == "progress" and progress is not None:
                 progress(body)
             elif kind == "done":
