@@ -12,7 +12,8 @@ two samples of one model's evaluations should land together, which is what self-
 
 Every knob lives in one `TrainConfig`; `train_locus` runs `train_step` per mini-batch, `validate`
 every `eval_every` epochs, and a `Selector` keeps the best weights and decides when to stop. One
-epoch = every model once (one step when `models_per_batch` >= number of models).
+epoch = every model once (one step when `models_per_batch` >= number of models). With `nproc` > 1,
+`train_locus` hands over to encoder.distributed: that many processes share every step.
 
 Selection watches the validation BCE by default, not routing accuracy: in a pool where one model is
 best on most queries (or with skewed labels, few queries, or holes), routing accuracy reaches its
