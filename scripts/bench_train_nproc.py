@@ -1,6 +1,7 @@
 """Multi-process training (`registry train --nproc N`) against one process on a real-data pool.
 
     .venv/bin/python scripts/bench_train_nproc.py [--queries 2000] [--max-seconds 120] [--runs 1:2,1:1,2:2]
+                                                  [--epochs N]  # e.g. --epochs 200 --max-seconds 0: equal epochs
 
 The pool: every model of ../shared/data/mmlu-pro (32) on a seeded random slice of --queries questions,
 MiniLM query vectors, read in place. Each run trains as `registry train` does (seed-0 80/10/10 query
@@ -46,7 +47,8 @@ def pool(n_queries: int, seed: int = 0):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock cap per run; 0: none")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default TrainConfig's 4000)")
     parser.add_argument("--runs", default="1:2,1:1,2:2", help="comma-separated nproc:threads pairs")
     args = parser.parse_args()
     if not (MMLU_PRO / "evals.csv").is_file():
@@ -68,7 +70,8 @@ def main() -> None:
     rows = []
     for run in args.runs.split(","):
         nproc, threads = (int(n) for n in run.split(":"))
-        config = dataclasses.replace(TrainConfig(), max_seconds=args.max_seconds, nproc=nproc, threads=threads)
+        config = dataclasses.replace(TrainConfig(), max_seconds=args.max_seconds or None, nproc=nproc, threads=threads,
+                                     epochs=args.epochs or TrainConfig().epochs)
         started = time.perf_counter()
         result = train_locus(data, train, split.val, config=config, seed=0)
         seconds = time.perf_counter() - started

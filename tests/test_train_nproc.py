@@ -21,6 +21,7 @@ from encoder.metrics import correctness_accuracy
 from encoder.training import TrainingError, embed_models, predict, train_locus
 from helpers import synthetic_registry
 from registry import Registry
+from registry.errors import InputError
 from test_locus_training import TINY, fast, synthetic
 
 
@@ -131,5 +132,5 @@ def test_cli_refuses_more_processes_than_models(pool_home, tmp_path):
     assert "active_encoder" not in Registry.open(home).store.config  # nothing trained, nothing stored
     zero = run(home, "train", "--nproc", "0")
     assert zero.exit_code == 2 and "--nproc" in zero.output
-    with pytest.raises(Exception, match="nproc must be an integer of at least 1"):
+    with pytest.raises(InputError, match="nproc must be an integer of at least 1"):
         Registry.open(home).train(nproc=0)
