@@ -74,22 +74,22 @@ def test_an_exception_in_a_worker_is_a_training_error(problem):
     with pytest.raises(TrainingError, match=r"(?s)training process \d of 2 failed:.*Traceback.*dtype"):
         train_locus(wide, train_evals, split.val, config=fast(epochs=5, nproc=2), locus_config=TINY)
     assert time.monotonic() - started < 60
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("locus-train")]
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("training-")]
 
 
 def test_a_worker_that_dies_is_an_error_not_a_hang(problem):
     data, split, train_evals = problem
 
     def kill_a_worker(progress) -> None:  # at rank 0's first validation, rank 1 is killed
-        (victim,) = [p for p in multiprocessing.active_children() if p.name == "locus-train-1"]
+        (victim,) = [p for p in multiprocessing.active_children() if p.name == "training-1"]
         os.kill(victim.pid, signal.SIGKILL)
 
     started = time.monotonic()
-    with pytest.raises(TrainingError, match=f"training process 1 exited with code -{int(signal.SIGKILL)}"):
+    with pytest.raises(TrainingError, match=f"training process 1 of 2 exited with code -{int(signal.SIGKILL)}"):
         train_locus(data, train_evals, split.val, config=fast(epochs=10_000, patience=10_000, nproc=2),
                     locus_config=TINY, progress=kill_a_worker)
     assert time.monotonic() - started < 60
-    assert not [p for p in multiprocessing.active_children() if p.name.startswith("locus-train")]
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("training-")]
 
 
 @pytest.fixture(scope="module")
