@@ -44,7 +44,8 @@ from encoder.data import EvalData
 from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
 from encoder.metrics import routing_accuracy
 
-__all__ = ["TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector", "train_locus", "train_step",
+__all__ = ["TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector", "train_locus",
+           "train_step",
            "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
            "embedding_spread",
            "collapse_warnings"]
@@ -198,8 +199,8 @@ class TrainConfig:
     view_weight: float = 0.0  # weight of the InfoNCE term between two disjoint samples of each model
     view_temperature: float = 0.1
     threads: int | None = 2  # torch threads while training (None: leave torch's setting), all processes together
-    # processes training together (encoder.distributed: torch.distributed, gloo on CPU, NCCL with one GPU
-    # each); every step's models are split between them and their gradients summed, so one step is
+    # processes training together (torch.distributed, gloo on CPU, NCCL with one GPU each; see "The same
+    # loop in several processes" below); every step's models are split between them and their gradients summed, so one step is
     # the single-process step on the same batch. 1: this process, the plain loop
     nproc: int = 1
 
@@ -402,7 +403,7 @@ def _forward(locus: Locus, batch: _Batch, phi_all: torch.Tensor,
              cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The training forward pass on one mini-batch -> (logits (B, n_dec), z (B, d), z_view (B, d) or
     None: S_view's embeddings, when view_weight > 0 and B > 1). Shared by `train_step` and the
-    multi-process step (encoder.distributed)."""
+    multi-process `_shard_step`."""
     enc, pred = locus.encoder, locus.predictor
     groups = [(enc.query_linears(), batch.enc_q), (pred.query_linears(), batch.dec_q)]
     if batch.view is not None:
