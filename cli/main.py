@@ -260,10 +260,13 @@ def _train_config(**options):
               help="What selection and early stopping watch on the validation queries (default loss).")
 @click.option("--view-weight", type=click.FloatRange(min=0), default=None,
               help="Weight of the term pulling two samples of one model together (default 0).")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Training processes (torch.distributed: gloo on CPU, NCCL with one GPU each), each a share "
+                   "of every step's models.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (no progress lines).")
 @click.pass_context
 def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, patience, select, view_weight,
-          as_json) -> None:
+          nproc, as_json) -> None:
     """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder.
 
     Progress (epoch, validation loss, best so far, elapsed time) goes to stderr."""
@@ -278,7 +281,7 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
         raise click.BadParameter(f"{evals_per_model!r} is not a number or 'all'",
                                  param_hint="--evals-per-model") from None
     report = _registry(ctx, create=False).train(models=pool, evals_per_model=per_model,
-                                                seed=seed, config=config, progress=progress)
+                                                seed=seed, config=config, progress=progress, nproc=nproc)
     if as_json:
         emit(report, True)
         return

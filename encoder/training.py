@@ -12,7 +12,8 @@ two samples of one model's evaluations should land together, which is what self-
 
 Every knob lives in one `TrainConfig`; `train_locus` runs `train_step` per mini-batch, `validate`
 every `eval_every` epochs, and a `Selector` keeps the best weights and decides when to stop. One
-epoch = every model once (one step when `models_per_batch` >= number of models).
+epoch = every model once (one step when `models_per_batch` >= number of models). With `nproc` > 1,
+that many processes share every step (see "The same loop in several processes" below).
 
 Selection watches the validation BCE by default, not routing accuracy: in a pool where one model is
 best on most queries (or with skewed labels, few queries, or holes), routing accuracy reaches its
@@ -36,13 +37,15 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from encoder.data import EvalData
 from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
 from encoder.metrics import routing_accuracy
 
-__all__ = ["TrainConfig", "TrainResult", "Validation", "Progress", "Selector", "train_locus", "train_step",
+__all__ = ["TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector", "train_locus",
+           "train_step",
            "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
            "embedding_spread",
            "collapse_warnings"]
@@ -152,6 +155,11 @@ def predict(
     return out
 
 
+class TrainingError(RuntimeError):
+    """Training could not finish: a training process failed, died or stopped answering (multi-process
+    training). The message names the process and carries its traceback."""
+
+
 # ---------------------------------------------------------------------------------------------
 # One config, the result, and what validation measures
 # ---------------------------------------------------------------------------------------------
@@ -190,12 +198,17 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     view_weight: float = 0.0  # weight of the InfoNCE term between two disjoint samples of each model
     view_temperature: float = 0.1
-    threads: int | None = 2  # torch threads while training (None: leave torch's setting)
+    threads: int | None = 2  # torch threads while training (None: leave torch's setting), all processes together
+    # processes training together (torch.distributed, gloo on CPU, NCCL with one GPU each; see "The same
+    # loop in several processes" below); every step's models are split between them and their gradients summed, so one step is
+    # the single-process step on the same batch. 1: this process, the plain loop
+    nproc: int = 1
 
     def __post_init__(self) -> None:
         if self.select not in SELECT_ON:
             raise ValueError(f"select must be one of {', '.join(SELECT_ON)}, not {self.select!r}")
-        for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min"):
+        for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min",
+                     "nproc"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.min_epochs < 0 or self.patience < 1:
@@ -386,10 +399,11 @@ def noisy_projections(groups: list[tuple[list[torch.nn.Linear], torch.Tensor]], 
     return out
 
 
-def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, phi_all: torch.Tensor,
-               cfg: TrainConfig) -> float:
-    """One optimiser step on one mini-batch -> the BCE on the unsmoothed labels (for the history)."""
-    locus.train()
+def _forward(locus: Locus, batch: _Batch, phi_all: torch.Tensor,
+             cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The training forward pass on one mini-batch -> (logits (B, n_dec), z (B, d), z_view (B, d) or
+    None: S_view's embeddings, when view_weight > 0 and B > 1). Shared by `train_step` and the
+    multi-process `_shard_step`."""
     enc, pred = locus.encoder, locus.predictor
     groups = [(enc.query_linears(), batch.enc_q), (pred.query_linears(), batch.dec_q)]
     if batch.view is not None:
@@ -398,15 +412,30 @@ def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, ph
     z = enc.embed(enc.project_linear(parts[0]), batch.enc_y, batch.enc_pad)  # (B, d)
     u, b = pred.project_linear(parts[1])  # (B, n_dec, g), (B, n_dec)
     logits = locus.predictor.logits(z[:, None, :], u, b)  # (B, n_dec)
-    valid = ~batch.dec_pad
-    target = batch.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
-    loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
+    z_view = None
     if batch.view is not None and z.shape[0] > 1:
         _, y, pad = batch.view
         z_view = enc.embed(enc.project_linear(parts[2]), y, pad)  # (B, d)
-        sim = F.normalize(z, dim=-1) @ F.normalize(z_view, dim=-1).T / cfg.view_temperature  # (B, B)
-        own = torch.arange(z.shape[0], device=z.device)
-        loss = loss + cfg.view_weight * 0.5 * (F.cross_entropy(sim, own) + F.cross_entropy(sim.T, own))
+    return logits, z, z_view
+
+
+def _view_terms(z: torch.Tensor, z_view: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """The two InfoNCE cross-entropies (z -> z_view and back), summed; the loss takes half of it."""
+    sim = F.normalize(z, dim=-1) @ F.normalize(z_view, dim=-1).T / cfg.view_temperature  # (B, B)
+    own = torch.arange(z.shape[0], device=z.device)
+    return F.cross_entropy(sim, own) + F.cross_entropy(sim.T, own)
+
+
+def train_step(locus: Locus, optimizer: torch.optim.Optimizer, batch: _Batch, phi_all: torch.Tensor,
+               cfg: TrainConfig) -> float:
+    """One optimiser step on one mini-batch -> the BCE on the unsmoothed labels (for the history)."""
+    locus.train()
+    logits, z, z_view = _forward(locus, batch, phi_all, cfg)
+    valid = ~batch.dec_pad
+    target = batch.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
+    loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid])
+    if z_view is not None:
+        loss = loss + cfg.view_weight * 0.5 * _view_terms(z, z_view, cfg)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
@@ -458,6 +487,8 @@ def train_locus(
     if locus_config.query_dim != data.query_vectors.shape[1]:
         raise ValueError(f"config.query_dim={locus_config.query_dim} but query vectors have "
                          f"{data.query_vectors.shape[1]}")
+    if cfg.nproc > 1:
+        return _train_distributed(data, train_evals, val_queries, cfg, locus_config, seed, device, progress)
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -525,6 +556,196 @@ def train_locus(
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same loop in several processes (TrainConfig.nproc > 1)
+# ---------------------------------------------------------------------------------------------
+#
+# `encoder.distributed.run_in_group` spawns the processes (gloo on CPU, NCCL with one GPU each). Every
+# process draws the same epoch order and samples the same whole mini-batch from one seeded numpy
+# Generator (the single-process draws), then keeps its own contiguous slice of the batch's models.
+# Gradients are summed by one all-reduce per step, by hand rather than through
+# DistributedDataParallel: the step is not a module's forward (noisy projections read the linear
+# layers' weights directly, batches are ragged), and each process's loss is its cells' BCE sum over the
+# WHOLE batch's cell count, so the summed gradient is the single-process step's gradient (up to float
+# order and the noise/dropout draws, which differ per process); every process then clips and steps
+# identically. The InfoNCE view term contrasts a model only with the models of its own slice. Rank 0
+# validates, selects and decides when to stop, and broadcasts the decision so all processes stop at
+# the same epoch; it sends progress, and at the end the selected weights, to the parent.
+
+HEARTBEAT_SECONDS = 1.0
+STOPS = ("", "patience", "patience_seconds", "max_seconds")  # the stop decision, broadcast as its index
+
+
+def _train_distributed(data: EvalData, train_evals: np.ndarray, val_queries: np.ndarray, cfg: TrainConfig,
+                       locus_config: LocusConfig, seed: int, device: str | torch.device | None,
+                       progress: Callable[[Progress], None] | None) -> TrainResult:
+    """train_locus in cfg.nproc processes."""
+    from encoder.distributed import GroupError, run_in_group
+
+    started_wall, started = time.time(), time.perf_counter()
+    per_model = evals_by_model(data, train_evals)
+    trainable = sum(len(e) >= 2 for e in per_model)
+    if trainable == 0:
+        raise ValueError("no model has two or more training evaluations")
+    if cfg.nproc > min(trainable, cfg.models_per_batch):
+        raise ValueError(f"nproc={cfg.nproc} is more than the {min(trainable, cfg.models_per_batch)} models of one "
+                         f"training step ({trainable} models with training evaluations, models_per_batch="
+                         f"{cfg.models_per_batch}): every process needs a model per step")
+    device = torch.device(device) if device is not None else default_device()
+    threads = max(1, (cfg.threads or torch.get_num_threads()) // cfg.nproc)  # the processes share the cores
+
+    def on_message(kind: str, body) -> None:
+        if kind == "progress" and progress is not None:
+            progress(body)
+
+    args = (data, np.asarray(train_evals, dtype=np.int64), np.asarray(val_queries, dtype=np.int64), cfg,
+            locus_config, seed, started_wall)
+    try:
+        state, history, best_epoch, best, stopped = run_in_group(
+            _train_rank, args, nproc=cfg.nproc, device_type=device.type, threads=threads, on_message=on_message,
+            name="training")
+    except GroupError as err:
+        raise TrainingError(str(err)) from err
+    locus = Locus(locus_config)
+    locus.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    locus.to(device).eval()
+    return TrainResult(locus=locus, config=locus_config, train_config=cfg, history=history, best_epoch=best_epoch,
+                       best=best, stopped=stopped, seconds=time.perf_counter() - started)
+
+
+def _shard(batch: _Batch, rank: int, world: int) -> _Batch | None:
+    """This process's contiguous slice of the batch's models, padding trimmed to the slice's longest
+    row; None when the batch has fewer models than processes and this one gets none."""
+    rows = np.array_split(np.arange(batch.enc_q.shape[0]), world)[rank]
+    if len(rows) == 0:
+        return None
+    lo, hi = int(rows[0]), int(rows[-1]) + 1
+
+    def cut(q, y, pad):
+        width = max(1, int((~pad[lo:hi]).sum(dim=1).max()))
+        return q[lo:hi, :width], y[lo:hi, :width], pad[lo:hi, :width]
+
+    return _Batch(*cut(batch.enc_q, batch.enc_y, batch.enc_pad), *cut(batch.dec_q, batch.dec_y, batch.dec_pad),
+                  cut(*batch.view) if batch.view is not None else None)
+
+
+def _shard_step(locus: Locus, optimizer: torch.optim.Optimizer, shard: _Batch | None, n_cells: int, n_models: int,
+                phi_all: torch.Tensor, cfg: TrainConfig) -> float:
+    """One optimiser step, every process on its slice of one batch of `n_models` models with
+    `n_cells` loss cells in all -> the batch's BCE on the unsmoothed labels (all slices)."""
+    locus.train()
+    params = list(locus.parameters())
+    optimizer.zero_grad(set_to_none=True)
+    bce_sum = 0.0
+    if shard is not None:
+        logits, z, z_view = _forward(locus, shard, phi_all, cfg)
+        valid = ~shard.dec_pad
+        target = shard.dec_y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
+        # the batch mean's share of this slice: summed over processes, the single-process loss
+        loss = F.binary_cross_entropy_with_logits(logits[valid], target[valid], reduction="sum") / n_cells
+        if z_view is not None:
+            loss = loss + cfg.view_weight * 0.5 * _view_terms(z, z_view, cfg) * (z.shape[0] / n_models)
+        loss.backward()
+        with torch.no_grad():
+            bce_sum = float(F.binary_cross_entropy_with_logits(logits[valid], shard.dec_y[valid], reduction="sum"))
+    # One all-reduce: every gradient (zeros where this process has none), which parameters have one
+    # on some process (AdamW skips a parameter without a gradient), and the BCE sum.
+    flat = torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in params]
+                     + [torch.tensor([float(p.grad is not None) for p in params] + [bce_sum],
+                                     device=phi_all.device, dtype=params[0].dtype)])
+    dist.all_reduce(flat)
+    offset = 0
+    n_params = len(params)
+    has_grad = flat[-1 - n_params : -1]
+    for i, p in enumerate(params):
+        g = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+        p.grad = g.clone() if has_grad[i] > 0 else None
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+    optimizer.step()
+    return float(flat[-1]) / n_cells
+
+
+def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str, object], None], data: EvalData,
+                train_evals: np.ndarray, val_queries: np.ndarray, cfg: TrainConfig, locus_config: LocusConfig,
+                seed: int, t0: float):
+    """The training loop of one process (rank 0 validates, selects and decides when to stop) -> on
+    rank 0 (state dict as numpy arrays, history, best epoch, best Validation, stop reason)."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)  # the same on every process: the same epoch order and batches
+    locus = Locus(locus_config).to(device)
+    for p in locus.parameters():  # the same seed gave the same weights; make sure of it
+        dist.broadcast(p.data, 0)
+    if rank:  # each process its own noise and dropout draws
+        torch.manual_seed(seed * 1_000_003 + rank)
+
+    per_model = evals_by_model(data, train_evals)
+    trainable = np.array([m for m in range(data.n_models) if len(per_model[m]) >= 2], dtype=np.int64)
+    lead = rank == 0
+    has_val = False
+    if lead:
+        val_truth = data.dense()[:, val_queries]
+        has_val = len(val_queries) > 0 and not np.isnan(val_truth).all()
+        base_rate = float(data.scores[train_evals].mean())
+        selector = Selector(cfg)
+        best_state = copy.deepcopy(locus.state_dict())
+    phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
+    qidx = [data.query_index[e] for e in per_model]
+    ys = [data.scores[e] for e in per_model]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": locus.encoder.parameters(), "lr": cfg.lr_encoder},
+            {"params": locus.predictor.parameters(), "lr": cfg.lr_predictor},
+        ],
+        weight_decay=cfg.weight_decay,
+    )
+    history: list[dict] = []
+    decision = torch.zeros(1, dtype=torch.int64, device=device)
+    last_beat = 0.0
+    stopped = "epochs"
+    for epoch in range(1, cfg.epochs + 1):
+        order = rng.permutation(trainable)
+        losses = []
+        for s in range(0, len(order), cfg.models_per_batch):
+            batch = _sample_batch(rng, order[s : s + cfg.models_per_batch], qidx, ys, cfg, device)
+            n_cells = int((~batch.dec_pad).sum())
+            losses.append(_shard_step(locus, optimizer, _shard(batch, rank, world), n_cells,
+                                      int(batch.enc_q.shape[0]), phi_all, cfg))
+        if lead:
+            record = {"epoch": epoch, "loss": float(np.mean(losses)), "seconds": time.time() - t0}
+            out_of_time = cfg.max_seconds is not None and record["seconds"] > cfg.max_seconds
+            if has_val and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs or out_of_time):
+                v = validate(locus, data, per_model, val_queries, val_truth, base_rate)
+                record.update(val_loss=v.loss, val_auc=v.auc, val_routing=v.routing)
+                improved = selector.update(epoch, record["seconds"], v)
+                if improved:
+                    best_state = copy.deepcopy(locus.state_dict())
+                send("progress", Progress(epoch, cfg.epochs, record["loss"], v, selector.best_epoch,
+                                          selector.best.loss, improved, time.time() - t0))
+                last_beat = time.monotonic()
+            elif time.monotonic() - last_beat > HEARTBEAT_SECONDS:
+                send("heartbeat", epoch)
+                last_beat = time.monotonic()
+            history.append(record)
+            stop = selector.stop_reason(epoch, time.time() - t0) if has_val else (
+                "max_seconds" if out_of_time else None)
+            decision.fill_(STOPS.index(stop or ""))
+        dist.broadcast(decision, 0)  # every process stops at the same epoch
+        if int(decision):
+            stopped = STOPS[int(decision)]
+            break
+    if not lead:
+        return None
+    if has_val:
+        locus.load_state_dict(best_state)
+        best_epoch, best = selector.best_epoch, selector.best
+    else:
+        best_epoch, best = history[-1]["epoch"], None
+    state = {k: v.detach().cpu().numpy().copy() for k, v in locus.state_dict().items()}
+    return state, history, best_epoch, best, stopped
 
 
 # ---------------------------------------------------------------------------------------------

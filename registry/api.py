@@ -191,13 +191,22 @@ class Registry:
         seed: int = 0,
         config=None,
         progress=None,
+        nproc: int | None = None,
     ) -> TrainReport:
         """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
         active encoder. `models` is a pool ("all", "open" or a filter); `config` an
         encoder.training.TrainConfig (None: the defaults); `progress` a callback per validation
-        (registry.embedding.progress_printer writes lines)."""
+        (registry.embedding.progress_printer writes lines); `nproc` training processes
+        (torch.distributed; None: the config's, 1 by default)."""
+        import dataclasses
+
+        from encoder.training import TrainConfig
         from registry.embedding import train_encoder
 
+        _check_count(nproc, "nproc", 1, optional=True)
+        config = config or TrainConfig()
+        if nproc is not None:
+            config = dataclasses.replace(config, nproc=nproc)
         return train_encoder(self.store, query_encoder=self.query_encoder,
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, config=config, progress=progress)

@@ -19,7 +19,7 @@ import pyarrow as pa
 from encoder.data import EvalData, sample_per_model, split_queries
 from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
 from registry.dataset import load_eval_data
-from registry.errors import RegistryError
+from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
@@ -77,7 +77,8 @@ def train_encoder(
     config: an encoder.training.TrainConfig (None: its defaults). progress: a train_locus progress
     callback (see `progress_printer`)."""
     from encoder.checkpoint import save_checkpoint
-    from encoder.training import TrainConfig, collapse_warnings, embedding_spread, evals_by_model, train_locus
+    from encoder.training import (TrainConfig, TrainingError, collapse_warnings, embedding_spread, evals_by_model,
+                                  train_locus)
 
     config = config or TrainConfig()
     data = load_eval_data(store, query_encoder, models=models)
@@ -93,7 +94,14 @@ def train_encoder(
     if len(usable) < data.n_models:
         data = data.select_models(usable)
         train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
-    result = train_locus(data, train_evals, split.val, config=config, seed=seed, progress=progress)
+    if config.nproc > min(len(usable), config.models_per_batch):
+        raise InputError(f"{config.nproc} training processes for {len(usable)} models (at most "
+                         f"{config.models_per_batch} per step): every process needs a model per step; use at most "
+                         f"{min(len(usable), config.models_per_batch)}", field="nproc")
+    try:
+        result = train_locus(data, train_evals, split.val, config=config, seed=seed, progress=progress)
+    except TrainingError as err:
+        raise RegistryError(f"training failed: {err}") from err
     spread = embedding_spread(result.locus, data, evals_by_model(data, train_evals), seed=seed)
     warnings = collapse_warnings(result.best, spread)
     best = result.best
