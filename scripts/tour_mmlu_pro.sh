@@ -32,6 +32,7 @@ step add-model "Llama-3-8B@reseller" --evals "$LOCUS_HOME/endpoint.jsonl" --meta
 step search "Llama-3-8B@reseller" -k 5
 step search "Llama-3-8B@reseller" -k 5 --by behaviour
 step audit
+step audit --model "Llama-3-8B@reseller" --fail-on-flag || true   # exits 1: the CI call flags it
 step profile --task math=0.8 --task physics=0.7 --task law=0.3 -k 5
 step portfolio --k 5 --where "access == open"
 step portfolio --budget 150B
