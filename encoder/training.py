@@ -101,7 +101,8 @@ def embed_models(
     if len(per_model) != data.n_models:
         raise ValueError(f"expected evaluations for {data.n_models} models, got {len(per_model)}")
     was_training = locus.training
-    locus.eval()
+    if was_training:  # train()/eval() walk every submodule: half a cached route's time when done per call
+        locus.eval()
     device = locus.device
     used = np.unique(np.concatenate([data.query_index[e] for e in per_model] + [np.zeros(0, np.int64)]))
     out = np.full((data.n_models, locus.config.d), np.nan, dtype=np.float32)
@@ -144,14 +145,16 @@ def predict(
 ) -> np.ndarray:
     """(M, Q) probabilities that each embedded model answers each query correctly."""
     was_training = locus.training
-    locus.eval()
+    if was_training:  # train()/eval() walk every submodule: half a cached route's time when done per call
+        locus.eval()
     device = locus.device
     z = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=device)
     out = np.empty((z.shape[0], len(query_vectors)), dtype=np.float32)
     for start in range(0, len(query_vectors), batch_size):
         phi = torch.as_tensor(np.asarray(query_vectors[start : start + batch_size], dtype=np.float32), device=device)
         out[:, start : start + len(phi)] = torch.sigmoid(locus(z, phi)).float().cpu().numpy()
-    locus.train(was_training)
+    if was_training:
+        locus.train()
     return out
 
 
