@@ -139,6 +139,21 @@ def _batches(todo: list[int], lengths: list[int], batch_size: int) -> list[list[
     return out + [chunk] if chunk else out
 
 
+def _optimizer(locus: Locus, cfg: "TrainConfig") -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        [
+            {"params": locus.encoder.parameters(), "lr": cfg.lr_encoder},
+            {"params": locus.predictor.parameters(), "lr": cfg.lr_predictor},
+        ],
+        weight_decay=cfg.weight_decay,
+    )
+
+
+def _trainable(per_model: Sequence[np.ndarray]) -> np.ndarray:
+    """Models with at least two training evaluations (a set of one teaches the encoder nothing)."""
+    return np.array([m for m, e in enumerate(per_model) if len(e) >= 2], dtype=np.int64)
+
+
 @torch.no_grad()
 def predict(
     locus: Locus, embeddings: np.ndarray, query_vectors: np.ndarray, *, batch_size: int = 1024
@@ -502,7 +517,7 @@ def train_locus(
         locus = Locus(locus_config).to(device)
 
         per_model = evals_by_model(data, train_evals)
-        trainable = np.array([m for m in range(data.n_models) if len(per_model[m]) >= 2], dtype=np.int64)
+        trainable = _trainable(per_model)
         if len(trainable) == 0:
             raise ValueError("no model has two or more training evaluations")
         val_queries = np.asarray(val_queries, dtype=np.int64)
@@ -513,13 +528,7 @@ def train_locus(
         phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
         qidx = [data.query_index[e] for e in per_model]
         ys = [data.scores[e] for e in per_model]
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": locus.encoder.parameters(), "lr": cfg.lr_encoder},
-                {"params": locus.predictor.parameters(), "lr": cfg.lr_predictor},
-            ],
-            weight_decay=cfg.weight_decay,
-        )
+        optimizer = _optimizer(locus, cfg)
         result = TrainResult(locus=locus, config=locus_config, train_config=cfg)
         selector = Selector(cfg)
         best_state = copy.deepcopy(locus.state_dict())
@@ -686,7 +695,7 @@ def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str
         torch.manual_seed(seed * 1_000_003 + rank)
 
     per_model = evals_by_model(data, train_evals)
-    trainable = np.array([m for m in range(data.n_models) if len(per_model[m]) >= 2], dtype=np.int64)
+    trainable = _trainable(per_model)
     lead = rank == 0
     has_val = False
     if lead:
@@ -698,13 +707,7 @@ def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str
     phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
     qidx = [data.query_index[e] for e in per_model]
     ys = [data.scores[e] for e in per_model]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": locus.encoder.parameters(), "lr": cfg.lr_encoder},
-            {"params": locus.predictor.parameters(), "lr": cfg.lr_predictor},
-        ],
-        weight_decay=cfg.weight_decay,
-    )
+    optimizer = _optimizer(locus, cfg)
     history: list[dict] = []
     decision = torch.zeros(1, dtype=torch.int64, device=device)
     last_beat = 0.0

@@ -159,7 +159,7 @@ def behaviour_order(hits: list, kappas: list[float | None]) -> list:
 def _as_store(store: "Store | str | Path") -> "Store":
     from indexing.store import Store
 
-    return store if isinstance(store, Store) else Store(Path(store), create=False)
+    return store if isinstance(store, Store) else Store(store, create=False)  # Store handles s3:// too
 
 
 def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[float | None, int]]:

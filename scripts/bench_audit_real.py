@@ -95,29 +95,29 @@ def cosine_knn(z: np.ndarray, pool: np.ndarray, k: int, exclude: int | None = No
 
 
 def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray, rng):
-    """(original rows, copy rows) for one variant; p: the original's fitted P(right) on idx."""
+    """(original rows, copy rows, c: the share of answers the copy re-drew) for one variant; p: the
+    original's fitted P(right) on idx."""
     def resample(y, p, rate):
         change = y * (1 - p) + (1 - y) * p
         c = min(1.0, rate * len(y) / max(change.sum(), 1e-9))
-        resampled.append(c)
-        return np.where(rng.random(len(y)) < c * change, 1.0 - y, y)
-
-    resampled = plant.resampled = []
+        return np.where(rng.random(len(y)) < c * change, 1.0 - y, y), c
 
     if kind == "overlap":
         half = np.sort(rng.permutation(len(idx))[: len(idx) // 2])
-        return (idx, y), (idx[half], resample(y[half], p[half], level))
+        copy, c = resample(y[half], p[half], level)
+        return (idx, y), (idx[half], copy), c
     if kind == "disjoint":
         perm = rng.permutation(len(idx))
         a, b = np.sort(perm[: len(idx) // 2]), np.sort(perm[len(idx) // 2 :])
-        return (idx[a], y[a]), (idx[b], resample(y[b], p[b], level))
-    out = resample(y, p, 0.02)
+        copy, c = resample(y[b], p[b], level)
+        return (idx[a], y[a]), (idx[b], copy), c
+    out, c = resample(y, p, 0.02)
     right = np.flatnonzero(out > 0.5)
     w = (1 - p[right]) ** 2
     lose = rng.choice(right, min(len(right), int(round(level * len(y)))), replace=False, p=w / w.sum())
     out = out.copy()
     out[lose] = 0.0
-    return (idx, y), (idx, out)
+    return (idx, y), (idx, out), c
 
 
 def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int) -> dict:
@@ -160,8 +160,8 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
         for a in range(m):
             idx, y = pool.rows[a]
             p = _sigmoid(cal.theta[a][cal.task[idx]] - cal.beta[idx])
-            orig, copy = plant(kind, lvl, idx, y, p, rng)
-            shares.append(plant.resampled[0])
+            orig, copy, c = plant(kind, lvl, idx, y, p, rng)
+            shares.append(c)
             originals.append(orig)
             copies.append(copy)
         z_copy = embed(active, data, copies)

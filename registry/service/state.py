@@ -187,12 +187,9 @@ class WarmState:
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
                 where: str | None, by: str = "embedding"):
         """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
-        from indexing.errors import InputError
         from registry.results import SearchResult
         from registry.search import neighbours
 
-        if by == "behaviour" and name is None:
-            raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
         models = self.snapshot().require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
         hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
