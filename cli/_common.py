@@ -58,12 +58,13 @@ def _echo_neighbour(hit) -> None:
     agreement = ""
     if hit.shared_queries is not None:
         kappa = f"{hit.agreement_kappa:.3f}" if hit.agreement_kappa is not None else "-"
-        agreement = f"{kappa:>7} {hit.shared_queries:>7}  "
+        behaviour = f"{hit.behaviour_distance:.4f}" if hit.behaviour_distance is not None else "-"
+        agreement = f"{behaviour:>9} {kappa:>7} {hit.shared_queries:>7}  "
     click.echo(f"{hit.distance:>8.4f}  {agreement}{hit.name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
 
 
 def echo_neighbour_header(metric: str, *, agreement: bool = False) -> None:
-    middle = f"{'kappa':>7} {'shared':>7}  " if agreement else ""
+    middle = f"{'behav. d':>9} {'kappa':>7} {'shared':>7}  " if agreement else ""
     click.echo(f"{metric + ' d':>8}  {middle}{'model':<32} {'family':<10} access")
 
 

@@ -295,6 +295,19 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
 
 
+@cli.command("fit-fingerprints")
+@json_option
+@click.pass_context
+def fit_fingerprints(ctx, as_json) -> None:
+    """Fit the behaviour-fingerprint item table of the active encoder on the current pool.
+
+    `registry train` fits one itself; run this for an encoder trained before fingerprints existed, or
+    after many models were added. `search NAME --by behaviour` then proposes candidates by fingerprint."""
+    emit(_registry(ctx, create=False).fit_fingerprints(), as_json,
+         lambda r: click.echo(f"item table {r.table_id} for encoder {r.encoder_id}: {r.queries} queries x rank "
+                              f"{r.rank}, fitted on {r.models} models in {r.seconds:.1f} s"))
+
+
 @cli.command()
 @click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
 @click.option("--max-evals", default="all", show_default=True,

@@ -21,6 +21,7 @@ from registry.results import (
     ClustersResult,
     Comparison,
     EmbedReport,
+    FingerprintReport,
     EvaluationReport,
     HomeInfo,
     ImportReport,
@@ -210,6 +211,20 @@ class Registry:
         return train_encoder(self.store, query_encoder=self.query_encoder,
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, config=config, progress=progress)
+
+    def fit_fingerprints(self) -> FingerprintReport:
+        """Fit the item table of the active encoder on the current pool (its test queries left out), for
+        behaviour fingerprints (`similar(..., by="behaviour")`); `train` does this itself, so this is for
+        an encoder trained before item tables, or after the pool has grown."""
+        import time
+
+        from registry.fingerprints import fit_item_table
+
+        started = time.perf_counter()
+        table = fit_item_table(self.store)
+        return FingerprintReport(encoder_id=self.store.config["active_encoder"], table_id=table.table_id,
+                                 rank=table.rank, queries=len(table.query_ids), models=len(table.models),
+                                 seconds=time.perf_counter() - started)
 
     def embed_all(self, *, max_evals: int | None = None, engine: str = "local", address: str | None = None,
                   workers: int = 2) -> EmbedReport:  # noqa: A003

@@ -109,6 +109,10 @@ def train_encoder(
 
     staging = _encoders_dir(store) / f".staging-{time.time_ns()}"
     encoder_id = save_checkpoint(result.locus, result.config, staging)
+    # the pool's item table (behaviour fingerprints) on the queries the encoder saw, never its test queries
+    from encoder.fingerprint import fit_on_data, save_item_table
+
+    save_item_table(fit_on_data(data, exclude={data.query_ids[q] for q in split.test}), staging)
     (staging / "training.json").write_text(json.dumps({
         "query_encoder": query_encoder, "seed": seed, "evals_per_model": evals_per_model,
         "models": data.models, "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),

@@ -35,7 +35,7 @@ from registry.clusters import cluster_distances, cosine_distances
 
 __all__ = ["disagreement_matrix", "nearest", "self_retrieval_ranks", "mutual_pair_rate",
            "behavioural_nn_rate", "label_purity", "nn_shares_label", "sibling_rate", "distance_correlations",
-           "nn_agreement", "cluster_ari", "euclidean_distances", "GeometryCard", "view_card", "PAPER"]
+           "nn_agreement", "cluster_ari", "euclidean_distances", "GeometryCard", "FingerprintCard", "view_card", "PAPER"]
 
 # The paper's geometry figures (section 3.4; ../shared/reference/LOCUS-facts.md), cosine distance.
 PAPER = {"pearson": 0.845, "spearman": 0.886, "kendall": 0.714, "nn_agreement": 0.79}
@@ -81,21 +81,28 @@ def nearest(d: np.ndarray, k: int = 1) -> np.ndarray:
     return np.argsort(_off_diagonal(d), axis=1, kind="stable")[:, :k]
 
 
-def self_retrieval_ranks(copies: np.ndarray, stored: np.ndarray) -> np.ndarray:
+def _cross_distances(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if metric == "euclidean":
+        return np.sqrt(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0))
+    u = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    v = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    return 1.0 - u @ v.T
+
+
+def self_retrieval_ranks(copies: np.ndarray, stored: np.ndarray, *, metric: str = "cosine") -> np.ndarray:
     """(M,) rank (1 = first) of each model's stored vector among all stored vectors, seen from its copy
-    (copies[m] and stored[m] are model m), by cosine distance; ties count against the model."""
-    u = copies / np.maximum(np.linalg.norm(copies, axis=1, keepdims=True), 1e-12)
-    v = stored / np.maximum(np.linalg.norm(stored, axis=1, keepdims=True), 1e-12)
-    d = 1.0 - u @ v.T  # (M copies, M stored)
+    (copies[m] and stored[m] are model m), by cosine (or Euclidean) distance; ties count against the model."""
+    d = _cross_distances(copies, stored, metric)  # (M copies, M stored)
     own = np.diag(d)
     others = d + np.diag(np.full(len(d), np.inf))
     return (others <= own[:, None]).sum(1) + 1
 
 
-def mutual_pair_rate(a: np.ndarray, b: np.ndarray) -> float:
+def mutual_pair_rate(a: np.ndarray, b: np.ndarray, *, metric: str = "cosine") -> float:
     """Share of models m whose two embeddings a[m], b[m] are each other's nearest among all 2M."""
     both = np.concatenate([a, b])  # (2M, d)
-    nn = nearest(cosine_distances(both))[:, 0]
+    nn = nearest(_cross_distances(both, both, metric))[:, 0]
     m = len(a)
     rows = np.arange(m)
     return float(np.mean((nn[rows] == rows + m) & (nn[rows + m] == rows)))
@@ -193,6 +200,31 @@ def cluster_ari(d: np.ndarray, labels: Sequence[Any]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- the registry part
+class FingerprintCard(BaseModel):
+    """The same parts for the behaviour fingerprints (encoder.fingerprint) of the view's models: (a) by
+    identity distance (RMS logit difference over the probe queries), (b) and (c) by behaviour distance
+    (expected disagreement over them)."""
+
+    table_id: str
+    rank: int
+    self_top1: float
+    self_top3: float
+    self_median_rank: float
+    mutual_pairs: float | None
+    behavioural_nn: float
+    behavioural_nn_hits: int
+    family_nn: int
+    family_purity: float
+    sibling: tuple[int, int] | None
+    ari: dict[str, float]
+    same_dataset_nn: int | None = None
+    correlations: dict[str, float]  # behaviour distance without the test queries vs disagreement on them
+    nn_agreement: float
+    # models left out of the item table's fit (k folds), fingerprinted afterwards as add-model would:
+    # {"folds", "self_top1", "self_top3", "behavioural_nn", "behavioural_nn_hits"}; None when not asked
+    held_out: dict[str, float] | None = None
+
+
 class GeometryCard(BaseModel):
     """Parts (a)-(c) of the scorecard for one view of a registry."""
 
@@ -232,6 +264,7 @@ class GeometryCard(BaseModel):
     nn_agreement_raw_best: float
     # spectrum of the stored vectors: share of variance of the first principal components
     pc_variance: list[float]
+    fingerprint: FingerprintCard | None = None  # None when the active encoder has no item table
 
 
 def _metadata(records, field: str) -> list[Any]:
@@ -239,7 +272,8 @@ def _metadata(records, field: str) -> list[Any]:
 
 
 def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: int = 3, seed: int = 0,
-              purity_k: int = 3, sibling_field: str | None = "base_model", label: str | None = None) -> GeometryCard:
+              purity_k: int = 3, sibling_field: str | None = "base_model", label: str | None = None,
+              holdout_folds: int = 0) -> GeometryCard:
     """Parts (a)-(c) for the models passing `where` (all when None), with the active encoder and the
     vectors stored in the models table (which must come from that encoder: `registry embed --all`)."""
     from encoder.training import embed_models, evals_by_model
@@ -307,7 +341,11 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
     sv = np.linalg.svd(centred, compute_uv=False) ** 2
     share = (sv / sv.sum()).tolist() if sv.sum() > 0 else []
 
+    fingerprint = _fingerprint_card(store, active, data, own, raw_d, held, test_d, copy_evals=copy_evals,
+                                    draws=draws, seed=seed, purity_k=purity_k, families=families, siblings=siblings,
+                                    datasets=datasets if mixed else None, holdout_folds=holdout_folds)
     return GeometryCard(
+        fingerprint=fingerprint,
         view=label or (where or "all"), encoder_id=active.encoder_id, models=len(names), queries=data.n_queries,
         test_queries=int(len(held.test_queries)),
         copy_evals=copy_evals, draws=draws, self_top1=float(np.mean(ranks == 1)),
@@ -327,3 +365,91 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
         nn_agreement=nn_agreement(held_cos, test_d), nn_agreement_raw_best=nn_agreement(test_d, test_d),
         pc_variance=[round(x, 4) for x in share[:5]],
     )
+
+
+def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_evals, draws, seed, purity_k, families,
+                      siblings, datasets, holdout_folds=0) -> FingerprintCard | None:
+    """`view_card`'s parts for the fingerprints, on the same copies, pairs and held-out split."""
+    from encoder.training import evals_by_model
+    from registry.fingerprints import load_item_table
+
+    table = load_item_table(store, active.encoder_id)
+    if table is None:
+        return None
+
+    def prints(sets, on=data):
+        return table.fingerprints(on.query_ids, on.query_vectors, sets, on.query_index, on.scores)
+
+    stored = table.identity_vectors(prints(own))
+    ranks = []
+    for draw in range(draws):
+        rng = np.random.default_rng(seed + 1000 + draw)
+        sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
+        ranks.append(self_retrieval_ranks(table.identity_vectors(prints(sets)), stored, metric="euclidean"))
+    ranks = np.concatenate(ranks)
+    rng = np.random.default_rng(seed + 2000)
+    able = [m for m, e in enumerate(own) if len(e) >= 2 * copy_evals]
+    mutual = None
+    if len(able) >= 2:
+        halves = [rng.permutation(e) for e in own]
+        a = table.identity_vectors(prints([np.sort(h[:copy_evals]) for h in halves]))[able]
+        b = table.identity_vectors(prints([np.sort(h[copy_evals:2 * copy_evals]) for h in halves]))[able]
+        mutual = mutual_pair_rate(a, b, metric="euclidean")
+    def covered(on, per_model):
+        return table.coverage([{on.tasks[q] or "" for q in on.query_index[e]} for e in per_model])
+
+    behaviour = table.behaviour_distances(prints(own), coverage=covered(data, own))
+    behav, hits = behavioural_nn_rate(behaviour, raw_d)
+
+    is_test = np.zeros(held.data.n_queries, dtype=bool)
+    is_test[held.test_queries] = True
+    outside = np.flatnonzero(~is_test[held.data.query_index])
+    held_sets = evals_by_model(held.data, outside)
+    held_d = table.behaviour_distances(prints(held_sets, on=held.data), coverage=covered(held.data, held_sets))
+    return FingerprintCard(
+        table_id=table.table_id, rank=table.rank, self_top1=float(np.mean(ranks == 1)),
+        self_top3=float(np.mean(ranks <= 3)), self_median_rank=float(np.median(ranks)), mutual_pairs=mutual,
+        behavioural_nn=behav, behavioural_nn_hits=int(hits.sum()), family_nn=nn_shares_label(behaviour, families),
+        family_purity=label_purity(behaviour, families, purity_k),
+        sibling=sibling_rate(behaviour, siblings) if siblings else None, ari=cluster_ari(behaviour, families),
+        same_dataset_nn=nn_shares_label(behaviour, datasets) if datasets else None,
+        correlations=distance_correlations(held_d, test_d), nn_agreement=nn_agreement(held_d, test_d),
+        held_out=_fingerprint_held_out(table, data, own, raw_d, test=set(held.data.query_ids[i] for i in held.test_queries),
+                                       folds=holdout_folds, copy_evals=copy_evals, draws=draws, seed=seed)
+        if holdout_folds >= 2 else None)
+
+
+def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, draws, seed) -> dict[str, float]:
+    """Self-retrieval and behavioural neighbours of models whose evaluations the item table never saw:
+    the models split into `folds`; per fold a table is fitted (the same config) on the other models,
+    every model fingerprinted with it, and the fold's models scored against the whole view."""
+    from encoder.fingerprint import fit_on_data
+
+    rng = np.random.default_rng(seed + 3000)
+    fold_of = np.empty(data.n_models, np.int64)
+    fold_of[rng.permutation(data.n_models)] = np.arange(data.n_models) % folds
+    raw_near = nearest(raw_d, 3)
+    ranks, hits = [], []
+    for f in range(folds):
+        fitted = fit_on_data(data.select_models([n for i, n in enumerate(data.models) if fold_of[i] != f]),
+                             exclude=test, config=table.config)
+
+        def prints(sets):
+            return fitted.fingerprints(data.query_ids, data.query_vectors, sets, data.query_index, data.scores)
+
+        thetas = prints(own)
+        stored = fitted.identity_vectors(thetas)
+        cover = fitted.coverage([{data.tasks[q] or "" for q in data.query_index[e]} for e in own])
+        behaviour = fitted.behaviour_distances(thetas, coverage=cover)
+        nn = nearest(behaviour)[:, 0]
+        members = np.flatnonzero(fold_of == f)
+        hits += [nn[i] in raw_near[i] and np.isfinite(raw_d[i, nn[i]]) for i in members]
+        for draw in range(draws):
+            pick = np.random.default_rng(seed + 1000 + draw)
+            sets = [np.sort(pick.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
+            copies = fitted.identity_vectors(prints([sets[i] for i in members]))
+            d = _cross_distances(copies, stored, "euclidean")  # (fold, M)
+            ranks += [int((d[j] <= d[j, i]).sum() - 1) + 1 for j, i in enumerate(members)]
+    ranks = np.asarray(ranks)
+    return {"folds": folds, "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
+            "behavioural_nn": float(np.mean(hits)), "behavioural_nn_hits": int(np.sum(hits))}

@@ -20,7 +20,7 @@ from registry.records import ModelRecord
 
 __all__ = [
     "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
-    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport",
+    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport",
     "OnboardingRow", "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult",
     "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
     "FamilySpread", "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult",
@@ -203,6 +203,17 @@ class EmbedReport(Result):
     worker_seconds: float | None = Field(None, description="ray: time inside the workers' forward passes, summed over workers")
 
 
+class FingerprintReport(Result):
+    """`fit-fingerprints`: the item table fitted beside the active encoder (behaviour fingerprints)."""
+
+    encoder_id: str
+    table_id: str
+    rank: int = Field(description="item factors per query")
+    queries: int = Field(description="queries with a row in the table (the encoder's test queries never have one)")
+    models: int = Field(description="models whose evaluations fitted it")
+    seconds: float
+
+
 class OnboardingRow(Result):
     correctness_accuracy: float = Field(description="of the held-out models, on the test queries")
     routing_accuracy: float = Field(description="of the whole pool with the held-out models in it")
@@ -239,6 +250,9 @@ class Neighbour(Result):
         None, description="by='behaviour' only: excess agreement with the query model on shared queries "
                           "(1 - observed / expected disagreement of independent models of their per-task accuracies)")
     shared_queries: int | None = Field(None, description="by='behaviour' only: queries both answered")
+    behaviour_distance: float | None = Field(
+        None, description="by='behaviour' only: expected disagreement of the two models' behaviour fingerprints "
+                          "over the item table's probe queries of their common tasks (None: no fingerprint)")
 
 
 class SearchResult(Result):
@@ -590,6 +604,7 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
     "init": HomeInfo, "import": ImportReport, "stats": Stats, "models list": ModelList, "show": ModelInfo,
     "history": ModelHistory, "add-model": ModelChange, "refine": ModelChange, "remove": RemoveResult,
     "restore": RestoreResult, "check": CheckResult, "train": TrainReport, "embed": EmbedReport,
+    "fit-fingerprints": FingerprintReport,
     "evaluate": EvaluationReport, "search": SearchResult, "profile": ProfileResult, "route": RouteDecision,
     "portfolio": PortfolioResult, "clusters": ClustersResult, "map": MapResult, "compare": Comparison,
     "demo": DemoReport, "audit": AuditReport,

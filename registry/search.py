@@ -110,10 +110,12 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
             open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
-    by="behaviour" (a model name only): the max(4k, 20) nearest by embedding, re-ranked by their
-    excess agreement with the model on the queries both answered (`audit_stats.task_kappa`), so that
-    a re-served copy comes before models of merely similar ability; a candidate with too few shared
-    queries keeps its embedding place. The embedding proposes, the evaluations order."""
+    by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (expected
+    disagreement, `registry.fingerprints`; when the encoder has an item table), then the embedding's
+    nearest of as many that it did not propose, re-ranked by their excess agreement with the model on
+    the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
+    of merely similar ability; a candidate with too few shared queries keeps its place. The vectors
+    propose, the evaluations order."""
     from registry.results import Neighbour
 
     if metric not in METRICS:
@@ -139,11 +141,46 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
     if by == "embedding":
         return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
                 for name, dist in hits]
-    agreement = _agreement(open_store(), query, [name for name, _ in hits])
+    store = open_store()
+    behaviour = _fingerprint_distances(store, models, query, where)
+    if behaviour:
+        # the fingerprint's nearest first, then the embedding's nearest it did not propose
+        nearest_prints = sorted(behaviour, key=behaviour.get)[:wanted]
+        proposed = set(nearest_prints)
+        by_embedding = dict(hits)
+        hits = [(name, by_embedding[name] if name in by_embedding else _distance(models, query, name, metric))
+                for name in nearest_prints] + [(name, dist) for name, dist in hits if name not in proposed]
+    agreement = _agreement(store, query, [name for name, _ in hits])
     ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
     return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
-                      agreement_kappa=agreement[name][0], shared_queries=agreement[name][1])
+                      agreement_kappa=agreement[name][0], shared_queries=agreement[name][1],
+                      behaviour_distance=behaviour.get(name))
             for name, dist in ranked[:k]]
+
+
+def _distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
+    x, y = models.vector(a).astype(np.float64), models.vector(b).astype(np.float64)
+    if metric == "cosine":
+        return float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
+    return float(np.linalg.norm(x - y))
+
+
+def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, where: str | None) -> dict[str, float]:
+    """Embedded model -> expected disagreement with `query` by behaviour fingerprint (registry.fingerprints),
+    for the models passing `where` that share a task with it; empty when the active encoder has no item
+    table or the model has no fingerprint."""
+    from registry.fingerprints import load_item_table, pool_fingerprints
+
+    table = load_item_table(store, models.index.encoder_id)
+    if table is None:
+        return {}
+    prints = pool_fingerprints(store, table)
+    if query not in prints.versions:
+        return {}
+    rows = models.allowed_rows(where)
+    allowed = set(models.index.names) if rows is None else {models.index.names[i] for i in rows}
+    d = prints.behaviour_to(query)
+    return {name: float(x) for name, x in zip(prints.names, d) if name != query and name in allowed and np.isfinite(x)}
 
 
 def behaviour_order(hits: list, kappas: list[float | None]) -> list:

@@ -72,10 +72,17 @@ def column(setup: str, view: str) -> str:
 def part_abc(reg, setup: str, args) -> dict:
     from registry.geometry import view_card
 
+    from registry.fingerprints import fit_item_table, load_item_table
+
+    if load_item_table(reg.store) is None:  # an encoder trained before item tables: fit one (seconds)
+        started = time.perf_counter()
+        table = fit_item_table(reg.store)
+        print(f"  item table {table.table_id} fitted in {time.perf_counter() - started:.0f} s", flush=True)
     out = {}
     for view, where in views_of(setup):
         started = time.perf_counter()
-        card = view_card(reg.store, where=where, copy_evals=512, draws=3, seed=0, label=column(setup, view))
+        card = view_card(reg.store, where=where, copy_evals=512, draws=3, seed=0, label=column(setup, view),
+                         holdout_folds=args.holdout_folds)
         out[view] = card.model_dump()
         out[view]["seconds"] = round(time.perf_counter() - started, 1)
         print(f"  {card.view}: (a-c) in {out[view]['seconds']} s", flush=True)
@@ -213,6 +220,37 @@ def geometry_table(results: dict) -> list[str]:
         "0.887 / 0.876 / 0.702")
     row("(c) model pairs with common test queries", lambda c: str(int(c["cosine"]["pairs"])))
     row("(c) NN agreement (raw best possible)", lambda c: f"{_pct(c['nn_agreement'])} ({_pct(c['nn_agreement_raw_best'])})", "79%")
+
+    def fp(fn):
+        return lambda c: "-" if not c.get("fingerprint") else fn(c["fingerprint"])
+
+    lines.append("| **behaviour fingerprint** (item table, rank r) | " + " | ".join(
+        fp(lambda f: f"`{f['table_id'][:8]}`, r={f['rank']}")(c) for _, _, c in cols) + " |  |")
+    row("**(a)** fingerprint self-retrieval top-1 @512", fp(lambda f: _pct(f["self_top1"])), ">= 90%")
+    row("(a) fingerprint self-retrieval top-3 / median rank", fp(lambda f: f"{_pct(f['self_top3'])} / {f['self_median_rank']:g}"))
+    row("(a) fingerprint disjoint 512+512 mutual nearest", fp(lambda f: _pct(f["mutual_pairs"])))
+    row("**(b)** fingerprint NN among 3 behaviourally nearest",
+        lambda c: "-" if not c.get("fingerprint") else
+        f"{_pct(c['fingerprint']['behavioural_nn'])} ({c['fingerprint']['behavioural_nn_hits']}/{c['models']})", ">= 70%")
+    row("(b) fingerprint NN shares family / raw", lambda c: "-" if not c.get("fingerprint") else
+        f"{c['fingerprint']['family_nn']} / {c['family_nn_raw']} of {c['family_models']}", ">= raw")
+    row("(b) fingerprint family purity@3 / raw", lambda c: "-" if not c.get("fingerprint") else
+        f"{_num(c['fingerprint']['family_purity'], 2)} / {_num(c['family_purity_raw'], 2)}", ">= raw")
+    row("(b) fingerprint NN is base_model sibling / raw", lambda c: "-" if not (c.get("fingerprint") and c["fingerprint"]["sibling"]
+        and c["sibling_raw"][1]) else f"{c['fingerprint']['sibling'][0]} / {c['sibling_raw'][0]} of {c['sibling_raw'][1]}")
+    row("(b) fingerprint ARI vs family, silhouette k / k = #families",
+        fp(lambda f: f"{_num(f['ari']['ari'], 2)} (k={int(f['ari']['k'])}) / {_num(f['ari'].get('ari_at_label_count'), 2)}"))
+    row("(b) fingerprint NN from the model's own dataset", lambda c: "-" if not c.get("fingerprint") or
+        c["fingerprint"].get("same_dataset_nn") is None else f"{c['fingerprint']['same_dataset_nn']} of {c['models']}")
+    row("**(c)** fingerprint Pearson / Spearman / Kendall",
+        fp(lambda f: f"{_num(f['correlations']['pearson'])} / {_num(f['correlations']['spearman'])} / {_num(f['correlations']['kendall'])}"),
+        "Spearman >= 0.9")
+    row("(c) fingerprint NN agreement", fp(lambda f: _pct(f["nn_agreement"])), "79%")
+    row("held out of the item table's fit: self-retrieval top-1 / top-3",
+        fp(lambda f: "-" if not f.get("held_out") else f"{_pct(f['held_out']['self_top1'])} / {_pct(f['held_out']['self_top3'])}"))
+    row("held out: NN among 3 behaviourally nearest", lambda c: "-" if not (c.get("fingerprint") and c["fingerprint"].get("held_out"))
+        else f"{_pct(c['fingerprint']['held_out']['behavioural_nn'])} ({c['fingerprint']['held_out']['behavioural_nn_hits']}/{c['models']}, "
+             f"{c['fingerprint']['held_out']['folds']} folds)")
     return lines
 
 
@@ -297,6 +335,12 @@ def targets(results: dict) -> list[str]:
                       ("NN among 3 behaviourally nearest >= 70%", c["behavioural_nn"] >= TARGETS["behavioural_nn"]),
                       ("Spearman >= 0.9", (c["cosine"]["spearman"] or 0) >= TARGETS["spearman"]),
                       ("family purity@3 >= raw", c["family_purity_embedding"] >= c["family_purity_raw"] - 1e-12)]
+            f = c.get("fingerprint")
+            if f:
+                checks += [("fingerprint self-retrieval top-1 >= 90%", f["self_top1"] >= TARGETS["self_top1"]),
+                           ("fingerprint NN among 3 behaviourally nearest >= 70%", f["behavioural_nn"] >= TARGETS["behavioural_nn"]),
+                           ("fingerprint Spearman >= 0.9", (f["correlations"]["spearman"] or 0) >= TARGETS["spearman"]),
+                           ("fingerprint family purity@3 >= raw", f["family_purity"] >= c["family_purity_raw"] - 1e-12)]
             e = results.get(setup, {}).get("e", {}).get("data", {}).get(view)
             if e:
                 checks.append(("portfolio (k-medoids) beats random mean at k = 3, 5, 10", all(
@@ -356,6 +400,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--registry", action="append", default=[], metavar="SETUP=HOME",
                         help="measure this existing registry for SETUP instead of <work>/<setup>")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="cap on each LOCUS training run")
+    parser.add_argument("--holdout-folds", type=int, default=4,
+                        help="folds of models left out of the item table's fit for the fingerprint's held-out rows "
+                             "(0: skip them)")
     parser.add_argument("--seeds", default="0,1,2", help="seeds for part d (the first also for f)")
     parser.add_argument("--results", type=Path, default=OUT / "scorecard.json")
     parser.add_argument("--page", type=Path, default=OUT / "scorecard.md")

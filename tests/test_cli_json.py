@@ -42,6 +42,8 @@ def test_every_command_prints_its_model(tiny, tmp_path):
     assert info.query_encoder == "all-MiniLM-L6-v2" and info.active_encoder is None
     trained = check("train", run(tiny, "train", "--epochs", "5", "--evals-per-model", "all", "--json"))
     assert len(trained.models) == 6
+    fitted = check("fit-fingerprints", run(tiny, "fit-fingerprints", "--json"))
+    assert fitted.encoder_id == trained.encoder_id and fitted.models == 6 and fitted.queries > 0
     embedded = check("embed", run(tiny, "embed", "--all", "--json"))
     assert embedded.n_embedded == 6 and embedded.encoder_id == trained.encoder_id
     stats = check("stats", run(tiny, "stats", "--json"))

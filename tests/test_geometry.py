@@ -121,6 +121,11 @@ def test_view_card_on_a_small_trained_registry(tmp_path):
     assert card.family_purity_raw == pytest.approx(g.label_purity(raw, fam, 3))
     assert card.cosine["pairs"] == 15 and -1 <= card.cosine["spearman"] <= 1
     assert card.sibling_field is None  # synthetic models carry no base_model
+    f = card.fingerprint  # training fitted an item table: the fingerprint's figures come with the card
+    assert f is not None and f.rank == 16 and 0 <= f.self_top1 <= f.self_top3 <= 1
+    assert f.correlations["pairs"] == 15 and f.held_out is None
+    with_folds = g.view_card(reg.store, where=where, copy_evals=32, draws=1, holdout_folds=2)
+    assert with_folds.fingerprint.held_out["folds"] == 2 and 0 <= with_folds.fingerprint.held_out["self_top1"] <= 1
 
 
 def test_import_meta_tags_every_model_and_views_select_them(tmp_path):

@@ -11,7 +11,7 @@ from registry import results
 PUBLIC = {
     "Registry", "Query", "Evaluation", "ModelRecord", "RegistryError", "InputError", "NotFoundError",
     "Agreement", "AuditReport", "CheckResult", "Cluster", "ClustersResult", "Comparison", "DemoReport", "EmbedReport",
-    "ErrorDetail", "ErrorResponse", "EvaluationReport", "Fallback", "FamilyAgreement", "HistoryEntry", "HomeInfo",
+    "FingerprintReport", "ErrorDetail", "ErrorResponse", "EvaluationReport", "Fallback", "FamilyAgreement", "HistoryEntry", "HomeInfo",
     "ImportReport", "MapResult", "ModelChange", "ModelHistory", "ModelInfo", "ModelList", "Neighbour",
     "PortfolioResult", "ProfileResult", "RankedModel", "RemoveResult", "RestoreResult", "RouteDecision",
     "SearchResult", "Stats", "TaskComparison", "TrainReport",
@@ -19,7 +19,7 @@ PUBLIC = {
 
 RESULTS = {
     "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
-    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "OnboardingRow",
+    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport", "OnboardingRow",
     "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult", "RankedModel", "Fallback",
     "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
     "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
@@ -30,7 +30,7 @@ RESULTS = {
 # Registry's public methods and what they return.
 RETURNS = {
     "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
-    "select_models": "list[str]", "train": "TrainReport", "embed_all": "EmbedReport",
+    "select_models": "list[str]", "train": "TrainReport", "embed_all": "EmbedReport", "fit_fingerprints": "FingerprintReport",
     "evaluate": "EvaluationReport", "add_model": "ModelChange", "refine": "ModelChange", "remove": "RemoveResult",
     "restore": "RestoreResult", "history": "ModelHistory", "list": "list[ModelRecord]", "similar": "SearchResult",
     "distance": "float", "audit": "AuditReport", "profile": "ProfileResult", "portfolio": "PortfolioResult",

@@ -1,0 +1,256 @@
+"""Behaviour fingerprints: which queries a model gets right, beyond how many.
+
+A LOCUS embedding is read from query *text* and scores, and on real pools it carries mostly ability:
+two models of similar accuracy that fail on different questions look alike, because nothing in a
+question's text says which models fail it. The pool itself does say: across the stored models, each
+query has a pattern of who gets it right. An `ItemTable` learns that pattern once, by logistic matrix
+factorisation of the pool's score matrix,
+
+    logit P(model m correct on query i) = F_i . a_m + c_m + b_i,   F: (Q, r) item factors, b: (Q,) item bias,
+
+and a model's fingerprint theta_m = (a_m, c_m) is then a ridge logistic regression on its own
+evaluations with F and b held fixed: a deterministic solve of r + 1 numbers, no training, more
+evaluations refine it, exactly like the LOCUS forward pass. Queries the table has never seen get
+(F_i, b_i) from their query vector through a ridge map fitted on the known ones.
+
+Two distances over a fixed probe set of known queries:
+- identity: the RMS difference of two fingerprints' logits; `identity_vectors` whitens theta so that
+  it is the Euclidean distance (a copy of a model lands on it, whatever its ability neighbours);
+- behaviour: the expected disagreement of their predicted answers, mean_i p_i(1 - q_i) + (1 - p_i) q_i,
+  which is what the raw evidence measures on common queries.
+
+Measured on the shared pools: scripts/scorecard.py (docs/results/scorecard.md, "fingerprint" rows).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["FingerprintConfig", "ItemTable", "fit_item_table", "fit_on_data", "save_item_table", "ITEM_TABLE_WEIGHTS",
+           "ITEM_TABLE_CONFIG"]
+
+ITEM_TABLE_WEIGHTS = "item_table.safetensors"
+ITEM_TABLE_CONFIG = "item_table.json"
+FORMAT = "locus-item-table/1"
+
+
+@dataclass(frozen=True)
+class FingerprintConfig:
+    rank: int = 16  # r: item factors per query
+    factor_decay: float = 0.01  # L2 on item and model factors in the pool fit (per row, mean-scaled)
+    ridge: float = 1.0  # L2 on a model's factors when it is fingerprinted (its intercept is free)
+    steps: int = 600  # full-batch Adam steps of the pool fit
+    lr: float = 0.05
+    text_ridge: float = 1.0  # L2 of the query-vector -> (F_i, b_i) map
+    max_probe: int = 2048  # known queries the distances average over
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ItemTable:
+    query_ids: list[str]  # P known queries
+    factors: np.ndarray  # (P, r) float32
+    bias: np.ndarray  # (P,) float32
+    text_map: np.ndarray  # (D + 1, r + 1) float32: [query vector, 1] -> [F_i, b_i]
+    probe: np.ndarray  # (S,) int64 rows of the known queries the distances average over
+    config: FingerprintConfig = field(default_factory=FingerprintConfig)
+    models: list[str] = field(default_factory=list)  # the pool it was fitted on
+    probe_tasks: list[str] = field(default_factory=list)  # (S,) task of each probe query ("" when unknown)
+
+    def __post_init__(self) -> None:
+        self._row = {q: i for i, q in enumerate(self.query_ids)}
+        x = np.concatenate([self.factors[self.probe], np.ones((len(self.probe), 1), np.float32)], 1).astype(np.float64)
+        gram = x.T @ x / max(len(self.probe), 1)  # (r+1, r+1)
+        # a small jitter keeps the Cholesky defined when a factor is unused
+        self._whiten = np.linalg.cholesky(gram + 1e-9 * np.eye(len(gram)))
+
+    @property
+    def rank(self) -> int:
+        return int(self.factors.shape[1])
+
+    @property
+    def table_id(self) -> str:
+        h = hashlib.sha256(json.dumps({"format": FORMAT, "config": self.config.to_dict()}, sort_keys=True).encode())
+        for array in (self.factors, self.bias, self.text_map, self.probe):
+            h.update(np.ascontiguousarray(array).tobytes())
+        h.update("\n".join(self.query_ids).encode("utf-8"))
+        h.update("\n".join(self.probe_tasks).encode("utf-8"))
+        return h.hexdigest()[:16]
+
+    # ------------------------------------------------------------------ per query
+    def item_params(self, query_ids, query_vectors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(F (n, r), b (n,)) for these queries: the table's rows where known, else the text map of the
+        query's vector (`query_vectors` (n, D), needed only for unknown queries)."""
+        rows = np.fromiter((self._row.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
+        f = np.empty((len(rows), self.rank), np.float64)
+        b = np.empty(len(rows), np.float64)
+        known = rows >= 0
+        f[known], b[known] = self.factors[rows[known]], self.bias[rows[known]]
+        if (~known).any():
+            if query_vectors is None:
+                raise ValueError(f"{int((~known).sum())} query id(s) unknown to the item table and no query vectors given")
+            v = np.asarray(query_vectors, np.float64)[~known]
+            mapped = np.concatenate([v, np.ones((len(v), 1))], 1) @ self.text_map  # (u, r+1)
+            f[~known], b[~known] = mapped[:, :-1], mapped[:, -1]
+        return f, b
+
+    # ------------------------------------------------------------------ per model
+    def fingerprint(self, factors: np.ndarray, bias: np.ndarray, scores: np.ndarray, *, iterations: int = 50) -> np.ndarray:
+        """theta = (a, c), (r + 1,): the ridge logistic regression of `scores` (n,) in [0, 1] on the queries'
+        (F, b), by Newton's method from zero (deterministic)."""
+        n = len(scores)
+        x = np.concatenate([np.asarray(factors, np.float64), np.ones((n, 1))], 1)  # (n, r+1)
+        y = np.asarray(scores, np.float64)
+        penalty = np.full(self.rank + 1, 2.0 * self.config.ridge)
+        penalty[-1] = 1e-6  # the intercept (ability) is free
+        theta = np.zeros(self.rank + 1)
+        for _ in range(iterations):
+            p = 1.0 / (1.0 + np.exp(-(x @ theta + bias)))
+            grad = x.T @ (p - y) + penalty * theta
+            hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
+            step = np.linalg.solve(hess, grad)
+            theta -= step
+            if np.abs(step).max() < 1e-8:
+                break
+        return theta
+
+    def fingerprints(self, query_ids, query_vectors: np.ndarray | None, per_model: list[np.ndarray],
+                     query_index: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """(M, r + 1): one fingerprint per model from its evaluations `per_model[m]` (indices into
+        `query_index` / `scores`, which index `query_ids`)."""
+        f, b = self.item_params(query_ids, query_vectors)
+        out = np.zeros((len(per_model), self.rank + 1))
+        for m, evals in enumerate(per_model):
+            if len(evals):
+                q = query_index[evals]
+                out[m] = self.fingerprint(f[q], b[q], scores[evals])
+        return out
+
+    # ------------------------------------------------------------------ distances
+    def identity_vectors(self, thetas: np.ndarray) -> np.ndarray:
+        """(M, r + 1) vectors whose Euclidean distance is the RMS logit difference over the probe set."""
+        return np.asarray(thetas, np.float64) @ self._whiten
+
+    def probe_probabilities(self, thetas: np.ndarray) -> np.ndarray:
+        """(M, S) predicted P(correct) on the probe queries."""
+        thetas = np.asarray(thetas, np.float64)
+        logits = thetas[:, :-1] @ self.factors[self.probe].T.astype(np.float64) + thetas[:, -1:] + self.bias[self.probe]
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    def coverage(self, tasks_per_model: list) -> np.ndarray:
+        """(M, S) bool: the probe queries of a task each model was evaluated on. A model answers for
+        its own kinds of query: a function-calling model's predicted answers to maths questions are the
+        factor model's extrapolation, not evidence, so behaviour distances skip them."""
+        tasks = np.asarray(self.probe_tasks if self.probe_tasks else [""] * len(self.probe), dtype=object)
+        return np.stack([np.isin(tasks, np.asarray(sorted(set(t)), dtype=object)) for t in tasks_per_model]) \
+            if tasks_per_model else np.zeros((0, len(tasks)), bool)
+
+    def behaviour_distances(self, thetas: np.ndarray, others: np.ndarray | None = None, *,
+                            coverage: np.ndarray | None = None, other_coverage: np.ndarray | None = None) -> np.ndarray:
+        """(M, N) expected disagreement, mean_i p_i (1 - q_i) + (1 - p_i) q_i, over the probe queries both
+        cover (all of them without `coverage`); +inf for a pair that covers none in common."""
+        p = self.probe_probabilities(thetas)
+        q = p if others is None else self.probe_probabilities(others)
+        a = np.ones_like(p) if coverage is None else np.asarray(coverage, np.float64)
+        b = (a if others is None else np.ones_like(q)) if other_coverage is None else np.asarray(other_coverage, np.float64)
+        shared = a @ b.T
+        total = (p * a) @ b.T + a @ (q * b).T - 2.0 * (p * a) @ (q * b).T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(shared > 0, total / np.maximum(shared, 1), np.inf)
+
+    # ------------------------------------------------------------------ files
+    def tensors(self) -> dict[str, np.ndarray]:
+        return {"factors": self.factors.astype(np.float32), "bias": self.bias.astype(np.float32),
+                "text_map": self.text_map.astype(np.float32), "probe": self.probe.astype(np.int64)}
+
+    def config_json(self) -> str:
+        return json.dumps({"format": FORMAT, "table_id": self.table_id, "config": self.config.to_dict(),
+                           "query_ids": self.query_ids, "models": self.models, "probe_tasks": self.probe_tasks})
+
+    @classmethod
+    def from_files(cls, weights: bytes, config_text: str) -> "ItemTable":
+        from safetensors.numpy import load
+
+        meta = json.loads(config_text)
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"not an item table ({meta.get('format')!r}, expected {FORMAT!r})")
+        t = load(weights)
+        table = cls(query_ids=list(meta["query_ids"]), factors=t["factors"], bias=t["bias"], text_map=t["text_map"],
+                    probe=t["probe"], config=FingerprintConfig(**meta["config"]), models=list(meta.get("models", [])),
+                    probe_tasks=list(meta.get("probe_tasks", [])))
+        if len(table.query_ids) != len(table.factors) or table.factors.shape[1] != table.config.rank:
+            raise ValueError("item table weights do not fit its config")
+        if meta.get("table_id") != table.table_id:
+            raise ValueError(f"item table id {meta.get('table_id')!r} does not match its contents ({table.table_id})")
+        return table
+
+    def weights_bytes(self) -> bytes:
+        from safetensors.numpy import save
+
+        return save(self.tensors())
+
+
+def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index: np.ndarray, query_index: np.ndarray,
+                   scores: np.ndarray, *, models: list[str], tasks: list[str] | None = None,
+                   config: FingerprintConfig | None = None) -> ItemTable:
+    """Fit F, b by logistic matrix factorisation of the observed (model, query, score) triples (holes are
+    fine), then the text map on the queries that have them. Queries nobody was scored on get no row."""
+    import torch
+
+    config = config or FingerprintConfig()
+    seen = np.unique(query_index)
+    renumber = np.full(len(query_ids), -1, np.int64)
+    renumber[seen] = np.arange(len(seen))
+    q = torch.as_tensor(renumber[query_index])
+    m = torch.as_tensor(np.asarray(model_index, np.int64))
+    y = torch.as_tensor(np.asarray(scores, np.float32))
+    n_models, n_items, r = len(models), len(seen), config.rank
+    g = torch.Generator().manual_seed(config.seed)
+    item_f = (0.1 * torch.randn(n_items, r, generator=g)).requires_grad_()
+    item_b = torch.zeros(n_items, requires_grad=True)
+    model_a = (0.1 * torch.randn(n_models, r, generator=g)).requires_grad_()
+    model_c = torch.zeros(n_models, requires_grad=True)
+    opt = torch.optim.Adam([item_f, item_b, model_a, model_c], lr=config.lr)
+    for _ in range(config.steps):
+        opt.zero_grad()
+        logit = (item_f[q] * model_a[m]).sum(1) + item_b[q] + model_c[m]  # (E,)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y)
+        loss = loss + config.factor_decay * ((item_f ** 2).sum() / n_items + (model_a ** 2).sum() / n_models)
+        loss.backward()
+        opt.step()
+    factors = item_f.detach().numpy().astype(np.float32)
+    bias = item_b.detach().numpy().astype(np.float32)
+
+    v = np.asarray(query_vectors, np.float64)[seen]
+    x = np.concatenate([v, np.ones((len(v), 1))], 1)  # (P, D+1)
+    target = np.concatenate([factors, bias[:, None]], 1).astype(np.float64)  # (P, r+1)
+    reg = config.text_ridge * np.eye(x.shape[1])
+    reg[-1, -1] = 0.0
+    text_map = np.linalg.solve(x.T @ x + reg, x.T @ target).astype(np.float32)
+
+    probe = np.sort(np.random.default_rng(config.seed).permutation(n_items)[:config.max_probe]).astype(np.int64)
+    probe_tasks = [str(tasks[seen[i]] or "") for i in probe] if tasks is not None else [""] * len(probe)
+    return ItemTable(query_ids=[query_ids[i] for i in seen], factors=factors, bias=bias, text_map=text_map,
+                     probe=probe, config=config, models=list(models), probe_tasks=probe_tasks)
+
+
+def fit_on_data(data, *, exclude=frozenset(), config: FingerprintConfig | None = None) -> ItemTable:
+    """An item table fitted on an `EvalData`'s evaluations outside the `exclude`d query ids."""
+    excluded = np.fromiter((q in exclude for q in data.query_ids), dtype=bool, count=data.n_queries)
+    keep = ~excluded[data.query_index]
+    return fit_item_table(data.query_ids, data.query_vectors, data.model_index[keep], data.query_index[keep],
+                          data.scores[keep], models=data.models, tasks=data.tasks, config=config)
+
+
+def save_item_table(table: ItemTable, directory) -> None:
+    """Into a checkpoint directory (a local or s3 home path); the JSON goes last: its presence means whole."""
+    from indexing.home import write_bytes_atomic, write_text_atomic
+
+    write_bytes_atomic(directory / ITEM_TABLE_WEIGHTS, table.weights_bytes())
+    write_text_atomic(directory / ITEM_TABLE_CONFIG, table.config_json())

@@ -1,0 +1,175 @@
+"""The pool's item table beside the active encoder, and models' behaviour fingerprints from the store.
+
+`registry train` fits the table (encoder.fingerprint) on the same queries the encoder trained and
+validated on, never on its test queries, and writes it into the encoder's directory
+(item_table.safetensors + item_table.json). `fit_item_table` fits one for an encoder that predates it.
+Fingerprints are computed from the stored evaluations when asked (a solve of r + 1 numbers per model)
+and kept in `<home>/fingerprints/<table id>.safetensors` (+ .json naming each row's model and
+version), so a later call computes only the models added, refined or restored since.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from encoder.fingerprint import ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS, FingerprintConfig, ItemTable, fit_on_data, save_item_table
+from indexing.store import Store
+from registry.embedding import active_encoder
+from registry.errors import RegistryError
+
+__all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_fingerprints"]
+
+_cache: dict[str, ItemTable] = {}
+
+
+def _test_query_ids(active) -> set[str]:
+    info = json.loads((active.directory / "training.json").read_text("utf-8"))
+    return set(info.get("test_query_ids", []))
+
+
+def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> ItemTable:
+    """Fit the item table of the active encoder on the current pool (without the encoder's test
+    queries) and store it beside the encoder; replaces an earlier one."""
+    from registry.dataset import load_eval_data
+
+    active = active_encoder(store)
+    data = load_eval_data(store, active.query_encoder)
+    table = fit_on_data(data, exclude=_test_query_ids(active), config=config)
+    save_item_table(table, active.directory)
+    _cache.pop(str(active.directory), None)
+    for key in [k for k in _pool_cache if k[0] == str(store.home)]:
+        _pool_cache.pop(key)
+    return table
+
+
+def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | None:
+    """The item table beside the active encoder (or `encoder_id`), or None when it has none (an encoder
+    trained before them). Reads two files; loads no encoder weights."""
+    encoder_id = encoder_id or store.config.get("active_encoder")
+    if not encoder_id:
+        return None
+    directory = store.home / "encoders" / encoder_id
+    key = str(directory)
+    if key in _cache:
+        return _cache[key]
+    config_file = directory / ITEM_TABLE_CONFIG
+    if not config_file.is_file():
+        return None
+    try:
+        table = ItemTable.from_files((directory / ITEM_TABLE_WEIGHTS).read_bytes(), config_file.read_text("utf-8"))
+    except (ValueError, KeyError, OSError) as err:
+        raise RegistryError(f"{config_file}: {err}") from err
+    _cache[key] = table
+    return table
+
+
+@dataclass
+class PoolFingerprints:
+    table: ItemTable
+    names: list[str]  # every model of the models table with usable evaluations, sorted
+    thetas: np.ndarray  # (M, r + 1)
+    coverage: np.ndarray  # (M, S) bool: probe queries of the tasks each model was evaluated on
+    versions: dict[str, int]  # the model versions these fingerprints were computed from
+
+    def row(self, name: str) -> int:
+        return self.names.index(name)
+
+    def behaviour_to(self, name: str) -> np.ndarray:
+        """(M,) expected disagreement of `name` with every model (inf where no task in common)."""
+        i = self.row(name)
+        return self.table.behaviour_distances(self.thetas[i:i + 1], self.thetas, coverage=self.coverage[i:i + 1],
+                                              other_coverage=self.coverage)[0]
+
+
+_pool_cache: dict[tuple[str, str], PoolFingerprints] = {}
+
+
+def _read_cache(weights, index) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    from safetensors.numpy import load
+
+    if not index.is_file():
+        return {}
+    try:
+        meta = json.loads(index.read_text("utf-8"))
+        arrays = load(weights.read_bytes())
+        return {n: (int(v), arrays["thetas"][i], arrays["coverage"][i].astype(bool))
+                for i, (n, v) in enumerate(zip(meta["names"], meta["versions"]))}
+    except (OSError, ValueError, KeyError, IndexError):
+        return {}  # a damaged cache is rebuilt, never trusted
+
+
+def _compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
+    """name -> (theta, coverage) from the stored evaluations of these models."""
+    if not names:
+        return {}
+    from indexing.store import QUERIES
+    from registry.dataset import load_query_vectors
+    from registry.rows import read_evaluations
+
+    models, qids, scores = read_evaluations(store, names)
+    ids = sorted(set(qids.tolist()))
+    unknown = [q for q in ids if q not in table._row]
+    vectors = np.zeros((len(ids), 1), np.float32)
+    placeable = set(ids) - set(unknown)
+    if unknown:  # queries the table has not seen are placed by their vectors
+        qv = load_query_vectors(store, store.query_encoder)
+        pos = {q: i for i, q in enumerate(qv.query_ids)}
+        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
+        for i, q in enumerate(ids):
+            if q in pos:
+                vectors[i] = qv.vectors[pos[q]]
+                placeable.add(q)
+    ids_kept = [q for q in ids if q in placeable]
+    id_pos = {q: i for i, q in enumerate(ids_kept)}
+    if not ids_kept:
+        return {}
+    f, b = table.item_params(ids_kept, vectors[[ids.index(q) for q in ids_kept]] if unknown else None)
+    tasks = store.read(QUERIES, ["query_id", "task"])
+    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    out = {}
+    for name in names:
+        sel = np.flatnonzero((models == name) & np.fromiter((q in id_pos for q in qids), bool, count=len(qids)))
+        if len(sel):
+            q = np.fromiter((id_pos[x] for x in qids[sel]), dtype=np.int64, count=len(sel))
+            out[name] = (table.fingerprint(f[q], b[q], scores[sel]),
+                         table.coverage([{task_of.get(x) or "" for x in qids[sel]}])[0])
+    return out
+
+
+def pool_fingerprints(store: Store, table: ItemTable) -> PoolFingerprints:
+    """Every live model's fingerprint; a model whose version is unchanged since the last call (in this
+    process, or in the on-disk cache) is not recomputed."""
+    from safetensors.numpy import save
+
+    from indexing.home import write_bytes_atomic, write_text_atomic
+    from indexing.store import MODELS
+
+    versions = {r["name"]: int(r["version"] or 0) for r in store.read(MODELS, ["name", "version"]).to_pylist()}
+    key = (str(store.home), table.table_id)
+    directory = store.home / "fingerprints"
+    weights, index = directory / f"{table.table_id}.safetensors", directory / f"{table.table_id}.json"
+    held = _pool_cache.get(key)
+    if held is not None and held.versions == versions:
+        return held
+    known = ({n: (held.versions[n], held.thetas[i], held.coverage[i]) for i, n in enumerate(held.names)}
+             if held is not None else _read_cache(weights, index))
+    fresh = {n for n in versions if n in known and known[n][0] == versions[n]}
+    computed = _compute(store, table, sorted(set(versions) - fresh))
+    names = sorted(fresh | set(computed))
+    pick = {n: (computed[n] if n in computed else known[n][1:]) for n in names}
+    out = PoolFingerprints(
+        table=table, names=names, versions={n: versions[n] for n in names},
+        thetas=np.array([pick[n][0] for n in names], np.float64).reshape(len(names), table.rank + 1),
+        coverage=np.array([pick[n][1] for n in names], bool).reshape(len(names), len(table.probe)))
+    if computed or set(known) != set(names):
+        try:
+            if hasattr(directory, "mkdir"):
+                directory.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(weights, save({"thetas": out.thetas, "coverage": out.coverage.astype(np.uint8)}))
+            write_text_atomic(index, json.dumps({"names": names, "versions": [versions[n] for n in names]}))
+        except OSError:
+            pass  # a read-only home still answers; the next call recomputes
+    _pool_cache[key] = out
+    return out

@@ -1,0 +1,173 @@
+"""Behaviour fingerprints (encoder/fingerprint.py): the item table, the per-model solve, the distances."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from encoder.fingerprint import FingerprintConfig, ItemTable, fit_item_table
+from registry.geometry import disagreement_matrix, distance_correlations, self_retrieval_ranks
+
+FAST = FingerprintConfig(rank=4, steps=300)
+
+
+def _pool(seed=0, m=24, q=600, rank=3, tasks=("a", "b")):
+    """Scores of m models on q queries from a rank-`rank` logistic factor model: models of similar
+    ability (the intercept) that fail on different queries."""
+    rng = np.random.default_rng(seed)
+    item_f = rng.normal(size=(q, rank)) * 1.5
+    model_a = rng.normal(size=(m, rank))
+    logits = model_a @ item_f.T + rng.normal(0, 0.3, size=m)[:, None] + rng.normal(0, 1.0, size=q)[None, :]
+    y = (rng.random((m, q)) < 1 / (1 + np.exp(-logits))).astype(np.float32)
+    vectors = rng.normal(size=(q, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    model_index, query_index = np.divmod(np.arange(m * q), q)
+    return dict(query_ids=[f"q{i}" for i in range(q)], query_vectors=vectors, model_index=model_index,
+                query_index=query_index, scores=y.ravel(), models=[f"m{i}" for i in range(m)],
+                tasks=[tasks[i % len(tasks)] for i in range(q)]), y
+
+
+def _per_model(pool, m):
+    return [np.flatnonzero(pool["model_index"] == i) for i in range(m)]
+
+
+def test_copies_find_their_own_fingerprint_where_ability_does_not():
+    pool, y = _pool()
+    table = fit_item_table(**pool, config=FAST)
+    own = _per_model(pool, len(y))
+    args = (pool["query_ids"], pool["query_vectors"])
+    stored = table.identity_vectors(table.fingerprints(*args, own, pool["query_index"], pool["scores"]))
+    rng = np.random.default_rng(1)
+    copies = [np.sort(rng.choice(e, 200, replace=False)) for e in own]
+    copy_vectors = table.identity_vectors(table.fingerprints(*args, copies, pool["query_index"], pool["scores"]))
+    ranks = self_retrieval_ranks(copy_vectors, stored, metric="euclidean")
+    assert np.mean(ranks == 1) >= 0.9
+    # the ability coordinate alone (the intercept) cannot tell these models apart
+    ability = self_retrieval_ranks(copy_vectors[:, -1:], stored[:, -1:], metric="euclidean")
+    assert np.mean(ability == 1) < 0.5
+
+
+def test_behaviour_distance_follows_raw_disagreement():
+    pool, y = _pool(seed=2)
+    table = fit_item_table(**pool, config=FAST)
+    thetas = table.fingerprints(pool["query_ids"], pool["query_vectors"], _per_model(pool, len(y)),
+                                pool["query_index"], pool["scores"])
+    raw, _ = disagreement_matrix(y)
+    assert distance_correlations(table.behaviour_distances(thetas), raw)["spearman"] > 0.8
+
+
+def test_fingerprint_is_deterministic_and_more_evaluations_refine_it():
+    pool, y = _pool(seed=3)
+    table = fit_item_table(**pool, config=FAST)
+    f, b = table.item_params(pool["query_ids"])
+    full = table.fingerprint(f, b, y[0])
+    assert np.array_equal(full, table.fingerprint(f, b, y[0]))
+    small = table.fingerprint(f[:60], b[:60], y[0, :60])
+    large = table.fingerprint(f[:400], b[:400], y[0, :400])
+    assert np.linalg.norm(large - full) < np.linalg.norm(small - full)
+
+
+def test_unknown_queries_map_through_their_vectors():
+    pool, _ = _pool(seed=4)
+    table = fit_item_table(**pool, config=FAST)
+    with pytest.raises(ValueError, match="unknown to the item table"):
+        table.item_params(["not-a-query"])
+    f, b = table.item_params(["q0", "new"], np.stack([pool["query_vectors"][0], pool["query_vectors"][5]]))
+    known_f, known_b = table.item_params(["q0", "q5"])
+    assert np.allclose(f[0], known_f[0]) and b[0] == pytest.approx(known_b[0])
+    expected = np.concatenate([pool["query_vectors"][5], [1.0]]) @ table.text_map
+    assert np.allclose(np.concatenate([f[1], [b[1]]]), expected, atol=1e-5)
+
+
+def test_pairs_without_a_common_task_have_no_behaviour_distance():
+    pool, y = _pool(seed=5)
+    table = fit_item_table(**pool, config=FAST)
+    thetas = np.zeros((3, table.rank + 1))
+    coverage = table.coverage([{"a"}, {"b"}, {"a", "b"}])
+    d = table.behaviour_distances(thetas, coverage=coverage)
+    assert np.isinf(d[0, 1]) and np.isfinite(d[0, 2]) and np.isfinite(d[1, 2])
+    assert coverage[0].sum() + coverage[1].sum() == len(table.probe)
+
+
+def test_item_table_files_round_trip_and_refuse_tampering():
+    pool, y = _pool(seed=6, m=8, q=120)
+    table = fit_item_table(**pool, config=FAST)
+    again = ItemTable.from_files(table.weights_bytes(), table.config_json())
+    assert again.table_id == table.table_id and again.probe_tasks == table.probe_tasks
+    assert np.array_equal(again.factors, table.factors)
+    other = fit_item_table(**_pool(seed=7, m=8, q=120)[0], config=FAST)
+    with pytest.raises(ValueError, match="does not match"):
+        ItemTable.from_files(other.weights_bytes(), table.config_json())
+    with pytest.raises(ValueError, match="not an item table"):
+        ItemTable.from_files(table.weights_bytes(), '{"format": "something-else"}')
+
+
+# ----------------------------------------------------------------------------- in a registry
+@pytest.fixture(scope="module")
+def trained_home(tmp_path_factory):
+    from tests.helpers import synthetic_registry
+
+    home = tmp_path_factory.mktemp("fingerprint") / "home"
+    synthetic_registry(home, train_epochs=5, n_families=3, models_per_family=3, queries_per_task=40,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=0, seed=2)
+    return home
+
+
+@pytest.fixture
+def reg(trained_home, tmp_path):
+    import shutil
+
+    from registry import Registry
+
+    shutil.copytree(trained_home, tmp_path / "home")
+    return Registry.open(tmp_path / "home")
+
+
+def test_train_writes_an_item_table_without_the_test_queries(reg):
+    import json
+
+    from encoder.fingerprint import ITEM_TABLE_CONFIG
+    from registry.fingerprints import load_item_table
+
+    active = reg.store.config["active_encoder"]
+    table = load_item_table(reg.store)
+    assert (reg.home / "encoders" / active / ITEM_TABLE_CONFIG).is_file() and table is not None
+    test_ids = set(json.loads((reg.home / "encoders" / active / "training.json").read_text())["test_query_ids"])
+    assert test_ids and not test_ids & set(table.query_ids)
+    assert sorted(table.models) == sorted(r.name for r in reg.list())
+
+
+def test_fingerprints_are_cached_per_model_version(reg, monkeypatch):
+    from registry import fingerprints as fp
+    from tests.helpers import own_evaluations
+
+    table = fp.load_item_table(reg.store)
+    first = fp.pool_fingerprints(reg.store, table)
+    assert (reg.home / "fingerprints" / f"{table.table_id}.json").is_file()
+    computed = []
+    real = fp._compute
+    monkeypatch.setattr(fp, "_compute", lambda store, t, names: computed.append(list(names)) or real(store, t, names))
+    fp._pool_cache.clear()  # a fresh process: the on-disk cache answers
+    again = fp.pool_fingerprints(reg.store, table)
+    assert computed == [[]] and np.array_equal(again.thetas, first.thetas)
+    name = first.names[0]
+    reg.refine(name, own_evaluations(reg, first.names[1])[:40])
+    after = fp.pool_fingerprints(reg.store, table)
+    assert computed[-1] == [name] and after.versions[name] == first.versions[name] + 1
+    i = after.row(name)
+    assert not np.allclose(after.thetas[i], first.thetas[i])
+    assert np.array_equal(np.delete(after.thetas, i, 0), np.delete(first.thetas, i, 0))
+
+
+def test_search_by_behaviour_finds_a_copy_that_shares_no_query(reg):
+    """Two endpoints serving one model, scored on disjoint halves of its queries: no shared query, so
+    agreement cannot order them; their fingerprints put each among the other's nearest."""
+    from tests.helpers import own_evaluations
+
+    evals = own_evaluations(reg, "syn-synfam1-7b")
+    reg.add_model("endpoint-a", evals[0::2])
+    reg.add_model("endpoint-b", evals[1::2])
+    hits = reg.similar("endpoint-b", k=3, by="behaviour").neighbours
+    assert all(h.behaviour_distance is not None for h in hits)
+    assert hits[0].name == "syn-synfam1-7b" and hits[0].shared_queries == len(evals[1::2])  # evidence first
+    # by embedding alone it is 5th here, behind models of similar ability
+    assert hits[1].name == "endpoint-a" and hits[1].shared_queries == 0 and hits[1].agreement_kappa is None
