@@ -35,6 +35,7 @@ __all__ = ["FingerprintConfig", "ItemTable", "fit_item_table", "fit_on_data", "s
 ITEM_TABLE_WEIGHTS = "item_table.safetensors"
 ITEM_TABLE_CONFIG = "item_table.json"
 FORMAT = "locus-item-table/1"
+_DENSE_CELLS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -217,10 +218,22 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     model_a = (0.1 * torch.randn(n_models, r, generator=g)).requires_grad_()
     model_c = torch.zeros(n_models, requires_grad=True)
     opt = torch.optim.Adam([item_f, item_b, model_a, model_c], lr=config.lr)
+    # a dense (M, P) matrix with a mask when it is small enough: three matmuls a step instead of gathers
+    # over every triple (MMLU-Pro, 32 x 10.8k: 40 s -> a few); the same loss either way
+    dense = n_models * n_items <= _DENSE_CELLS
+    if dense:
+        target = torch.zeros(n_models, n_items)
+        weight = torch.zeros(n_models, n_items)
+        target[m, q], weight[m, q] = y, 1.0
+        weight /= weight.sum()
     for _ in range(config.steps):
         opt.zero_grad()
-        logit = (item_f[q] * model_a[m]).sum(1) + item_b[q] + model_c[m]  # (E,)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y)
+        if dense:
+            logit = model_a @ item_f.T + item_b + model_c[:, None]  # (M, P)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, target, weight=weight, reduction="sum")
+        else:
+            logit = (item_f[q] * model_a[m]).sum(1) + item_b[q] + model_c[m]  # (E,)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logit, y)
         loss = loss + config.factor_decay * ((item_f ** 2).sum() / n_items + (model_a ** 2).sum() / n_models)
         loss.backward()
         opt.step()

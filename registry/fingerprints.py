@@ -21,7 +21,7 @@ from registry.errors import RegistryError
 
 __all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_fingerprints"]
 
-_cache: dict[str, ItemTable] = {}
+_cache: dict[tuple[str, float], ItemTable] = {}
 
 
 def _test_query_ids(active) -> set[str]:
@@ -38,7 +38,8 @@ def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> 
     data = load_eval_data(store, active.query_encoder)
     table = fit_on_data(data, exclude=_test_query_ids(active), config=config)
     save_item_table(table, active.directory)
-    _cache.pop(str(active.directory), None)
+    for key in [k for k in _cache if k[0] == str(active.directory)]:
+        _cache.pop(key)
     for key in [k for k in _pool_cache if k[0] == str(store.home)]:
         _pool_cache.pop(key)
     return table
@@ -51,12 +52,14 @@ def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | 
     if not encoder_id:
         return None
     directory = store.home / "encoders" / encoder_id
-    key = str(directory)
-    if key in _cache:
-        return _cache[key]
     config_file = directory / ITEM_TABLE_CONFIG
     if not config_file.is_file():
         return None
+    # keyed by the file's mtime: a table refitted by another process (the CLI beside the service) is reread
+    stat = config_file.stat()
+    key = (str(directory), getattr(stat, "st_mtime_ns", None) or stat.st_mtime)
+    if key in _cache:
+        return _cache[key]
     try:
         table = ItemTable.from_files((directory / ITEM_TABLE_WEIGHTS).read_bytes(), config_file.read_text("utf-8"))
     except (ValueError, KeyError, OSError) as err:

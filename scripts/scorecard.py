@@ -249,8 +249,8 @@ def geometry_table(results: dict) -> list[str]:
     row("held out of the item table's fit: self-retrieval top-1 / top-3",
         fp(lambda f: "-" if not f.get("held_out") else f"{_pct(f['held_out']['self_top1'])} / {_pct(f['held_out']['self_top3'])}"))
     row("held out: NN among 3 behaviourally nearest", lambda c: "-" if not (c.get("fingerprint") and c["fingerprint"].get("held_out"))
-        else f"{_pct(c['fingerprint']['held_out']['behavioural_nn'])} ({c['fingerprint']['held_out']['behavioural_nn_hits']}/{c['models']}, "
-             f"{c['fingerprint']['held_out']['folds']} folds)")
+        else f"{_pct(c['fingerprint']['held_out']['behavioural_nn'])} ({int(c['fingerprint']['held_out']['behavioural_nn_hits'])}/{c['models']}, "
+             f"{int(c['fingerprint']['held_out']['folds'])} folds)")
     return lines
 
 
@@ -382,6 +382,13 @@ def write_page(results: dict, path: Path) -> None:
               "(c). Its portfolio rows route each test query among the chosen models scored on it and skip the "
               "queries none of them has (`scoring: scored-members`), so subsets are scored on different queries; "
               "the per-dataset views are the comparable test.",
+              "- The fingerprint rows measure behaviour fingerprints (`encoder/fingerprint.py`, the second vector "
+              "`search --by behaviour` uses): an item table fitted by logistic matrix factorisation on the registry's "
+              "pool (as the encoder is trained on it; never on the encoder's test queries), and per model a ridge "
+              "solve of r + 1 numbers on its evaluations. (a) uses the identity distance (RMS logit difference over "
+              "the probe queries), (b) and (c) the behaviour distance (expected disagreement over the probe queries "
+              "of the tasks both models were evaluated on). The \"held out\" rows refit the table without a fold of "
+              "the models and score those: a model onboarded after training.",
               "- MMLU-Pro's full pool contains Gemini-3.1-Pro, the best single model on every subject: its portfolio "
               "rows saturate at the best single model; part (d) therefore routes on the open-weight pool.",
               "- Parts (d) and (f) train fresh LOCUS runs under `registry evaluate`'s protocol (80/10/10 query split "

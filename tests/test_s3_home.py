@@ -113,6 +113,13 @@ def test_add_model_lands_on_s3_and_a_new_reader_finds_the_copy_first(s3, trained
     hits = reader.similar("copy-on-s3", k=2).neighbours
     assert hits[0].name == source and hits[0].distance < 1e-5
     assert JOURNAL_FILE not in {k.split("/")[1] for k in _keys(s3)}
+    # behaviour fingerprints: the item table train wrote into the bucket, the per-model cache beside it
+    by_behaviour = reader.similar("copy-on-s3", k=2, by="behaviour").neighbours
+    assert by_behaviour[0].name == source and by_behaviour[0].behaviour_distance is not None
+    active = reader.store.config["active_encoder"]
+    keys = _keys(s3)
+    assert f"registry/encoders/{active}/item_table.json" in keys
+    assert any(k.startswith("registry/fingerprints/") and k.endswith(".safetensors") for k in keys)
 
 
 def test_read_only_commands_through_the_cli_with_an_s3_home(s3, trained, workdir, monkeypatch):
