@@ -47,6 +47,7 @@ class FingerprintConfig:
     lr: float = 0.05
     text_ridge: float = 1.0  # L2 of the query-vector -> (F_i, b_i) map
     max_probe: int = 2048  # known queries the distances average over
+    max_fit_evals: int = 4_000_000  # a larger pool fits on a seeded sample of its evaluations (time and memory)
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -77,7 +78,9 @@ class ItemTable:
 
     @property
     def table_id(self) -> str:
-        h = hashlib.sha256(json.dumps({"format": FORMAT, "config": self.config.to_dict()}, sort_keys=True).encode())
+        # max_fit_evals only bounds the fit (it arrived after the first tables; they keep their ids)
+        config = {k: v for k, v in self.config.to_dict().items() if k != "max_fit_evals"}
+        h = hashlib.sha256(json.dumps({"format": FORMAT, "config": config}, sort_keys=True).encode())
         for array in (self.factors, self.bias, self.text_map, self.probe):
             h.update(np.ascontiguousarray(array).tobytes())
         h.update("\n".join(self.query_ids).encode("utf-8"))
@@ -205,6 +208,9 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     import torch
 
     config = config or FingerprintConfig()
+    if len(scores) > config.max_fit_evals:
+        keep = np.sort(np.random.default_rng(config.seed).choice(len(scores), config.max_fit_evals, replace=False))
+        model_index, query_index, scores = model_index[keep], query_index[keep], scores[keep]
     seen = np.unique(query_index)
     renumber = np.full(len(query_ids), -1, np.int64)
     renumber[seen] = np.arange(len(seen))

@@ -171,3 +171,13 @@ def test_search_by_behaviour_finds_a_copy_that_shares_no_query(reg):
     assert hits[0].name == "syn-synfam1-7b" and hits[0].shared_queries == len(evals[1::2])  # evidence first
     # by embedding alone it is 5th here, behind models of similar ability
     assert hits[1].name == "endpoint-a" and hits[1].shared_queries == 0 and hits[1].agreement_kappa is None
+
+
+def test_a_pool_larger_than_the_cap_fits_on_a_sample():
+    from dataclasses import replace
+
+    pool, y = _pool(seed=8, m=10, q=200)
+    capped = fit_item_table(**pool, config=replace(FAST, max_fit_evals=1000))
+    full = fit_item_table(**pool, config=FAST)
+    assert capped.table_id != full.table_id and len(capped.query_ids) <= 200
+    assert capped.table_id == fit_item_table(**pool, config=replace(FAST, max_fit_evals=1000)).table_id  # seeded
