@@ -115,7 +115,7 @@ class ItemTable:
         penalty[-1] = 1e-6  # the intercept (ability) is free
         theta = np.zeros(self.rank + 1)
         for _ in range(iterations):
-            p = 1.0 / (1.0 + np.exp(-(x @ theta + bias)))
+            p = 1.0 / (1.0 + np.exp(-np.clip(x @ theta + bias, -30.0, 30.0)))  # an all-right model stays finite
             grad = x.T @ (p - y) + penalty * theta
             hess = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
             step = np.linalg.solve(hess, grad)

@@ -61,6 +61,8 @@ def test_fingerprint_is_deterministic_and_more_evaluations_refine_it():
     f, b = table.item_params(pool["query_ids"])
     full = table.fingerprint(f, b, y[0])
     assert np.array_equal(full, table.fingerprint(f, b, y[0]))
+    for constant in (0.0, 1.0):  # a model that gets everything right (or wrong) still has a finite print
+        assert np.isfinite(table.fingerprint(f, b, np.full(len(b), constant))).all()
     small = table.fingerprint(f[:60], b[:60], y[0, :60])
     large = table.fingerprint(f[:400], b[:400], y[0, :400])
     assert np.linalg.norm(large - full) < np.linalg.norm(small - full)
