@@ -79,6 +79,11 @@ class PoolFingerprints:
     def row(self, name: str) -> int:
         return self.names.index(name)
 
+    def identity_to(self, name: str) -> np.ndarray:
+        """(M,) RMS logit difference of `name`'s fingerprint from every model's over the probe queries."""
+        v = self.table.identity_vectors(self.thetas)
+        return np.linalg.norm(v - v[self.row(name)], axis=1)
+
     def behaviour_to(self, name: str) -> np.ndarray:
         """(M,) expected disagreement of `name` with every model (inf where no task in common)."""
         i = self.row(name)

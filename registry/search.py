@@ -110,9 +110,9 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
             open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
-    by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (expected
-    disagreement, `registry.fingerprints`; when the encoder has an item table), then the embedding's
-    nearest of as many that it did not propose, re-ranked by their excess agreement with the model on
+    by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (identity
+    distance among the models sharing a task with it, `registry.fingerprints`; when the encoder has an
+    item table), then the embedding's nearest of as many that it did not propose, re-ranked by their excess agreement with the model on
     the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
     of merely similar ability; a candidate with too few shared queries keeps its place. The vectors
     propose, the evaluations order."""
@@ -142,10 +142,12 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
         return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
                 for name, dist in hits]
     store = open_store()
-    behaviour = _fingerprint_distances(store, models, query, where)
-    if behaviour:
-        # the fingerprint's nearest first, then the embedding's nearest it did not propose
-        nearest_prints = sorted(behaviour, key=behaviour.get)[:wanted]
+    identity, behaviour = _fingerprint_distances(store, models, query, where)
+    if identity:
+        # the fingerprint's nearest first (by identity distance: a copy sharing no query with its original
+        # keeps this place, and identity finds it more often than behaviour distance does), then the
+        # embedding's nearest it did not propose
+        nearest_prints = sorted(identity, key=identity.get)[:wanted]
         proposed = set(nearest_prints)
         by_embedding = dict(hits)
         hits = [(name, by_embedding[name] if name in by_embedding else _distance(models, query, name, metric))
@@ -165,22 +167,24 @@ def _distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
     return float(np.linalg.norm(x - y))
 
 
-def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, where: str | None) -> dict[str, float]:
-    """Embedded model -> expected disagreement with `query` by behaviour fingerprint (registry.fingerprints),
-    for the models passing `where` that share a task with it; empty when the active encoder has no item
-    table or the model has no fingerprint."""
+def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str,
+                           where: str | None) -> tuple[dict[str, float], dict[str, float]]:
+    """(identity, behaviour): embedded model -> fingerprint distance from `query` (registry.fingerprints:
+    RMS logit difference; expected disagreement), for the models passing `where` that share a task with
+    it; empty when the active encoder has no item table or the model has no fingerprint."""
     from registry.fingerprints import load_item_table, pool_fingerprints
 
     table = load_item_table(store, models.index.encoder_id)
     if table is None:
-        return {}
+        return {}, {}
     prints = pool_fingerprints(store, table)
     if query not in prints.versions:
-        return {}
+        return {}, {}
     rows = models.allowed_rows(where)
     allowed = set(models.index.names) if rows is None else {models.index.names[i] for i in rows}
-    d = prints.behaviour_to(query)
-    return {name: float(x) for name, x in zip(prints.names, d) if name != query and name in allowed and np.isfinite(x)}
+    behaviour, identity = prints.behaviour_to(query), prints.identity_to(query)
+    keep = [i for i, name in enumerate(prints.names) if name != query and name in allowed and np.isfinite(behaviour[i])]
+    return ({prints.names[i]: float(identity[i]) for i in keep}, {prints.names[i]: float(behaviour[i]) for i in keep})
 
 
 def behaviour_order(hits: list, kappas: list[float | None]) -> list:

@@ -30,8 +30,12 @@ Per pool:
    a false flag: copy ~ any other model labelled "duplicate". Also counted: the copy ~ original pair
    labelled "same product line?", and whether the original is among the copy's 3 nearest neighbours.
    "decision recall" judges copy ~ original even when the embedding did not propose it (the
-   evidence stage alone). "original in top 3 by behaviour": `registry search COPY --by behaviour`,
-   the copy's 20 nearest by embedding re-ranked by agreement on shared queries (task_kappa).
+   evidence stage alone). "original in top 3 by behaviour": `registry search COPY --by behaviour`:
+   the copy's 20 nearest by behaviour fingerprint (identity distance; item table fitted on the pool
+   without the encoder's test queries, as `registry train` fits it) and its 20 nearest by embedding, ranked by agreement on
+   shared queries (task_kappa); "(embedding candidates only)" is the same without the fingerprint, as
+   search was before fingerprints. "original in 10 nearest fingerprints": by identity distance (what
+   an audit proposing candidates by fingerprint would get).
 """
 from __future__ import annotations
 
@@ -94,6 +98,40 @@ def cosine_knn(z: np.ndarray, pool: np.ndarray, k: int, exclude: int | None = No
     return order[:k], dist[order[:k]]
 
 
+class Fingerprints:
+    """Behaviour fingerprints over `data`'s queries with an item table fitted on the pool (without the
+    encoder's test queries, as `registry train` fits it)."""
+
+    def __init__(self, active, data) -> None:
+        import json
+
+        from encoder.fingerprint import fit_on_data
+
+        test = set(json.loads((active.directory / "training.json").read_text("utf-8")).get("test_query_ids", []))
+        self.table = fit_on_data(data, exclude=test)
+        self.f, self.b = self.table.item_params(data.query_ids, data.query_vectors)
+        self.tasks = np.asarray([t or "" for t in data.tasks], dtype=object)
+
+    def of(self, idx: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(theta, coverage) of a model given as (query index, score) rows."""
+        return (self.table.fingerprint(self.f[idx], self.b[idx], y),
+                self.table.coverage([set(self.tasks[idx].tolist())])[0])
+
+    def nearest(self, one, pool: list, k: int, exclude: int | None = None) -> list[int]:
+        """The k nearest of the pool by identity distance among those sharing a task with `one`."""
+        behaviour, identity = self.distances(one, pool)
+        order = [b for b in np.argsort(identity, kind="stable") if np.isfinite(behaviour[b]) and b != exclude]
+        return order[:k]
+
+    def distances(self, one, pool: list) -> tuple[np.ndarray, np.ndarray]:
+        """(behaviour, identity) distances from one fingerprint to each of the pool's."""
+        thetas = np.array([t for t, _ in pool])
+        behaviour = self.table.behaviour_distances(one[0][None], thetas, coverage=one[1][None],
+                                                   other_coverage=np.array([c for _, c in pool]))[0]
+        v = self.table.identity_vectors(np.vstack([one[0][None], thetas]))
+        return behaviour, np.linalg.norm(v[1:] - v[0], axis=1)
+
+
 def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray, rng):
     """(original rows, copy rows, c: the share of answers the copy re-drew) for one variant; p: the
     original's fitted P(right) on idx."""
@@ -120,7 +158,8 @@ def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray
     return (idx, y), (idx, out), c
 
 
-def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int) -> dict:
+def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int,
+             fingerprint_candidates: bool = False) -> dict:
     from registry.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
                                       task_kappa)
     from registry.search import behaviour_order
@@ -133,6 +172,8 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
     names = pool.names
     z_real = embed(active, data, pool.rows)
     m = len(names)
+    prints = Fingerprints(active, data)
+    fp_real = [prints.of(*r) for r in pool.rows]
 
     # 1. the real pool's own audit: kNN candidates, Holm over all of them
     pairs = {}
@@ -140,6 +181,10 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
         nn, dist = cosine_knn(z_real[i], z_real, k, exclude=i)
         for j, d in zip(nn, dist):
             pairs.setdefault((min(i, j), max(i, j)), float(d))
+        if fingerprint_candidates:
+            for j in prints.nearest(fp_real[i], fp_real, k, exclude=i):
+                pairs.setdefault((min(i, j), max(i, j)), float(1.0 - z_real[i] @ z_real[j] / (
+                    np.linalg.norm(z_real[i]) * np.linalg.norm(z_real[j]))))
     cal = calibrate(pool, neighbours=[(names[a], names[b]) for a, b in pairs])
     decided = {(a, b): evidence(cal, names[a], *pool.rows[a], names[b], *pool.rows[b], max_noise=max_noise)
                for a, b in pairs}
@@ -166,17 +211,33 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             copies.append(copy)
         z_copy = embed(active, data, copies)
         z_orig = embed(active, data, originals) if kind == "disjoint" else z_real
-        tp = related = false = top3 = top3_behaviour = decision_tp = 0
+        tp = related = false = top3 = top3_behaviour = top3_embedding_only = fp_top10 = decision_tp = 0
+        fp_copy = [prints.of(*c) for c in copies]
         changed = []
         for a in range(m):
             z_pool = z_real.copy()
             z_pool[a] = z_orig[a]
             nn, _ = cosine_knn(z_copy[a], z_pool, k)
             top3 += int(a in nn[:3])
+            if fingerprint_candidates:
+                fp_pool_a = list(fp_real)
+                if kind == "disjoint":
+                    fp_pool_a[a] = prints.of(*originals[a])
+                nn = np.asarray(list(nn) + [b for b in prints.nearest(fp_copy[a], fp_pool_a, k) if b not in set(nn)])
             # `registry search COPY --by behaviour`: the 20 nearest re-ranked by task_kappa
             near, _ = cosine_knn(z_copy[a], z_pool, max(20, k))
-            kap = [task_kappa(*copies[a], *(originals[a] if b == a else pool.rows[b]), cal.task)[0] for b in near]
-            top3_behaviour += int(a in behaviour_order(list(near), kap)[:3])
+            fp_pool = list(fp_real)
+            if kind == "disjoint":
+                fp_pool[a] = prints.of(*originals[a])
+            behaviour, identity = prints.distances(fp_copy[a], fp_pool)
+            near_prints = [b for b in np.argsort(identity, kind="stable") if np.isfinite(behaviour[b])]
+            proposed = near_prints[:max(20, k)]
+            fp_top10 += int(a in np.argsort(identity, kind="stable")[:10])
+            candidates = proposed + [b for b in near if b not in proposed]
+            kap = {b: task_kappa(*copies[a], *(originals[a] if b == a else pool.rows[b]), cal.task)[0]
+                   for b in candidates}
+            top3_behaviour += int(a in behaviour_order(candidates, [kap[b] for b in candidates])[:3])
+            top3_embedding_only += int(a in behaviour_order(list(near), [kap[b] for b in near])[:3])
             copy_name = f"{names[a]} (copy)"
             rows_of = {b: (originals[a] if b == a else pool.rows[b]) for b in set(nn) | {a}}
             held = {names[a]: pool.rows[a]}  # the calibration holds the original's full answers
@@ -203,6 +264,7 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
                 changed.append(float(np.mean(originals[a][1][ia] != copies[a][1][ib])))
         rows.append({"variant": f"{kind}-{lvl:.0%}" if kind != "quant" else f"quant-{lvl * 100:.0f}pt",
                      "copies": m, "tp": tp, "related": related, "false": false, "top3": top3, "top3_behaviour": top3_behaviour,
+                     "top3_embedding_only": top3_embedding_only, "fp_top10": fp_top10,
                      "decision_tp": decision_tp, "changed": float(np.mean(changed)) if changed else None,
                      "resampled": float(np.mean(shares))})
         print(f"  {name} {rows[-1]['variant']}: recall {tp / m:.2f}, false {false}, top3 {top3 / m:.2f} "
@@ -235,8 +297,8 @@ def render(results: list[dict], args) -> str:
         out.append("| copy variant | copies | changed (shared) | re-drawn share c | flagged duplicate (recall) | labelled "
                    "same product line? | flagged either way (recall) | false duplicate flags (copy ~ other) | precision "
                    "| precision incl. pool's distinct duplicates | decision recall (original forced in) | original in top 3 | "
-                   "original in top 3 by behaviour |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   "original in top 3 by behaviour | (embedding candidates only) | original in 10 nearest fingerprints |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row in r["rows"]:
             tp, false = row["tp"], row["false"]
             prec = tp / (tp + false) if tp + false else float("nan")
@@ -247,7 +309,8 @@ def render(results: list[dict], args) -> str:
                        f"{tp} ({tp / row['copies']:.2f}) | {row['related']} | {either} ({either / row['copies']:.2f}) | "
                        f"{false} | {prec:.2f} | {prec_pool:.2f} | "
                        f"{row['decision_tp'] / row['copies']:.2f} | {row['top3'] / row['copies']:.2f} | "
-                       f"{row['top3_behaviour'] / row['copies']:.2f} |")
+                       f"{row['top3_behaviour'] / row['copies']:.2f} | {row['top3_embedding_only'] / row['copies']:.2f} | "
+                       f"{row['fp_top10'] / row['copies']:.2f} |")
         out.append(f"\n({r['seconds']:.0f} s)\n")
     return "\n".join(out)
 
@@ -260,6 +323,8 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--max-noise", type=float, default=0.12)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--candidates", choices=["embedding", "both"], default="embedding",
+                        help="audit candidates: the k nearest by embedding, or also the k nearest by fingerprint")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--markdown", type=Path, default=None, help="Also write the tables to this results page.")
     args = parser.parse_args()
@@ -274,7 +339,7 @@ def main() -> None:
         if home is None:
             sys.exit(f"--home {name}=HOME is needed for pool {name}")
         results.append(run_pool(name, Path(home), k=args.k, alpha=args.alpha, max_noise=args.max_noise,
-                                seed=args.seed))
+                                seed=args.seed, fingerprint_candidates=args.candidates == "both"))
         print(render(results[-1:], args), flush=True)
     if args.markdown:
         command = " ".join(["scripts/bench_audit_real.py", *sys.argv[1:]])
