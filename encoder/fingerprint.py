@@ -47,7 +47,10 @@ class FingerprintConfig:
     lr: float = 0.05
     text_ridge: float = 1.0  # L2 of the query-vector -> (F_i, b_i) map
     max_probe: int = 2048  # known queries the distances average over
-    max_fit_evals: int = 4_000_000  # a larger pool fits on a seeded sample of its evaluations (time and memory)
+    # bounds on the fit, for time and memory: a larger pool fits on a seeded sample of its models (the table
+    # describes the queries; a thousand models characterise them), then of their evaluations
+    max_fit_models: int = 1000
+    max_fit_evals: int = 4_000_000
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -78,8 +81,8 @@ class ItemTable:
 
     @property
     def table_id(self) -> str:
-        # max_fit_evals only bounds the fit (it arrived after the first tables; they keep their ids)
-        config = {k: v for k, v in self.config.to_dict().items() if k != "max_fit_evals"}
+        # the max_fit_* bounds only limit the fit (they arrived after the first tables; those keep their ids)
+        config = {k: v for k, v in self.config.to_dict().items() if not k.startswith("max_fit_")}
         h = hashlib.sha256(json.dumps({"format": FORMAT, "config": config}, sort_keys=True).encode())
         for array in (self.factors, self.bias, self.text_map, self.probe):
             h.update(np.ascontiguousarray(array).tobytes())
@@ -151,9 +154,13 @@ class ItemTable:
         """(M, S) bool: the probe queries of a task each model was evaluated on. A model answers for
         its own kinds of query: a function-calling model's predicted answers to maths questions are the
         factor model's extrapolation, not evidence, so behaviour distances skip them."""
-        tasks = np.asarray(self.probe_tasks if self.probe_tasks else [""] * len(self.probe), dtype=object)
-        return np.stack([np.isin(tasks, np.asarray(sorted(set(t)), dtype=object)) for t in tasks_per_model]) \
-            if tasks_per_model else np.zeros((0, len(tasks)), bool)
+        tasks = self.probe_tasks if self.probe_tasks else [""] * len(self.probe)
+        code = {t: i for i, t in enumerate(sorted(set(tasks)))}
+        probe_codes = np.fromiter((code[t] for t in tasks), dtype=np.int64, count=len(tasks))
+        out = np.zeros((len(tasks_per_model), len(tasks)), bool)
+        for m, model_tasks in enumerate(tasks_per_model):
+            out[m] = np.isin(probe_codes, [code[t] for t in model_tasks if t in code])
+        return out
 
     def behaviour_distances(self, thetas: np.ndarray, others: np.ndarray | None = None, *,
                             coverage: np.ndarray | None = None, other_coverage: np.ndarray | None = None) -> np.ndarray:
@@ -208,6 +215,15 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     import torch
 
     config = config or FingerprintConfig()
+    model_index, query_index, scores = (np.asarray(model_index, np.int64), np.asarray(query_index, np.int64),
+                                        np.asarray(scores, np.float32))
+    if len(models) > config.max_fit_models:
+        chosen = np.sort(np.random.default_rng(config.seed).choice(len(models), config.max_fit_models, replace=False))
+        renumber = np.full(len(models), -1, np.int64)
+        renumber[chosen] = np.arange(len(chosen))
+        keep = renumber[model_index] >= 0
+        model_index, query_index, scores = renumber[model_index[keep]], query_index[keep], scores[keep]
+        models = [models[i] for i in chosen]
     if len(scores) > config.max_fit_evals:
         keep = np.sort(np.random.default_rng(config.seed).choice(len(scores), config.max_fit_evals, replace=False))
         model_index, query_index, scores = model_index[keep], query_index[keep], scores[keep]
@@ -224,9 +240,10 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     model_a = (0.1 * torch.randn(n_models, r, generator=g)).requires_grad_()
     model_c = torch.zeros(n_models, requires_grad=True)
     opt = torch.optim.Adam([item_f, item_b, model_a, model_c], lr=config.lr)
-    # a dense (M, P) matrix with a mask when it is small enough: three matmuls a step instead of gathers
-    # over every triple (MMLU-Pro, 32 x 10.8k: 40 s -> a few); the same loss either way
-    dense = n_models * n_items <= _DENSE_CELLS
+    # a dense (M, P) matrix with a mask when it is small enough and mostly observed: three matmuls a step
+    # instead of gathers over every triple (MMLU-Pro, 32 x 10.8k: 31 s -> 5.5 s); the same loss either way
+    # (a dense cell costs about a tenth of a gathered triple here: dense unless the matrix is mostly holes)
+    dense = n_models * n_items <= min(_DENSE_CELLS, 10 * len(y))
     if dense:
         target = torch.zeros(n_models, n_items)
         weight = torch.zeros(n_models, n_items)

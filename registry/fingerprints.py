@@ -10,7 +10,7 @@ version), so a later call computes only the models added, refined or restored si
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,20 +75,28 @@ class PoolFingerprints:
     thetas: np.ndarray  # (M, r + 1)
     coverage: np.ndarray  # (M, S) bool: probe queries of the tasks each model was evaluated on
     versions: dict[str, int]  # the model versions these fingerprints were computed from
+    _rows: dict[str, int] | None = field(default=None, repr=False)
+    _identity: np.ndarray | None = field(default=None, repr=False)  # identity vectors, made when first asked
 
     def row(self, name: str) -> int:
-        return self.names.index(name)
+        if self._rows is None:
+            self._rows = {n: i for i, n in enumerate(self.names)}
+        return self._rows[name]
 
     def identity_to(self, name: str) -> np.ndarray:
         """(M,) RMS logit difference of `name`'s fingerprint from every model's over the probe queries."""
-        v = self.table.identity_vectors(self.thetas)
+        if self._identity is None:
+            self._identity = self.table.identity_vectors(self.thetas)
+        v = self._identity
         return np.linalg.norm(v - v[self.row(name)], axis=1)
 
-    def behaviour_to(self, name: str) -> np.ndarray:
-        """(M,) expected disagreement of `name` with every model (inf where no task in common)."""
+    def behaviour_to(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """Expected disagreement of `name` with every model, or with the models at `rows` (inf where no
+        task in common)."""
         i = self.row(name)
-        return self.table.behaviour_distances(self.thetas[i:i + 1], self.thetas, coverage=self.coverage[i:i + 1],
-                                              other_coverage=self.coverage)[0]
+        rows = np.arange(len(self.names)) if rows is None else np.asarray(rows, np.int64)
+        return self.table.behaviour_distances(self.thetas[i:i + 1], self.thetas[rows], coverage=self.coverage[i:i + 1],
+                                              other_coverage=self.coverage[rows])[0]
 
 
 _pool_cache: dict[tuple[str, str], PoolFingerprints] = {}
@@ -116,7 +124,12 @@ def _compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tupl
     from registry.dataset import load_query_vectors
     from registry.rows import read_evaluations
 
-    models, qids, scores = read_evaluations(store, names)
+    wanted = set(names)
+    # a long IN list is slower than one scan of the table
+    models, qids, scores = read_evaluations(store, names if len(names) <= 500 else None)
+    if len(names) > 500:
+        keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
+        models, qids, scores = models[keep], qids[keep], scores[keep]
     ids = sorted(set(qids.tolist()))
     unknown = [q for q in ids if q not in table._row]
     vectors = np.zeros((len(ids), 1), np.float32)
@@ -133,16 +146,21 @@ def _compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tupl
     id_pos = {q: i for i, q in enumerate(ids_kept)}
     if not ids_kept:
         return {}
-    f, b = table.item_params(ids_kept, vectors[[ids.index(q) for q in ids_kept]] if unknown else None)
+    at = {q: i for i, q in enumerate(ids)}
+    f, b = table.item_params(ids_kept, vectors[[at[q] for q in ids_kept]] if unknown else None)
     tasks = store.read(QUERIES, ["query_id", "task"])
     task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    task_at = np.asarray([task_of.get(q) or "" for q in ids_kept], dtype=object)
+    usable = np.fromiter((q in id_pos for q in qids), dtype=bool, count=len(qids))
+    models, scores = models[usable], scores[usable]
+    q_all = np.fromiter((id_pos[q] for q in qids[usable]), dtype=np.int64, count=int(usable.sum()))
+    order = np.argsort(models, kind="stable")  # one pass over the rows, grouped by model
+    owners, starts = np.unique(models[order], return_index=True)
     out = {}
-    for name in names:
-        sel = np.flatnonzero((models == name) & np.fromiter((q in id_pos for q in qids), bool, count=len(qids)))
-        if len(sel):
-            q = np.fromiter((id_pos[x] for x in qids[sel]), dtype=np.int64, count=len(sel))
-            out[name] = (table.fingerprint(f[q], b[q], scores[sel]),
-                         table.coverage([{task_of.get(x) or "" for x in qids[sel]}])[0])
+    for name, lo, hi in zip(owners, starts, [*starts[1:], len(order)]):
+        sel = order[lo:hi]
+        q = q_all[sel]
+        out[str(name)] = (table.fingerprint(f[q], b[q], scores[sel]), table.coverage([set(task_at[q].tolist())])[0])
     return out
 
 

@@ -142,7 +142,7 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
         return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
                 for name, dist in hits]
     store = open_store()
-    identity, behaviour = _fingerprint_distances(store, models, query, where)
+    identity, behaviour = _fingerprint_distances(store, models, query, where, wanted)
     if identity:
         # the fingerprint's nearest first (by identity distance: a copy sharing no query with its original
         # keeps this place, and identity finds it more often than behaviour distance does), then the
@@ -167,11 +167,12 @@ def _distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
     return float(np.linalg.norm(x - y))
 
 
-def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str,
-                           where: str | None) -> tuple[dict[str, float], dict[str, float]]:
+def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, where: str | None,
+                           limit: int) -> tuple[dict[str, float], dict[str, float]]:
     """(identity, behaviour): embedded model -> fingerprint distance from `query` (registry.fingerprints:
     RMS logit difference; expected disagreement), for the models passing `where` that share a task with
-    it; empty when the active encoder has no item table or the model has no fingerprint."""
+    it, at least the `limit` nearest by identity; empty when the active encoder has no item table or the
+    model has no fingerprint."""
     from registry.fingerprints import load_item_table, pool_fingerprints
 
     table = load_item_table(store, models.index.encoder_id)
@@ -182,9 +183,19 @@ def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str,
         return {}, {}
     rows = models.allowed_rows(where)
     allowed = set(models.index.names) if rows is None else {models.index.names[i] for i in rows}
-    behaviour, identity = prints.behaviour_to(query), prints.identity_to(query)
-    keep = [i for i, name in enumerate(prints.names) if name != query and name in allowed and np.isfinite(behaviour[i])]
-    return ({prints.names[i]: float(identity[i]) for i in keep}, {prints.names[i]: float(behaviour[i]) for i in keep})
+    identity = prints.identity_to(query)
+    order = [i for i in np.argsort(identity, kind="stable") if prints.names[i] != query and prints.names[i] in allowed]
+    # the behaviour distance (and whether the pair shares a task) only for the nearest by identity, in
+    # growing slices until enough share one: an (N x probe) product per search is what a large pool cannot pay
+    identities, behaviours, start, size = {}, {}, 0, 4 * limit
+    while start < len(order) and len(identities) < limit:
+        chunk = np.asarray(order[start:start + size], dtype=np.int64)
+        behaviour = prints.behaviour_to(query, chunk)
+        for i, d in zip(chunk, behaviour):
+            if np.isfinite(d):
+                identities[prints.names[i]], behaviours[prints.names[i]] = float(identity[i]), float(d)
+        start, size = start + size, size * 4
+    return identities, behaviours
 
 
 def behaviour_order(hits: list, kappas: list[float | None]) -> list:

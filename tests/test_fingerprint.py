@@ -186,3 +186,5 @@ def test_a_pool_larger_than_the_cap_fits_on_a_sample():
     full = fit_item_table(**pool, config=FAST)
     assert capped.table_id != full.table_id and len(capped.query_ids) <= 200
     assert capped.table_id == fit_item_table(**pool, config=replace(FAST, max_fit_evals=1000)).table_id  # seeded
+    few = fit_item_table(**pool, config=replace(FAST, max_fit_models=4))
+    assert len(few.models) == 4 and set(few.models) < set(pool["models"])
