@@ -239,11 +239,7 @@ def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    models = open_index(store)
-    x, y = models.vector(a), models.vector(b)
-    if metric == "cosine":
-        return float(1.0 - x @ y / (np.linalg.norm(x) * np.linalg.norm(y)))
-    return float(np.linalg.norm(x - y))
+    return _distance(open_index(store), a, b, metric)
 
 
 def check_consistency(store: "Store") -> list[str]:
