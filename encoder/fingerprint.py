@@ -186,12 +186,16 @@ class ItemTable:
 
     @classmethod
     def from_files(cls, weights: bytes, config_text: str) -> "ItemTable":
+        from safetensors import SafetensorError
         from safetensors.numpy import load
 
         meta = json.loads(config_text)
         if meta.get("format") != FORMAT:
             raise ValueError(f"not an item table ({meta.get('format')!r}, expected {FORMAT!r})")
-        t = load(weights)
+        try:
+            t = load(weights)
+        except SafetensorError as err:
+            raise ValueError(f"unreadable {ITEM_TABLE_WEIGHTS}: {err}") from err
         table = cls(query_ids=list(meta["query_ids"]), factors=t["factors"], bias=t["bias"], text_map=t["text_map"],
                     probe=t["probe"], config=FingerprintConfig(**meta["config"]), models=list(meta.get("models", [])),
                     probe_tasks=list(meta.get("probe_tasks", [])))
@@ -241,7 +245,7 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     model_c = torch.zeros(n_models, requires_grad=True)
     opt = torch.optim.Adam([item_f, item_b, model_a, model_c], lr=config.lr)
     # a dense (M, P) matrix with a mask when it is small enough and mostly observed: three matmuls a step
-    # instead of gathers over every triple (MMLU-Pro, 32 x 10.8k: 31 s -> 5.5 s); the same loss either way
+    # instead of gathers over every triple; the same loss either way
     # (a dense cell costs about a tenth of a gathered triple here: dense unless the matrix is mostly holes)
     dense = n_models * n_items <= min(_DENSE_CELLS, 10 * len(y))
     if dense:

@@ -24,19 +24,16 @@ __all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_finger
 _cache: dict[tuple[str, float], ItemTable] = {}
 
 
-def _test_query_ids(active) -> set[str]:
-    info = json.loads((active.directory / "training.json").read_text("utf-8"))
-    return set(info.get("test_query_ids", []))
-
-
 def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> ItemTable:
     """Fit the item table of the active encoder on the current pool (without the encoder's test
     queries) and store it beside the encoder; replaces an earlier one."""
     from registry.dataset import load_eval_data
+    from registry.heldout import test_queries
 
     active = active_encoder(store)
     data = load_eval_data(store, active.query_encoder)
-    table = fit_on_data(data, exclude=_test_query_ids(active), config=config)
+    test, _ = test_queries(active, data)
+    table = fit_on_data(data, exclude={data.query_ids[i] for i in test}, config=config)
     save_item_table(table, active.directory)
     for key in [k for k in _cache if k[0] == str(active.directory)]:
         _cache.pop(key)
@@ -103,6 +100,7 @@ _pool_cache: dict[tuple[str, str], PoolFingerprints] = {}
 
 
 def _read_cache(weights, index) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    from safetensors import SafetensorError
     from safetensors.numpy import load
 
     if not index.is_file():
@@ -112,7 +110,7 @@ def _read_cache(weights, index) -> dict[str, tuple[int, np.ndarray, np.ndarray]]
         arrays = load(weights.read_bytes())
         return {n: (int(v), arrays["thetas"][i], arrays["coverage"][i].astype(bool))
                 for i, (n, v) in enumerate(zip(meta["names"], meta["versions"]))}
-    except (OSError, ValueError, KeyError, IndexError):
+    except (OSError, ValueError, KeyError, IndexError, SafetensorError):
         return {}  # a damaged cache is rebuilt, never trusted
 
 

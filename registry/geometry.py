@@ -82,12 +82,9 @@ def nearest(d: np.ndarray, k: int = 1) -> np.ndarray:
 
 
 def _cross_distances(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if metric == "euclidean":
-        return np.sqrt(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0))
-    u = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    v = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return 1.0 - u @ v.T
+    from scipy.spatial.distance import cdist
+
+    return cdist(np.asarray(a, np.float64), np.asarray(b, np.float64), metric=metric)
 
 
 def self_retrieval_ranks(copies: np.ndarray, stored: np.ndarray, *, metric: str = "cosine") -> np.ndarray:
@@ -395,17 +392,15 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
         a = table.identity_vectors(prints([np.sort(h[:copy_evals]) for h in halves]))[able]
         b = table.identity_vectors(prints([np.sort(h[copy_evals:2 * copy_evals]) for h in halves]))[able]
         mutual = mutual_pair_rate(a, b, metric="euclidean")
-    def covered(on, per_model):
-        return table.coverage([{on.tasks[q] or "" for q in on.query_index[e]} for e in per_model])
-
-    behaviour = table.behaviour_distances(prints(own), coverage=covered(data, own))
+    behaviour = table.behaviour_distances(prints(own), coverage=table.coverage(_tasks_of(data, own)))
     behav, hits = behavioural_nn_rate(behaviour, raw_d)
 
     is_test = np.zeros(held.data.n_queries, dtype=bool)
     is_test[held.test_queries] = True
     outside = np.flatnonzero(~is_test[held.data.query_index])
     held_sets = evals_by_model(held.data, outside)
-    held_d = table.behaviour_distances(prints(held_sets, on=held.data), coverage=covered(held.data, held_sets))
+    held_d = table.behaviour_distances(prints(held_sets, on=held.data),
+                                       coverage=table.coverage(_tasks_of(held.data, held_sets)))
     return FingerprintCard(
         table_id=table.table_id, rank=table.rank, self_top1=float(np.mean(ranks == 1)),
         self_top3=float(np.mean(ranks <= 3)), self_median_rank=float(np.median(ranks)), mutual_pairs=mutual,
@@ -417,6 +412,11 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
         held_out=_fingerprint_held_out(table, data, own, raw_d, test=set(held.data.query_ids[i] for i in held.test_queries),
                                        folds=holdout_folds, copy_evals=copy_evals, draws=draws, seed=seed)
         if holdout_folds >= 2 else None)
+
+
+def _tasks_of(data, per_model) -> list[set[str]]:
+    """The tasks each model's evaluations (indices into data) are on: what its fingerprint covers."""
+    return [{data.tasks[q] or "" for q in data.query_index[e]} for e in per_model]
 
 
 def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, draws, seed) -> dict[str, float]:
@@ -439,7 +439,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
 
         thetas = prints(own)
         stored = fitted.identity_vectors(thetas)
-        cover = fitted.coverage([{data.tasks[q] or "" for q in data.query_index[e]} for e in own])
+        cover = fitted.coverage(_tasks_of(data, own))
         behaviour = fitted.behaviour_distances(thetas, coverage=cover)
         nn = nearest(behaviour)[:, 0]
         members = np.flatnonzero(fold_of == f)

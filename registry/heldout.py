@@ -17,7 +17,7 @@ from encoder.data import EvalData, split_queries
 from indexing.store import Store
 from registry.embedding import DEFAULT_MAX_EMBED_EVALS, ActiveEncoder, active_encoder, embedding_evals
 
-__all__ = ["HeldOut", "held_out"]
+__all__ = ["HeldOut", "held_out", "test_queries"]
 
 
 @dataclass
@@ -34,6 +34,17 @@ class HeldOut:
         return self.data.dense()[:, self.test_queries]
 
 
+def test_queries(active: ActiveEncoder, data: EvalData) -> tuple[np.ndarray, int]:
+    """(indices into data's queries of the encoder's test queries, how many the encoder recorded): the
+    ids `registry train` recorded, or for an older checkpoint the split recomputed from its seed."""
+    info = json.loads((active.directory / "training.json").read_text("utf-8"))
+    if "test_query_ids" in info:
+        wanted = set(info["test_query_ids"])
+        return np.asarray([i for i, q in enumerate(data.query_ids) if q in wanted], dtype=np.int64), len(wanted)
+    test = split_queries(data.n_queries, seed=int(info.get("seed", 0))).test
+    return test, len(test)
+
+
 def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS,
              seed: int = 0) -> HeldOut:
     from encoder.training import embed_models
@@ -41,14 +52,7 @@ def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | 
 
     active = active_encoder(store)
     data = load_eval_data(store, active.query_encoder, models=models)
-    info = json.loads((active.directory / "training.json").read_text("utf-8"))
-    if "test_query_ids" in info:
-        wanted = set(info["test_query_ids"])
-        test = np.asarray([i for i, q in enumerate(data.query_ids) if q in wanted], dtype=np.int64)
-        recorded = len(wanted)
-    else:
-        test = split_queries(data.n_queries, seed=int(info.get("seed", 0))).test
-        recorded = len(test)
+    test, recorded = test_queries(active, data)
     is_test = np.zeros(data.n_queries, dtype=bool)
     is_test[test] = True
     keep = ~is_test[data.query_index]

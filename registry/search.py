@@ -112,12 +112,10 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
 
     by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (identity
     distance among the models sharing a task with it, `registry.fingerprints`; when the encoder has an
-    item table), then the embedding's nearest of as many that it did not propose, re-ranked by their excess agreement with the model on
-    the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
+    item table), then the embedding's nearest of as many that it did not propose, re-ranked by their
+    excess agreement with the model on the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
     of merely similar ability; a candidate with too few shared queries keeps its place. The vectors
     propose, the evaluations order."""
-    from registry.results import Neighbour
-
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:

@@ -96,6 +96,24 @@ def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
             pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
 
 
+def add_endpoint(reg, scratch: Path, orig: dict, vector: np.ndarray, encoder_id: str, seed: int) -> None:
+    """The new endpoint "new-endpoint": model 17's answers (`orig`) with 5% changed, its vector near
+    model 17's (`vector`), imported into the registry of `write_pool(scratch / "data", ...)`."""
+    rng = np.random.default_rng(seed + 1)
+    y = orig["scores"].copy()
+    flip = rng.random(len(y)) < 0.05
+    y[flip] = 1 - y[flip]
+    new = scratch / "new"
+    new.mkdir()
+    (new / "queries.csv").write_text((scratch / "data" / "queries.csv").read_text())
+    (new / "models.csv").write_text("model_id,name\n0,new-endpoint\n")
+    (new / "evals.csv").write_text("model_id,query_id,score\n" + "".join(
+        f"0,{q},{s}\n" for q, s in zip(orig["queries"], y)))
+    emb = scratch / "data" / "emb"
+    reg.import_path(new, encoder="all-MiniLM-L6-v2", query_embeddings=emb / "v.npy", query_ids=emb / "ids.npy")
+    set_vectors(reg.store, {"new-endpoint": vector + 0.01 * rng.normal(size=DIM).astype(np.float32)}, encoder_id)
+
+
 def one(n_models: int, per_model: int, n_queries: int, seed: int = 0, keep: Path | None = None) -> dict:
     from registry import Registry
     from registry.audit import audit
@@ -113,20 +131,7 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0, keep: Path
         started = time.perf_counter()
         audit(reg.store, model=names[0])  # no cache yet: fits the pool calibration and saves it
         calibrate_s = time.perf_counter() - started
-        # the new endpoint: model 17's answers with 5% changed, its vector near model 17's
-        rng = np.random.default_rng(seed + 1)
-        y = orig["scores"].copy()
-        flip = rng.random(len(y)) < 0.05
-        y[flip] = 1 - y[flip]
-        new = scratch / "new"
-        new.mkdir()
-        (new / "queries.csv").write_text((scratch / "data" / "queries.csv").read_text())
-        (new / "models.csv").write_text("model_id,name\n0,new-endpoint\n")
-        (new / "evals.csv").write_text("model_id,query_id,score\n" + "".join(
-            f"0,{q},{s}\n" for q, s in zip(orig["queries"], y)))
-        reg.import_path(new, encoder="all-MiniLM-L6-v2", query_embeddings=emb / "v.npy", query_ids=emb / "ids.npy")
-        set_vectors(reg.store, {"new-endpoint": vectors[17] + 0.01 * rng.normal(size=DIM).astype(np.float32)},
-                    "bench-encoder")
+        add_endpoint(reg, scratch, orig, vectors[17], "bench-encoder", seed)
         times, report = [], None
         for _ in range(6):
             t = time.perf_counter()

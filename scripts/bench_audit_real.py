@@ -103,12 +103,11 @@ class Fingerprints:
     encoder's test queries, as `registry train` fits it)."""
 
     def __init__(self, active, data) -> None:
-        import json
-
         from encoder.fingerprint import fit_on_data
+        from registry.heldout import test_queries
 
-        test = set(json.loads((active.directory / "training.json").read_text("utf-8")).get("test_query_ids", []))
-        self.table = fit_on_data(data, exclude=test)
+        test, _ = test_queries(active, data)
+        self.table = fit_on_data(data, exclude={data.query_ids[i] for i in test})
         self.f, self.b = self.table.item_params(data.query_ids, data.query_vectors)
         self.tasks = np.asarray([t or "" for t in data.tasks], dtype=object)
 

@@ -35,7 +35,7 @@ ENCODER_ID = "bench-encoder"
 
 
 def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
-    from bench_audit import DIM, set_vectors, write_pool
+    from bench_audit import add_endpoint, set_vectors, write_pool
 
     from encoder.fingerprint import fit_on_data, save_item_table
     from registry import Registry
@@ -70,19 +70,7 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
         fp.pool_fingerprints(reg.store, table)
         disk_s = time.perf_counter() - started
 
-        rng = np.random.default_rng(seed + 1)
-        y = orig["scores"].copy()
-        flip = rng.random(len(y)) < 0.05
-        y[flip] = 1 - y[flip]
-        new = scratch / "new"
-        new.mkdir()
-        (new / "queries.csv").write_text((scratch / "data" / "queries.csv").read_text())
-        (new / "models.csv").write_text("model_id,name\n0,new-endpoint\n")
-        (new / "evals.csv").write_text("model_id,query_id,score\n" + "".join(
-            f"0,{q},{s}\n" for q, s in zip(orig["queries"], y)))
-        reg.import_path(new, encoder="all-MiniLM-L6-v2", query_embeddings=emb / "v.npy", query_ids=emb / "ids.npy")
-        set_vectors(reg.store, {"new-endpoint": vectors[17] + 0.01 * rng.normal(size=DIM).astype(np.float32)},
-                    ENCODER_ID)
+        add_endpoint(reg, scratch, orig, vectors[17], ENCODER_ID, seed)
         started = time.perf_counter()
         fp.pool_fingerprints(reg.store, table)
         added_s = time.perf_counter() - started

@@ -30,3 +30,14 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     Registry.open(path).set_query_encoder(SMALL_ENCODER)
     return path
+
+
+@pytest.fixture(scope="module")
+def pool_home(tmp_path_factory) -> Path:
+    """A registry of a small synthetic pool (built once per test module; tests work on copies)."""
+    from helpers import synthetic_registry
+
+    home = tmp_path_factory.mktemp("pool") / "home"
+    synthetic_registry(home, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
+    return home

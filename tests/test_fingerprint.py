@@ -188,3 +188,34 @@ def test_a_pool_larger_than_the_cap_fits_on_a_sample():
     assert capped.table_id == fit_item_table(**pool, config=replace(FAST, max_fit_evals=1000)).table_id  # seeded
     few = fit_item_table(**pool, config=replace(FAST, max_fit_models=4))
     assert len(few.models) == 4 and set(few.models) < set(pool["models"])
+
+
+def test_fit_fingerprints_without_an_encoder_says_so(tmp_path):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from tests.helpers import synthetic_registry
+
+    synthetic_registry(tmp_path / "home", n_families=2, models_per_family=2, queries_per_task=5, n_duplicates=0)
+    result = CliRunner().invoke(cli, ["--home", str(tmp_path / "home"), "fit-fingerprints"])
+    assert result.exit_code != 0 and "registry train" in result.output
+    assert not (tmp_path / "home" / "fingerprints").exists()
+
+
+def test_a_damaged_cache_is_rebuilt_and_a_damaged_table_is_named(reg):
+    from encoder.fingerprint import ITEM_TABLE_WEIGHTS
+    from registry import RegistryError
+    from registry import fingerprints as fp
+
+    table = fp.load_item_table(reg.store)
+    first = fp.pool_fingerprints(reg.store, table)
+    cache = reg.home / "fingerprints" / f"{table.table_id}.safetensors"
+    cache.write_bytes(b"not a safetensors file")
+    fp._pool_cache.clear()
+    again = fp.pool_fingerprints(reg.store, table)  # recomputed, never trusted
+    assert np.allclose(again.thetas, first.thetas) and cache.read_bytes() != b"not a safetensors file"
+    weights = reg.home / "encoders" / reg.store.config["active_encoder"] / ITEM_TABLE_WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:-8])
+    fp._cache.clear()
+    with pytest.raises(RegistryError, match="item_table.json"):
+        fp.load_item_table(reg.store)

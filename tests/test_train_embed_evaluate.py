@@ -10,19 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry
 from registry import Registry
 
 FAST = ["--epochs", "12", "--no-time-limit"]  # a time cap would make results depend on the load
-
-
-@pytest.fixture(scope="module")
-def pool_home(tmp_path_factory) -> Path:
-    """A registry of a small synthetic pool (built once; tests work on copies)."""
-    home = tmp_path_factory.mktemp("pool") / "home"
-    synthetic_registry(home, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
-    return home
 
 
 @pytest.fixture

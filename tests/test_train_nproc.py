@@ -19,7 +19,6 @@ from cli.main import cli
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.metrics import correctness_accuracy
 from encoder.training import TrainingError, embed_models, predict, train_locus
-from helpers import synthetic_registry
 from registry import Registry
 from registry.errors import InputError
 from test_locus_training import TINY, fast, synthetic
@@ -90,14 +89,6 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(problem):
                     locus_config=TINY, progress=kill_a_worker)
     assert time.monotonic() - started < 60
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("training-")]
-
-
-@pytest.fixture(scope="module")
-def pool_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("pool") / "home"
-    synthetic_registry(home, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
-    return home
 
 
 def run(home, *args):
