@@ -33,9 +33,10 @@ def _read_token(token_file: Path | None) -> str | None:
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File holding the bearer token write endpoints need (else $LOCUS_TOKEN). Required to "
                    "listen beyond loopback.")
-@click.option("--query-backend", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True,
-              help="Query-encoder precision for new texts (auto: bf16 on CUDA or a CPU with native bfloat16, "
-                   "else fp32).")
+@click.option("--query-backend", type=click.Choice(["auto", "fp32", "bf16", "openvino"]), default="auto",
+              show_default=True,
+              help="Query-encoder engine and precision for new texts (auto: bf16 on CUDA, else openvino on CPU "
+                   "when installed, else bf16 on a CPU with native bfloat16, else fp32; fp32 is the reference).")
 @click.option("--max-body-mb", default=64.0, show_default=True, type=click.FloatRange(0.001, 4096),
               help="Largest request body (JSON or uploaded file) in MiB; larger ones are answered 413.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(1, 256),

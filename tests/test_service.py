@@ -244,6 +244,32 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
     assert out.exit_code == 1 and "exists" in out.output
 
 
+def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):
+    """Routes whose texts are in memory are answered without the thread pool; they must still see
+    what another writer (here the CLI, in this process) changed since."""
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    query = {"query": texts[3][0], "k": 3}
+    with server.client() as c:
+        assert c.post("/v1/models", json={"name": "cached-a", "evaluations": _evals(texts, 24)}).status_code == 201
+        first = c.post("/v1/route", json=query).json()
+        again = c.post("/v1/route", json=query).json()
+        assert again["encoded_texts"] == 0 and again["results"] == first["results"]
+        top = first["results"][0]["ranking"][0]["name"]
+        out = CliRunner().invoke(cli, ["--home", str(server.home), "remove", top], env={"LOCUS_SERVER": ""})
+        assert out.exit_code == 0, out.output
+        after = c.post("/v1/route", json=query).json()
+        assert top not in [r["name"] for r in after["results"][0]["ranking"]]
+        assert c.post(f"/v1/models/{top}/restore").status_code == 200
+        assert c.post("/v1/route", json=query).json()["results"] == first["results"]
+        metrics = c.get("/metrics").text
+    counted = [line for line in metrics.splitlines()
+               if line.startswith('locus_http_request_seconds_count{route="/v1/route"}')]
+    assert counted and float(counted[0].split()[-1]) >= 4
+
+
 def test_sigkill_mid_write_then_restart_loses_nothing(server, texts):
     accepted = []
     try:

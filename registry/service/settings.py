@@ -33,7 +33,7 @@ class ServiceSettings:
     token: str | None = None
     device: str = "cpu"  # resolved: "cpu" or "cuda"
     limits: Limits = field(default_factory=Limits)
-    query_backend: str = "auto"  # query encoder precision: "fp32", "bf16" or "auto" (see encoder.query_encoder)
+    query_backend: str = "auto"  # query encoder: "fp32", "bf16", "openvino" or "auto" (see encoder.query_encoder)
     max_batch_jobs: int = 64  # jobs the writer lands in one transaction and one forward pass
     text_cache_size: int = 100_000  # encoded query texts kept in memory
     # Torch intra-op threads. One: requests run in parallel across threads already, and on a busy

@@ -10,11 +10,14 @@ half-way through the write.
 
 Encoded query texts are kept in an LRU keyed by (query encoder, text hash): a text is encoded at
 most once per process, and stored texts are read from the store's vector cache, not re-encoded.
+Texts that must be encoded go to one encoding thread: requests that arrive while it works are
+encoded together in its next batch, and the engine gets every core without requests competing.
 """
 from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -30,7 +33,7 @@ from registry.errors import RegistryError
 from registry.importers._common import text_hash
 from registry.service.settings import ServiceSettings
 
-__all__ = ["Snapshot", "WarmState"]
+__all__ = ["Snapshot", "WarmState", "TextEncoder"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,55 @@ class Snapshot:
         return self.active
 
 
+class TextEncoder:
+    """One thread that encodes texts for every request: whatever waits when it is free goes into one
+    batch (up to `max_texts`), per query encoder. `encode` blocks until its texts are done."""
+
+    def __init__(self, load, max_texts: int = 64) -> None:
+        self._load = load  # query-encoder name -> QueryEncoder
+        self._max = max_texts
+        self._waiting: queue.Queue = queue.Queue()
+        self.batches = 0
+        threading.Thread(target=self._run, name="locus-text-encoder", daemon=True).start()
+
+    def encode(self, encoder: str, texts: list[str]) -> np.ndarray:
+        done = threading.Event()
+        job = {"encoder": encoder, "texts": texts, "done": done, "vectors": None, "error": None}
+        self._waiting.put(job)
+        done.wait()
+        if job["error"] is not None:
+            raise job["error"]
+        return job["vectors"]
+
+    def _run(self) -> None:
+        while True:
+            jobs = [self._waiting.get()]
+            n = len(jobs[0]["texts"])
+            while n < self._max:
+                try:
+                    jobs.append(self._waiting.get_nowait())
+                except queue.Empty:
+                    break
+                n += len(jobs[-1]["texts"])
+            for encoder in dict.fromkeys(job["encoder"] for job in jobs):
+                self._encode([job for job in jobs if job["encoder"] == encoder])
+
+    def _encode(self, jobs: list[dict]) -> None:
+        try:
+            unique = list(dict.fromkeys(t for job in jobs for t in job["texts"]))
+            vectors = self._load(jobs[0]["encoder"]).encode(unique, progress=False)
+            self.batches += 1
+            row = {t: i for i, t in enumerate(unique)}
+            for job in jobs:
+                job["vectors"] = vectors[[row[t] for t in job["texts"]]]
+        except Exception as err:  # every waiting request gets the error, the thread lives on
+            for job in jobs:
+                job["error"] = err
+        finally:
+            for job in jobs:
+                job["done"].set()
+
+
 class WarmState:
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
@@ -66,6 +118,7 @@ class WarmState:
         self.text_hits = 0
         self.text_misses = 0
         self.texts_encoded = 0
+        self.encoder = TextEncoder(self.query_encoder)
 
     # ------------------------------------------------------------------ snapshot
     def _key(self) -> tuple[str | None, str]:
@@ -136,6 +189,14 @@ class WarmState:
             models, problem = None, str(err)
         return Snapshot(key, encoder_id, active, models, problem)
 
+    def current(self) -> Snapshot | None:
+        """The loaded snapshot when two small local file reads show nothing changed; None when a
+        write is under way, a reload is due, or the home is remote (its checks are network calls)."""
+        snap = self._snapshot
+        if snap is None or is_remote(self.home) or (self.home / JOURNAL_FILE).is_file():
+            return None
+        return snap if snap.key == self._key() else None
+
     def invalidate(self) -> None:
         with self._lock:
             self._snapshot = None
@@ -145,6 +206,18 @@ class WarmState:
         from encoder.query_encoder import load_query_encoder
 
         return load_query_encoder(name, device=self.settings.device, backend=self.settings.query_backend)
+
+    def _memory_vectors(self, encoder: str, texts: list[str]) -> np.ndarray | None:
+        """(len(texts), D) when every text is in the in-memory cache, else None (nothing counted)."""
+        keys = [(encoder, text_hash(t)) for t in texts]
+        with self._texts_lock:
+            vectors = [self._texts.get(key) for key in keys]
+            if any(v is None for v in vectors):
+                return None
+            for key in keys:
+                self._texts.move_to_end(key)
+        self.text_hits += len(keys)
+        return np.stack(vectors)
 
     def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
         """(len(texts), D) float32: from memory, else the store's cache, else encoded in one batch.
@@ -163,7 +236,7 @@ class WarmState:
             found.update(self.store.cached_vectors(encoder, missing))
         todo = sorted({t for t, h in zip(texts, hashes) if h not in found})
         if todo:
-            vectors = self.query_encoder(encoder).encode(todo, progress=False)
+            vectors = self.encoder.encode(encoder, todo)
             found.update({text_hash(t): v for t, v in zip(todo, vectors)})
             self.texts_encoded += len(todo)
         self.text_misses += len(missing)
@@ -207,3 +280,20 @@ class WarmState:
         rows = candidate_rows(models, active, exclude, where)
         phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D), cached texts not re-encoded
         return decide(models, active, rows, phi, texts, k=k, fallback=fallback), encoded
+
+    def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
+                          fallback: int):
+        """`route`'s decisions when that needs no reload, store read, encoding or filter (the snapshot
+        is current, every text is cached in memory, no `where`), else None."""
+        from registry.routing import candidate_rows, decide
+
+        if where is not None:  # a filter is evaluated over every record: not on the event loop
+            return None
+        snap = self.current()
+        if snap is None or snap.models is None or snap.active is None:
+            return None
+        phi = self._memory_vectors(snap.active.query_encoder, texts)
+        if phi is None:
+            return None
+        rows = candidate_rows(snap.models, snap.active, exclude, where)
+        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback)

@@ -319,6 +319,8 @@ def _vectors(state, store, encoder: str, wanted: list[str], texts: dict[str, str
             stored = store.read(QUERIES, ["text_hash", "text"])
             text_of = dict(zip(stored.column("text_hash").to_pylist(), stored.column("text").to_pylist()))
             texts = {**texts, **{h: text_of[h] for h in unknown if h in text_of}}
+        # Directly, not through the routes' encoding thread: a job may bring thousands of new texts,
+        # and routes should not wait behind them.
         vectors = state.query_encoder(encoder).encode([texts[h] for h in todo], progress=False)
         encoded = dict(zip(todo, vectors))
         found.update(encoded)
