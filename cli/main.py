@@ -510,12 +510,15 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
     else:
         cal = report.calibration
         scope = f"model {report.model}" if report.model else f"{report.models} models"
-        click.echo(f"{scope}: {report.candidates} candidate pairs ({report.k} nearest neighbours, {metric}); "
+        nearest = f"{report.k} nearest by embedding and by fingerprint" if report.by_fingerprint else \
+            f"{report.k} nearest neighbours"
+        click.echo(f"{scope}: {report.candidates} candidate pairs ({nearest}, {metric}); "
                    f"pool calibration over {cal.models} models and {cal.reference_pairs} reference pairs"
                    + (" (cached" + (", from an older generation" if cal.stale else "") + ")" if cal.cached else ""))
         for f in report.flags:
             tag = "DUPLICATE" if f.label == "duplicate" else "SAME PRODUCT LINE?"
-            click.echo(f"{tag} {f.a} ~ {f.b} (distance {f.distance:.4f}, neighbour {f.neighbour_rank}): {f.reason}")
+            by = "" if f.proposed_by != "fingerprint" else " by fingerprint"
+            click.echo(f"{tag} {f.a} ~ {f.b} (distance {f.distance:.4f}, neighbour {f.neighbour_rank}{by}): {f.reason}")
         for u in report.untested:
             click.echo(f"UNTESTED {u.a} ~ {u.b}: {u.reason}")
         click.echo(f"{len(report.cleared)} of {report.candidates} candidate pairs cleared by their evaluations; "

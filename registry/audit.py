@@ -3,8 +3,10 @@
 The embeddings propose, the evaluations decide.
 
 1. Candidates: each model's k nearest neighbours in the FAISS index (`k`, 10 by default), the same
-   search `registry search` runs; no model is re-embedded. `--model NAME` audits one model against
-   its own k neighbours only.
+   search `registry search` runs, and, when the encoder has an item table, its k nearest by
+   behaviour fingerprint (`registry.fingerprints`: the nearest by identity distance find a copy's
+   original where the embedding misses it, e.g. a quantised copy or one sharing no query); no model
+   is re-embedded. `--model NAME` audits one model against its own candidates only.
 2. Evidence (`registry.audit_stats`): the pool's IRT fit (per-query difficulty, per-model task
    abilities) gives the disagreement two *distinct* models of the pair's abilities would show if they
    were independent given the query; the pair's excess agreement kappa = 1 - observed / expected is
@@ -27,10 +29,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from indexing.store import QUERIES, Store
 from registry.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
@@ -97,7 +97,7 @@ def _rows_for(cal: Calibration, models, qids, scores, name: str) -> tuple[np.nda
 def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
           max_noise: float = 0.12) -> AuditReport:
     from indexing.vector_index import METRICS
-    from registry.search import open_index
+    from registry.search import embedding_distance, fingerprint_neighbours, open_index
 
     started = time.perf_counter()
     if metric not in METRICS:
@@ -120,9 +120,19 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
         raise RegistryError(f"models were embedded by {encoder_id}, the active encoder is {active}: "
                             "run `registry embed --all`")
 
-    # 1. candidates: each audited model's k nearest neighbours, one undirected pair each
-    def candidates(rows, directed: bool) -> dict[tuple[str, str], tuple[float, int]]:
-        pairs: dict[tuple[str, str], tuple[float, int]] = {}
+    # 1. candidates: each audited model's k nearest neighbours by embedding and by fingerprint, one
+    # undirected pair each: (embedding distance, rank, proposed by)
+    def candidates(rows, directed: bool) -> dict[tuple[str, str], tuple[float, int, str]]:
+        pairs: dict[tuple[str, str], tuple[float, int, str]] = {}
+
+        def propose(i: int, j: int, dist: float | None, rank: int, by: str) -> None:
+            key = (names[i], names[j]) if directed or names[i] < names[j] else (names[j], names[i])
+            if key in pairs:
+                old = pairs[key]
+                pairs[key] = (old[0], min(old[1], rank), old[2] if old[2] == by else "both")
+            else:
+                pairs[key] = (embedding_distance(models, names[i], names[j], metric) if dist is None else float(dist), rank, by)
+
         for i in rows:
             hits = models.index.search(models.index.vectors[i], k + 1, metric=metric)
             rank = 0
@@ -132,10 +142,16 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                 rank += 1
                 if rank > k:
                     break
-                key = (names[i], names[j]) if directed or names[i] < names[j] else (names[j], names[i])
-                if key not in pairs or rank < pairs[key][1]:
-                    pairs[key] = (float(dist), rank)
+                propose(i, j, dist, rank, "embedding")
+            if by_fingerprint:
+                for rank, other in enumerate(fingerprint_neighbours(store, models, names[i], k), start=1):
+                    propose(i, position[other], None, rank, "fingerprint")
         return pairs
+
+    position = {n: i for i, n in enumerate(names)}
+    from registry.fingerprints import load_item_table
+
+    by_fingerprint = load_item_table(store, encoder_id) is not None
 
     pairs = candidates(range(len(names)) if model is None else [names.index(model)], directed=model is not None)
 
@@ -156,6 +172,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
         s = d.stats
         pair = AuditPair(
             a=a, b=b, label=d.label, reason=d.reason, distance=pairs[(a, b)][0], neighbour_rank=pairs[(a, b)][1],
+            proposed_by=pairs[(a, b)][2],
             evidence=AuditEvidence(
                 shared_queries=s.shared, disagreement_rate=s.disagreement,
                 expected_disagreement_rate=s.expected_disagreement, excess_agreement_kappa=s.kappa,
@@ -176,7 +193,8 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     out["untested"].sort(key=lambda p: p.distance)
     generation = _generation(store.home)
     return AuditReport(
-        models=len(names), model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise,
+        models=len(names), model=model, metric=metric, k=k, by_fingerprint=by_fingerprint, alpha=alpha,
+        max_noise=max_noise,
         candidates=len(pairs), flag_level_p=level, **out,
         calibration=AuditCalibration(
             models=len(cal.names), queries=len(cal.query_ids), reference_pairs=len(cal.ref_kappa),

@@ -35,8 +35,11 @@ MIN_DISJOINT = 200  # answers each side needs before its "same model" verdict co
 MAX_SPLIT_PASS = 0.2  # largest share of the pool's distinct pairs it may pass on disjoint halves
 _SCALE_FLOOR = 0.02  # smallest null spread of kappa we trust (a pool of near-identical pairs would give ~0)
 _BINS = 4  # difficulty strata per task for the homogeneity test on non-shared queries
-# "duplicate" needs kappa above the pool's closest distinct relatives by this many of its standard errors
-RELATIVES_MARGIN_SE = 0.0
+# "duplicate" needs kappa above the pool's closest distinct relatives by this many of its standard errors.
+# At 0, with fingerprint candidates, a BFCL copy of one FC mode of a model was a "duplicate" of its other
+# mode (kappa 0.548 vs the ceiling 0.537); at 2 no planted copy on docs/results/audit.md's pools is a
+# false duplicate, and the copies it moves from "duplicate" stay flagged as "same product line?".
+RELATIVES_MARGIN_SE = 2.0
 
 
 def _chi2_sf(stat: float, df: int) -> float:

@@ -97,7 +97,8 @@ def _tour(reg: Registry, home: Path, echo: Callable[[str], None]) -> dict:
     for hit in nearest.neighbours:
         echo(f"  {hit.distance:.4f}  {hit.name}")
     report = reg.audit()
-    echo(f"audit: {report.candidates} candidate pair(s) ({report.k} nearest neighbours), "
+    proposers = "by embedding and by fingerprint" if report.by_fingerprint else "neighbours"
+    echo(f"audit: {report.candidates} candidate pair(s) ({report.k} nearest {proposers}), "
          f"{len(report.cleared)} cleared by their evaluations, {len(report.duplicates)} duplicate(s), "
          f"{len(report.related)} same product line?")
     for flag in report.flags[:6]:

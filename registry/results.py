@@ -559,7 +559,10 @@ class AuditPair(BaseModel):
     label: AuditLabel
     reason: str
     distance: float = Field(description="embedding distance in the report's metric (cosine: 1 - cos)")
-    neighbour_rank: int = Field(description="b's rank among a's nearest neighbours (1 = nearest)")
+    neighbour_rank: int = Field(description="b's best rank among a's nearest neighbours by embedding or by "
+                                            "fingerprint (1 = nearest)")
+    proposed_by: Literal["embedding", "fingerprint", "both"] = Field(
+        default="embedding", description="which nearest-neighbour list proposed the pair")
     evidence: AuditEvidence
 
 
@@ -579,6 +582,8 @@ class AuditReport(BaseModel):
     model: str | None = Field(None, description="the one model audited (audit --model), else every model")
     metric: str
     k: int = Field(description="nearest neighbours proposed as candidates per model")
+    by_fingerprint: bool = Field(False, description="whether the k nearest by behaviour fingerprint were proposed "
+                                                    "too (the encoder has an item table)")
     alpha: float = Field(description="chance of any false flag in this run (Holm over its candidates); level of the other tests")
     max_noise: float = Field(description="largest disagreement rate one model re-run or re-served may show")
     candidates: int

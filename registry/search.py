@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from registry.results import Neighbour
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
-           "check_consistency", "BY", "behaviour_order"]
+           "check_consistency", "BY", "behaviour_order",
+           "fingerprint_neighbours"]
 
 
 class _Records(Mapping):
@@ -148,7 +149,7 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
         nearest_prints = sorted(identity, key=identity.get)[:wanted]
         proposed = set(nearest_prints)
         by_embedding = dict(hits)
-        hits = [(name, by_embedding[name] if name in by_embedding else _distance(models, query, name, metric))
+        hits = [(name, by_embedding[name] if name in by_embedding else embedding_distance(models, query, name, metric))
                 for name in nearest_prints] + [(name, dist) for name, dist in hits if name not in proposed]
     agreement = _agreement(store, query, [name for name, _ in hits])
     ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
@@ -158,7 +159,7 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
             for name, dist in ranked[:k]]
 
 
-def _distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
+def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
     x, y = models.vector(a).astype(np.float64), models.vector(b).astype(np.float64)
     if metric == "cosine":
         return float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
@@ -194,6 +195,13 @@ def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, w
                 identities[prints.names[i]], behaviours[prints.names[i]] = float(identity[i]), float(d)
         start, size = start + size, size * 4
     return identities, behaviours
+
+
+def fingerprint_neighbours(store: "Store", models: EmbeddedModels, name: str, k: int) -> list[str]:
+    """The k models nearest to `name` by behaviour fingerprint (identity distance, among those sharing
+    a task with it), nearest first; empty when the encoder has no item table or `name` no fingerprint."""
+    identity, _ = _fingerprint_distances(store, models, name, None, k)
+    return sorted(identity, key=lambda n: (identity[n], n))[:k]
 
 
 def behaviour_order(hits: list, kappas: list[float | None]) -> list:
@@ -237,7 +245,7 @@ def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    return _distance(open_index(store), a, b, metric)
+    return embedding_distance(open_index(store), a, b, metric)
 
 
 def check_consistency(store: "Store") -> list[str]:

@@ -173,9 +173,32 @@ def test_audit_flags_a_planted_copy_and_says_why(reg):
     assert [(f.a, f.b) for f in report.duplicates] == [(mirror.a, mirror.b)]
     # --model: the CI call for one endpoint, on the cached calibration
     one = reg.audit(model="mirror-of-13b", k=3)
-    assert one.model == "mirror-of-13b" and one.candidates == 3 and one.calibration.cached
-    assert all(p.a == "mirror-of-13b" for p in one.flags + one.cleared + one.untested)
+    assert one.model == "mirror-of-13b" and one.calibration.cached
+    judged = one.flags + one.cleared + one.untested
+    assert all(p.a == "mirror-of-13b" for p in judged)
+    # its 3 nearest by embedding and its 3 nearest by fingerprint, each pair once
+    assert 3 <= one.candidates == len({p.b for p in judged}) <= 6
+    by = {p.b: p.proposed_by for p in judged}
+    assert by["syn-synfam2-13b"] == "both" and "fingerprint" in by.values()
+    assert sum(v in ("embedding", "both") for v in by.values()) == 3
     assert [p.b for p in one.duplicates] == ["syn-synfam2-13b"]
+    assert one.by_fingerprint and report.by_fingerprint
+
+
+def test_without_an_item_table_the_embedding_alone_proposes(reg):
+    from encoder.fingerprint import ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS
+
+    reg.add_model("mirror-of-13b", own_evaluations(reg, "syn-synfam2-13b"))
+    encoder_dir = reg.store.home / "encoders" / reg.store.config["active_encoder"]
+    for name in (ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS):
+        (encoder_dir / name).unlink()  # an encoder trained before item tables
+    one = reg.audit(model="mirror-of-13b", k=3)
+    judged = one.flags + one.cleared + one.untested
+    assert not one.by_fingerprint and one.candidates == 3
+    assert {p.proposed_by for p in judged} == {"embedding"}
+    assert [p.b for p in one.duplicates] == ["syn-synfam2-13b"]
+    out = _run(reg.store.home, "audit", "--model", "mirror-of-13b", "-k", "3", code=0)
+    assert "(3 nearest neighbours, cosine)" in out
 
 
 def test_cli_json_validates_and_fail_flags(reg):
