@@ -16,9 +16,9 @@ model is converted once from the loaded torch module and the IR cached under the
 "auto" is bf16 on CUDA, else openvino when it is installed, else bf16 where the CPU has it, else
 fp32. On all-mpnet-base-v2 with MMLU-Pro texts bf16 and openvino keep cosine 0.9999 to fp32
 (scripts/bench_query_encoder.py prints speed and cosine for each). Dynamic int8 was measured and
-refused: torch.ao and onnxruntime dynamic quantisation give cosine 0.77-0.84 to fp32 (the FFN output
-layers' activation outliers), 0.992 only with those layers left in fp32 and then no faster than
-openvino's bf16; NNCF's SmoothQuant int8 reaches 0.986. The default comes from
+refused: dynamic quantisation gives mean cosine 0.45-0.57 to fp32 with torch.ao and 0.77-0.84 with
+onnxruntime (the FFN output layers' activation outliers), 0.99 only with those layers left in fp32 and
+then no faster than openvino's bf16; NNCF's SmoothQuant int8 reaches 0.986. The default comes from
 $LOCUS_QUERY_BACKEND, else fp32, so stored vectors stay the reference unless asked.
 """
 from __future__ import annotations
