@@ -153,8 +153,7 @@ class QueryEncoder:
         self.backend = backend
         self._model = model  # the sentence-transformer (its tokenizer serves every engine)
         self._runner = runner  # an engine other than torch, or None
-        self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
-                       else model.get_sentence_embedding_dimension())
+        self.dim = _dimension(model)
 
     def encode(
         self, texts: Sequence[str], *, batch_size: int = 32, progress: bool | None = None
@@ -179,6 +178,12 @@ class QueryEncoder:
         if self.backend != "fp32":  # unit length in float32, not only in the reduced precision
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+def _dimension(model) -> int:
+    """A sentence-transformer's output dimension (the method was renamed in sentence-transformers 6)."""
+    return int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+               else model.get_sentence_embedding_dimension())
 
 
 def cpu_has_bf16() -> bool:
@@ -243,8 +248,7 @@ class _OpenVINORunner:
                                 f"this one is {' + '.join(kinds)} ({', '.join(sorted(modes)) or 'no pooling'}): "
                                 "use --query-backend bf16 or fp32")
         self.precision = "bf16" if cpu_has_bf16() else "f32"
-        self.dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
-                       else model.get_sentence_embedding_dimension())
+        self.dim = _dimension(model)
         self._tokenizer = model.tokenizer
         self._max_length = int(model.max_seq_length)
         self._compiled = ov.Core().compile_model(

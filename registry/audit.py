@@ -97,7 +97,7 @@ def _rows_for(cal: Calibration, models, qids, scores, name: str) -> tuple[np.nda
 def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
           max_noise: float = 0.12) -> AuditReport:
     from indexing.vector_index import METRICS
-    from registry.search import embedding_distance, fingerprint_neighbours, open_index
+    from registry.search import embedding_distance, fingerprint_neighbours, index_fingerprints, open_index
 
     started = time.perf_counter()
     if metric not in METRICS:
@@ -122,6 +122,9 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
 
     # 1. candidates: each audited model's k nearest neighbours by embedding and by fingerprint, one
     # undirected pair each: (embedding distance, rank, proposed by)
+    prints = index_fingerprints(store, models)  # None when the encoder has no item table
+    position = {n: i for i, n in enumerate(names)}
+
     def candidates(rows, directed: bool) -> dict[tuple[str, str], tuple[float, int, str]]:
         pairs: dict[tuple[str, str], tuple[float, int, str]] = {}
 
@@ -143,15 +146,9 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                 if rank > k:
                     break
                 propose(i, j, dist, rank, "embedding")
-            if by_fingerprint:
-                for rank, other in enumerate(fingerprint_neighbours(store, models, names[i], k), start=1):
-                    propose(i, position[other], None, rank, "fingerprint")
+            for rank, other in enumerate(fingerprint_neighbours(prints, models, names[i], k), start=1):
+                propose(i, position[other], None, rank, "fingerprint")
         return pairs
-
-    position = {n: i for i, n in enumerate(names)}
-    from registry.fingerprints import load_item_table
-
-    by_fingerprint = load_item_table(store, encoder_id) is not None
 
     pairs = candidates(range(len(names)) if model is None else [names.index(model)], directed=model is not None)
 
@@ -193,7 +190,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     out["untested"].sort(key=lambda p: p.distance)
     generation = _generation(store.home)
     return AuditReport(
-        models=len(names), model=model, metric=metric, k=k, by_fingerprint=by_fingerprint, alpha=alpha,
+        models=len(names), model=model, metric=metric, k=k, by_fingerprint=prints is not None, alpha=alpha,
         max_noise=max_noise,
         candidates=len(pairs), flag_level_p=level, **out,
         calibration=AuditCalibration(

@@ -19,11 +19,11 @@ from registry.rows import record_of
 
 if TYPE_CHECKING:
     from indexing.store import Store
+    from registry.fingerprints import PoolFingerprints
     from registry.results import Neighbour
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
-           "check_consistency", "BY", "behaviour_order",
-           "fingerprint_neighbours"]
+           "check_consistency", "BY", "behaviour_order", "index_fingerprints", "fingerprint_neighbours"]
 
 
 class _Records(Mapping):
@@ -141,7 +141,7 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
         return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
                 for name, dist in hits]
     store = open_store()
-    identity, behaviour = _fingerprint_distances(store, models, query, where, wanted)
+    identity, behaviour = _fingerprint_distances(index_fingerprints(store, models), models, query, where, wanted)
     if identity:
         # the fingerprint's nearest first (by identity distance: a copy sharing no query with its original
         # keeps this place, and identity finds it more often than behaviour distance does), then the
@@ -166,19 +166,21 @@ def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> f
     return float(np.linalg.norm(x - y))
 
 
-def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, where: str | None,
-                           limit: int) -> tuple[dict[str, float], dict[str, float]]:
-    """(identity, behaviour): embedded model -> fingerprint distance from `query` (registry.fingerprints:
-    RMS logit difference; expected disagreement), for the models passing `where` that share a task with
-    it, at least the `limit` nearest by identity; empty when the active encoder has no item table or the
-    model has no fingerprint."""
+def index_fingerprints(store: "Store", models: EmbeddedModels) -> "PoolFingerprints | None":
+    """Every model's behaviour fingerprint for the index's encoder (`registry.fingerprints`), or None
+    when that encoder has no item table. Reads the models table: get it once per search or audit."""
     from registry.fingerprints import load_item_table, pool_fingerprints
 
     table = load_item_table(store, models.index.encoder_id)
-    if table is None:
-        return {}, {}
-    prints = pool_fingerprints(store, table)
-    if query not in prints.versions:
+    return None if table is None else pool_fingerprints(store, table)
+
+
+def _fingerprint_distances(prints: "PoolFingerprints | None", models: EmbeddedModels, query: str,
+                           where: str | None, limit: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(identity, behaviour): embedded model -> fingerprint distance from `query` (registry.fingerprints:
+    RMS logit difference; expected disagreement), for the models passing `where` that share a task with
+    it, at least the `limit` nearest by identity; empty without fingerprints or when the model has none."""
+    if prints is None or query not in prints.versions:
         return {}, {}
     rows = models.allowed_rows(where)
     allowed = set(models.index.names) if rows is None else {models.index.names[i] for i in rows}
@@ -197,10 +199,11 @@ def _fingerprint_distances(store: "Store", models: EmbeddedModels, query: str, w
     return identities, behaviours
 
 
-def fingerprint_neighbours(store: "Store", models: EmbeddedModels, name: str, k: int) -> list[str]:
+def fingerprint_neighbours(prints: "PoolFingerprints | None", models: EmbeddedModels, name: str, k: int) -> list[str]:
     """The k models nearest to `name` by behaviour fingerprint (identity distance, among those sharing
-    a task with it), nearest first; empty when the encoder has no item table or `name` no fingerprint."""
-    identity, _ = _fingerprint_distances(store, models, name, None, k)
+    a task with it), nearest first; empty without fingerprints (`index_fingerprints`) or for a model
+    that has none."""
+    identity, _ = _fingerprint_distances(prints, models, name, None, k)
     return sorted(identity, key=lambda n: (identity[n], n))[:k]
 
 

@@ -88,14 +88,13 @@ class _Edge:
 
     async def _limited(self, scope, receive, send, started):
         length = dict(scope.get("headers") or []).get(b"content-length")
-        too_big = self._too_big
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
                 declared = -1
             if declared > self.max_bytes or declared < 0:
-                return await too_big(scope, receive, send)
+                return await self._too_big(scope, receive, send)
         seen = 0
 
         async def counted():
@@ -111,7 +110,7 @@ class _Edge:
             await self.app(scope, counted, send)
         except _TooBig:
             if not started():
-                await too_big(scope, receive, send)
+                await self._too_big(scope, receive, send)
 
 
 class _TooBig(Exception):
