@@ -252,8 +252,8 @@ def _train_config(**options):
 @click.option("--models", "pool", default="all", show_default=True,
               help="Models to train on: all, open, or a filter such as 'family in (llama3, qwen)'.")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=None,
-              help="Stop after this much wall time and keep the best checkpoint so far (default 480).")
-@click.option("--no-time-limit", is_flag=True, help="No wall-time cap (runs are then bitwise reproducible).")
+              help="Stop after this much wall time and keep the best checkpoint so far (default: no cap; the result then depends on the load).")
+@click.option("--no-time-limit", is_flag=True, help="No wall-time cap (the default; kept for scripts that pass it).")
 @click.option("--patience", type=click.IntRange(min=1), default=None,
               help="Stop after this many epochs without a 0.1% improvement of the watched value (default 500).")
 @click.option("--select", type=click.Choice(["loss", "auc", "routing"]), default=None,

@@ -139,6 +139,13 @@ class ItemTable:
                 out[m] = self.fingerprint(f[q], b[q], scores[evals])
         return out
 
+    def probabilities(self, thetas: np.ndarray, factors: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        """(M, n) predicted P(correct) of each fingerprint on queries with item parameters (F (n, r), b (n,))
+        (from `item_params`): the item table as a predictor."""
+        thetas = np.asarray(thetas, np.float64)
+        logits = thetas[:, :-1] @ np.asarray(factors, np.float64).T + thetas[:, -1:] + np.asarray(bias, np.float64)
+        return 1.0 / (1.0 + np.exp(-np.clip(logits, -30.0, 30.0)))
+
     # ------------------------------------------------------------------ distances
     def identity_vectors(self, thetas: np.ndarray) -> np.ndarray:
         """(M, r + 1) vectors whose Euclidean distance is the RMS logit difference over the probe set."""

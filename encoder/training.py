@@ -191,14 +191,15 @@ class TrainConfig:
     evaluate`, the demo and the report scripts use (override with `dataclasses.replace`)."""
 
     # how long: at most `epochs`, never selected before `min_epochs`, stopped after `patience` epochs
-    # or `patience_seconds` without a relative improvement of `min_delta` in the watched value, and
-    # after `max_seconds` of wall time in any case (None: no limit; then runs are bitwise reproducible)
+    # without a relative improvement of `min_delta` in the watched value. Budgeted in epochs by default
+    # so that a busy machine gives the same encoder; `patience_seconds` / `max_seconds` add wall-clock
+    # limits when asked (None: none, and runs are bitwise reproducible)
     epochs: int = 4000
     min_epochs: int = 100
     patience: int = 500
-    patience_seconds: float | None = 150.0
+    patience_seconds: float | None = None
     min_delta: float = 1e-3
-    max_seconds: float | None = 480.0
+    max_seconds: float | None = None
     eval_every: int = 10
     select: Literal["loss", "auc", "routing"] = "loss"  # what selection and early stopping watch
     # what one step sees

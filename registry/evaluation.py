@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from encoder.blend import fit_blend
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.metrics import best_single_accuracy, correctness_accuracy, oracle_accuracy, routing_accuracy
 from registry.errors import InputError
 
-__all__ = ["run_evaluation", "truth_on"]
+__all__ = ["run_evaluation", "truth_on", "item_table_predictions"]
 
 BASELINES = ("embedllm_mf", "irt_net", "knn")
 
@@ -96,9 +97,18 @@ def run_evaluation(
     result["locus_stopped"] = trained_locus.stopped
     log(f"locus: routing {result['routing_accuracy']['locus']:.4f} in {result['seconds']['locus']} s")
 
+    # the registry's predictor: LOCUS and the item table blended on the validation queries
+    started = time.perf_counter()
+    val_truth = truth_on(train_data, split.val)
+    val_p = {"locus": predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.val])}
+    test_p = {"locus": pred}
+    val_p["item"], test_p["item"] = item_table_predictions(train_data, train_evals, (split.val, split.test))
+    result["seconds"]["item"] = round(time.perf_counter() - started, 1)
+    fitted = {}
     for name in baselines:
         started = time.perf_counter()
         model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
+        fitted[name] = model
         pred_b = model.predict(split.test)
         result["routing_accuracy"][name] = routing_accuracy(pred_b, test_truth)
         if keep_routed:
@@ -106,6 +116,21 @@ def run_evaluation(
         result["correctness_accuracy"][name] = correctness_accuracy(pred_b, test_truth)
         result["seconds"][name] = round(time.perf_counter() - started, 1)
         log(f"{name}: routing {result['routing_accuracy'][name]:.4f} in {result['seconds'][name]} s")
+    blends = {"registry": ("locus", "item"), "item": ("item",)}
+    if "knn" in fitted:  # measured beside the product's blend: what the pool's nearest queries would add
+        val_p["knn"], test_p["knn"] = fitted["knn"].predict(split.val), fitted["knn"].predict(split.test)
+        blends["registry+knn"] = ("locus", "item", "knn")
+        blends["locus+knn"] = ("locus", "knn")
+    result["blend"] = {}
+    for method, parts in blends.items():
+        blend = fit_blend({c: val_p[c] for c in parts}, val_truth)
+        pred_r = blend.predict({c: test_p[c] for c in parts})
+        result["routing_accuracy"][method] = routing_accuracy(pred_r, test_truth)
+        result["correctness_accuracy"][method] = correctness_accuracy(pred_r, test_truth)
+        result["blend"][method] = {"weights": dict(zip(blend.components, blend.weights)), "intercept": blend.intercept}
+        if keep_routed:
+            result["routed"][method] = _routed(pred_r, test_truth)
+        log(f"{method}: routing {result['routing_accuracy'][method]:.4f}")
     train_truth = truth_on(train_data, split.train, train_evals)
     result["routing_accuracy"]["best_single"] = best_single_accuracy(train_truth, test_truth)
     if keep_routed:
@@ -116,6 +141,27 @@ def run_evaluation(
     if held_out:
         result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals, seed)
     return result
+
+
+def item_table_predictions(data: EvalData, train_evals: np.ndarray, query_sets) -> list[np.ndarray]:
+    """The item table as a predictor: fitted on `train_evals` only, each model fingerprinted from its
+    own training evaluations; (M, len(queries)) P(correct) for each array of query indices in
+    `query_sets` (queries the table has not seen are placed by their vectors)."""
+    from encoder.fingerprint import fit_item_table
+    from encoder.training import evals_by_model
+
+    train_evals = np.asarray(train_evals, np.int64)
+    table = fit_item_table(data.query_ids, data.query_vectors, data.model_index[train_evals],
+                           data.query_index[train_evals], data.scores[train_evals], models=data.models,
+                           tasks=data.tasks)
+    thetas = table.fingerprints(data.query_ids, data.query_vectors, evals_by_model(data, train_evals),
+                                data.query_index, data.scores)
+    out = []
+    for queries in query_sets:
+        queries = np.asarray(queries, np.int64)
+        f, b = table.item_params([data.query_ids[i] for i in queries], data.query_vectors[queries])
+        out.append(table.probabilities(thetas, f, b).astype(np.float32))
+    return out
 
 
 def _routed(pred: np.ndarray, truth: np.ndarray) -> list[float]:

@@ -21,7 +21,7 @@ from registry.records import ModelRecord
 __all__ = [
     "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
     "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport",
-    "OnboardingRow", "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult",
+    "OnboardingRow", "BlendWeights", "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult",
     "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
     "FamilySpread", "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult",
     "TaskComparison", "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse",
@@ -220,6 +220,13 @@ class OnboardingRow(Result):
     evals_used: int
 
 
+class BlendWeights(Result):
+    """A logistic blend of predictors: P = sigmoid(intercept + sum_k weight_k * logit p_k)."""
+
+    weights: dict[str, float]
+    intercept: float
+
+
 class EvaluationReport(Result):
     """`evaluate`: LOCUS against the baselines on held-out test queries."""
 
@@ -235,6 +242,9 @@ class EvaluationReport(Result):
     seconds: dict[str, float] = Field(description="training wall time per method")
     locus_best_epoch: int
     locus_stopped: str = Field(description="why LOCUS training ended: epochs, patience, patience_seconds or max_seconds")
+    blend: dict[str, BlendWeights] | None = Field(
+        None, description="per blended method (registry: LOCUS + item table, the router `route` uses): its "
+                          "weights on each component's logit, fitted on the validation queries")
     onboarding: dict[str, OnboardingRow] | None = Field(None, description="per number of evaluations embedded from")
 
 

@@ -1,0 +1,206 @@
+"""Routing on real pools: the registry's predictor against LOCUS alone and every baseline.
+
+    .venv/bin/python scripts/bench_router.py [--datasets mmlu-pro,bfcl] [--evals 256,1024] [--seeds 0,1,2]
+        [--jobs 1] [--json docs/results/router.json] [--markdown docs/results/router.md]
+    .venv/bin/python scripts/bench_router.py --from-json docs/results/router.json --markdown docs/results/router.md
+
+Each (dataset, evaluations per model, seed) runs `registry evaluate`'s protocol (registry.evaluation):
+queries split 80/10/10 by seed, at most N training evaluations per model, LOCUS trained with
+TrainConfig's defaults (budgeted in epochs, no wall-clock cap), the baselines tuned on the validation
+queries, everything measured on the test queries. "registry" is the predictor `registry evaluate` reports (`route` does
+not use it yet): LOCUS and the item table blended on the validation queries (encoder/blend.py). "registry+knn" adds the kNN
+baseline's estimate as a third component (measured, not what `route` uses). Paired tests: McNemar's exact
+test over the test queries, registry against each method, per seed. MMLU-Pro is its open-weight pool
+(access == open), as the dataset's README advises; BFCL its whole pool.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA_ROOT = ROOT.parent / "shared" / "data"
+ENCODER = "all-mpnet-base-v2"
+BASELINES = ("knn", "irt_net", "embedllm_mf", "best_single")
+METHODS = ("registry", "locus", "item", "registry+knn", "locus+knn", *BASELINES)
+
+
+def load(dataset: str, data_root: Path):
+    from encoder.data import load_triple_dir
+
+    path = data_root / dataset
+    if not (path / "evals.csv").is_file():
+        sys.exit(f"{dataset} not found at {path}: put ../shared/data/{dataset} beside the project (or --data-root)")
+    data = load_triple_dir(path, encoder=ENCODER)
+    if dataset == "mmlu-pro":  # the open-weight pool: routing over the full pool can hardly beat Gemini
+        with open(path / "models.csv", encoding="utf-8", newline="") as handle:
+            open_models = [row["name"] for row in csv.DictReader(handle) if row["access"] == "open"]
+        data = data.select_models(open_models)
+    return data
+
+
+def mcnemar(a, b) -> dict:
+    """Paired comparison on the same test queries: mean difference and McNemar's exact test (two-sided
+    binomial on the discordant queries; scores rounded at 0.5)."""
+    from scipy.stats import binomtest
+
+    x, y = np.asarray(a) >= 0.5, np.asarray(b) >= 0.5
+    wins, losses = int((x & ~y).sum()), int((~x & y).sum())
+    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p}
+
+
+def one_run(job: tuple) -> dict:
+    dataset, evals, seed, data_root, threads, epochs, baselines = job
+    import torch
+
+    torch.set_num_threads(threads)
+    from encoder.training import TrainConfig
+    from registry.evaluation import run_evaluation
+
+    data = load(dataset, Path(data_root))
+    started = time.perf_counter()
+    r = run_evaluation(data, evals_per_model=evals, seed=seed, keep_routed=True, baselines=baselines,
+                       train_config=TrainConfig(threads=threads) if epochs is None else
+                       TrainConfig(threads=threads, epochs=epochs, min_epochs=min(epochs, 100)))
+    routed = r.pop("routed")
+    r.pop("pool", None)
+    r["paired"] = {m: mcnemar(routed["registry"], routed[m]) for m in routed if m != "registry"}
+    r.update(dataset=dataset, models=data.n_models, wall_seconds=round(time.perf_counter() - started, 1))
+    print(f"{dataset} N={evals} seed {seed}: registry {r['routing_accuracy']['registry']:.4f} locus "
+          f"{r['routing_accuracy']['locus']:.4f} knn {r['routing_accuracy'].get('knn', float('nan')):.4f} "
+          f"({r['locus_best_epoch']} epochs best, stopped: {r['locus_stopped']}) in {r['wall_seconds']} s", flush=True)
+    return r
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Per (dataset, evals): mean and sd over seeds of each method's routing and correctness accuracy,
+    and whether the registry is ahead of every baseline."""
+    out = {}
+    for key in sorted({(r["dataset"], r["evals_per_model"]) for r in runs}):
+        rs = sorted((r for r in runs if (r["dataset"], r["evals_per_model"]) == key), key=lambda r: r["seed"])
+        rows = {}
+        for m in METHODS:
+            if all(m in r["routing_accuracy"] for r in rs):
+                route = [r["routing_accuracy"][m] for r in rs]
+                corr = [r["correctness_accuracy"].get(m) for r in rs]
+                rows[m] = {"routing": float(np.mean(route)), "routing_sd": float(np.std(route)),
+                           "correctness": None if None in corr else float(np.mean(corr))}
+        best_base = max((m for m in BASELINES if m in rows), key=lambda m: rows[m]["routing"])
+        corr_bases = [m for m in BASELINES if m in rows and rows[m]["correctness"] is not None]
+        out[f"{key[0]}@{key[1]}"] = {
+            "dataset": key[0], "evals_per_model": key[1], "models": rs[0]["models"], "seeds": [r["seed"] for r in rs],
+            "test_queries": rs[0]["n_test_queries"], "methods": rows, "best_baseline": best_base,
+            "routing_ahead": rows["registry"]["routing"] > rows[best_base]["routing"],
+            "correctness_ahead": all(rows["registry"]["correctness"] > rows[m]["correctness"] for m in corr_bases),
+            "paired_vs_best": [r["paired"][best_base] for r in rs],
+            "blend": [r.get("blend", {}).get("registry") for r in rs],
+        }
+    return out
+
+
+def write_markdown(result: dict, path: Path) -> None:
+    lines = [
+        "# Routing: the registry's predictor against every baseline", "",
+        f"Generated by `{result['command']}` on {result['date']} ({result['machine']}); do not edit by hand.", "",
+        "Protocol (`registry evaluate`, registry/evaluation.py): queries split 80/10/10 by seed; each model keeps at "
+        "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
+        "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
+        "queries, each routed among the models scored on it. **registry** is the blend `registry evaluate` reports "
+        "(`route` still ranks by LOCUS alone): LOCUS and the item table (encoder/fingerprint.py, fitted on the training evaluations only) blended by a logistic "
+        "regression on the validation queries (encoder/blend.py). **item** is the item table alone; "
+        "**registry+knn** and **locus+knn** add the kNN baseline as a third component (measured only). MMLU-Pro: its open-weight pool "
+        "(access == open); BFCL: all models.", "",
+    ] + ([f"Note: {result['note']}", ""] if result.get("note") else [])
+    for name, block in result["summary"].items():
+        rows = block["methods"]
+        lines += [f"## {block['dataset']}, {block['evals_per_model']} evaluations per model "
+                  f"({block['models']} models, {block['test_queries']} test queries, seeds "
+                  f"{', '.join(map(str, block['seeds']))})", "",
+                  "| method | routing accuracy (mean ± sd) | correctness accuracy |", "|---|---|---|"]
+        for m, row in sorted(rows.items(), key=lambda kv: -kv[1]["routing"]):
+            corr = "" if row["correctness"] is None else f"{row['correctness']:.4f}"
+            bold = "**" if m == "registry" else ""
+            lines.append(f"| {bold}{m}{bold} | {row['routing']:.4f} ± {row['routing_sd']:.4f} | {corr} |")
+        paired = ", ".join(f"seed {s}: {p['diff']:+.4f} ({p['wins']} won / {p['losses']} lost, p {p['p']:.3g})"
+                           for s, p in zip(block["seeds"], block["paired_vs_best"]))
+        lines += ["", f"Best baseline: {block['best_baseline']}. Registry ahead on routing: "
+                      f"**{'yes' if block['routing_ahead'] else 'NO'}**; ahead of every baseline on correctness: "
+                      f"**{'yes' if block['correctness_ahead'] else 'NO'}**.",
+                  f"Paired against {block['best_baseline']} (McNemar, test queries): {paired}.", ""]
+        weights = [b for b in block["blend"] if b]
+        if weights:
+            lines += ["Blend weights per seed (logit of each component; intercept): " + "; ".join(
+                ", ".join(f"{k} {v:.2f}" for k, v in b["weights"].items()) + f"; {b['intercept']:+.2f}" for b in weights),
+                ""]
+    met = [b for b in result["summary"].values() if b["routing_ahead"] and b["correctness_ahead"]]
+    lines += ["## Target", "",
+              f"Registry ahead of max(kNN, IRT-Net, EmbedLLM-MF, best single) in routing and of every baseline in "
+              f"correctness: {len(met)} of {len(result['summary'])} settings."]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="mmlu-pro,bfcl")
+    ap.add_argument("--evals", default="256,1024")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (threads split between them)")
+    ap.add_argument("--epochs", type=int, default=None, help="cap LOCUS's epochs (smoke runs; default: TrainConfig's)")
+    ap.add_argument("--baselines", default=",".join(BASELINES), help="(smoke runs: fewer)")
+    ap.add_argument("--data-root", type=Path, default=DATA_ROOT)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--markdown", type=Path, default=None)
+    ap.add_argument("--from-json", type=Path, default=None, help="render --markdown from a stored --json")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        result = json.loads(args.from_json.read_text("utf-8"))
+    else:
+        jobs = [(d, int(n), int(s)) for d in args.datasets.split(",") for n in args.evals.split(",")
+                for s in args.seeds.split(",")]
+        threads = max(1, (os.cpu_count() or 2) // max(1, args.jobs))
+        work = [(d, n, s, str(args.data_root), threads, args.epochs,
+                 tuple(b for b in args.baselines.split(",") if b != "best_single")) for d, n, s in jobs]
+        import torch
+
+        device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        result = {"command": "scripts/bench_router.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "date": time.strftime("%Y-%m-%d"),
+                  "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__} on {device}, "
+                             f"Python {platform.python_version()}", "runs": []}
+
+        def record(run: dict) -> None:  # written after every run: a run cut short keeps what finished
+            result["runs"].append(run)
+            result["summary"] = summarise(result["runs"])
+            if args.json:
+                args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+        if args.jobs > 1:
+            with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:  # CUDA: no fork
+                for future in as_completed([pool.submit(one_run, job) for job in work]):
+                    record(future.result())
+        else:
+            for job in work:
+                record(one_run(job))
+    for name, block in result["summary"].items():
+        rows = block["methods"]
+        print(f"{name}: " + "  ".join(f"{m} {rows[m]['routing']:.4f}" for m in METHODS if m in rows)
+              + f"  -> ahead: routing {block['routing_ahead']}, correctness {block['correctness_ahead']}")
+    if args.markdown:
+        write_markdown(result, args.markdown)
+
+
+if __name__ == "__main__":
+    main()
