@@ -452,7 +452,17 @@ class Registry:
 
         if not isinstance(name, str) or name not in read_aliases(self.home):
             return name
-        return resolve(self.home, name, live=_live_versions(self.store))
+        return resolve(self.home, name, live=_live_versions(self.store), same=self._same_content)
+
+    def _same_content(self, name: str, live: int, pinned: int) -> bool:
+        """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
+        number, MLflow's rule, but holds the pinned version's record and vector)."""
+        from registry.catalog import history_rows
+
+        key = ("record", "vector", "encoder_id", "n_evals")
+        rows = history_rows(self.store, name)
+        now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
+        return bool(now) and any(r["version"] == pinned and all(r[k] == now[-1][k] for k in key) for r in rows)
 
     def set_alias(self, alias: str, target: str) -> Alias:
         """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must

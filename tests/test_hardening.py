@@ -1,0 +1,116 @@
+"""Issue 23: what a fuzzer, a race and a hostile web page do to `registry serve` and the store.
+
+One small trained registry is built per module; each server test works on its own copy. Everything
+here is bounded (few examples, few restarts, a soak of ~60 s unless $LOCUS_SOAK_SECONDS says more).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import synthetic_registry
+from service_harness import ROOT, TOKEN, Server, copy_home
+
+
+@pytest.fixture(scope="module")
+def base_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("hardening") / "base"
+    synthetic_registry(home, train_epochs=4, n_families=2, models_per_family=2, queries_per_task=12,
+                       tasks=("math", "law"), n_duplicates=0, seed=7)
+    return home
+
+
+@pytest.fixture(scope="module")
+def texts(base_home) -> list[tuple[str, str]]:
+    from registry import Registry
+
+    table = Registry.open(base_home).store.read("queries", ["text", "task"])
+    return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))
+
+
+@pytest.fixture(scope="module")
+def server(base_home, tmp_path_factory):
+    """A server with a token (1 MiB body limit), shared by the tests that only add their own models."""
+    srv = Server(copy_home(base_home, tmp_path_factory.mktemp("srv") / "home"), extra=("--max-body-mb", "1"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def open_server(base_home, tmp_path_factory):
+    """A server without a token: loopback only, writes only from non-browser clients."""
+    srv = Server(copy_home(base_home, tmp_path_factory.mktemp("open") / "home"), token=None,
+                 extra=("--max-body-mb", "1"))
+    yield srv
+    srv.stop()
+
+
+def _evals(texts, n: int, offset: int = 0) -> list[dict]:
+    return [{"query": t, "task": task, "score": i % 2} for i, (t, task) in enumerate(texts[offset:offset + n])]
+
+
+def _cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("LOCUS_SERVER", None)
+    return subprocess.run([sys.executable, "-m", "cli.main", "--home", str(home), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------ 1. version numbers never reused
+def test_version_numbers_are_never_reused(base_home, texts, tmp_path):
+    from registry import Registry
+
+    home = copy_home(base_home, tmp_path / "home")
+    reg = Registry.open(home)
+    rows = [(t, i % 2, task) for i, (t, task) in enumerate(texts)]
+    assert reg.add_model("x", rows[:20]).version == 1
+    assert reg.refine("x", rows[20:24]).version == 2
+    reg.set_alias("pinned", "x@1")
+    assert reg.remove("x").version == 2
+    readded = reg.add_model("x", rows[:3])  # was version 1 again: the original became unreachable
+    assert (readded.event, readded.version) == ("add", 3)
+    assert reg.add_model("x", rows[:5], replace=True).version == 4
+    back = reg.restore("x", version=1)
+    assert (back.restored_version, back.version) == (1, 5)
+    assert reg.show("x").n_evals == 20  # the 20-evaluation original, reachable from history
+    assert reg.resolve("pinned") == "x"  # a restore of version 1 holds what the pin promises
+    history = [(v.version, v.event) for v in reg.history("x").versions]
+    assert history == [(1, "add"), (2, "refine"), (2, "remove"), (3, "add"), (4, "replace"), (5, "restore")]
+    for version, n_evals in ((1, 20), (2, 24), (3, 3), (4, 5)):
+        assert reg.restore("x", version=version).version == 6 + version - 1
+        assert reg.show("x").n_evals == n_evals
+
+
+def test_cli_and_service_racing_never_share_a_version(server, texts, tmp_path):
+    with server.client() as c:
+        assert c.post("/v1/models", json={"name": "race", "evaluations": _evals(texts, 12)}).status_code == 201
+    evals = tmp_path / "more.jsonl"
+    evals.write_text("".join(json.dumps(e) + "\n" for e in _evals(texts, 4, offset=12)))
+    errors: list[str] = []
+
+    def http() -> None:
+        with server.client() as c:
+            for i in range(3):
+                r = c.post("/v1/models/race/refine", json={"evaluations": _evals(texts, 2, offset=16 + i)})
+                if r.status_code != 201:
+                    errors.append(r.text)
+
+    thread = threading.Thread(target=http)
+    thread.start()
+    for _ in range(2):
+        out = _cli(server.home, "refine", "race", "--evals", str(evals))
+        if out.returncode != 0:
+            errors.append(out.stderr[-500:])
+    thread.join(timeout=300)
+    assert errors == []
+    with server.client() as c:
+        history = c.get("/v1/models/race/history").json()["versions"]
+    numbers = [h["version"] for h in history]
+    assert numbers == list(range(1, 7))  # add + 5 refines: one number each, in order
