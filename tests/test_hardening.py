@@ -114,3 +114,48 @@ def test_cli_and_service_racing_never_share_a_version(server, texts, tmp_path):
         history = c.get("/v1/models/race/history").json()["versions"]
     numbers = [h["version"] for h in history]
     assert numbers == list(range(1, 7))  # add + 5 refines: one number each, in order
+
+
+# ------------------------------------------------------------------ 2. every accepted name on every path
+NAMES = ("org/model", "with space", "ünï cødé/β", "50% off", "a?b#c")
+
+
+def test_any_accepted_name_works_on_every_path_and_in_the_client(server, texts, tmp_path):
+    from registry.client import RegistryClient
+
+    upload = tmp_path / "evals.csv"
+    upload.write_text("query,score\n" + "".join(f'"{t}",{i % 2}\n' for i, (t, _) in enumerate(texts[:6])))
+    with RegistryClient(server.url, token=TOKEN) as reg:
+        for name in NAMES:
+            assert reg.add_model(name, [(t, i % 2) for i, (t, _) in enumerate(texts[:8])]).version == 1
+            assert reg.show(name).record.name == name
+            assert reg.refine(name, [(texts[9][0], 1)]).version == 2
+            assert reg.refine(name, upload).version == 3
+            assert reg.remove(name).removed
+            assert reg.restore(name, version=1).version == 4
+            assert [v.event for v in reg.history(name).versions] == ["add", "refine", "refine", "remove", "restore"]
+            assert reg.add_model(name, upload, replace=True).version == 5  # the multipart upload path
+            assert name in {m.name for m in reg.list()}
+
+
+BAD_NAMES = (" padded", "tab\there", "nul\x00", "escape\x1b[31m", "del\x7f", "c1\x85")
+
+
+@pytest.mark.parametrize("bad", BAD_NAMES)
+def test_a_refused_name_is_refused_the_same_way_on_every_path(server, texts, bad):
+    from urllib.parse import quote
+
+    with server.client() as c:
+        body = c.post("/v1/models", json={"name": bad, "evaluations": _evals(texts, 2)})
+        assert body.status_code == 422, body.text
+        refusal = body.json()["error"]
+        assert refusal["field"] == "name"
+        path = "/v1/models/" + quote(bad, safe="")
+        for method, suffix, kwargs in (("GET", "", {}), ("DELETE", "", {}), ("GET", "/history", {}),
+                                       ("POST", "/restore", {}),
+                                       ("POST", "/refine", {"json": {"evaluations": _evals(texts, 1)}}),
+                                       ("POST", "/file", {"files": {"file": ("e.csv", b"query,score\na,1\n")}}),
+                                       ("POST", "/refine/file", {"files": {"file": ("e.csv", b"query,score\na,1\n")}})):
+            r = c.request(method, path + suffix, **kwargs)
+            assert r.status_code == 422, (method, suffix, r.text)
+            assert r.json()["error"] == refusal, (method, suffix)

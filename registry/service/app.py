@@ -10,9 +10,9 @@ import hmac
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Path as PathParam, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.limits import check_model_name
 from registry.records import ModelRecord
 from registry import results as r
 from registry.service import schemas as s
@@ -38,6 +39,22 @@ class _HTTPError(Exception):
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.field, self.type, self.headers = status, field, type_, headers
+
+
+def _model_name(name: str = PathParam(description="the model name, percent-encoded (`org%2Fmodel`)")) -> str:
+    """The model name of a `/v1/models/{name}...` path: the segment as sent, decoded once (the edge
+    keeps a `%2F` in it from becoming a path separator), checked as every name is."""
+    from urllib.parse import unquote
+
+    try:
+        return check_model_name(unquote(name, errors="strict"))
+    except UnicodeDecodeError:
+        raise _HTTPError(422, "name: the model name is not UTF-8", field="name", type_="ValidationError") from None
+    except InputError as err:
+        raise _HTTPError(422, f"name: {err.problem}", field="name", type_="ValidationError") from None
+
+Name = Annotated[str, Depends(_model_name)]
+
 
 
 def _error(status: int, type_: str, message: str, *, field=None, file=None, line=None, headers=None) -> JSONResponse:
@@ -75,6 +92,7 @@ class _Edge:
                 started, status = True, message["status"]
             await send(message)
 
+        scope = _name_kept_encoded(scope)
         try:
             await self._limited(scope, receive, tracking_send, lambda: started)
         finally:
@@ -115,6 +133,25 @@ class _Edge:
 
 class _TooBig(Exception):
     pass
+
+
+_MODELS_PREFIX = b"/v1/models/"
+
+
+def _name_kept_encoded(scope):
+    """`/v1/models/{name}/...` with the name segment as the client encoded it (normalised to
+    percent-encoded UTF-8), the rest decoded. The server decodes the whole path before routing, which
+    turned `org%2Fmodel` into two segments: a name holding '/' could be added but never reached. The
+    route's `name` dependency decodes the segment once."""
+    from urllib.parse import quote, unquote, unquote_to_bytes
+
+    raw = scope.get("raw_path")
+    if not raw or not raw.startswith(_MODELS_PREFIX):
+        return scope
+    segment, sep, rest = raw[len(_MODELS_PREFIX):].split(b"?", 1)[0].partition(b"/")
+    path = "/v1/models/" + quote(unquote_to_bytes(segment), safe="") + sep.decode() + \
+        unquote(rest.decode("latin-1"), encoding="utf-8", errors="replace")
+    return {**scope, "path": path}
 
 
 def _uploads_dir(home) -> Path:
@@ -199,6 +236,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
             loc = loc[1:]  # where the field sits (body, query string) is not part of its name
         field = ".".join(loc) or None
         message = first.get("msg", "invalid request")
+        message = message.removeprefix("Value error, ")  # our validators' own words, as a path refusal says them
         if field and first.get("type") in ("too_long", "string_too_long"):
             return _error(422, "LimitExceeded", f"{field}: {message}", field=field)
         return _error(422, "ValidationError", f"{field}: {message}" if field else message, field=field)
@@ -229,11 +267,6 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     write = [Depends(require_token)]
 
-    def _check_name(name: str) -> str:
-        if not name or len(name) > limits.max_name_chars:
-            raise _HTTPError(422, f"the model name must have 1 to {limits.max_name_chars} characters",
-                             field="name", type_="LimitExceeded")
-        return name
 
     # ------------------------------------------------------------ jobs
     def _answer(job, wait: bool) -> JSONResponse:
@@ -274,18 +307,11 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return _answer(queue.submit(spec), body.wait)
 
     @app.post("/v1/models/{name}/file", dependencies=write, status_code=201, responses=created, tags=["models"])
-    async def add_model_file(name: str, file: UploadFile = File(...), metadata: str = Form("{}"),
+    async def add_model_file(name: Name, file: UploadFile = File(...), metadata: str = Form("{}"),
                              replace: bool = Form(False), wait: bool = Form(True)):
         """Add a model from an uploaded CSV/JSONL/Parquet file of query/query_id, score[, task]."""
         import json
 
-        from starlette.concurrency import run_in_threadpool
-
-        _check_name(name)
-        try:
-            s._check_name(name)
-        except ValueError as err:
-            raise InputError(str(err), field="name") from None
         try:
             meta = json.loads(metadata)
         except ValueError:
@@ -299,18 +325,16 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return await run_in_threadpool(lambda: _answer(queue.submit(spec), wait))
 
     @app.post("/v1/models/{name}/refine", dependencies=write, status_code=201, responses=created, tags=["models"])
-    def refine(name: str, body: s.RefineRequest):
+    def refine(name: Name, body: s.RefineRequest):
         """Add evaluations to a model and re-embed it as a new version (an embedding job)."""
-        _check_name(name)
         spec = JobSpec(id=queue.new_id(), kind="refine", name=name, evaluations=_spec_rows(body.evaluations))
         return _answer(queue.submit(spec), body.wait)
 
     @app.post("/v1/models/{name}/refine/file", dependencies=write, status_code=201, responses=created,
               tags=["models"])
-    async def refine_file(name: str, file: UploadFile = File(...), wait: bool = Form(True)):
+    async def refine_file(name: Name, file: UploadFile = File(...), wait: bool = Form(True)):
         from starlette.concurrency import run_in_threadpool
 
-        _check_name(name)
         job_id = queue.new_id()
         path, label = await _spool(file, job_id)
         spec = JobSpec(id=job_id, kind="refine", name=name, file=path, file_label=label)
@@ -325,15 +349,13 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     @app.delete("/v1/models/{name}", dependencies=write, response_model=r.RemoveResult, responses=_ERRORS,
                 tags=["models"])
-    def remove(name: str):
+    def remove(name: Name):
         """Remove a model (its history stays: restore brings it back)."""
-        _check_name(name)
         return Registry.open(settings.home, create=False).remove(name)
 
     @app.post("/v1/models/{name}/restore", dependencies=write, response_model=r.RestoreResult, responses=_ERRORS,
               tags=["models"])
-    def restore(name: str, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
-        _check_name(name)
+    def restore(name: Name, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
         return Registry.open(settings.home, create=False).restore(name, version)
 
     # ------------------------------------------------------------ reads
@@ -343,15 +365,13 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return reader.list(where)
 
     @app.get("/v1/models/{name}", response_model=r.ModelInfo, responses=_ERRORS, tags=["models"])
-    def show(name: str):
+    def show(name: Name):
         """A model's record with its version and embedding state."""
-        _check_name(name)
         return reader.show(name)
 
     @app.get("/v1/models/{name}/history", response_model=r.ModelHistory, responses=_ERRORS, tags=["models"])
-    def history(name: str):
+    def history(name: Name):
         """Every version of a model, oldest first."""
-        _check_name(name)
         return reader.history(name)
 
     @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])

@@ -28,11 +28,15 @@ class _Strict(BaseModel):
 
 
 def _check_name(value: str) -> str:
-    if value != value.strip():
-        raise ValueError("model name has leading or trailing spaces")
-    if any(ord(c) < 32 for c in value):
-        raise ValueError("model name holds control characters")
-    return value
+    """The registry's one name check (registry.limits), as a pydantic validator: the same words as
+    the refusal of a name in a URL path."""
+    from registry.errors import InputError
+    from registry.limits import check_model_name
+
+    try:
+        return check_model_name(value)
+    except InputError as err:
+        raise ValueError(err.problem) from None
 
 
 class EvaluationIn(_Strict):
