@@ -159,3 +159,51 @@ def test_a_refused_name_is_refused_the_same_way_on_every_path(server, texts, bad
             r = c.request(method, path + suffix, **kwargs)
             assert r.status_code == 422, (method, suffix, r.text)
             assert r.json()["error"] == refusal, (method, suffix)
+
+
+# ------------------------------------------------------------------ 3. no token: no writes from web pages
+def test_without_a_token_a_web_page_cannot_write(open_server, texts):
+    from registry.client import RegistryClient
+
+    csv = "query,score\n" + "".join(f'"{t}",{i % 2}\n' for i, (t, _) in enumerate(texts[:5]))
+    with RegistryClient(open_server.url) as reg:  # no token: the client still writes (it says it is one)
+        assert reg.add_model("web-target", [(t, 1) for t, _ in texts[:5]]).version == 1
+    with httpx.Client(base_url=open_server.url, timeout=120) as c:
+        before = c.get("/v1/stats").json()
+        evil = {"Origin": "http://evil.example"}
+        refused = [
+            c.post("/v1/models/web-evil/file", files={"file": ("e.csv", csv.encode())}, headers=evil),
+            c.post("/v1/models/web-evil/file", files={"file": ("e.csv", csv.encode())}),  # no Origin, no header
+            c.post("/v1/models/web-target/restore", content=b"x", headers={"Content-Type": "text/plain"}),
+            c.post("/v1/models/web-target/restore"),
+            c.post("/v1/models/web-target/refine", data={"evaluations": "x"}),
+            c.post("/v1/models", json={"name": "web-json", "evaluations": _evals(texts, 2)}, headers=evil),
+            c.post("/v1/models", json={"name": "web-json", "evaluations": _evals(texts, 2)},
+                   headers={"Sec-Fetch-Site": "cross-site"}),
+            c.delete("/v1/models/web-target", headers=evil),
+        ]
+        for r in refused:
+            assert r.status_code == 403, r.text
+            assert r.json()["error"]["field"] in ("Origin", "Sec-Fetch-Site", "X-Locus-Client")
+        # DNS rebinding: the page's own host name reaches the loopback server; reads are refused too
+        for host in ("evil.example", f"evil.example:{open_server.port}", "127.0.0.1:1"):
+            r = c.get("/v1/stats", headers={"Host": host})
+            assert r.status_code == 403 and r.json()["error"]["field"] == "Host"
+        assert c.get("/v1/stats").json() == before
+        assert c.get("/v1/models/web-evil").status_code == 404
+        # the program's ways in: JSON, or the client header on an upload or a bodiless POST
+        assert c.post("/v1/models", json={"name": "web-json", "evaluations": _evals(texts, 2)}).status_code == 201
+        assert c.post("/v1/models/web-evil/file", files={"file": ("e.csv", csv.encode())},
+                      headers={"X-Locus-Client": "test"}).status_code == 201
+        assert c.delete("/v1/models/web-evil").status_code == 200
+        assert c.post("/v1/models/web-evil/restore", headers={"X-Locus-Client": "test"}).status_code == 200
+        same = {"Origin": f"http://127.0.0.1:{open_server.port}", "Sec-Fetch-Site": "same-origin"}  # /docs
+        assert c.delete("/v1/models/web-evil", headers=same).status_code == 200
+
+
+def test_with_a_token_nothing_changes_for_clients(server, texts):
+    with server.client() as c:
+        r = c.post("/v1/models/tok-file/file", headers={"Origin": "http://elsewhere.example"},
+                   files={"file": ("e.csv", ("query,score\n" + f'"{texts[0][0]}",1\n').encode())})
+        assert r.status_code == 201, r.text
+        assert c.post("/v1/models/tok-file/restore", headers={"Host": "registry.internal"}).status_code == 200

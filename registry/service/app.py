@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, Path as PathParam, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Header, Path as PathParam, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -24,14 +24,14 @@ from registry.limits import check_model_name
 from registry.records import ModelRecord
 from registry import results as r
 from registry.service import schemas as s
-from registry.service.settings import ServiceSettings
+from registry.service.settings import CLIENT_HEADER, ServiceSettings
 
 __all__ = ["create_app", "API_VERSION"]
 
 API_VERSION = "v1"
 log = logging.getLogger("locus.service")
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
-_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 404, 409, 413, 422)}
+_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 403, 404, 409, 413, 422)}
 
 
 class _HTTPError(Exception):
@@ -72,12 +72,14 @@ def _registry_status(err: RegistryError) -> int:
 
 class _Edge:
     """Pure ASGI middleware around every request: a body over the limit is answered 413 before it is
-    read whole, and each request is counted and timed for /metrics. (Starlette's `@app.middleware`
-    runs the app in a second task with memory streams: on a 2-core machine that was a third of a
-    cached route's CPU time.)"""
+    read whole (declared or chunked), an unexpected error is answered 500 in JSON with the connection
+    kept, a Host that is not this loopback server is refused when there is no token (DNS rebinding),
+    and each request is counted and timed for /metrics. (Starlette's `@app.middleware` runs the app in
+    a second task with memory streams: on a 2-core machine that was a third of a cached route's CPU
+    time.)"""
 
-    def __init__(self, app, max_bytes: int, observe) -> None:
-        self.app, self.max_bytes, self.observe = app, max_bytes, observe
+    def __init__(self, app, max_bytes: int, observe, host_ok=None) -> None:
+        self.app, self.max_bytes, self.observe, self.host_ok = app, max_bytes, observe, host_ok
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -94,7 +96,17 @@ class _Edge:
 
         scope = _name_kept_encoded(scope)
         try:
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if self.host_ok is not None and not self.host_ok(host):
+                await _error(403, "Forbidden", f"Host {host[:100]!r} is not this server: without a token only "
+                             "localhost, 127.0.0.1 or [::1] with its port is served", field="Host")(
+                    scope, receive, tracking_send)
+                return
             await self._limited(scope, receive, tracking_send, lambda: started)
+        except Exception:  # noqa: BLE001 - a bug answers JSON and the connection stays open
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await _error(500, "InternalError", "the server failed; see its log")(scope, receive, tracking_send)
         finally:
             route = scope.get("route")
             self.observe(scope["method"], getattr(route, "path", "unmatched"), status,
@@ -113,19 +125,32 @@ class _Edge:
                 declared = -1
             if declared > self.max_bytes or declared < 0:
                 return await self._too_big(scope, receive, send)
-        seen = 0
+        seen, over, replaced = 0, False, False
 
         async def counted():
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    over = True
                     raise _TooBig()
             return message
 
+        async def guarded(message):
+            # FastAPI turns any error while reading the body (ours included) into a 400: answer the
+            # body that went over the limit 413 all the same, whoever read it.
+            nonlocal replaced
+            if replaced:
+                return
+            if over and message["type"] == "http.response.start" and not started():
+                replaced = True
+                await self._too_big(scope, receive, send)
+                return
+            await send(message)
+
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, counted, guarded)
         except _TooBig:
             if not started():
                 await self._too_big(scope, receive, send)
@@ -219,7 +244,10 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         requests.labels(method, template, str(status)).inc()
         latency.labels(template).observe(seconds)
 
-    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe)
+    from registry.service.settings import loopback_host
+
+    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe,
+                       host_ok=None if settings.token else (lambda host: loopback_host(host, settings.port)))
 
     # ------------------------------------------------------------ errors
     @app.exception_handler(RegistryError)
@@ -257,13 +285,37 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     # ------------------------------------------------------------ auth
     bearer = HTTPBearer(auto_error=False)
 
-    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if settings.token is None:
-            return  # loopback only (refused otherwise at start)
+    def require_token(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                      client: str | None = Header(default=None, alias=CLIENT_HEADER, max_length=200,
+                                                  description="needed on a write without a token unless "
+                                                              "the body is JSON (see the README, Security)")) -> None:
+        if settings.token is None:  # loopback only (refused otherwise at start); not from a web page
+            _not_from_a_web_page(request, client)
+            return
         given = credentials.credentials if credentials is not None else ""
         if not hmac.compare_digest(given.encode("utf-8"), settings.token.encode("utf-8")):
             raise _HTTPError(401, "a valid bearer token is required for this endpoint", field="Authorization",
                              type_="Unauthorized", headers={"WWW-Authenticate": "Bearer"})
+
+    def _not_from_a_web_page(request: Request, client: str | None) -> None:
+        headers = request.headers
+        origin = headers.get("origin")
+        if origin is not None and not _same_origin(origin):
+            raise _HTTPError(403, f"a write from the web page at {origin[:100]!r} is refused: without a token "
+                             "this server takes writes from local programs only", field="Origin", type_="Forbidden")
+        if headers.get("sec-fetch-site", "none") not in ("none", "same-origin"):
+            raise _HTTPError(403, "a cross-site write is refused (Sec-Fetch-Site)", field="Sec-Fetch-Site",
+                             type_="Forbidden")
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        # Only a POST can be "simple" (no preflight); DELETE always asks the browser's CORS check first.
+        if request.method == "POST" and kind != "application/json" and not client:
+            raise _HTTPError(403, f"without a token a write must be JSON or carry the {CLIENT_HEADER} header "
+                             f"(a web page can send {kind or 'a bodiless request'} to any local server)",
+                             field=CLIENT_HEADER, type_="Forbidden")
+
+    def _same_origin(origin: str) -> bool:
+        scheme, _, host = origin.partition("://")
+        return scheme == "http" and loopback_host(host, settings.port)
 
     write = [Depends(require_token)]
 
