@@ -207,3 +207,63 @@ def test_with_a_token_nothing_changes_for_clients(server, texts):
                    files={"file": ("e.csv", ("query,score\n" + f'"{texts[0][0]}",1\n').encode())})
         assert r.status_code == 201, r.text
         assert c.post("/v1/models/tok-file/restore", headers={"Host": "registry.internal"}).status_code == 200
+
+
+# ------------------------------------------------------------------ 4. no input reaches a 500
+def test_a_deeply_nested_filter_is_refused_naming_the_field_and_the_connection_stays(server):
+    deep = "(" * 400 + "family == x" + ")" * 400  # 822 characters, under the 2,000 limit
+    nots = "not " * 300 + "family == x"
+    with server.client() as c:
+        for where in (deep, nots):
+            answers = [
+                c.get("/v1/models", params={"where": where}),
+                c.get("/v1/similar", params={"name": "syn-synfam0-1b", "k": 2, "where": where}),
+                c.get("/v1/portfolio", params={"k": 2, "where": where}),
+                c.post("/v1/route", json={"query": "What is 2 + 2?", "where": where}),
+                c.post("/v1/profile", json={"targets": {"math": 0.5}, "k": 2, "where": where}),
+            ]
+            for r in answers:
+                assert r.status_code == 422, r.text
+                assert r.json()["error"]["field"] == "where" and "deep" in r.json()["error"]["message"], r.url
+        ok = "(" * 8 + "family == x" + ")" * 8
+        assert c.get("/v1/models", params={"where": ok}).status_code == 200  # same connection, still open
+
+
+def test_a_chunked_body_over_the_limit_is_413(server):
+    def chunks():
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="e.csv"\r\n\r\n'
+        for _ in range(40):
+            yield b"x" * 65536  # 2.5 MiB in all, no Content-Length
+
+    with server.client() as c:
+        for path, kind in (("/v1/models", "application/json"), ("/v1/route", "application/json"),
+                           ("/v1/models/chunked/file", "multipart/form-data; boundary=b")):
+            r = c.post(path, content=chunks(), headers={"Content-Type": kind})
+            assert r.status_code == 413, (path, r.text)
+            assert r.json()["error"]["field"] == "body"
+        for junk in (b"--b\r\nnonsense", b'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\nx'):
+            malformed = c.post("/v1/models/chunked/file", content=junk, headers={
+                "Content-Type": "multipart/form-data; boundary=b"})
+            assert malformed.status_code == 422, malformed.text  # not an undocumented 400
+        r = c.post("/v1/models", content=b'{"name": ', headers={"Content-Type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"]["field"], r.text
+
+
+def test_an_unexpected_error_answers_json_and_does_not_escape_the_app(base_home, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    app = create_app(ServiceSettings(home=copy_home(base_home, tmp_path / "home"), token="t" * 24,
+                                     query_backend="fp32"))
+
+    @app.get("/v1/boom")
+    def boom():
+        raise RecursionError("maximum recursion depth exceeded")
+
+    with TestClient(app) as client:  # raises in the test if the error leaves the app (uvicorn would drop the connection)
+        r = client.get("/v1/boom")
+        assert r.status_code == 500
+        assert r.json()["error"]["type"] == "InternalError" and "Recursion" not in r.text
+        assert client.get("/v1/health").status_code == 200

@@ -271,6 +271,8 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException):
+        if err.status_code == 400:  # FastAPI's "error parsing the body": a malformed body, as documented
+            return _error(422, "ValidationError", f"body: {err.detail}", field="body")
         return _error(err.status_code, "HTTPError", str(err.detail), headers=getattr(err, "headers", None))
 
     @app.exception_handler(_HTTPError)
