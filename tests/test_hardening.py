@@ -267,3 +267,78 @@ def test_an_unexpected_error_answers_json_and_does_not_escape_the_app(base_home,
         assert r.status_code == 500
         assert r.json()["error"]["type"] == "InternalError" and "Recursion" not in r.text
         assert client.get("/v1/health").status_code == 200
+
+
+# ------------------------------------------------------------------ 5. one thread at a time in an encoder
+def test_a_query_encoder_is_never_entered_by_two_threads_at_once():
+    import time
+
+    import numpy as np
+
+    from encoder.query_encoder import QueryEncoder
+
+    inside, most = 0, 0
+    guard = threading.Lock()
+
+    class Engine:  # stands for OpenVINO's compiled model: counts callers inside it
+        def encode(self, texts, *, batch_size, progress):
+            nonlocal inside, most
+            with guard:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.02)
+            with guard:
+                inside -= 1
+            return np.ones((len(texts), 3), dtype=np.float32)
+
+    class Model:
+        def get_embedding_dimension(self):
+            return 3
+
+    encoder = QueryEncoder("fake", Model(), "openvino", Engine())
+    threads = [threading.Thread(target=lambda: [encoder.encode(["a", "b"]) for _ in range(5)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+
+
+def test_a_restart_with_a_pending_job_always_comes_up(base_home, texts, tmp_path):
+    """The recovered job's writer and the warm-up both encode at start (with the default engine,
+    OpenVINO where installed): each restart must come up and land the job."""
+    import time
+    import uuid
+    from dataclasses import asdict
+
+    from registry.service.writer import JobSpec
+
+    home = copy_home(base_home, tmp_path / "home")
+    jobs = home / "service" / "jobs"
+    restarts = int(os.environ.get("LOCUS_RESTARTS", "3"))
+    srv = None
+    try:
+        for i in range(restarts):
+            jobs.mkdir(parents=True, exist_ok=True)
+            job_id = uuid.uuid4().hex
+            new_texts = [f"Restart {i}, question {j}: what is {i} times {j}?" for j in range(6)]
+            spec = JobSpec(id=job_id, kind="add", name=f"pending-{i}",
+                           evaluations=[{"query": t, "score": j % 2} for j, t in enumerate(new_texts)])
+            (jobs / f"{job_id}.json").write_text(json.dumps(
+                {"spec": asdict(spec), "state": "queued", "created": time.time(), "finished": None,
+                 "result": None, "error": None}))
+            if srv is None:
+                srv = Server(home, extra=("--query-backend", "auto"))
+            else:
+                srv.restart()  # the harness fails after 120 s without an answer: a hang is a failure
+            with srv.client() as c:
+                deadline = time.monotonic() + 120
+                while c.get(f"/v1/jobs/{job_id}").json()["state"] not in ("done", "failed"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.2)
+                assert c.get(f"/v1/jobs/{job_id}").json()["state"] == "done"
+                assert c.get(f"/v1/models/pending-{i}").json()["version"] == 1
+            srv.kill()
+    finally:
+        if srv is not None:
+            srv.kill()
