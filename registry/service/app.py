@@ -78,8 +78,9 @@ class _Edge:
     a second task with memory streams: on a 2-core machine that was a third of a cached route's CPU
     time.)"""
 
-    def __init__(self, app, max_bytes: int, observe, host_ok=None) -> None:
+    def __init__(self, app, max_bytes: int, observe, host_ok=None, allowed=None) -> None:
         self.app, self.max_bytes, self.observe, self.host_ok = app, max_bytes, observe, host_ok
+        self.allowed = allowed  # path -> the methods its routes answer (for OPTIONS and 405's Allow)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -102,6 +103,13 @@ class _Edge:
                              "localhost, 127.0.0.1 or [::1] with its port is served", field="Host")(
                     scope, receive, tracking_send)
                 return
+            if scope["method"] == "OPTIONS" and self.allowed is not None:
+                methods = self.allowed(scope["path"])
+                if methods:  # every method of the resource, not one of them (no CORS: nothing more)
+                    allow = ", ".join(sorted(methods | {"OPTIONS"}))
+                    await PlainTextResponse("", status_code=204, headers={"Allow": allow})(
+                        scope, receive, tracking_send)
+                    return
             await self._limited(scope, receive, tracking_send, lambda: started)
         except Exception:  # noqa: BLE001 - a bug answers JSON and the connection stays open
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
@@ -221,6 +229,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     )
     app.state.settings, app.state.warm, app.state.jobs = settings, state, queue
     _warm_up(state)
+    _schema_as_served(app, state, settings)
 
     metrics = CollectorRegistry()
     requests = Counter("locus_http_requests", "HTTP requests", ["method", "route", "status"], registry=metrics)
@@ -246,7 +255,11 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     from registry.service.settings import loopback_host
 
-    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe,
+    def _allowed(path: str) -> set[str]:
+        return {m for route in app.routes if getattr(route, "methods", None) and route.path_regex.match(path)
+                for m in route.methods}
+
+    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe, allowed=_allowed,
                        host_ok=None if settings.token else (lambda host: loopback_host(host, settings.port)))
 
     # ------------------------------------------------------------ errors
@@ -497,6 +510,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
                 "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
                 "models": n_models, "embedded": embedded,
+                "dimension": int(models.index.vectors.shape[1]) if models is not None else None,
                 "encoder_id": snap.encoder_id,
                 "query_encoder": snap.active.query_encoder if snap.active is not None else None,
                 "queue_depth": queue.depth(), "reloads": state.reloads, "auth": settings.token is not None}
@@ -519,6 +533,30 @@ def _warm_up(state) -> None:
     snap = state.snapshot()
     if snap.active is not None:
         state.query_encoder(snap.active.query_encoder).encode(["warm-up"], progress=False)
+
+
+def _schema_as_served(app, state, settings) -> None:
+    """/openapi.json as this server enforces it: POST /v1/similar's vector length as the embeddings
+    have it now (it changes only with a retrain), not all zeros; without a token, no bearer scheme
+    (writes are open to local programs, README "Security")."""
+    build = app.openapi
+
+    def openapi():
+        schema = build()
+        if settings.token is None:
+            schema.get("components", {}).pop("securitySchemes", None)
+            for item in schema["paths"].values():
+                for operation in item.values():
+                    if isinstance(operation, dict):
+                        operation.pop("security", None)
+        vector = schema["components"]["schemas"]["SimilarByVector"]["properties"]["vector"]
+        models = state.snapshot().models
+        if models is not None:
+            vector["minItems"] = vector["maxItems"] = int(models.index.vectors.shape[1])
+        vector["not"] = {"items": {"const": 0}}
+        return schema
+
+    app.openapi = openapi
 
 
 def _backend(state, snap) -> str:
