@@ -408,10 +408,20 @@ class Registry:
         tasks = Counter(store.read(QUERIES, ["task"]).column("task").to_pylist())
         n_queries = sum(tasks.values())
         n_evals = store.count(EVALUATIONS)
+        # Coverage is of the live models: a removed model keeps its evaluations (for restore), which
+        # must not count (coverage read 6.39 after removals).
+        live_evals = 0
+        if n_models and n_evals:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            live = pa.array(store.read(MODELS, ["name"]).column("name").to_pylist(), pa.string())
+            owners = store.read(EVALUATIONS, ["model"]).column("model")
+            live_evals = int(pc.sum(pc.is_in(owners, value_set=live)).as_py() or 0)
         return Stats(
             home=str(self.home), n_models=n_models, n_queries=n_queries, n_evaluations=n_evals,
             queries_per_task=dict(sorted(tasks.items())),
-            coverage=round(n_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
+            coverage=round(live_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
             query_encoder=store.query_encoder, active_encoder=store.config.get("active_encoder"),
             query_vectors={name: store.count(vector_table_name(name)) for name in store.vector_encoders()},
         )

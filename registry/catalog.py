@@ -75,6 +75,7 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
     if not batch.n_evaluations:
         raise InputError("no evaluations given", file="evaluations")
+    batch.refuse_conflicting_scores()
     batch.drop_duplicate_evaluations()
     return batch
 

@@ -365,3 +365,51 @@ def test_schemathesis_finds_nothing(server, open_server, auth):
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     with srv.client() as c:
         assert c.get("/v1/health").json()["status"] == "ok"
+
+
+# ------------------------------------------------------------------ 7. refuse or define
+def test_questionable_input_is_refused_naming_the_field(server, texts):
+    q = texts[0][0]
+    with server.client() as c:
+        before = c.get("/v1/stats").json()
+        dim = c.get("/v1/health").json()["dimension"]
+        for vector, field in (([1e39] + [0.0] * (dim - 1), "vector.0"), ([0.0] * dim, "vector"),
+                              ([0.1] * (dim + 1), "vector")):
+            r = c.post("/v1/similar", json={"vector": vector})
+            assert r.status_code == 422 and r.json()["error"]["field"] == field, r.text
+        assert c.post("/v1/similar", json={"vector": [0.1] * dim, "k": 2}).status_code == 200
+        r = c.post("/v1/models", json={"name": "bool-score", "evaluations": [{"query": q, "score": True}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "evaluations.0.score"
+        r = c.post("/v1/models", json={"name": "huge", "metadata": {"params_b": 1e308},
+                                       "evaluations": [{"query": q, "score": 1}]})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+        r = c.post("/v1/models", json={"name": "twice", "evaluations": [
+            {"query": q, "score": 1}, {"query": texts[1][0], "score": 0}, {"query": q, "score": 0}]})
+        error = r.json()["error"]
+        assert r.status_code == 422 and (error["line"], error["field"]) == (3, "score")
+        assert "line 1 (1) and line 3 (0)" in error["message"]
+        conflicting = f'query,score\n"{q}",1\n"{texts[1][0]}",0\n"{q}",0\n'.encode()
+        r = c.post("/v1/models/twice/file", files={"file": ("mine.csv", conflicting)})
+        error = r.json()["error"]
+        assert r.status_code == 422 and (error["file"], error["line"]) == ("mine.csv", 4), r.text
+        assert "line 2 (1) and line 4 (0)" in error["message"]
+        assert c.get("/v1/stats").json() == before
+        repeated = f'query,score\n"{q}",1\n"{texts[1][0]}",0\n"{q}",1\n'.encode()  # the same score: a repeat
+        r = c.post("/v1/models/twice/file", files={"file": ("mine.csv", repeated)})
+        assert r.status_code == 201 and r.json()["n_evals"] == 2
+        assert r.json()["warnings"] and all("uploads" not in w and str(server.home) not in w
+                                            for w in r.json()["warnings"])
+        assert "mine.csv" in r.json()["warnings"][0]
+
+
+def test_coverage_counts_live_models_only(base_home, tmp_path):
+    from registry import Registry
+
+    reg = Registry.open(copy_home(base_home, tmp_path / "home"))
+    full = reg.stats()
+    for record in reg.models()[:2]:
+        reg.remove(record.name)
+    after = reg.stats()
+    assert after.n_models == full.n_models - 2 and after.n_evaluations == full.n_evaluations  # kept for restore
+    assert after.coverage == pytest.approx(full.coverage, abs=1e-6)  # every model answers every query here
+    assert 0 < after.coverage <= 1

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.catalog import record_from_metadata
 from registry.limits import check_model_name
 from registry.records import ModelRecord
 from registry import results as r
@@ -369,6 +370,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     @app.post("/v1/models", dependencies=write, status_code=201, responses=created, tags=["models"])
     def add_model(body: s.AddModelRequest):
         """Add (or with `replace`, replace) a model from inline evaluations: an embedding job."""
+        record_from_metadata(body.name, body.metadata)  # a bad value is refused now, not by a failed job
         spec = JobSpec(id=queue.new_id(), kind="add", name=body.name, evaluations=_spec_rows(body.evaluations),
                        metadata=dict(body.metadata), replace=body.replace)
         return _answer(queue.submit(spec), body.wait)
@@ -385,6 +387,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
             raise InputError("metadata is not JSON", field="metadata") from None
         if not isinstance(meta, dict):
             raise InputError("metadata must be a JSON object", field="metadata")
+        record_from_metadata(name, meta)
         job_id = queue.new_id()
         path, label = await _spool(file, job_id)
         spec = JobSpec(id=job_id, kind="add", name=name, file=path, file_label=label, metadata=meta,

@@ -86,11 +86,22 @@ def _parse(spec: JobSpec) -> ImportBatch:
     if spec.file is not None:
         from registry.importers.tabular import read_model_evaluations
 
+        label = spec.file_label or "upload"
+        spooled = (spec.file, Path(spec.file).name)  # never shown: the client knows its file by its own name
         try:
-            return read_model_evaluations(Path(spec.file), spec.name)
+            batch = read_model_evaluations(Path(spec.file), spec.name)
         except InputError as err:  # name the file as the client sent it, not our spool path
-            raise InputError(err.problem, file=spec.file_label or "upload", line=err.line, field=err.field) from None
+            raise InputError(_unspooled(err.problem, spooled, label), file=label, line=err.line,
+                             field=err.field) from None
+        batch.warnings = [_unspooled(w, spooled, label) for w in batch.warnings]
+        return batch
     return evaluations_batch(spec.name, spec.evaluations or [])
+
+
+def _unspooled(text: str, spooled: tuple[str, ...], label: str) -> str:
+    for path in spooled:
+        text = text.replace(path, label)
+    return text
 
 
 def _prepare(spec: JobSpec, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
