@@ -413,3 +413,117 @@ def test_coverage_counts_live_models_only(base_home, tmp_path):
     assert after.n_models == full.n_models - 2 and after.n_evaluations == full.n_evaluations  # kept for restore
     assert after.coverage == pytest.approx(full.coverage, abs=1e-6)  # every model answers every query here
     assert 0 < after.coverage <= 1
+
+
+# ------------------------------------------------------------------ 8. soak: writers, readers, kills
+_CLI_LOOP = """
+import json, sys, time
+from pathlib import Path
+from click.testing import CliRunner
+from cli.main import cli
+
+home, evals, more, stop = sys.argv[1:5]
+run = CliRunner().invoke
+i = 0
+while not Path(stop).exists():
+    name = f"soak-c-{i}"
+    out = run(cli, ["--home", home, "add-model", name, "--evals", evals, "--json"], env={"LOCUS_SERVER": ""})
+    if out.exit_code == 0:
+        print("ACK add", name, json.loads(out.output)["version"], flush=True)
+    out = run(cli, ["--home", home, "refine", "soak-r", "--evals", more, "--json"], env={"LOCUS_SERVER": ""})
+    if out.exit_code == 0:
+        print("ACK refine soak-r", json.loads(out.output)["version"], flush=True)
+    out = run(cli, ["--home", home, "show", "soak-r", "--json"], env={"LOCUS_SERVER": ""})
+    print("READ", out.exit_code, flush=True)
+    i += 1
+"""
+
+
+def test_soak_writers_readers_and_kills(base_home, texts, tmp_path):
+    import random
+    import time
+
+    from registry import Registry
+
+    seconds = float(os.environ.get("LOCUS_SOAK_SECONDS", "60"))
+    home = copy_home(base_home, tmp_path / "home")
+    reg = Registry.open(home)
+    rows = [(t, i % 2, task) for i, (t, task) in enumerate(texts)]
+    reg.add_model("soak-r", rows[:10])
+    evals, more, stop = tmp_path / "e.jsonl", tmp_path / "more.jsonl", tmp_path / "stop"
+    evals.write_text("".join(json.dumps({"query": t, "score": s}) + "\n" for t, s, _ in rows[:8]))
+    more.write_text("".join(json.dumps({"query": t, "score": s}) + "\n" for t, s, _ in rows[10:13]))
+    srv = Server(home)
+    acked: list[tuple[str, str, int]] = []  # (event, name, version) of every acknowledged write
+    reads, problems = [0], []
+    done = threading.Event()
+
+    def http_writer() -> None:
+        i = 0
+        while not done.is_set():
+            try:
+                with srv.client(timeout=30) as c:
+                    r = c.post("/v1/models", json={"name": f"soak-h-{i}", "evaluations": _evals(texts, 6, offset=i % 5)})
+                    if r.status_code == 201:
+                        acked.append(("add", f"soak-h-{i}", r.json()["version"]))
+                    elif r.status_code < 500 and r.status_code != 409:
+                        problems.append(r.text)
+                    r = c.post("/v1/models/soak-r/refine", json={"evaluations": _evals(texts, 2, offset=14 + i % 4)})
+                    if r.status_code == 201:
+                        acked.append(("refine", "soak-r", r.json()["version"]))
+            except httpx.HTTPError:
+                time.sleep(0.5)  # the server is down: it comes back
+            i += 1
+
+    def http_reader() -> None:
+        while not done.is_set():
+            try:
+                with srv.client(timeout=30) as c:
+                    assert c.post("/v1/route", json={"query": texts[reads[0] % len(texts)][0], "k": 2}).status_code == 200
+                    assert c.get("/v1/models").status_code == 200
+                    reads[0] += 1
+            except httpx.HTTPError:
+                time.sleep(0.5)
+            except AssertionError as err:
+                problems.append(repr(err))
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env.pop("LOCUS_SERVER", None)
+    child = subprocess.Popen([sys.executable, "-c", _CLI_LOOP, str(home), str(evals), str(more), str(stop)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threads = [threading.Thread(target=f) for f in (http_writer, http_reader)]
+    for t in threads:
+        t.start()
+    rng = random.Random(23)
+    kills = 0
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(3, 10))
+            srv.kill()  # SIGKILL, wherever the writer is
+            kills += 1
+            srv.restart()
+    finally:
+        done.set()
+        stop.write_text("stop")
+        for t in threads:
+            t.join(timeout=120)
+        out, err = child.communicate(timeout=300)
+        srv.stop()
+    assert problems == []
+    for line in out.splitlines():
+        if line.startswith("ACK"):
+            _, event, name, version = line.split()
+            acked.append((event, name, int(version)))
+    assert kills >= 1 and reads[0] > 0 and any(e == "add" for e, _, _ in acked), (kills, reads, acked, err[-2000:])
+
+    check = _cli(home, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    reg = Registry.open(home)
+    assert reg.check().ok
+    for event, name, version in acked:  # every acknowledged write is there, exactly once
+        rows = [(v.version, v.event) for v in reg.history(name).versions]
+        assert rows.count((version, event)) == 1, (event, name, version, rows)
+    for name in {n for _, n, _ in acked}:  # numbers only grow, none given twice
+        numbers = [v.version for v in reg.history(name).versions if v.event not in ("remove", "embed")]
+        assert numbers == sorted(set(numbers)), (name, numbers)
