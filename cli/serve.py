@@ -64,7 +64,8 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
         raise click.UsageError(f"refusing to listen on {host} without a token: pass --token-file or set "
                                f"${TOKEN_ENV} (without one, only a loopback address is allowed)")
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
-                               limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads)
+                               limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads,
+                               port=port)
     app = create_app(settings)
     click.echo(f"serving {home} on http://{host}:{port} (device {settings.device}; docs at /docs; "
                f"writes {'need the bearer token' if token else 'open to loopback only'})", err=True)

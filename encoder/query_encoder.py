@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 import zipfile
 from importlib import metadata
@@ -60,6 +61,7 @@ _ALIASES = {
     "all-minilm-l6-v2": SMALL_ENCODER,
 }
 _LOADED: dict[tuple[str, str, str], "QueryEncoder"] = {}
+_LOADING = threading.Lock()
 BACKENDS = ("fp32", "bf16", "openvino", "auto")
 BACKEND_ENV = "LOCUS_QUERY_BACKEND"
 
@@ -154,6 +156,10 @@ class QueryEncoder:
         self._model = model  # the sentence-transformer (its tokenizer serves every engine)
         self._runner = runner  # an engine other than torch, or None
         self.dim = _dimension(model)
+        # One caller at a time: the service's warm-up, its writer (recovered jobs) and its text thread
+        # share one loaded encoder, and two threads inside OpenVINO's engine (or one fast tokenizer)
+        # at once hung a restart. Batching, not parallel calls, is what makes encoding fast.
+        self._lock = threading.Lock()
 
     def encode(
         self, texts: Sequence[str], *, batch_size: int = 32, progress: bool | None = None
@@ -162,13 +168,17 @@ class QueryEncoder:
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         show = len(texts) >= 256 if progress is None else progress
+        with self._lock:
+            return self._encode(list(texts), batch_size, show)
+
+    def _encode(self, texts: list[str], batch_size: int, show: bool) -> np.ndarray:
         if self._runner is not None:
-            return self._runner.encode(list(texts), batch_size=batch_size, progress=show)
+            return self._runner.encode(texts, batch_size=batch_size, progress=show)
         import torch
 
         with torch.inference_mode():
             vectors = self._model.encode(
-                list(texts),
+                texts,
                 batch_size=batch_size,
                 normalize_embeddings=True,
                 show_progress_bar=show,
@@ -331,6 +341,13 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
     key = (canonical, device or "", backend)
     if key in _LOADED:
         return _LOADED[key]
+    with _LOADING:  # two threads asking at once get one encoder, loaded (and converted) once
+        if key not in _LOADED:
+            _LOADED[key] = _load(name, canonical, device, backend, asked_auto)
+        return _LOADED[key]
+
+
+def _load(name: str, canonical: str, device: str | None, backend: str, asked_auto: bool) -> QueryEncoder:
     source = resolve_encoder_source(name)
     from sentence_transformers import SentenceTransformer  # heavy: only when an encoder is needed
     from transformers.utils import logging as hf_logging
@@ -354,7 +371,5 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
                 raise RegistryError(f"cannot run query encoder {name!r} with openvino: {err}") from err
             backend = "bf16" if cpu_has_bf16() else "fp32"  # "auto" falls back to torch, and says so
             warnings.warn(f"query encoder {name!r}: openvino unavailable ({err}); using torch {backend}",
-                          stacklevel=2)
-    encoder = QueryEncoder(canonical, _apply_backend(model, backend), backend, runner)
-    _LOADED[key] = encoder
-    return encoder
+                          stacklevel=3)
+    return QueryEncoder(canonical, _apply_backend(model, backend), backend, runner)

@@ -48,10 +48,11 @@ def split_version(target: str, known: set[str] | None = None) -> tuple[str, int 
     return target, None
 
 
-def resolve(home: Path, name: str, *, live: dict[str, int] | None = None) -> str:
+def resolve(home: Path, name: str, *, live: dict[str, int] | None = None, same=None) -> str:
     """The stored model name that `name` stands for: itself when it is a model (or unknown), the
     target when it is an alias. `live` (name -> current version), when given, is checked against a
-    pinned alias; without it the pin is not checked (callers that only read history)."""
+    pinned alias; without it the pin is not checked (callers that only read history). `same(name, live,
+    pinned)`, when given, says whether the live version is a restore of the pinned one (which holds it)."""
     if not isinstance(name, str):
         return name
     aliases = read_aliases(home)
@@ -63,7 +64,7 @@ def resolve(home: Path, name: str, *, live: dict[str, int] | None = None) -> str
         if target not in live:
             raise NotFoundError(f"alias {name!r} points to {target!r}, which is not in the registry "
                                 f"(removed? `registry restore {target}`, or `registry alias set {name} NAME`)")
-        if pinned is not None and live[target] != pinned:
+        if pinned is not None and live[target] != pinned and not (same and same(target, live[target], pinned)):
             raise RegistryError(
                 f"alias {name!r} points to {target} version {pinned}, but the live version is {live[target]}: "
                 f"`registry restore {target} --version {pinned}`, or `registry alias set {name} {target}` "

@@ -408,10 +408,20 @@ class Registry:
         tasks = Counter(store.read(QUERIES, ["task"]).column("task").to_pylist())
         n_queries = sum(tasks.values())
         n_evals = store.count(EVALUATIONS)
+        # Coverage is of the live models: a removed model keeps its evaluations (for restore), which
+        # must not count (coverage read 6.39 after removals).
+        live_evals = 0
+        if n_models and n_evals:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            live = pa.array(store.read(MODELS, ["name"]).column("name").to_pylist(), pa.string())
+            owners = store.read(EVALUATIONS, ["model"]).column("model")
+            live_evals = int(pc.sum(pc.is_in(owners, value_set=live)).as_py() or 0)
         return Stats(
             home=str(self.home), n_models=n_models, n_queries=n_queries, n_evaluations=n_evals,
             queries_per_task=dict(sorted(tasks.items())),
-            coverage=round(n_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
+            coverage=round(live_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
             query_encoder=store.query_encoder, active_encoder=store.config.get("active_encoder"),
             query_vectors={name: store.count(vector_table_name(name)) for name in store.vector_encoders()},
         )
@@ -452,7 +462,17 @@ class Registry:
 
         if not isinstance(name, str) or name not in read_aliases(self.home):
             return name
-        return resolve(self.home, name, live=_live_versions(self.store))
+        return resolve(self.home, name, live=_live_versions(self.store), same=self._same_content)
+
+    def _same_content(self, name: str, live: int, pinned: int) -> bool:
+        """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
+        number, MLflow's rule, but holds the pinned version's record and vector)."""
+        from registry.catalog import history_rows
+
+        key = ("record", "vector", "encoder_id", "n_evals")
+        rows = history_rows(self.store, name)
+        now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
+        return bool(now) and any(r["version"] == pinned and all(r[k] == now[-1][k] for k in key) for r in rows)
 
     def set_alias(self, alias: str, target: str) -> Alias:
         """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must

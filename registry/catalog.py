@@ -22,7 +22,7 @@ from registry.ingest import ImportReport, ingest, model_row
 from registry.limits import check_model_name
 from registry.records import ModelRecord, Query, check_score, validation_problem
 from registry.results import HistoryEntry, ModelChange, ModelHistory, RemoveResult, RestoreResult
-from registry.rows import model_rows, record_of, version_row, write_model
+from registry.rows import model_rows, next_versions, record_of, version_row, write_model
 
 # version_row, model_rows and record_of live in registry.rows; imported here for callers that used them here.
 __all__ = ["evaluations_batch", "add_model", "refine", "remove", "restore", "history", "history_rows",
@@ -75,6 +75,7 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
     if not batch.n_evaluations:
         raise InputError("no evaluations given", file="evaluations")
+    batch.refuse_conflicting_scores()
     batch.drop_duplicate_evaluations()
     return batch
 
@@ -162,8 +163,8 @@ def add_model(store: Store, name: str, evaluations, metadata: Mapping[str, Any] 
     batch.models = [record]
     # A fresh add holds exactly the evaluations given: a removed model of that name kept its
     # evaluations (for restore), and they must not leak into the new one.
-    return _land(store, active, batch, record, existing, event="replace" if existing else "add",
-                 replace_evaluations=True, max_evals=max_evals)
+    return _land(store, active, batch, record, event="add", replace=replace, replace_evaluations=True,
+                 max_evals=max_evals)
 
 
 def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS) -> ModelChange:
@@ -174,8 +175,8 @@ def refine(store: Store, name: str, evaluations, *, max_evals: int | None = DEFA
     if existing is None:
         raise NotFoundError.model(name, list(model_rows(store)))
     batch = evaluations_batch(name, evaluations)
-    return _land(store, active, batch, record_of(existing), existing, event="refine", replace_evaluations=False,
-                 max_evals=max_evals)
+    return _land(store, active, batch, record_of(existing), event="refine", replace=False,
+                 replace_evaluations=False, max_evals=max_evals)
 
 
 def _reuse_stored_queries(store: Store, batch: ImportBatch) -> None:
@@ -200,17 +201,29 @@ def _reuse_stored_queries(store: Store, batch: ImportBatch) -> None:
         batch.drop_duplicate_evaluations()
 
 
-def _land(store, active, batch, record, existing, *, event, replace_evaluations, max_evals) -> ModelChange:
+def _land(store, active, batch, record, *, event, replace, replace_evaluations, max_evals) -> ModelChange:
     _reuse_stored_queries(store, batch)
     encoded = _encode_new_texts(store, batch, active.query_encoder)
     with store.transaction():
+        # What was read before the lock may be stale: another writer (the service, a second CLI) may
+        # have added, refined or removed this model meanwhile. Decide on the row as it is now.
+        existing = model_rows(store, [record.name]).get(record.name)
+        if event == "refine":
+            if existing is None:
+                raise NotFoundError(f"model {record.name!r} was removed by another writer meanwhile")
+            record = record_of(existing)
+        elif existing is not None and not replace:
+            raise RegistryError(f"a model named {record.name!r} exists (added by another writer just now); "
+                                "refine it, or add with --replace")
+        else:
+            event = "replace" if existing is not None else "add"
+        version = next_versions(store, [record.name])[record.name]  # before ingest writes a row
         if replace_evaluations:
             table = store.table(EVALUATIONS)
             table.delete(f"model = {_sql_literal(record.name)}")
         report: ImportReport = ingest(store, batch, encoder=active.query_encoder, load_encoder=None)
         vectors = embed_model_rows(store, active, [record.name], max_evals=max_evals)
         z, n_evals = vectors[record.name]
-        version = int(existing.get("version") or 1) + 1 if existing else 1
         row = model_row(record, existing["added"] if existing else now_utc())
         row.update(vector=z.tolist(), encoder_id=active.encoder_id, n_evals=n_evals, embedded_at=now_utc(),
                    version=version)
@@ -227,10 +240,10 @@ def _sql_literal(value: str) -> str:
 
 
 def remove(store: Store, name: str) -> RemoveResult:
-    rows = model_rows(store)
-    if name not in rows:
-        raise NotFoundError.model(name, list(rows))
     with store.transaction():
+        rows = model_rows(store)  # under the lock: a concurrent writer's change is seen
+        if name not in rows:
+            raise NotFoundError.model(name, list(rows))
         store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
             [version_row(rows[name], "remove", now_utc())], schema=VERSION_SCHEMA))
         store.table(MODELS).delete(f"name = {_sql_literal(name)}")
@@ -255,19 +268,19 @@ def history_rows(store: Store, name: str) -> list[dict[str, Any]]:
 
 
 def restore(store: Store, name: str, version: int | None = None) -> RestoreResult:
-    """Bring back a removed model (or an older version of a live one) from its history."""
-    past = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
-    if version is not None:
-        past = [r for r in past if r["version"] == version]
-        if not past:
-            raise NotFoundError(f"model {name!r} has no version {version}")
-    chosen = past[-1]
-    record = ModelRecord.model_validate_json(chosen["record"])
-    current = model_rows(store).get(name)
-    row = model_row(record, current["added"] if current else chosen["time"])
-    row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
-               embedded_at=chosen["time"], version=(int(current["version"] or 1) + 1) if current else chosen["version"])
+    """Bring back a removed model (or an older version of a live one) from its history, as a new
+    version: the restored copy gets the next number, so every number names one thing forever."""
     with store.transaction():
+        past = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
+        if version is not None:
+            past = [r for r in past if r["version"] == version]
+            if not past:
+                raise NotFoundError(f"model {name!r} has no version {version}")
+        chosen = past[-1]
+        record = ModelRecord.model_validate_json(chosen["record"])
+        current = model_rows(store, [name]).get(name)
+        row = model_row(record, current["added"] if current else chosen["time"])
+        row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
+                   embedded_at=chosen["time"], version=next_versions(store, [name])[name])
         write_model(store, row, "restore")
     return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])
-

@@ -32,7 +32,7 @@ from registry.results import (
     SearchResult,
     Stats,
 )
-from registry.service.settings import SERVER_ENV, TOKEN_ENV
+from registry.service.settings import CLIENT_HEADER, SERVER_ENV, TOKEN_ENV
 
 __all__ = ["RegistryClient"]
 
@@ -44,7 +44,9 @@ class RegistryClient:
         if not url:
             raise RegistryError(f"no server URL: pass one or set ${SERVER_ENV}")
         token = token if token is not None else os.environ.get(TOKEN_ENV)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {CLIENT_HEADER: "registry-client"}  # a program, not a web page (README, Security)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 

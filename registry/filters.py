@@ -104,9 +104,16 @@ def _compare(op: str, actual: Any, expected: str) -> bool:
             ">": left > right, ">=": left >= right}[op]
 
 
+MAX_DEPTH = 32  # nested parentheses and `not`s: each is a Python call when parsing and when matching
+MAX_TOKENS = 1_000  # a filter's words, values and operators (a 2,000-character `where` has fewer)
+
+
 class _Parser:
     def __init__(self, text: str, known_fields: set[str]) -> None:
         self.tokens = _tokens(text)
+        if len(self.tokens) > MAX_TOKENS:
+            raise InputError(f"the filter has {len(self.tokens):,} terms; the limit is {MAX_TOKENS:,}", field="filter")
+        self.depth = 0
         self.pos = 0
         self.known = known_fields
         self.used: set[str] = set()
@@ -149,6 +156,17 @@ class _Parser:
         return parts[0] if len(parts) == 1 else (lambda m: all(p(m) for p in parts))
 
     def negation(self) -> Predicate:
+        if self.peek() in (("kw", "not"), ("op", "(")):
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise InputError(f"the filter nests parentheses or `not` more than {MAX_DEPTH} deep", field="filter")
+            try:
+                return self._nested()
+            finally:
+                self.depth -= 1
+        return self.comparison()
+
+    def _nested(self) -> Predicate:
         if self.peek() == ("kw", "not"):
             self.take()
             inner = self.negation()

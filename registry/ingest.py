@@ -33,6 +33,7 @@ from registry.limits import check_file_size, check_model_name
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ImportReport
+from registry.rows import next_versions
 
 __all__ = ["ImportReport", "Precomputed", "ingest", "load_precomputed", "model_row"]
 
@@ -241,8 +242,10 @@ def ingest(
                 [{"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d} for q, d in new_queries],
                 schema=QUERY_SCHEMA))
         if insert_models:
+            # A name that was removed keeps its history: the re-imported model continues its numbers.
+            numbers = next_versions(store, [r.name for r in insert_models])
             store.table(MODELS, MODEL_SCHEMA).add(pa.Table.from_pylist(
-                [model_row(r, now) for r in insert_models], schema=MODEL_SCHEMA))
+                [{**model_row(r, now), "version": numbers[r.name]} for r in insert_models], schema=MODEL_SCHEMA))
         if update_models:
             table = store.table(MODELS, MODEL_SCHEMA)
             # New metadata, same embedding: a metadata change does not touch the vector.

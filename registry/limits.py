@@ -10,6 +10,7 @@ fit in memory.
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path
 
 from registry.errors import InputError
@@ -27,7 +28,7 @@ DEFAULT_TASK = "default"  # the task of a query whose file gives none
 def check_model_name(name: str, *, file: str | Path | None = None, line: int | None = None,
                      field: str = "name") -> str:
     """A model name as given, or an InputError naming `field` (not text, empty, padded, too long, control
-    characters)."""
+    characters). The one check of a name: the CLI, the importers and every HTTP path use it."""
     if not isinstance(name, str):
         raise InputError(f"the model name must be text, not {type(name).__name__}", file=file, line=line, field=field)
     if not name.strip():
@@ -38,8 +39,9 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
     if len(name) > MAX_NAME_CHARS:
         raise InputError(f"model name of {len(name):,} characters (starting {name[:40]!r}); the limit is "
                          f"{MAX_NAME_CHARS}", file=file, line=line, field=field)
-    if any(c in name for c in "\n\r\t\x00"):
-        raise InputError(f"model name {name[:60]!r} holds a line break, tab or NUL", file=file, line=line, field=field)
+    if any(unicodedata.category(c) == "Cc" for c in name):  # line breaks, tabs, NUL, escapes, DEL, C1
+        raise InputError(f"model name {name[:60]!r} holds a control character (a line break, tab, NUL, ...)",
+                         file=file, line=line, field=field)
     return name
 
 

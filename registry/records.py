@@ -41,6 +41,10 @@ _PARAMS = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P
 _PARAMS_SCALE = {"": 1.0, "b": 1.0, "t": 1000.0, "m": 0.001}
 
 
+MAX_PARAMS_B = 100_000.0  # billions of parameters in one model's record
+MAX_EXTRA_NUMBER = 1e15  # a free-form metadata number (a price, a context length, a date as a number)
+
+
 def parse_params_b(value: Any) -> float:
     """A parameter count in billions, as a user writes it: 8, 8.0, '8', '8B', '8b', '1.5T', '350M'.
     The one parser behind `--meta params_b=...`, the `params_b` column of an import and `--budget`.
@@ -101,13 +105,23 @@ class ModelRecord(BaseModel):
 
     name: str = Field(min_length=1)
     family: str | None = None
-    params_b: float | None = Field(default=None, ge=0, description="parameter count, billions")
+    # At most 100,000 billion (100 trillion) parameters: anything larger is a unit mistake (1e308 was accepted).
+    params_b: float | None = Field(default=None, ge=0, le=MAX_PARAMS_B, allow_inf_nan=False,
+                                   description="parameter count, billions")
     provider: str | None = None
     endpoint: str | None = None
     licence: str | None = None
     access: str | None = Field(default=None, description="'open' (weights available) or 'api'")
     tags: list[str] = Field(default_factory=list)
     extra: dict[str, str | float | int | bool | None] = Field(default_factory=dict)
+
+    @field_validator("extra")
+    @classmethod
+    def _numbers_are_plain(cls, value: dict) -> dict:
+        for key, item in value.items():
+            if isinstance(item, float) and not (math.isfinite(item) and abs(item) <= MAX_EXTRA_NUMBER):
+                raise ValueError(f"{key}={item}: a metadata number must be finite and within +-{MAX_EXTRA_NUMBER:g}")
+        return value
 
     @field_validator("name")
     @classmethod

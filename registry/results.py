@@ -97,7 +97,7 @@ class Stats(Result):
     n_queries: int
     n_evaluations: int
     queries_per_task: dict[str, int]
-    coverage: float = Field(description="n_evaluations / (n_models * n_queries), in [0, 1]")
+    coverage: float = Field(description="evaluations of the live models / (n_models * n_queries), in [0, 1]")
     query_encoder: str
     active_encoder: str | None = None
     query_vectors: dict[str, int] = Field(description="stored query vectors per query encoder")

@@ -13,7 +13,8 @@ from registry.records import ModelRecord
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["record_of", "model_rows", "version_row", "write_model", "info_of_row", "read_evaluations"]
+__all__ = ["record_of", "model_rows", "version_row", "write_model", "info_of_row", "read_evaluations",
+           "next_versions"]
 
 
 def record_of(row: Mapping[str, Any]) -> ModelRecord:
@@ -23,10 +24,36 @@ def record_of(row: Mapping[str, Any]) -> ModelRecord:
     return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(extra) if isinstance(extra, str) else extra)
 
 
-def model_rows(store: "Store") -> dict[str, dict[str, Any]]:
+def model_rows(store: "Store", names=None) -> dict[str, dict[str, Any]]:
+    """name -> models-table row (only these names when given)."""
     from indexing.store import MODELS
 
-    return {row["name"]: row for row in store.read(MODELS).to_pylist()}
+    wanted = None if names is None else set(names)
+    return {row["name"]: row for row in store.read(MODELS).to_pylist() if wanted is None or row["name"] in wanted}
+
+
+def next_versions(store: "Store", names) -> dict[str, int]:
+    """The number the next version of each name gets: one more than any number it ever had, live or
+    in its history (removed versions included), so a number is never given twice (MLflow's rule).
+    Call it inside the transaction that writes the version: the writer lock keeps a CLI and the
+    service from both taking the same number."""
+    from indexing.store import MODELS, VERSIONS
+
+    names = sorted(set(names))
+    highest = {n: 0 for n in names}
+    if not names:
+        return {}
+    listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)  # stored/validated names, quoted
+    for table in (VERSIONS, MODELS):
+        if not store.has_table(table):
+            continue
+        column = "name"
+        rows = store.table(table).search().where(f"{column} IN ({listed})").select(["name", "version"]) \
+            .limit(None).to_arrow()
+        for name, version in zip(rows.column("name").to_pylist(), rows.column("version").to_pylist()):
+            if name in highest and version is not None:
+                highest[name] = max(highest[name], int(version))
+    return {n: v + 1 for n, v in highest.items()}
 
 
 def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:

@@ -130,11 +130,32 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
                       open_store=open_store if open_store is not None else lambda: _as_store(store))
 
 
+MAX_VECTOR_ABS = 1e6  # LOCUS embeddings are of order 1; far beyond this is a mistake (1e39 overflows float32)
+
+
+def check_query_vector(vector, dim: int, metric: str) -> np.ndarray:
+    """A search vector as float32 (dim,), or an InputError naming `vector`: the index's dimension,
+    finite values within +-1e6, not all zero (a zero vector has no direction)."""
+    try:
+        x = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("the vector must be a list of numbers", field="vector") from None
+    if x.ndim != 1 or x.shape[0] != dim:
+        raise InputError(f"the vector has {x.size} values; the embeddings have {dim}", field="vector")
+    if not np.isfinite(x).all() or np.abs(x).max(initial=0.0) > MAX_VECTOR_ABS:
+        raise InputError(f"every value of the vector must be finite and within +-{MAX_VECTOR_ABS:g}", field="vector")
+    if not x.any():  # refused for euclidean too, so that the rule does not depend on the metric
+        raise InputError("the vector is all zeros: no embedding is, and it has no direction", field="vector")
+    return x.astype(np.float32)
+
+
 def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str, where: str | None,
                by: str, open_store: "Callable[[], Store]") -> "list[Neighbour]":
     """`similar` on an open index (the service keeps one warm); arguments already checked."""
     from registry.results import Neighbour
 
+    if not isinstance(query, str):
+        query = check_query_vector(query, models.index.vectors.shape[1], metric)
     wanted = k if by == "embedding" else max(4 * k, BEHAVIOUR_CANDIDATES)
     hits = models.index.neighbours(query, wanted, metric=metric, allowed=models.allowed_rows(where))
     if by == "embedding":

@@ -79,7 +79,7 @@ def test_every_command_prints_its_model(tiny, tmp_path):
     removed = check("remove", run(tiny, "remove", "json-endpoint", "--json"))
     assert removed.removed and removed.version == 1
     restored = check("restore", run(tiny, "restore", "json-endpoint", "--json"))
-    assert restored.restored_version == 1 and restored.version == 1
+    assert restored.restored_version == 1 and restored.version == 2  # a restore is a new version
     history = check("history", run(tiny, "history", "json-endpoint", "--json"))
     assert [v.event for v in history.versions] == ["add", "remove", "restore"]
     assert check("check", run(tiny, "check", "--json")).ok

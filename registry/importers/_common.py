@@ -101,6 +101,20 @@ class ImportBatch:
     def scores_array(self) -> np.ndarray:
         return np.asarray(self.eval_scores, dtype=np.float32)
 
+    def refuse_conflicting_scores(self) -> None:
+        """One model's evaluations given in one request or file: the same query twice with two
+        different scores is refused naming both lines (which one is meant cannot be guessed); the same
+        score twice is a harmless repeat, dropped by `drop_duplicate_evaluations`."""
+        first: dict[tuple[str, str], int] = {}
+        for i, key in enumerate(zip(self.eval_models, self.eval_queries)):
+            j = first.setdefault(key, i)
+            if j != i and self.eval_scores[j] != self.eval_scores[i]:
+                file, line = self.where(i)
+                _, earlier = self.where(j)
+                raise InputError(f"query {key[1]!r} is given twice with different scores: line {earlier} "
+                                 f"({self.eval_scores[j]:g}) and line {line} ({self.eval_scores[i]:g})",
+                                 file=file, line=line, field="score")
+
     def drop_duplicate_evaluations(self) -> int:
         """Keep the last score of each (model, query) pair, as re-running an evaluation would;
         returns how many earlier rows were dropped."""

@@ -99,9 +99,10 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
     _add_rows(batch, owned, path=path, id_prefix=id_prefix, kind=kind)
     if not batch.n_evaluations:
         raise InputError("no evaluations", file=path)
+    batch.refuse_conflicting_scores()
     dropped = batch.drop_duplicate_evaluations()
     if dropped:
-        batch.warnings.append(f"{path}: {dropped} repeated queries; the last score of each was kept")
+        batch.warnings.append(f"{path.name}: {dropped} repeated queries with the same score; one of each was kept")
     return batch
 
 

@@ -10,9 +10,9 @@ import hmac
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Header, Path as PathParam, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,17 +20,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.catalog import record_from_metadata
+from registry.limits import check_model_name
 from registry.records import ModelRecord
 from registry import results as r
 from registry.service import schemas as s
-from registry.service.settings import ServiceSettings
+from registry.service.settings import CLIENT_HEADER, ServiceSettings
 
 __all__ = ["create_app", "API_VERSION"]
 
 API_VERSION = "v1"
 log = logging.getLogger("locus.service")
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
-_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 404, 409, 413, 422)}
+_ERRORS = {code: {"model": r.ErrorResponse} for code in (401, 403, 404, 409, 413, 422)}
 
 
 class _HTTPError(Exception):
@@ -38,6 +40,22 @@ class _HTTPError(Exception):
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.field, self.type, self.headers = status, field, type_, headers
+
+
+def _model_name(name: str = PathParam(description="the model name, percent-encoded (`org%2Fmodel`)")) -> str:
+    """The model name of a `/v1/models/{name}...` path: the segment as sent, decoded once (the edge
+    keeps a `%2F` in it from becoming a path separator), checked as every name is."""
+    from urllib.parse import unquote
+
+    try:
+        return check_model_name(unquote(name, errors="strict"))
+    except UnicodeDecodeError:
+        raise _HTTPError(422, "name: the model name is not UTF-8", field="name", type_="ValidationError") from None
+    except InputError as err:
+        raise _HTTPError(422, f"name: {err.problem}", field="name", type_="ValidationError") from None
+
+Name = Annotated[str, Depends(_model_name)]
+
 
 
 def _error(status: int, type_: str, message: str, *, field=None, file=None, line=None, headers=None) -> JSONResponse:
@@ -55,12 +73,15 @@ def _registry_status(err: RegistryError) -> int:
 
 class _Edge:
     """Pure ASGI middleware around every request: a body over the limit is answered 413 before it is
-    read whole, and each request is counted and timed for /metrics. (Starlette's `@app.middleware`
-    runs the app in a second task with memory streams: on a 2-core machine that was a third of a
-    cached route's CPU time.)"""
+    read whole (declared or chunked), an unexpected error is answered 500 in JSON with the connection
+    kept, a Host that is not this loopback server is refused when there is no token (DNS rebinding),
+    and each request is counted and timed for /metrics. (Starlette's `@app.middleware` runs the app in
+    a second task with memory streams: on a 2-core machine that was a third of a cached route's CPU
+    time.)"""
 
-    def __init__(self, app, max_bytes: int, observe) -> None:
-        self.app, self.max_bytes, self.observe = app, max_bytes, observe
+    def __init__(self, app, max_bytes: int, observe, host_ok=None, allowed=None) -> None:
+        self.app, self.max_bytes, self.observe, self.host_ok = app, max_bytes, observe, host_ok
+        self.allowed = allowed  # path -> the methods its routes answer (for OPTIONS and 405's Allow)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -75,8 +96,26 @@ class _Edge:
                 started, status = True, message["status"]
             await send(message)
 
+        scope = _name_kept_encoded(scope)
         try:
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if self.host_ok is not None and not self.host_ok(host):
+                await _error(403, "Forbidden", f"Host {host[:100]!r} is not this server: without a token only "
+                             "localhost, 127.0.0.1 or [::1] with its port is served", field="Host")(
+                    scope, receive, tracking_send)
+                return
+            if scope["method"] == "OPTIONS" and self.allowed is not None:
+                methods = self.allowed(scope["path"])
+                if methods:  # every method of the resource, not one of them (no CORS: nothing more)
+                    allow = ", ".join(sorted(methods | {"OPTIONS"}))
+                    await PlainTextResponse("", status_code=204, headers={"Allow": allow})(
+                        scope, receive, tracking_send)
+                    return
             await self._limited(scope, receive, tracking_send, lambda: started)
+        except Exception:  # noqa: BLE001 - a bug answers JSON and the connection stays open
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await _error(500, "InternalError", "the server failed; see its log")(scope, receive, tracking_send)
         finally:
             route = scope.get("route")
             self.observe(scope["method"], getattr(route, "path", "unmatched"), status,
@@ -95,19 +134,32 @@ class _Edge:
                 declared = -1
             if declared > self.max_bytes or declared < 0:
                 return await self._too_big(scope, receive, send)
-        seen = 0
+        seen, over, replaced = 0, False, False
 
         async def counted():
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    over = True
                     raise _TooBig()
             return message
 
+        async def guarded(message):
+            # FastAPI turns any error while reading the body (ours included) into a 400: answer the
+            # body that went over the limit 413 all the same, whoever read it.
+            nonlocal replaced
+            if replaced:
+                return
+            if over and message["type"] == "http.response.start" and not started():
+                replaced = True
+                await self._too_big(scope, receive, send)
+                return
+            await send(message)
+
         try:
-            await self.app(scope, counted, send)
+            await self.app(scope, counted, guarded)
         except _TooBig:
             if not started():
                 await self._too_big(scope, receive, send)
@@ -115,6 +167,25 @@ class _Edge:
 
 class _TooBig(Exception):
     pass
+
+
+_MODELS_PREFIX = b"/v1/models/"
+
+
+def _name_kept_encoded(scope):
+    """`/v1/models/{name}/...` with the name segment as the client encoded it (normalised to
+    percent-encoded UTF-8), the rest decoded. The server decodes the whole path before routing, which
+    turned `org%2Fmodel` into two segments: a name holding '/' could be added but never reached. The
+    route's `name` dependency decodes the segment once."""
+    from urllib.parse import quote, unquote, unquote_to_bytes
+
+    raw = scope.get("raw_path")
+    if not raw or not raw.startswith(_MODELS_PREFIX):
+        return scope
+    segment, sep, rest = raw[len(_MODELS_PREFIX):].split(b"?", 1)[0].partition(b"/")
+    path = "/v1/models/" + quote(unquote_to_bytes(segment), safe="") + sep.decode() + \
+        unquote(rest.decode("latin-1"), encoding="utf-8", errors="replace")
+    return {**scope, "path": path}
 
 
 def _uploads_dir(home) -> Path:
@@ -159,6 +230,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     )
     app.state.settings, app.state.warm, app.state.jobs = settings, state, queue
     _warm_up(state)
+    _schema_as_served(app, state, settings)
 
     metrics = CollectorRegistry()
     requests = Counter("locus_http_requests", "HTTP requests", ["method", "route", "status"], registry=metrics)
@@ -182,7 +254,14 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         requests.labels(method, template, str(status)).inc()
         latency.labels(template).observe(seconds)
 
-    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe)
+    from registry.service.settings import loopback_host
+
+    def _allowed(path: str) -> set[str]:
+        return {m for route in app.routes if getattr(route, "methods", None) and route.path_regex.match(path)
+                for m in route.methods}
+
+    app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe, allowed=_allowed,
+                       host_ok=None if settings.token else (lambda host: loopback_host(host, settings.port)))
 
     # ------------------------------------------------------------ errors
     @app.exception_handler(RegistryError)
@@ -199,12 +278,15 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
             loc = loc[1:]  # where the field sits (body, query string) is not part of its name
         field = ".".join(loc) or None
         message = first.get("msg", "invalid request")
+        message = message.removeprefix("Value error, ")  # our validators' own words, as a path refusal says them
         if field and first.get("type") in ("too_long", "string_too_long"):
             return _error(422, "LimitExceeded", f"{field}: {message}", field=field)
         return _error(422, "ValidationError", f"{field}: {message}" if field else message, field=field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException):
+        if err.status_code == 400:  # FastAPI's "error parsing the body": a malformed body, as documented
+            return _error(422, "ValidationError", f"body: {err.detail}", field="body")
         return _error(err.status_code, "HTTPError", str(err.detail), headers=getattr(err, "headers", None))
 
     @app.exception_handler(_HTTPError)
@@ -219,21 +301,40 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     # ------------------------------------------------------------ auth
     bearer = HTTPBearer(auto_error=False)
 
-    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if settings.token is None:
-            return  # loopback only (refused otherwise at start)
+    def require_token(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+                      client: str | None = Header(default=None, alias=CLIENT_HEADER, max_length=200,
+                                                  description="needed on a write without a token unless "
+                                                              "the body is JSON (see the README, Security)")) -> None:
+        if settings.token is None:  # loopback only (refused otherwise at start); not from a web page
+            _not_from_a_web_page(request, client)
+            return
         given = credentials.credentials if credentials is not None else ""
         if not hmac.compare_digest(given.encode("utf-8"), settings.token.encode("utf-8")):
             raise _HTTPError(401, "a valid bearer token is required for this endpoint", field="Authorization",
                              type_="Unauthorized", headers={"WWW-Authenticate": "Bearer"})
 
+    def _not_from_a_web_page(request: Request, client: str | None) -> None:
+        headers = request.headers
+        origin = headers.get("origin")
+        if origin is not None and not _same_origin(origin):
+            raise _HTTPError(403, f"a write from the web page at {origin[:100]!r} is refused: without a token "
+                             "this server takes writes from local programs only", field="Origin", type_="Forbidden")
+        if headers.get("sec-fetch-site", "none") not in ("none", "same-origin"):
+            raise _HTTPError(403, "a cross-site write is refused (Sec-Fetch-Site)", field="Sec-Fetch-Site",
+                             type_="Forbidden")
+        kind = headers.get("content-type", "").split(";")[0].strip().lower()
+        # Only a POST can be "simple" (no preflight); DELETE always asks the browser's CORS check first.
+        if request.method == "POST" and kind != "application/json" and not client:
+            raise _HTTPError(403, f"without a token a write must be JSON or carry the {CLIENT_HEADER} header "
+                             f"(a web page can send {kind or 'a bodiless request'} to any local server)",
+                             field=CLIENT_HEADER, type_="Forbidden")
+
+    def _same_origin(origin: str) -> bool:
+        scheme, _, host = origin.partition("://")
+        return scheme == "http" and loopback_host(host, settings.port)
+
     write = [Depends(require_token)]
 
-    def _check_name(name: str) -> str:
-        if not name or len(name) > limits.max_name_chars:
-            raise _HTTPError(422, f"the model name must have 1 to {limits.max_name_chars} characters",
-                             field="name", type_="LimitExceeded")
-        return name
 
     # ------------------------------------------------------------ jobs
     def _answer(job, wait: bool) -> JSONResponse:
@@ -269,29 +370,24 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     @app.post("/v1/models", dependencies=write, status_code=201, responses=created, tags=["models"])
     def add_model(body: s.AddModelRequest):
         """Add (or with `replace`, replace) a model from inline evaluations: an embedding job."""
+        record_from_metadata(body.name, body.metadata)  # a bad value is refused now, not by a failed job
         spec = JobSpec(id=queue.new_id(), kind="add", name=body.name, evaluations=_spec_rows(body.evaluations),
                        metadata=dict(body.metadata), replace=body.replace)
         return _answer(queue.submit(spec), body.wait)
 
     @app.post("/v1/models/{name}/file", dependencies=write, status_code=201, responses=created, tags=["models"])
-    async def add_model_file(name: str, file: UploadFile = File(...), metadata: str = Form("{}"),
+    async def add_model_file(name: Name, file: UploadFile = File(...), metadata: str = Form("{}"),
                              replace: bool = Form(False), wait: bool = Form(True)):
         """Add a model from an uploaded CSV/JSONL/Parquet file of query/query_id, score[, task]."""
         import json
 
-        from starlette.concurrency import run_in_threadpool
-
-        _check_name(name)
-        try:
-            s._check_name(name)
-        except ValueError as err:
-            raise InputError(str(err), field="name") from None
         try:
             meta = json.loads(metadata)
         except ValueError:
             raise InputError("metadata is not JSON", field="metadata") from None
         if not isinstance(meta, dict):
             raise InputError("metadata must be a JSON object", field="metadata")
+        record_from_metadata(name, meta)
         job_id = queue.new_id()
         path, label = await _spool(file, job_id)
         spec = JobSpec(id=job_id, kind="add", name=name, file=path, file_label=label, metadata=meta,
@@ -299,18 +395,16 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return await run_in_threadpool(lambda: _answer(queue.submit(spec), wait))
 
     @app.post("/v1/models/{name}/refine", dependencies=write, status_code=201, responses=created, tags=["models"])
-    def refine(name: str, body: s.RefineRequest):
+    def refine(name: Name, body: s.RefineRequest):
         """Add evaluations to a model and re-embed it as a new version (an embedding job)."""
-        _check_name(name)
         spec = JobSpec(id=queue.new_id(), kind="refine", name=name, evaluations=_spec_rows(body.evaluations))
         return _answer(queue.submit(spec), body.wait)
 
     @app.post("/v1/models/{name}/refine/file", dependencies=write, status_code=201, responses=created,
               tags=["models"])
-    async def refine_file(name: str, file: UploadFile = File(...), wait: bool = Form(True)):
+    async def refine_file(name: Name, file: UploadFile = File(...), wait: bool = Form(True)):
         from starlette.concurrency import run_in_threadpool
 
-        _check_name(name)
         job_id = queue.new_id()
         path, label = await _spool(file, job_id)
         spec = JobSpec(id=job_id, kind="refine", name=name, file=path, file_label=label)
@@ -325,15 +419,13 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     @app.delete("/v1/models/{name}", dependencies=write, response_model=r.RemoveResult, responses=_ERRORS,
                 tags=["models"])
-    def remove(name: str):
+    def remove(name: Name):
         """Remove a model (its history stays: restore brings it back)."""
-        _check_name(name)
         return Registry.open(settings.home, create=False).remove(name)
 
     @app.post("/v1/models/{name}/restore", dependencies=write, response_model=r.RestoreResult, responses=_ERRORS,
               tags=["models"])
-    def restore(name: str, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
-        _check_name(name)
+    def restore(name: Name, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
         return Registry.open(settings.home, create=False).restore(name, version)
 
     # ------------------------------------------------------------ reads
@@ -343,15 +435,13 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return reader.list(where)
 
     @app.get("/v1/models/{name}", response_model=r.ModelInfo, responses=_ERRORS, tags=["models"])
-    def show(name: str):
+    def show(name: Name):
         """A model's record with its version and embedding state."""
-        _check_name(name)
         return reader.show(name)
 
     @app.get("/v1/models/{name}/history", response_model=r.ModelHistory, responses=_ERRORS, tags=["models"])
-    def history(name: str):
+    def history(name: Name):
         """Every version of a model, oldest first."""
-        _check_name(name)
         return reader.history(name)
 
     @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
@@ -423,6 +513,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
                 "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
                 "models": n_models, "embedded": embedded,
+                "dimension": int(models.index.vectors.shape[1]) if models is not None else None,
                 "encoder_id": snap.encoder_id,
                 "query_encoder": snap.active.query_encoder if snap.active is not None else None,
                 "queue_depth": queue.depth(), "reloads": state.reloads, "auth": settings.token is not None}
@@ -445,6 +536,30 @@ def _warm_up(state) -> None:
     snap = state.snapshot()
     if snap.active is not None:
         state.query_encoder(snap.active.query_encoder).encode(["warm-up"], progress=False)
+
+
+def _schema_as_served(app, state, settings) -> None:
+    """/openapi.json as this server enforces it: POST /v1/similar's vector length as the embeddings
+    have it now (it changes only with a retrain), not all zeros; without a token, no bearer scheme
+    (writes are open to local programs, README "Security")."""
+    build = app.openapi
+
+    def openapi():
+        schema = build()
+        if settings.token is None:
+            schema.get("components", {}).pop("securitySchemes", None)
+            for item in schema["paths"].values():
+                for operation in item.values():
+                    if isinstance(operation, dict):
+                        operation.pop("security", None)
+        vector = schema["components"]["schemas"]["SimilarByVector"]["properties"]["vector"]
+        models = state.snapshot().models
+        if models is not None:
+            vector["minItems"] = vector["maxItems"] = int(models.index.vectors.shape[1])
+        vector["not"] = {"items": {"const": 0}}
+        return schema
+
+    app.openapi = openapi
 
 
 def _backend(state, snap) -> str:

@@ -24,23 +24,34 @@ __all__ = ["EvaluationIn", "AddModelRequest", "RefineRequest", "RouteRequest", "
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `true` is not 1, "0.5" is not a number, as the schema's types say
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _check_name(value: str) -> str:
-    if value != value.strip():
-        raise ValueError("model name has leading or trailing spaces")
-    if any(ord(c) < 32 for c in value):
-        raise ValueError("model name holds control characters")
-    return value
+    """The registry's one name check (registry.limits), as a pydantic validator: the same words as
+    the refusal of a name in a URL path."""
+    from registry.errors import InputError
+    from registry.limits import check_model_name
+
+    try:
+        return check_model_name(value)
+    except InputError as err:
+        raise ValueError(err.problem) from None
 
 
 class EvaluationIn(_Strict):
     """One evaluation: the query by text (`query`) and/or by stored id (`query_id`), its score."""
 
-    query: str | None = Field(default=None, max_length=LIMITS.max_query_chars)
-    query_id: str | None = Field(default=None, min_length=1, max_length=LIMITS.max_name_chars)
-    score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False)
+    # Either or both of query and query_id (the schema's anyOf says so); absent, not null.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "anyOf": [{"required": ["query"]}, {"required": ["query_id"]}]})
+
+    query: str = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars, pattern=r"\S",
+                       description="the query text (not blank)")
+    query_id: str = Field(default=None, min_length=1, max_length=LIMITS.max_name_chars, description="a stored query's id")
+    score: float = Field(ge=0.0, le=1.0, allow_inf_nan=False, strict=True,
+                         description="in [0, 1]; a number, not a boolean or a string")
     task: str | None = Field(default=None, max_length=LIMITS.max_name_chars)
 
     @model_validator(mode="after")
@@ -66,8 +77,13 @@ class RefineRequest(_Strict):
 
 
 class RouteRequest(_Strict):
-    query: str | None = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars)
-    queries: list[Annotated[str, StringConstraints(max_length=LIMITS.max_query_chars)]] | None = Field(
+    # Exactly one of query and queries (the schema's oneOf says so); absent, not null.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "oneOf": [{"required": ["query"]}, {"required": ["queries"]}]})
+
+    query: str = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars, pattern=r"\S")
+    queries: list[Annotated[str, StringConstraints(min_length=1, max_length=LIMITS.max_query_chars,
+                                                   pattern=r"\S")]] = Field(
         default=None, min_length=1, max_length=LIMITS.max_route_queries)
     k: int = Field(default=3, ge=1, le=LIMITS.max_k)
     exclude: list[str] = Field(default_factory=list, max_length=LIMITS.max_k)
@@ -90,7 +106,9 @@ class RouteRequest(_Strict):
 
 
 class SimilarByVector(_Strict):
-    vector: list[float] = Field(min_length=1, max_length=65_536)
+    vector: list[Annotated[float, Field(ge=-1e6, le=1e6, allow_inf_nan=False, strict=True)]] = Field(
+        min_length=1, max_length=65_536,
+        description="a LOCUS vector: as many values as the embeddings have (GET /v1/health), not all zero")
     k: int = Field(default=5, ge=1, le=LIMITS.max_k)
     metric: Literal["cosine", "euclidean"] = "cosine"
     where: str | None = Where
@@ -143,6 +161,7 @@ class Health(BaseModel):
     query_backend: str
     models: int
     embedded: int
+    dimension: int | None = Field(None, description="values in an embedding (the length POST /v1/similar takes)")
     encoder_id: str | None = None
     query_encoder: str | None = None
     queue_depth: int

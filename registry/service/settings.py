@@ -7,10 +7,14 @@ from pathlib import Path
 
 from registry.limits import MAX_NAME_CHARS, MAX_QUERY_CHARS
 
-__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "is_loopback"]
+__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "is_loopback", "loopback_host"]
 
 TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
 SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (or --server)
+# Without a token, a write that a web page could send without asking (a form, a multipart upload, a
+# text/plain or bodiless POST) is accepted only with this header: a browser sends a custom header
+# cross-origin only after a CORS preflight, which this server never grants. The client always sends it.
+CLIENT_HEADER = "X-Locus-Client"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,21 @@ class ServiceSettings:
     # 2-core machine two OpenMP threads per call spin against each other (a cached route measured
     # 31 CPU-ms with 2 threads, 3 CPU-ms with 1; an add-model forward pass 0.55 against 0.18 CPU-s).
     torch_threads: int = 1
+    port: int | None = None  # the port served on: without a token, a request's Host must name it
+
+
+def loopback_host(host: str, port: int | None) -> bool:
+    """Whether an HTTP Host header names this loopback server (`localhost`, `127.0.0.1`, `[::1]`, with
+    its port): a DNS-rebinding page reaches the server under its own host name, which is refused."""
+    name, _, given = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name or (name.startswith("[") != name.endswith("]")):
+        name, given = host, ""
+    name = name.strip("[]").lower()
+    if not is_loopback(name):
+        return False
+    if not given:
+        return port in (None, 80)
+    return given.isdigit() and (port is None or int(given) == port)
 
 
 def is_loopback(host: str) -> bool:

@@ -86,11 +86,22 @@ def _parse(spec: JobSpec) -> ImportBatch:
     if spec.file is not None:
         from registry.importers.tabular import read_model_evaluations
 
+        label = spec.file_label or "upload"
+        spooled = (spec.file, Path(spec.file).name)  # never shown: the client knows its file by its own name
         try:
-            return read_model_evaluations(Path(spec.file), spec.name)
+            batch = read_model_evaluations(Path(spec.file), spec.name)
         except InputError as err:  # name the file as the client sent it, not our spool path
-            raise InputError(err.problem, file=spec.file_label or "upload", line=err.line, field=err.field) from None
+            raise InputError(_unspooled(err.problem, spooled, label), file=label, line=err.line,
+                             field=err.field) from None
+        batch.warnings = [_unspooled(w, spooled, label) for w in batch.warnings]
+        return batch
     return evaluations_batch(spec.name, spec.evaluations or [])
+
+
+def _unspooled(text: str, spooled: tuple[str, ...], label: str) -> str:
+    for path in spooled:
+        text = text.replace(path, label)
+    return text
 
 
 def _prepare(spec: JobSpec, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
@@ -145,7 +156,18 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
     """Land these jobs (distinct model names); per job id its result, or the error that failed it."""
     outcomes: dict[str, dict[str, Any] | RegistryError] = {}
     try:
-        _land(state, specs, outcomes)
+        for attempt in range(_ATTEMPTS):
+            try:
+                # The last attempt holds the writer lock throughout (encoding included), so that a
+                # busy CLI writer cannot starve the job; the first ones leave other writers free.
+                if attempt == _ATTEMPTS - 1:
+                    with state.store.transaction():
+                        _land(state, specs, outcomes)
+                else:
+                    _land(state, specs, outcomes)
+                break
+            except _Moved:
+                outcomes.clear()
     except RegistryError as err:
         if len(specs) == 1:
             outcomes[specs[0].id] = err
@@ -156,15 +178,23 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
     return outcomes
 
 
+_ATTEMPTS = 4
+
+
+class _Moved(Exception):
+    """Another writer changed the store between reading it and landing: land again from what is there."""
+
+
 def _land(state, specs: list[JobSpec], outcomes) -> None:
     from encoder.data import EvalData
     from encoder.training import embed_models
     from registry.catalog import _sql_literal
     from registry.ingest import model_row
     from registry.results import ModelChange
-    from registry.rows import version_row
+    from registry.rows import next_versions, version_row
 
     store = state.store
+    seen = store.versions()  # everything below is decided from this state of the tables
     active = state.snapshot().require_active()
     stored_models = {row["name"]: row for row in store.read(MODELS).to_pylist()}
     queries = store.read(QUERIES, ["query_id", "text_hash"])
@@ -232,11 +262,12 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
     z = embed_models(active.locus, data, per_model)  # (M, d)
 
     now = now_utc()
+    numbers = next_versions(store, [p.spec.name for p in prepared])  # removed versions count too
     model_rows, version_rows, job_rows, results = [], [], [], {}
     for p, zm, evals in zip(prepared, z, per_model):
         existing = p.existing
         event = p.spec.kind if p.spec.kind == "refine" else ("replace" if existing else "add")
-        version = int(existing.get("version") or 1) + 1 if existing else 1
+        version = numbers[p.spec.name]
         row = model_row(p.record, existing["added"] if existing else now)
         row.update(vector=zm.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
                    embedded_at=now, version=version)
@@ -251,6 +282,8 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
                          "time": now})
 
     with store.transaction():
+        if store.versions() != seen:  # a CLI (or the service's remove/restore) wrote meanwhile
+            raise _Moved()
         fresh = {}
         for p in prepared:
             for q, d in p.new_queries:
