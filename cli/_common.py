@@ -3,16 +3,32 @@
 name the option the user typed."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 JSON_HELP = "Print the result as JSON (the schema of registry.results)."
+# Checked by click while it parses, before any command imports LanceDB or torch: a mistyped path is
+# answered at once (exit 2, naming the path) instead of after seconds of imports.
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-def json_option(command):
-    """The `--json` flag every command carries."""
-    return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(command)
+def _json_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """`--json` after the command, or before it (`registry --json stats`: the group's flag in ctx.obj);
+    remembered in ctx.obj so that an error raised later is printed as JSON too."""
+    obj = ctx.ensure_object(dict)
+    if value:
+        obj["json"] = True
+    return bool(value or obj.get("json"))
+
+
+def json_option(command=None, *, help: str = JSON_HELP):
+    """The `--json` flag every command carries (`@json_option`, or `@json_option(help=...)`)."""
+    def decorate(command):
+        return click.option("--json", "as_json", is_flag=True, callback=_json_flag, help=help)(command)
+
+    return decorate if command is None else decorate(command)
 
 
 def _registry(ctx: click.Context, *, create: bool = True):
@@ -86,7 +102,9 @@ def option_label(command: click.Command | None, field: str | None) -> str | None
 
 def error_payload(err: Exception, command: click.Command | None) -> dict[str, Any]:
     """{"type", "message", "option"/"field"/"file"/"line"} for a registry or usage error."""
-    from registry.errors import InputError, RegistryError
+    # Not registry.errors: that imports the registry package (pydantic and every result type, ~0.5 s),
+    # and a usage error should be answered at once.
+    from indexing.errors import InputError, RegistryError
 
     if isinstance(err, InputError):
         label = option_label(command, err.field)

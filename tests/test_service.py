@@ -103,6 +103,14 @@ def test_add_refine_search_route_audit(server, texts):
         assert "locus_http_requests_total" in metrics and "locus_jobs_landed 2.0" in metrics
 
 
+def test_serve_says_its_start_up_stages(server):
+    log = server.log.read_text()
+    stages = ["loading the registry at ", "warming the query encoder all-MiniLM-L6-v2", "starting the HTTP app",
+              f"listening on {server.url} "]
+    assert all(stage in log for stage in stages), log
+    assert [log.index(stage) for stage in stages] == sorted(log.index(stage) for stage in stages)
+
+
 def test_writes_need_the_token(server, texts):
     body = {"name": "svc-noauth", "evaluations": _evals(texts, 3)}
     with server.client(auth=False) as c:
