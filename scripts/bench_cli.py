@@ -10,6 +10,13 @@ errors at once, route / compare / alias set within 3 s without a server), and wh
 such a run imported. `--root` times another checkout of the project (e.g. the commit before a change)
 with the same commands. Other jobs on the machine move these numbers: the load average is printed
 before and after; run it when the machine is idle, or read the minimum.
+
+Bytecode: an installed CLI runs from compiled .pyc files (written on first use; `scripts/setup.sh`
+installs with --no-compile and lets Python compile what is imported). Where PYTHONDONTWRITEBYTECODE is
+set, every run would compile torch's and LanceDB's sources again (2-3x the CPU of the import), which
+no user sees: so the runs write and use their bytecode under a private PYTHONPYCACHEPREFIX (the
+untimed warm-up compiles it), and leave the installed packages untouched. `--no-bytecode-cache` times
+the runs with the environment as it is.
 """
 from __future__ import annotations
 
@@ -33,9 +40,16 @@ _PROBE = ("import sys, runpy\nsys.argv = ['registry', *sys.argv[1:]]\ncode = 0\n
 NEW_TEXT = "A train leaves at 9:40 and arrives at 13:05. How long is the journey, in minutes?"
 
 
+ENV: dict[str, str] = {}  # set by main()
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", **ENV}
+
+
 def _run(root: Path, args: list[str], *, probe: bool) -> tuple[float, str, int]:
     command = [sys.executable, "-c", _PROBE, *args] if probe else [sys.executable, "-m", "cli.main", *args]
-    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    env = _env(root)
     start = time.perf_counter()
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
@@ -48,7 +62,7 @@ def _facts(root: Path, home: str) -> tuple[list[str], str]:
     code = ("import json, sys\nfrom registry import Registry\nreg = Registry.open(sys.argv[1], create=False)\n"
             "print(json.dumps({'names': [r.name for r in reg.models()], "
             "'text': reg.store.read('queries', ['text']).column('text')[0].as_py()}))")
-    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    env = _env(root)
     out = subprocess.run([sys.executable, "-c", code, home], cwd=root, capture_output=True, text=True, env=env,
                          check=True).stdout
     facts = json.loads(out.strip().splitlines()[-1])
@@ -82,7 +96,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="Comma-separated labels' first words to run (e.g. route,alias).")
     parser.add_argument("--root", type=Path, default=ROOT, help="The checkout whose CLI is timed (default: this one).")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="Keep the environment's PYTHONDONTWRITEBYTECODE (every run compiles what it imports).")
     args = parser.parse_args()
+    if not args.no_bytecode_cache:
+        import tempfile
+
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        ENV["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "locus-bench-pycache")
     home, root = str(args.home.resolve()), args.root.resolve()
     names, stored_text = _facts(root, home)
     if len(names) < 2:
@@ -93,7 +114,8 @@ def main() -> None:
         chosen = [c for c in chosen if c[0].split()[0] in wanted]
     load = os.getloadavg()
     print(f"tree {root}; home {home} ({len(names)} models); {args.repeats} runs per command, fresh process each; "
-          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; bytecode "
+          + ("as the environment has it" if args.no_bytecode_cache else f"cached under {ENV['PYTHONPYCACHEPREFIX']}"))
     print(f"{'command':<26}{'target s':>9}{'median s':>10}{'min s':>8}  {'met':<4} imports")
     met = 0
     for label, command, target, ok in chosen:
@@ -110,7 +132,7 @@ def main() -> None:
         print(f"{label:<26}{target:>9.1f}{median:>10.3f}{min(times):>8.3f}  {verdict:<4} {loaded or '-'}", flush=True)
     if any(c[0] == "alias set" for c in chosen):
         subprocess.run([sys.executable, "-m", "cli.main", "--home", home, "alias", "delete", "bench-alias"], cwd=root,
-                       capture_output=True, env={**os.environ, "PYTHONPATH": str(root)})
+                       capture_output=True, env=_env(root))
     load = os.getloadavg()
     print(f"{met} of {len(chosen)} within target (median); load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
