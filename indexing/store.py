@@ -17,6 +17,7 @@ objects, and the lock is a lease taken with a conditional create; the journal wo
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import re
@@ -47,6 +48,9 @@ _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
 _ABSENT = object()  # Store._direct: the table does not exist
+# pylance (a dependency since the direct reads; LanceDB itself lists it only as an extra): without it,
+# every read goes through LanceDB as before.
+_HAVE_LANCE = importlib.util.find_spec("lance") is not None
 
 QUERY_SCHEMA = pa.schema(
     [
@@ -220,7 +224,7 @@ class Store:
         `lance` costs ~0.5 CPU-s, LanceDB ~1.7 (pandas and its namespace clients), which was most of a
         CLI read such as `route` or `compare`. The same files and the same latest version LanceDB reads;
         writes (and any read after the first write) go through LanceDB."""
-        if self._connection is not None or is_remote(self.home):
+        if self._connection is not None or is_remote(self.home) or not _HAVE_LANCE:
             return None
         path = self.home / "db" / f"{name}.lance"
         if not path.is_dir():
@@ -273,9 +277,9 @@ class Store:
         # checked above, so the filter holds no user text.
         where = f"text_hash IN ({', '.join(repr(h) for h in sorted(wanted))})" if few else None
         direct = self._direct(name)
-        if few and direct is not None:
-            if direct is _ABSENT:
-                return {}
+        if direct is _ABSENT:
+            return {}
+        if direct is not None:
             table = direct.to_table(filter=where)
         elif not self.has_table(name):
             return {}
