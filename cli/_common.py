@@ -37,15 +37,63 @@ def _registry(ctx: click.Context, *, create: bool = True):
     return Registry.open(ctx.obj["home"], create=create)
 
 
-def _backend(ctx: click.Context):
+NO_SERVER = "none"  # `--server none`: run in this process even when a service serves the home
+ENDPOINT_FILE = ("service", "endpoint.json")  # where `registry serve` says where it listens, under the home
+
+
+def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     """The registry a command that can go through the service talks to: a `RegistryClient` when
-    `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results)."""
+    `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results).
+
+    `names` (given by the read commands route and search: the model names they were passed) also lets
+    a `registry serve` already running for this home answer, said on stderr: it has LOCUS and the
+    encoders loaded, where this process would spend seconds importing and loading them."""
     server = ctx.obj.get("server")
-    if server:
+    if server and server != NO_SERVER:
         from registry.client import RegistryClient
 
         return RegistryClient(server)
+    if names is not None and server != NO_SERVER:
+        url = _local_service(ctx.obj.get("home"), names)
+        if url is not None:
+            from registry.client import RegistryClient
+
+            click.echo(f"answered by the registry service at {url}, which serves this home "
+                       f"(--server {NO_SERVER}: answer in this process)", err=True)
+            return RegistryClient(url)
     return _registry(ctx, create=False)
+
+
+def _local_service(home, names: tuple[str, ...]) -> str | None:
+    """The URL of a live `registry serve` of this (local) home, from the endpoint file it writes while
+    it listens; None when there is none, it is gone (a stale file), it serves another home, or a name
+    is an alias (the service resolves no aliases yet: the local answer is the documented one)."""
+    import json
+    import os
+
+    from indexing.home import is_remote, resolve_home
+
+    home = resolve_home(home)
+    if is_remote(home):
+        return None
+    try:
+        endpoint = json.loads(home.joinpath(*ENDPOINT_FILE).read_text("utf-8"))
+        url, pid = str(endpoint["url"]), int(endpoint["pid"])
+        os.kill(pid, 0)  # raises when that process is gone
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    from registry.aliases import read_aliases
+
+    if set(names) & set(read_aliases(home)):
+        return None
+    import httpx
+
+    try:
+        health = httpx.get(f"{url}/v1/health", timeout=2.0)
+        served = Path(health.json()["home"]).resolve()
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    return url if health.status_code == 200 and served == Path(home).resolve() else None
 
 
 def emit(result, as_json: bool, text: Callable[[Any], None] | None = None) -> None:

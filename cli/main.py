@@ -44,7 +44,8 @@ class _HomeType(click.ParamType):
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
 _RAW = "locus.raw"  # ctx.meta key: every argument, the group's own options included
 SERVER_HELP = ("A running `registry serve` that add-model, route, search and audit go through "
-               "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN).")
+               "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN). Without one, route "
+               "and search use a service running for the home, if any; 'none': never.")
 GLOBAL_JSON_HELP = "Print results and errors as JSON (as each command's own --json)."
 
 
@@ -464,7 +465,7 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 def search(ctx, name, k, metric, where, by, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
     # A current saved index answers without opening LanceDB or importing torch.
-    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
+    emit(_backend(ctx, names=(name,)).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
 
 
 def _echo_search(result) -> None:

@@ -89,11 +89,54 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     app = create_app(settings, state=state)  # finds the state warm: its own warm-up costs nothing now
     stage.done()
     writes = "need the bearer token" if token else "open to loopback only"
+
+    def listening(url: str) -> None:
+        click.echo(f"listening on {url} (home {home}; device {settings.device}; docs at {url}/docs; "
+                   f"writes {writes})", err=True)
+        _advertise(home, url, host)
+
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False),
-                     on_listening=lambda url: click.echo(
-                         f"listening on {url} (home {home}; device {settings.device}; docs at {url}/docs; "
-                         f"writes {writes})", err=True))
-    server.run()
+                     on_listening=listening, on_stopped=lambda: _withdraw(home))
+    try:
+        server.run()
+    finally:
+        _withdraw(home)  # also when start-up failed; after a SIGTERM uvicorn re-raises it: on_stopped did it
+
+
+def _advertise(home, url: str, host: str) -> None:
+    """Say where this service listens, in the home, so that the CLI's route and search on this home
+    can ask it instead of loading LOCUS themselves (`cli._common._local_service`). A wildcard address
+    is advertised as loopback, where the CLI on this machine reaches it."""
+    import json
+
+    from cli._common import ENDPOINT_FILE
+    from indexing.home import is_remote, write_text_atomic
+
+    if is_remote(home):
+        return
+    if host in ("0.0.0.0", "::"):
+        url = url.replace(f"//{host}", "//127.0.0.1").replace("//[::]", "//127.0.0.1")
+    try:
+        write_text_atomic(home.joinpath(*ENDPOINT_FILE), json.dumps({"url": url, "pid": os.getpid()}))
+    except OSError as err:  # a home we may read but not write: serve anyway
+        click.echo(f"warning: cannot write {home.joinpath(*ENDPOINT_FILE)}: {err}", err=True)
+
+
+def _withdraw(home) -> None:
+    """Remove the endpoint file if it is still this process's (another service may have taken over)."""
+    import json
+
+    from cli._common import ENDPOINT_FILE
+    from indexing.home import is_remote
+
+    if is_remote(home):
+        return
+    path = home.joinpath(*ENDPOINT_FILE)
+    try:
+        if json.loads(path.read_text("utf-8")).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 class _Stages:
@@ -119,9 +162,9 @@ def _server_class():
         """uvicorn's server that says where it listens once the socket is bound (the real port when
         --port 0 asked for any free one)."""
 
-        def __init__(self, config, on_listening) -> None:
+        def __init__(self, config, on_listening, on_stopped) -> None:
             super().__init__(config)
-            self._on_listening = on_listening
+            self._on_listening, self._on_stopped = on_listening, on_stopped
 
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets=sockets)
@@ -130,11 +173,17 @@ def _server_class():
                 shown = f"[{host}]" if ":" in host else host
                 self._on_listening(f"http://{shown}:{port}")
 
+        async def shutdown(self, sockets=None) -> None:
+            try:
+                await super().shutdown(sockets=sockets)
+            finally:
+                self._on_stopped()
+
     return Server
 
 
-def _Server(config, on_listening):
-    return _server_class()(config, on_listening)
+def _Server(config, on_listening, on_stopped):
+    return _server_class()(config, on_listening, on_stopped)
 
 
 COMMANDS: list[click.Command] = [serve]
