@@ -1,6 +1,6 @@
 """Wall time of CLI commands from a fresh process (what a user waits for at the prompt), against targets.
 
-    python scripts/bench_cli.py --home locus-demo [--repeats 3] [--only route,compare] [--root TREE]
+    python scripts/bench_cli.py --home locus-demo [--repeats 3] [--only route,compare] [--root TREE] [--serve]
 
 Builds on a home with embedded models and an active encoder (`registry demo` makes one). Each command
 runs once untimed (which brings the home's snapshot and saved index up to date, as the first command
@@ -17,10 +17,14 @@ set, every run would compile torch's and LanceDB's sources again (2-3x the CPU o
 no user sees: so the runs write and use their bytecode under a private PYTHONPYCACHEPREFIX (the
 untimed warm-up compiles it), and leave the installed packages untouched. `--no-bytecode-cache` times
 the runs with the environment as it is.
+
+`--serve` then starts `registry serve` on the home and times route and search again while it runs:
+without `--server`, they ask a service running for their home (said on stderr).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "lancedb", "sentence_transformers", "openvino", "pyarrow", "faiss")
+HEAVY = ("torch", "lancedb", "lance", "sentence_transformers", "openvino", "pyarrow", "faiss", "httpx")
 # Runs the CLI as `python -m cli.main` does, then says which heavy libraries that run imported.
 _PROBE = ("import sys, runpy\nsys.argv = ['registry', *sys.argv[1:]]\ncode = 0\n"
           "try:\n    runpy.run_module('cli.main', run_name='__main__')\nexcept SystemExit as e:\n"
@@ -96,6 +100,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=None, help="Comma-separated labels' first words to run (e.g. route,alias).")
     parser.add_argument("--root", type=Path, default=ROOT, help="The checkout whose CLI is timed (default: this one).")
+    parser.add_argument("--serve", action="store_true",
+                        help="Also time route and search while `registry serve` runs for the home.")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="Keep the environment's PYTHONDONTWRITEBYTECODE (every run compiles what it imports).")
     args = parser.parse_args()
@@ -117,12 +123,28 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; bytecode "
           + ("as the environment has it" if args.no_bytecode_cache else f"cached under {ENV['PYTHONPYCACHEPREFIX']}"))
     print(f"{'command':<26}{'target s':>9}{'median s':>10}{'min s':>8}  {'met':<4} imports")
+    met = _table(root, home, chosen, args.repeats)
+    total = len(chosen)
+    if args.serve:
+        served = [(label + " (served)", command, target, ok) for label, command, target, ok in chosen
+                  if label.split()[0] in ("route", "search")]
+        with _service(root, home):
+            met += _table(root, home, served, args.repeats)
+        total += len(served)
+    if any(c[0] == "alias set" for c in chosen):
+        subprocess.run([sys.executable, "-m", "cli.main", "--home", home, "alias", "delete", "bench-alias"], cwd=root,
+                       capture_output=True, env=_env(root))
+    load = os.getloadavg()
+    print(f"{met} of {total} within target (median); load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+def _table(root: Path, home: str, chosen, repeats: int) -> int:
     met = 0
     for label, command, target, ok in chosen:
         full = [*command, "--home", home] if "after" in label else ["--home", home, *command]
         _run(root, full, probe=False)  # warm-up: brings the snapshot and the saved index up to date
         _, loaded, code = _run(root, full, probe=True)  # what a run after it imports
-        runs = [_run(root, full, probe=False) for _ in range(args.repeats)]
+        runs = [_run(root, full, probe=False) for _ in range(repeats)]
         times = [t for t, _, _ in runs]
         median = statistics.median(times)
         right = all((c == 0) == ok for _, _, c in runs + [(0, "", code)])
@@ -130,11 +152,27 @@ def main() -> None:
         met += good
         verdict = "yes" if good else "NO" if right else f"NO: exit {code}"
         print(f"{label:<26}{target:>9.1f}{median:>10.3f}{min(times):>8.3f}  {verdict:<4} {loaded or '-'}", flush=True)
-    if any(c[0] == "alias set" for c in chosen):
-        subprocess.run([sys.executable, "-m", "cli.main", "--home", home, "alias", "delete", "bench-alias"], cwd=root,
-                       capture_output=True, env=_env(root))
-    load = os.getloadavg()
-    print(f"{met} of {len(chosen)} within target (median); load average after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    return met
+
+
+@contextlib.contextmanager
+def _service(root: Path, home: str):
+    """`registry serve` on a free port for the home, until it writes its endpoint file; stopped after."""
+    endpoint = Path(home) / "service" / "endpoint.json"
+    log = open(Path(home) / "service" / "bench-serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--home", home, "serve", "--port", "0",
+                             "--log-level", "warning"], cwd=root, env=_env(root), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not endpoint.is_file():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"registry serve did not start: see {log.name}")
+            time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
 
 
 if __name__ == "__main__":
