@@ -45,9 +45,10 @@ def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     """The registry a command that can go through the service talks to: a `RegistryClient` when
     `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results).
 
-    `names` (given by the read commands route and search: the model names they were passed) also lets
-    a `registry serve` already running for this home answer, said on stderr: it has LOCUS and the
-    encoders loaded, where this process would spend seconds importing and loading them."""
+    `names` (given by `route`: the model names it was passed) also lets a `registry serve` already
+    running for this home answer, said on stderr: it has LOCUS and the encoders loaded, where this
+    process would spend seconds importing torch (and sentence-transformers for a new text) and loading
+    them."""
     server = ctx.obj.get("server")
     if server and server != NO_SERVER:
         from registry.client import RegistryClient

@@ -45,7 +45,7 @@ _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own option
 _RAW = "locus.raw"  # ctx.meta key: every argument, the group's own options included
 SERVER_HELP = ("A running `registry serve` that add-model, route, search and audit go through "
                "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN). Without one, route "
-               "and search use a service running for the home, if any; 'none': never.")
+               "asks a service running for the home, if any; 'none': never.")
 GLOBAL_JSON_HELP = "Print results and errors as JSON (as each command's own --json)."
 
 
@@ -464,8 +464,9 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 @click.pass_context
 def search(ctx, name, k, metric, where, by, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
-    # A current saved index answers without opening LanceDB or importing torch.
-    emit(_backend(ctx, names=(name,)).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
+    # A current saved index answers without opening LanceDB or importing torch: faster than asking a
+    # running service, so search never looks for one.
+    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
 
 
 def _echo_search(result) -> None:

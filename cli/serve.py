@@ -104,8 +104,8 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
 
 
 def _advertise(home, url: str, host: str) -> None:
-    """Say where this service listens, in the home, so that the CLI's route and search on this home
-    can ask it instead of loading LOCUS themselves (`cli._common._local_service`). A wildcard address
+    """Say where this service listens, in the home, so that the CLI's route on this home can ask it
+    instead of loading LOCUS itself (`cli._common._local_service`). A wildcard address
     is advertised as loopback, where the CLI on this machine reaches it."""
     import json
 

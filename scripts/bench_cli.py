@@ -18,8 +18,8 @@ no user sees: so the runs write and use their bytecode under a private PYTHONPYC
 untimed warm-up compiles it), and leave the installed packages untouched. `--no-bytecode-cache` times
 the runs with the environment as it is.
 
-`--serve` then starts `registry serve` on the home and times route and search again while it runs:
-without `--server`, they ask a service running for their home (said on stderr).
+`--serve` then starts `registry serve` on the home and times route again while it runs: without
+`--server`, it asks a service running for its home (said on stderr).
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="Comma-separated labels' first words to run (e.g. route,alias).")
     parser.add_argument("--root", type=Path, default=ROOT, help="The checkout whose CLI is timed (default: this one).")
     parser.add_argument("--serve", action="store_true",
-                        help="Also time route and search while `registry serve` runs for the home.")
+                        help="Also time route while `registry serve` runs for the home.")
     parser.add_argument("--no-bytecode-cache", action="store_true",
                         help="Keep the environment's PYTHONDONTWRITEBYTECODE (every run compiles what it imports).")
     args = parser.parse_args()
@@ -127,7 +127,7 @@ def main() -> None:
     total = len(chosen)
     if args.serve:
         served = [(label + " (served)", command, target, ok) for label, command, target, ok in chosen
-                  if label.split()[0] in ("route", "search")]
+                  if label.split()[0] == "route"]
         with _service(root, home):
             met += _table(root, home, served, args.repeats)
         total += len(served)

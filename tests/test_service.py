@@ -112,8 +112,8 @@ def test_serve_says_its_start_up_stages(server):
 
 
 def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, texts, tmp_path):
-    """route and search on a home a `registry serve` is serving are answered by it (the same answer,
-    said on stderr); `--server none`, an alias among the names, or a stopped service: answered locally."""
+    """route on a home a `registry serve` is serving is answered by it (the same answer, said on
+    stderr); `--server none`, an alias among the names, or a stopped service: answered locally."""
     from click.testing import CliRunner
 
     from cli.main import cli
@@ -134,15 +134,15 @@ def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, text
         assert served.exit_code == local.exit_code == 0, served.output + local.output
         assert said in served.stderr and said not in local.stderr
         assert json.loads(served.stdout) == json.loads(local.stdout)
-        found = run("search", names[1], "-k", "2")
-        assert found.exit_code == 0 and said in found.stderr
-        by_alias = run("search", "prod", "-k", "2")  # the service resolves no aliases yet: answered here
-        assert by_alias.exit_code == 0 and said not in by_alias.stderr
-        assert json.loads(by_alias.stdout)["query"] == names[0]
+        found = run("search", names[1], "-k", "2")  # the saved index answers faster than a service
+        assert found.exit_code == 0 and said not in found.stderr
+        by_alias = run("route", texts[0][0], "-k", "3", "--exclude", "prod")  # the service resolves no aliases
+        assert by_alias.exit_code == 0 and said not in by_alias.stderr, by_alias.output
+        assert names[0] not in [r["name"] for r in json.loads(by_alias.stdout)["ranking"]]
     finally:
         srv.stop()
     assert not endpoint.exists()  # withdrawn when it stopped
-    after = CliRunner().invoke(cli, ["--home", str(home), "search", names[1], "-k", "2"], env={"LOCUS_SERVER": ""})
+    after = CliRunner().invoke(cli, ["--home", str(home), "route", texts[0][0]], env={"LOCUS_SERVER": ""})
     assert after.exit_code == 0 and "answered by the registry service" not in after.stderr
 
 
