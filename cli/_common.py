@@ -3,16 +3,32 @@
 name the option the user typed."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 JSON_HELP = "Print the result as JSON (the schema of registry.results)."
+# Checked by click while it parses, before any command imports LanceDB or torch: a mistyped path is
+# answered at once (exit 2, naming the path) instead of after seconds of imports.
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-def json_option(command):
-    """The `--json` flag every command carries."""
-    return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(command)
+def _json_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """`--json` after the command, or before it (`registry --json stats`: the group's flag in ctx.obj);
+    remembered in ctx.obj so that an error raised later is printed as JSON too."""
+    obj = ctx.ensure_object(dict)
+    if value:
+        obj["json"] = True
+    return bool(value or obj.get("json"))
+
+
+def json_option(command=None, *, help: str = JSON_HELP):
+    """The `--json` flag every command carries (`@json_option`, or `@json_option(help=...)`)."""
+    def decorate(command):
+        return click.option("--json", "as_json", is_flag=True, callback=_json_flag, help=help)(command)
+
+    return decorate if command is None else decorate(command)
 
 
 def _registry(ctx: click.Context, *, create: bool = True):
@@ -21,15 +37,64 @@ def _registry(ctx: click.Context, *, create: bool = True):
     return Registry.open(ctx.obj["home"], create=create)
 
 
-def _backend(ctx: click.Context):
+NO_SERVER = "none"  # `--server none`: run in this process even when a service serves the home
+ENDPOINT_FILE = ("service", "endpoint.json")  # where `registry serve` says where it listens, under the home
+
+
+def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     """The registry a command that can go through the service talks to: a `RegistryClient` when
-    `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results)."""
+    `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results).
+
+    `names` (given by `route`: the model names it was passed) also lets a `registry serve` already
+    running for this home answer, said on stderr: it has LOCUS and the encoders loaded, where this
+    process would spend seconds importing torch (and sentence-transformers for a new text) and loading
+    them."""
     server = ctx.obj.get("server")
-    if server:
+    if server and server != NO_SERVER:
         from registry.client import RegistryClient
 
         return RegistryClient(server)
+    if names is not None and server != NO_SERVER:
+        url = _local_service(ctx.obj.get("home"), names)
+        if url is not None:
+            from registry.client import RegistryClient
+
+            click.echo(f"answered by the registry service at {url}, which serves this home "
+                       f"(--server {NO_SERVER}: answer in this process)", err=True)
+            return RegistryClient(url)
     return _registry(ctx, create=False)
+
+
+def _local_service(home, names: tuple[str, ...]) -> str | None:
+    """The URL of a live `registry serve` of this (local) home, from the endpoint file it writes while
+    it listens; None when there is none, it is gone (a stale file), it serves another home, or a name
+    is an alias (the service resolves no aliases yet: the local answer is the documented one)."""
+    import json
+    import os
+
+    from indexing.home import is_remote, resolve_home
+
+    home = resolve_home(home)
+    if is_remote(home):
+        return None
+    try:
+        endpoint = json.loads(home.joinpath(*ENDPOINT_FILE).read_text("utf-8"))
+        url, pid = str(endpoint["url"]), int(endpoint["pid"])
+        os.kill(pid, 0)  # raises when that process is gone
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    from registry.aliases import read_aliases
+
+    if set(names) & set(read_aliases(home)):
+        return None
+    import httpx
+
+    try:
+        health = httpx.get(f"{url}/v1/health", timeout=2.0)
+        served = Path(health.json()["home"]).resolve()
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    return url if health.status_code == 200 and served == Path(home).resolve() else None
 
 
 def emit(result, as_json: bool, text: Callable[[Any], None] | None = None) -> None:
@@ -86,7 +151,9 @@ def option_label(command: click.Command | None, field: str | None) -> str | None
 
 def error_payload(err: Exception, command: click.Command | None) -> dict[str, Any]:
     """{"type", "message", "option"/"field"/"file"/"line"} for a registry or usage error."""
-    from registry.errors import InputError, RegistryError
+    # Not registry.errors: that imports the registry package (pydantic and every result type, ~0.5 s),
+    # and a usage error should be answered at once.
+    from indexing.errors import InputError, RegistryError
 
     if isinstance(err, InputError):
         label = option_label(command, err.field)

@@ -1,16 +1,14 @@
 """`registry refine` and `registry alias set|list|delete` (thin over `registry.Registry`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from cli._common import _registry, echo_warnings, emit, json_option
+from cli._common import EXISTING_FILE, _registry, echo_warnings, emit, json_option
 
 
 @click.command()
 @click.argument("name")
-@click.option("--evals", "evals_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--evals", "evals_file", required=True, type=EXISTING_FILE,
               help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
 @json_option
 @click.pass_context

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from cli._common import (
+    EXISTING_FILE,
     _echo_json,
     _backend,
     _echo_neighbour,
@@ -38,7 +39,20 @@ class _HomeType(click.ParamType):
                 self.fail(f"{value!r}: an s3 home is s3://BUCKET/PREFIX", param, ctx)
             return value
         return self._local.convert(value, param, ctx)
+
+
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
+_RAW = "locus.raw"  # ctx.meta key: every argument, the group's own options included
+SERVER_HELP = ("A running `registry serve` that add-model, route, search and audit go through "
+               "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN). Without one, route "
+               "asks a service running for the home, if any; 'none': never.")
+GLOBAL_JSON_HELP = "Print results and errors as JSON (as each command's own --json)."
+
+
+def _asks_for_json(args: list[str]) -> bool:
+    """`--json` anywhere before a `--`: an error found while parsing (before the flag's own callback
+    ran, or in the group's options) is still printed as JSON."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 
 class _JsonError(click.ClickException):
@@ -57,10 +71,16 @@ class _JsonError(click.ClickException):
 
 class _Group(click.Group):
     """Turns the registry's own errors into a one-line message naming the option the user typed, and
-    every error into JSON under --json; exit status 1 (2 for usage errors)."""
+    every error into JSON under --json; exit status 1 (2 for usage errors, as click's own)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        rest = super().parse_args(ctx, args)
+        ctx.meta[_RAW] = list(args)  # click's parser consumes `args`
+        try:
+            rest = super().parse_args(ctx, args)
+        except click.UsageError as err:  # in the group's own options, e.g. `registry --bogus stats --json`
+            if _asks_for_json(ctx.meta[_RAW]):
+                raise _JsonError(error_payload(err, None), 2) from None
+            raise
         ctx.meta[_ARGS] = [*getattr(ctx, "_protected_args", []), *ctx.args]
         return rest
 
@@ -73,7 +93,7 @@ class _Group(click.Group):
             args = ctx.meta.get(_ARGS, [])
             payload = error_payload(err, self._command_of(ctx, args))
             usage = isinstance(err, click.UsageError)
-            if "--json" in args:
+            if (ctx.obj or {}).get("json") or _asks_for_json(ctx.meta.get(_RAW, args)):
                 raise _JsonError(payload, 2 if usage else 1) from None
             if isinstance(err, click.ClickException):
                 raise
@@ -92,16 +112,47 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 @click.option("--home", type=_HomeType(), default=None, help=HOME_HELP)
-@click.option("--server", envvar="LOCUS_SERVER", default=None, metavar="URL",
-              help="A running `registry serve` that add-model, route, search and audit go through "
-                   "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN).")
+@click.option("--server", envvar="LOCUS_SERVER", default=None, metavar="URL", help=SERVER_HELP)
+@click.option("--json", "as_json", is_flag=True, help=GLOBAL_JSON_HELP)
 @click.version_option(package_name="locus-registry")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | str | None, server: str | None) -> None:
-    """A registry of language models, each embedded by LOCUS from its evaluations."""
+def cli(ctx: click.Context, home: Path | str | None, server: str | None, as_json: bool) -> None:
+    """A registry of language models, each embedded by LOCUS from its evaluations.
+
+    --home, --server and --json go before or after the command: `registry --home DIR stats` and
+    `registry stats --home DIR` are the same."""
     ctx.ensure_object(dict)
     ctx.obj["home"] = home
     ctx.obj["server"] = server
+    ctx.obj["json"] = as_json
+
+
+def _keep(key: str):
+    """A subcommand's copy of a global option: when given, it overrides the group's (the group's
+    callback has already run when a subcommand parses its own options)."""
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        if value is not None:
+            ctx.ensure_object(dict)[key] = value
+    return callback
+
+
+def _add_global_options(group: click.Group) -> None:
+    """Give every command under `group` (nested groups too) the group's --home and --server, and
+    --json where it has none of its own, so that they work after the command as well as before it."""
+    for command in group.commands.values():
+        taken = {opt for param in command.params for opt in getattr(param, "opts", ())}
+        if "--home" not in taken:
+            command.params.append(click.Option(["--home"], type=_HomeType(), default=None, expose_value=False,
+                                               callback=_keep("home"), help=HOME_HELP))
+        if "--server" not in taken:
+            command.params.append(click.Option(["--server"], default=None, metavar="URL", expose_value=False,
+                                               callback=_keep("server"), help=SERVER_HELP))
+        if "--json" not in taken:
+            command.params.append(click.Option(["--json"], is_flag=True, default=None, expose_value=False,
+                                               callback=lambda ctx, p, v: _keep("json")(ctx, p, v or None),
+                                               help=GLOBAL_JSON_HELP))
+        if isinstance(command, click.Group):
+            _add_global_options(command)
 
 
 @cli.command()
@@ -117,13 +168,13 @@ def init(ctx: click.Context, encoder: str | None, as_json: bool) -> None:
 
 
 @cli.command("import")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--format", "format_", default="auto", show_default=True,
               type=click.Choice(["auto", "triple", "embedllm", "lm-eval", "jsonl", "parquet"]))
 @click.option("--encoder", default=None, help="Query encoder these texts (and --query-embeddings) belong to.")
-@click.option("--query-embeddings", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--query-embeddings", type=EXISTING_FILE, default=None,
               help=".npy (queries x dim) of precomputed query vectors for --encoder.")
-@click.option("--query-ids", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--query-ids", type=EXISTING_FILE, default=None,
               help=".npy of the query ids, one per row of --query-embeddings.")
 @click.option("--id-prefix", default="", help="Prefix for this import's query ids (keeps datasets apart).")
 @click.option("--no-encode", is_flag=True, help="Store texts without encoding them now.")
@@ -263,7 +314,7 @@ def _train_config(**options):
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Training processes (torch.distributed: gloo on CPU, NCCL with one GPU each), each a share "
                    "of every step's models.")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (no progress lines).")
+@json_option(help="Print machine-readable JSON (no progress lines).")
 @click.pass_context
 def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, patience, select, view_weight,
           nproc, as_json) -> None:
@@ -385,7 +436,7 @@ def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @cli.command("add-model")
 @click.argument("name")
-@click.option("--evals", "evals_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--evals", "evals_file", required=True, type=EXISTING_FILE,
               help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
 @click.option("--meta", "metadata", multiple=True,
               help="Metadata key=value (family, params_b, provider, endpoint, licence, access, tags, ...).")
@@ -413,7 +464,8 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 @click.pass_context
 def search(ctx, name, k, metric, where, by, as_json) -> None:
     """The models nearest to NAME in embedding space (NAME itself excluded)."""
-    # A current saved index answers without opening LanceDB or importing torch.
+    # A current saved index answers without opening LanceDB or importing torch: faster than asking a
+    # running service, so search never looks for one.
     emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
 
 
@@ -490,7 +542,7 @@ def restore(ctx, name, version, as_json) -> None:
               help="Chance of any false flag in the run, over its candidates (Holm); level of the other tests.")
 @click.option("--max-noise", type=float, default=0.12, show_default=True,
               help="Largest share of answers on which one model re-run or re-served may differ.")
-@click.option("--json", "as_json", is_flag=True, help="Print the AuditReport as JSON.")
+@json_option(help="Print the AuditReport as JSON.")
 @click.option("--fail-on-flag", is_flag=True, help="Exit 1 when a pair is labelled duplicate (for CI).")
 @click.option("--fail-on-related", is_flag=True,
               help="Exit 1 also when a pair is labelled 'same product line?' (snapshots, fine-tunes, degraded copies).")
@@ -566,6 +618,7 @@ def _register_analytics() -> None:
     for module in (route, portfolio, families, catalog_commands, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
+    _add_global_options(cli)
 
 
 _register_analytics()

@@ -64,7 +64,7 @@ def _echo_profile(result) -> None:
 @click.pass_context
 def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
-    result = _backend(ctx).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
+    result = _backend(ctx, names=tuple(exclude)).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
     emit(result, as_json, _echo_route)
 
 

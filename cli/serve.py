@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 
-
 def _read_token(token_file: Path | None) -> str | None:
     from registry.service.settings import TOKEN_ENV
 
@@ -30,7 +29,7 @@ def _read_token(token_file: Path | None) -> str | None:
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where LOCUS and the query encoder run: auto is CUDA when torch sees it.")
-@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="File holding the bearer token write endpoints need (else $LOCUS_TOKEN). Required to "
                    "listen beyond loopback.")
 @click.option("--query-backend", type=click.Choice(["auto", "fp32", "bf16", "openvino"]), default="auto",
@@ -50,12 +49,10 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
 
     The same home the CLI uses; both can run side by side (writes take the store's lock, and the
     service reloads what changed)."""
-    import uvicorn
-
     from indexing.home import resolve_home
-    from registry.service.app import create_app
-    from registry.service.settings import TOKEN_ENV, Limits, ServiceSettings, is_loopback, resolve_device
+    from registry.service.settings import TOKEN_ENV, is_loopback
 
+    # Everything the user typed is checked before the seconds of imports below.
     home = resolve_home(ctx.obj["home"])
     if not (home / "config.json").is_file():
         raise click.ClickException(f"no registry at {home} (run `registry init`, then import and train)")
@@ -63,13 +60,131 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     if token is None and not is_loopback(host):
         raise click.UsageError(f"refusing to listen on {host} without a token: pass --token-file or set "
                                f"${TOKEN_ENV} (without one, only a loopback address is allowed)")
+
+    # Start-up takes seconds to tens of seconds (torch, LanceDB, the query encoder): each stage says
+    # what it is doing on stderr, so that a silent terminal is never a mystery.
+    stage = _Stages()
+    stage.start(f"loading the registry at {home} (LanceDB, the LOCUS encoder, the index)")
+    import torch
+    import uvicorn
+
+    from registry.service.app import create_app
+    from registry.service.settings import Limits, ServiceSettings, resolve_device
+    from registry.service.state import WarmState
+
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
                                limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads,
-                               port=port)
-    app = create_app(settings)
-    click.echo(f"serving {home} on http://{host}:{port} (device {settings.device}; docs at /docs; "
-               f"writes {'need the bearer token' if token else 'open to loopback only'})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+                               port=port or None)  # 0: any port, chosen by the OS
+    torch.set_num_threads(settings.torch_threads)
+    state = WarmState(settings)
+    snap = state.snapshot()
+    n_models = len(snap.models.index.names) if snap.models is not None else 0
+    stage.done(f"{n_models} embedded models, encoder {snap.encoder_id or '(none: run `registry train`)'}")
+    if snap.active is not None:
+        name = snap.active.query_encoder
+        stage.start(f"warming the query encoder {name} ({query_backend})")
+        loaded = state.query_encoder(name)
+        loaded.encode(["warm-up"], progress=False)
+        stage.done(f"engine {getattr(loaded, 'backend', query_backend)}")
+    stage.start("starting the HTTP app")
+    app = create_app(settings, state=state)  # finds the state warm: its own warm-up costs nothing now
+    stage.done()
+    writes = "need the bearer token" if token else "open to loopback only"
+
+    def listening(url: str) -> None:
+        click.echo(f"listening on {url} (home {home}; device {settings.device}; docs at {url}/docs; "
+                   f"writes {writes})", err=True)
+        _advertise(home, url, host)
+
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False),
+                     on_listening=listening, on_stopped=lambda: _withdraw(home))
+    try:
+        server.run()
+    finally:
+        _withdraw(home)  # also when start-up failed; after a SIGTERM uvicorn re-raises it: on_stopped did it
+
+
+def _advertise(home, url: str, host: str) -> None:
+    """Say where this service listens, in the home, so that the CLI's route on this home can ask it
+    instead of loading LOCUS itself (`cli._common._local_service`). A wildcard address
+    is advertised as loopback, where the CLI on this machine reaches it."""
+    import json
+
+    from cli._common import ENDPOINT_FILE
+    from indexing.home import is_remote, write_text_atomic
+
+    if is_remote(home):
+        return
+    if host in ("0.0.0.0", "::"):
+        url = url.replace(f"//{host}", "//127.0.0.1").replace("//[::]", "//127.0.0.1")
+    try:
+        write_text_atomic(home.joinpath(*ENDPOINT_FILE), json.dumps({"url": url, "pid": os.getpid()}))
+    except OSError as err:  # a home we may read but not write: serve anyway
+        click.echo(f"warning: cannot write {home.joinpath(*ENDPOINT_FILE)}: {err}", err=True)
+
+
+def _withdraw(home) -> None:
+    """Remove the endpoint file if it is still this process's (another service may have taken over)."""
+    import json
+
+    from cli._common import ENDPOINT_FILE
+    from indexing.home import is_remote
+
+    if is_remote(home):
+        return
+    path = home.joinpath(*ENDPOINT_FILE)
+    try:
+        if json.loads(path.read_text("utf-8")).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+class _Stages:
+    """`name ...` when a stage starts, `  done in 1.2 s (detail)` when it ends, on stderr."""
+
+    def start(self, name: str) -> None:
+        import time
+
+        self._started = time.perf_counter()
+        click.echo(f"{name} ...", err=True)
+
+    def done(self, detail: str = "") -> None:
+        import time
+
+        seconds = time.perf_counter() - self._started
+        click.echo(f"  done in {seconds:.1f} s" + (f" ({detail})" if detail else ""), err=True)
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server that says where it listens once the socket is bound (the real port when
+        --port 0 asked for any free one)."""
+
+        def __init__(self, config, on_listening, on_stopped) -> None:
+            super().__init__(config)
+            self._on_listening, self._on_stopped = on_listening, on_stopped
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and self.servers:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                self._on_listening(f"http://{shown}:{port}")
+
+        async def shutdown(self, sockets=None) -> None:
+            try:
+                await super().shutdown(sockets=sockets)
+            finally:
+                self._on_stopped()
+
+    return Server
+
+
+def _Server(config, on_listening, on_stopped):
+    return _server_class()(config, on_listening, on_stopped)
 
 
 COMMANDS: list[click.Command] = [serve]

@@ -17,6 +17,7 @@ objects, and the lock is a lease taken with a conditional create; the journal wo
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import re
@@ -26,7 +27,6 @@ from typing import Any, Iterator
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table creation otherwise
 
-import lancedb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
@@ -47,6 +47,10 @@ STORE_FORMAT = 1
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
+_ABSENT = object()  # Store._direct: the table does not exist
+# pylance (a dependency since the direct reads; LanceDB itself lists it only as an extra): without it,
+# every read goes through LanceDB as before.
+_HAVE_LANCE = importlib.util.find_spec("lance") is not None
 
 QUERY_SCHEMA = pa.schema(
     [
@@ -126,8 +130,9 @@ class Store:
     def __init__(self, home: HomePath, *, create: bool = True) -> None:
         self.home = as_path(home)
         self._lease = None  # the held lease of an s3 home, inside _writer_lock
+        self._connection = None  # LanceDB, connected (and imported: 1.5-4 s) on first use of a table
         if is_remote(self.home):
-            self._db = self._connect_remote(create)
+            self._check_remote(create)
         else:
             if not self.home.exists():
                 if not create:
@@ -135,7 +140,6 @@ class Store:
                 self.home.mkdir(parents=True)
             elif not self.home.is_dir():
                 raise RegistryError(f"registry home {self.home} is not a directory")
-            self._db = lancedb.connect(str(self.home / "db"))
         self._in_transaction = False
         if (self.home / _JOURNAL).is_file():
             with self._writer_lock():
@@ -143,14 +147,26 @@ class Store:
         if not (self.home / _CONFIG).is_file():
             self._write_config({"format": STORE_FORMAT, "query_encoder": DEFAULT_QUERY_ENCODER})
 
-    def _connect_remote(self, create: bool):
-        from indexing.object_store import lance_storage_options
-
+    def _check_remote(self, create: bool) -> None:
         if not (self.home / _CONFIG).is_file():
             if not create:
                 raise RegistryError(f"no registry at {self.home} (run `registry init`)")
             self.home.is_dir()  # a LIST: a clear error now when the bucket is missing or not ours
-        return lancedb.connect(str(self.home / "db"), storage_options=lance_storage_options())
+
+    @property
+    def _db(self):
+        """The LanceDB connection, made on first use: a command that only reads or edits config.json
+        (aliases, the query encoder) never imports LanceDB."""
+        if self._connection is None:
+            import lancedb
+
+            if is_remote(self.home):
+                from indexing.object_store import lance_storage_options
+
+                self._connection = lancedb.connect(str(self.home / "db"), storage_options=lance_storage_options())
+            else:
+                self._connection = lancedb.connect(str(self.home / "db"))
+        return self._connection
 
     # ----------------------------------------------------------------- config
     @property
@@ -202,9 +218,27 @@ class Store:
         self._require_transaction()
         return self._db.create_table(name, schema=schema)
 
+    def _direct(self, name: str):
+        """For a read while nothing in this process has needed LanceDB yet, on a local home: the table's
+        Lance dataset opened directly (`_ABSENT` when the table does not exist), else None. Importing
+        `lance` costs ~0.5 CPU-s, LanceDB ~1.7 (pandas and its namespace clients), which was most of a
+        CLI read such as `route` or `compare`. The same files and the same latest version LanceDB reads;
+        writes (and any read after the first write) go through LanceDB."""
+        if self._connection is not None or is_remote(self.home) or not _HAVE_LANCE:
+            return None
+        path = self.home / "db" / f"{name}.lance"
+        if not path.is_dir():
+            return _ABSENT
+        import lance
+
+        return lance.dataset(str(path))
+
     def read(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """A whole table as Arrow (empty with the right schema when it does not exist yet)."""
-        if not self.has_table(name):
+        direct = self._direct(name)
+        if direct is not None and direct is not _ABSENT:
+            return direct.to_table(columns=columns)
+        if direct is _ABSENT or not self.has_table(name):
             schema = {QUERIES: QUERY_SCHEMA, EVALUATIONS: EVALUATION_SCHEMA, MODELS: MODEL_SCHEMA,
                       VERSIONS: VERSION_SCHEMA}.get(name)
             if schema is None:
@@ -217,6 +251,9 @@ class Store:
         return table.search().select(columns).limit(None).to_arrow()
 
     def count(self, name: str) -> int:
+        direct = self._direct(name)
+        if direct is not None:
+            return 0 if direct is _ABSENT else direct.count_rows()
         return self._db.open_table(name).count_rows() if self.has_table(name) else 0
 
     def versions(self) -> dict[str, int]:
@@ -232,14 +269,22 @@ class Store:
     def cached_vectors(self, encoder: str, hashes: list[str]) -> dict[str, np.ndarray]:
         """Vectors already stored for these text hashes (missing hashes are simply absent)."""
         name = vector_table_name(encoder)
-        if not self.has_table(name) or not hashes:
+        if not hashes:
             return {}
         wanted = set(hashes)
-        if len(wanted) <= _FILTERED_READ_MAX and all(_HEX.fullmatch(h) for h in wanted):
-            # A few texts (add-model, route): read only their rows. The hashes are our own hex
-            # digests, checked above, so the filter holds no user text.
-            listed = ", ".join(f"'{h}'" for h in sorted(wanted))
-            table = self._db.open_table(name).search().where(f"text_hash IN ({listed})").limit(None).to_arrow()
+        few = len(wanted) <= _FILTERED_READ_MAX and all(_HEX.fullmatch(h) for h in wanted)
+        # A few texts (add-model, route): read only their rows. The hashes are our own hex digests,
+        # checked above, so the filter holds no user text.
+        where = f"text_hash IN ({', '.join(repr(h) for h in sorted(wanted))})" if few else None
+        direct = self._direct(name)
+        if direct is _ABSENT:
+            return {}
+        if direct is not None:
+            table = direct.to_table(filter=where)
+        elif not self.has_table(name):
+            return {}
+        elif few:
+            table = self._db.open_table(name).search().where(where).limit(None).to_arrow()
         else:
             table = self.read(name)
         keys = table.column("text_hash").to_pylist()

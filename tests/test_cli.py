@@ -50,7 +50,8 @@ def test_import_stats_and_models_list(home, tmp_path):
 
 def test_import_of_a_missing_path_names_it(home, tmp_path):
     result = run("--home", str(home), "import", str(tmp_path / "absent"), ok=False)
-    assert result.exit_code == 1 and "absent: no such file or directory" in result.output
+    # refused by click while parsing (a usage error, before any import): exit 2, naming the path
+    assert result.exit_code == 2 and f"Path '{tmp_path / 'absent'}' does not exist" in result.output
 
 
 def test_demo_builds_a_synthetic_registry(home):

@@ -103,6 +103,49 @@ def test_add_refine_search_route_audit(server, texts):
         assert "locus_http_requests_total" in metrics and "locus_jobs_landed 2.0" in metrics
 
 
+def test_serve_says_its_start_up_stages(server):
+    log = server.log.read_text()
+    stages = ["loading the registry at ", "warming the query encoder all-MiniLM-L6-v2", "starting the HTTP app",
+              f"listening on {server.url} "]
+    assert all(stage in log for stage in stages), log
+    assert [log.index(stage) for stage in stages] == sorted(log.index(stage) for stage in stages)
+
+
+def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, texts, tmp_path):
+    """route on a home a `registry serve` is serving is answered by it (the same answer, said on
+    stderr); `--server none`, an alias among the names, or a stopped service: answered locally."""
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from registry import Registry
+
+    home = copy_home(base_home, tmp_path / "home")
+    names = [r.name for r in Registry.open(home).models()]
+    Registry.open(home).set_alias("prod", names[0])
+    srv = Server(home, token=None)
+    endpoint = home / "service" / "endpoint.json"
+    try:
+        assert json.loads(endpoint.read_text())["url"] == srv.url
+        run = lambda *args: CliRunner().invoke(cli, ["--home", str(home), *args, "--json"],  # noqa: E731
+                                               env={"LOCUS_SERVER": ""})
+        said = f"answered by the registry service at {srv.url}"
+        served = run("route", texts[0][0], "-k", "3")
+        local = run("route", texts[0][0], "-k", "3", "--server", "none")
+        assert served.exit_code == local.exit_code == 0, served.output + local.output
+        assert said in served.stderr and said not in local.stderr
+        assert json.loads(served.stdout) == json.loads(local.stdout)
+        found = run("search", names[1], "-k", "2")  # the saved index answers faster than a service
+        assert found.exit_code == 0 and said not in found.stderr
+        by_alias = run("route", texts[0][0], "-k", "3", "--exclude", "prod")  # the service resolves no aliases
+        assert by_alias.exit_code == 0 and said not in by_alias.stderr, by_alias.output
+        assert names[0] not in [r["name"] for r in json.loads(by_alias.stdout)["ranking"]]
+    finally:
+        srv.stop()
+    assert not endpoint.exists()  # withdrawn when it stopped
+    after = CliRunner().invoke(cli, ["--home", str(home), "route", texts[0][0]], env={"LOCUS_SERVER": ""})
+    assert after.exit_code == 0 and "answered by the registry service" not in after.stderr
+
+
 def test_writes_need_the_token(server, texts):
     body = {"name": "svc-noauth", "evaluations": _evals(texts, 3)}
     with server.client(auth=False) as c:

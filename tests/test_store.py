@@ -86,3 +86,30 @@ def test_cached_vectors_reads_the_same_rows_filtered_or_whole(tmp_path, monkeypa
         np.testing.assert_array_equal(filtered[h], vectors[hashes.index(h)])
         np.testing.assert_array_equal(whole[h], filtered[h])
     assert store.cached_vectors("enc", ["not hex; drop table"]) == {}  # never reaches a filter
+
+
+def test_a_fresh_store_reads_without_lancedb_what_lancedb_reads(tmp_path):
+    """Until a write (or a LanceDB-only call), reads go to the Lance datasets directly: the same rows,
+    columns and counts as through LanceDB, including a second version of a table and a missing one."""
+    from indexing.store import EVALUATIONS, vector_table_name
+
+    writer = Store(tmp_path / "h")
+    with writer.transaction():
+        writer.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a", "b"))
+        writer.add_vectors("enc", ["aa", "bb"], np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    with writer.transaction():
+        writer.table(QUERIES, QUERY_SCHEMA).add(_query_rows("c"))
+    reader = Store(tmp_path / "h", create=False)
+    direct = (reader.read(QUERIES), reader.read(QUERIES, ["query_id"]), reader.count(QUERIES),
+              reader.read(EVALUATIONS, ["model"]).num_rows, reader.count(vector_table_name("other")),
+              reader.cached_vectors("enc", ["bb", "ee"]))
+    assert reader._connection is None  # nothing above needed LanceDB
+    through_lancedb = (writer.read(QUERIES), writer.read(QUERIES, ["query_id"]), writer.count(QUERIES),
+                       writer.read(EVALUATIONS, ["model"]).num_rows, writer.count(vector_table_name("other")),
+                       writer.cached_vectors("enc", ["bb", "ee"]))
+    assert writer._connection is not None
+    assert direct[0].sort_by("query_id").equals(through_lancedb[0].sort_by("query_id"))
+    assert direct[1].column_names == ["query_id"] and sorted(direct[1].column("query_id").to_pylist()) == ["a", "b", "c"]
+    assert direct[2:5] == through_lancedb[2:5] == (3, 0, 0)
+    assert set(direct[5]) == set(through_lancedb[5]) == {"bb"}
+    assert np.array_equal(direct[5]["bb"], through_lancedb[5]["bb"])
