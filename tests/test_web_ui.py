@@ -256,7 +256,7 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     page.get_by_label("Alias", exact=True).fill("web-prod")
     page.get_by_label("Points at").select_option("1")
     page.get_by_role("button", name="Set alias").click()
-    page.locator("#aliases >> text=web-prod").wait_for()
+    page.locator("#aliases code", has_text="web-prod").wait_for()
     with server.client(auth=False) as c:
         assert {"alias": "web-prod", "name": name, "version": 1} in c.get("/v1/aliases").json()
 

@@ -68,6 +68,15 @@ export async function render(root) {
       t.setAttribute("dy", 4 * k);
     }
     for (const c of svg.querySelectorAll("circle")) c.setAttribute("stroke-width", k);
+    // A label that would cover one already placed stays hidden (its point still names itself on hover).
+    const placed = [];
+    for (const t of svg.querySelectorAll("text.label")) {
+      const x = Number(t.getAttribute("x")) + 8 * k, y = Number(t.getAttribute("y")) - 8 * k;
+      const box = { x0: x, y0: y, x1: x + t.textContent.length * 6.4 * k, y1: y + 13 * k };
+      const clash = placed.some((b) => box.x0 < b.x1 && b.x0 < box.x1 && box.y0 < b.y1 && b.y0 < box.y1);
+      t.setAttribute("visibility", clash ? "hidden" : "visible");
+      if (!clash) placed.push(box);
+    }
   }
   document.getElementById("zoom-in").addEventListener("click", () => zoom(0.7));
   document.getElementById("zoom-out").addEventListener("click", () => zoom(1 / 0.7));
