@@ -36,14 +36,11 @@ def _field_values(records: list[ModelRecord], field: str) -> list[Any]:
 
 
 def available_fields(records: list[ModelRecord]) -> list[str]:
-    """Metadata fields at least one of these models has a value for."""
-    present = []
-    for field in (*METADATA_FIELDS, *sorted({k for r in records for k in r.extra})):
-        if field in present:
-            continue
-        if any(v is not None for v in _field_values(records, field)):
-            present.append(field)
-    return present
+    """Metadata fields at least one of these models has a value for (an empty tag list is no value)."""
+    present = [f for f in METADATA_FIELDS
+               if any((getattr(r, f) if f != "tags" else r.tags or None) is not None for r in records)]
+    extra = sorted({k for r in records for k, v in r.extra.items() if v is not None} - set(present))
+    return present + extra
 
 
 def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:

@@ -251,6 +251,7 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     assert "restored version 1" in page.locator("#write-status .notice").inner_text()
     with server.client(auth=False) as c:
         assert c.get(f"/v1/models/{quote(name)}").json()["version"] == 3
+        assert c.get(f"/v1/models/{quote(name)}/accuracy").json()["version"] == 3  # the table's cache saw the write
     page.locator("#live-version").wait_for()
 
     page.get_by_label("Alias", exact=True).fill("web-prod")

@@ -10,7 +10,10 @@ package (`registry/service/webui/`), so the UI works offline and without a build
 from __future__ import annotations
 
 import html
+import logging
 import threading
+import time
+from collections import OrderedDict
 from importlib import resources
 from string import Template
 from typing import Any
@@ -23,6 +26,9 @@ from registry.errors import NotFoundError
 from registry.results import Alias, Comparison, ErrorResponse
 
 __all__ = ["web_router", "CSP", "PAGES"]
+
+log = logging.getLogger("locus.service")
+TABLE_POLL_S = 2.0  # how often the UI's table checks the store for a new generation (two small file reads)
 
 # Everything from this origin, nothing inline, no framing: the pages need no more.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -60,22 +66,32 @@ def _shell() -> Template:
     return Template((resources.files("registry.service") / "webui" / "page.html").read_text("utf-8"))
 
 
-class _TableCache:
-    """The model table of the current generation of the store: built once per generation (one scan
-    of the evaluations), then every page, sort and filter is cut from it."""
+class _ByGeneration:
+    """Answers of deterministic reads for the current generation of the store (the key WarmState
+    reloads on: any write, by the service or the CLI, changes it and empties this). The model table
+    is one scan of every evaluation, a comparison one LOCUS pass over every stored query: a person
+    going back and forth between pages should pay them once per change, not once per view."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 256) -> None:
         self._lock = threading.Lock()
-        self._key: Any = None
-        self._data = None
+        self._generation: Any = None
+        self._answers: OrderedDict[tuple, Any] = OrderedDict()
+        self._size = size
 
-    def get(self, key, build):
-        if self._key == key and self._data is not None:
-            return self._data
+    def get(self, generation, key: tuple, compute):
         with self._lock:
-            if self._key != key or self._data is None:
-                self._data, self._key = build(), key
-            return self._data
+            if generation != self._generation:
+                self._generation, self._answers = generation, OrderedDict()
+            if key in self._answers:
+                self._answers.move_to_end(key)
+                return self._answers[key]
+        answer = compute()  # outside the lock: a slow comparison does not hold up the table
+        with self._lock:
+            if generation == self._generation:
+                self._answers[key] = answer
+                while len(self._answers) > self._size:
+                    self._answers.popitem(last=False)
+        return answer
 
 
 def web_router(settings, *, reader, state, write: list) -> APIRouter:
@@ -87,10 +103,33 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     router = APIRouter()
     static = _static_files()
     shell = _shell()
-    cache = _TableCache()
+    cache = _ByGeneration()
+
+    def cached(key: tuple, compute):
+        return cache.get(state.snapshot().key, key, compute)
+
+    building = threading.Lock()  # one build of the table at a time: a second caller waits for it
 
     def data() -> browse.TableData:
-        return cache.get(state.snapshot().key, lambda: browse.table_data(reader.store))
+        generation = state.snapshot().key
+        with building:
+            return cache.get(generation, ("table",), lambda: browse.table_data(reader.store))
+
+    def keep_table_warm() -> None:
+        """Build the table at start and again soon after each write (by the service or the CLI), so a
+        visit rarely waits for the build: at 10,000 models it is a scan of 2 million evaluations."""
+        from indexing.home import is_remote
+
+        while True:
+            try:
+                data()
+            except Exception:  # an empty or broken home: the page's own request says what is wrong
+                log.debug("could not build the model table", exc_info=True)
+            if is_remote(settings.home):
+                return  # checking an s3 home for changes is a request each time: build on demand there
+            time.sleep(TABLE_POLL_S)
+
+    threading.Thread(target=keep_table_warm, name="locus-web-table", daemon=True).start()
 
     # ------------------------------------------------------------------ pages
     def page(path: str):
@@ -143,13 +182,14 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     def map_points(color_by: str | None = Query(default=None, max_length=limits.max_name_chars),
                    where: str | None = Query(default=None, max_length=limits.max_where_chars)):
         """Every embedded model as a point of `registry map`'s projection, with its colour field's value."""
-        return browse.map_view(reader.store, color_by=color_by or None, where=where or None)
+        return cached(("map", color_by or None, where or None),
+                      lambda: browse.map_view(reader.store, color_by=color_by or None, where=where or None))
 
     @router.get("/v1/compare", response_model=Comparison, responses=_ERRORS, tags=["analytics"])
     def compare(a: str = Query(min_length=1, max_length=limits.max_name_chars),
                 b: str = Query(min_length=1, max_length=limits.max_name_chars)):
         """Two models task by task with the paired tests, as `registry compare`."""
-        return reader.compare(a, b)
+        return cached(("compare", reader.resolve(a), reader.resolve(b)), lambda: reader.compare(a, b))
 
     @router.get("/v1/aliases", response_model=list[Alias], tags=["aliases"])
     def aliases():
