@@ -89,16 +89,26 @@ def bench_pages(home: Path, env: dict, runs: int) -> None:
             print(f"{home}: {len(names)} models, {queries.num_rows} queries; ms: the first view on a fresh "
                   f"server, then the median of {runs} views")
             print(f"{'page':<9} {'requests':>8} {'first':>8} {'total':>8} {'slowest':>8}  slowest request")
+            detail: list[str] = []
+            per_run: dict[str, list[list[float]]] = {}
             for page, page_requests in calls.items():
                 totals, slowest = [], {}
                 for _ in range(runs):
                     times = [timed(c, *call) for call in page_requests]
+                    per_run.setdefault(page, []).append(times)
                     totals.append(sum(times))
                     for call, t in zip(page_requests, times):
                         slowest.setdefault(call[1], []).append(t)
                 worst = max(slowest, key=lambda p: statistics.median(slowest[p]))
                 print(f"{page:<9} {len(page_requests):>8} {1000 * first[page]:>8.1f} {1000 * statistics.median(totals):>8.1f} "
                       f"{1000 * statistics.median(slowest[worst]):>8.1f}  {worst.split('?')[0]}")
+                if statistics.median(totals) > 0.2:  # where the time goes, for a page over 200 ms
+                    detail.append(f"{page}: " + ", ".join(
+                        f"{method} {path.split('?')[0]}{'?' + '&'.join(f'{k}={v}' for k, v in opts['params'].items()) if opts.get('params') else ''}"
+                        f" {1000 * statistics.median(ts):.0f}"
+                        for (method, path, opts), ts in zip(page_requests, zip(*per_run[page]))))
+            for line in detail:
+                print("  " + line)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -118,18 +118,17 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     def keep_table_warm() -> None:
         """Build the table at start and again soon after each write (by the service or the CLI), so a
         visit rarely waits for the build: at 10,000 models it is a scan of 2 million evaluations."""
-        from indexing.home import is_remote
-
         while True:
             try:
                 data()
             except Exception:  # an empty or broken home: the page's own request says what is wrong
                 log.debug("could not build the model table", exc_info=True)
-            if is_remote(settings.home):
-                return  # checking an s3 home for changes is a request each time: build on demand there
             time.sleep(TABLE_POLL_S)
 
-    threading.Thread(target=keep_table_warm, name="locus-web-table", daemon=True).start()
+    from indexing.home import is_remote
+
+    if not is_remote(settings.home):  # on s3 each check for a change is a request: build on demand there
+        threading.Thread(target=keep_table_warm, name="locus-web-table", daemon=True).start()
 
     # ------------------------------------------------------------------ pages
     def page(path: str):
