@@ -252,7 +252,7 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     with server.client(auth=False) as c:
         assert c.get(f"/v1/models/{quote(name)}").json()["version"] == 3
         assert c.get(f"/v1/models/{quote(name)}/accuracy").json()["version"] == 3  # the table's cache saw the write
-    page.locator("#live-version").wait_for()
+    page.wait_for_function("() => document.getElementById('live-version')?.textContent === '3'")  # the record re-read
 
     page.get_by_label("Alias", exact=True).fill("web-prod")
     page.get_by_label("Points at").select_option("1")

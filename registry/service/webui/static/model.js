@@ -20,7 +20,9 @@ export async function render(root) {
     audit: h("section", { id: "audit", "aria-labelledby": "h-audit" }),
   };
   replace(root, h("div", { class: "grid2" }, sections.record, sections.accuracy), sections.versions, sections.neighbours, sections.audit);
-  await Promise.all([record(name, sections), versions(name, sections.versions), accuracy(name, sections.accuracy),
+  // After a restore or an alias change, the record and the accuracies are read again too.
+  const refresh = () => Promise.all([record(name, sections), accuracy(name, sections.accuracy)]);
+  await Promise.all([record(name, sections), versions(name, sections.versions, refresh), accuracy(name, sections.accuracy),
     neighbours(name, sections.neighbours), audit(name, sections.audit)]);
 }
 
@@ -59,7 +61,7 @@ async function accuracy(name, el) {
   }
 }
 
-async function versions(name, el) {
+async function versions(name, el, refresh) {
   let past, aliases, live = null;
   try {
     [past, aliases] = await Promise.all([api(`/v1/models/${enc(name)}/history`), api("/v1/aliases")]);
@@ -78,7 +80,7 @@ async function versions(name, el) {
     try {
       const result = await call();
       replace(status, h("div", { class: "notice", role: "status" }, result));
-      await versions(name, el);
+      await Promise.all([versions(name, el, refresh), refresh()]);
       const again = document.getElementById("write-status");
       if (again) replace(again, h("div", { class: "notice", role: "status" }, result));
     } catch (err) {
