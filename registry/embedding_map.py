@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import MapResult
 
-__all__ = ["embedding_map", "available_fields", "pca_2d"]
+__all__ = ["embedding_map", "map_layout", "available_fields", "pca_2d"]
 
 
 def _field_values(records: list[ModelRecord], field: str) -> list[Any]:
@@ -36,14 +36,11 @@ def _field_values(records: list[ModelRecord], field: str) -> list[Any]:
 
 
 def available_fields(records: list[ModelRecord]) -> list[str]:
-    """Metadata fields at least one of these models has a value for."""
-    present = []
-    for field in (*METADATA_FIELDS, *sorted({k for r in records for k in r.extra})):
-        if field in present:
-            continue
-        if any(v is not None for v in _field_values(records, field)):
-            present.append(field)
-    return present
+    """Metadata fields at least one of these models has a value for (an empty tag list is no value)."""
+    present = [f for f in METADATA_FIELDS
+               if any((getattr(r, f) if f != "tags" else r.tags or None) is not None for r in records)]
+    extra = sorted({k for r in records for k, v in r.extra.items() if v is not None} - set(present))
+    return present + extra
 
 
 def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
@@ -66,21 +63,20 @@ def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
     return coords, {"x": float(share[0]), "y": float(share[1]), "total": float(share[0] + share[1])}
 
 
-def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None) -> "MapResult":
-    """A labelled 2-D map of the embeddings (PCA of unit vectors), coloured by a metadata field."""
+def map_layout(store: "Store", *, color_by: str | None = None, where: str | None = None) -> dict[str, Any]:
+    """The map without its drawing: names, (n, 2) coordinates, the colour field's values (None when
+    not coloured), the fields there are, the variance each axis keeps and the distance correlation.
+    `registry map` draws it; the web UI's map (/v1/map) serves it."""
     from scipy.spatial.distance import pdist
     from scipy.stats import pearsonr
 
-    if plot is None:
-        raise InputError("the map needs a file to draw to (plot=FILE.png)", field="plot")
-    from registry.results import MapResult
     from registry.search import embedded_subset
 
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map")
     recs = [records[n] for n in names]
+    fields = available_fields(recs)
     values = None
     if color_by is not None:
-        fields = available_fields(recs)
         if color_by not in fields and color_by != "name":
             scope = "the mapped models" if where else "the registry's models"
             raise InputError(f"no model has a value for {color_by!r}; fields present on {scope}: "
@@ -90,13 +86,27 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
     unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
     chord, flat = pdist(unit.astype(np.float64)), pdist(coords)
     fidelity = float(pearsonr(chord, flat)[0]) if len(chord) > 2 and np.ptp(chord) > 0 and np.ptp(flat) > 0 else None
+    return {"names": names, "coords": coords, "values": values, "fields": fields, "explained": explained,
+            "fidelity": fidelity, "projection": PROJECTION}
+
+
+PROJECTION = "PCA of L2-normalised embeddings (= classical MDS of chord distances sqrt(2 * cosine distance))"
+
+
+def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None) -> "MapResult":
+    """A labelled 2-D map of the embeddings (PCA of unit vectors), coloured by a metadata field."""
+    if plot is None:
+        raise InputError("the map needs a file to draw to (plot=FILE.png)", field="plot")
+    from registry.results import MapResult
+
+    layout = map_layout(store, color_by=color_by, where=where)
+    names, coords, explained = layout["names"], layout["coords"], layout["explained"]
     from registry.plots import plot_path, scatter_map
 
     path = plot_path(plot)
-    colouring = scatter_map(path, names, coords, explained, field=color_by, values=values, where=where)
+    colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where)
     return MapResult.model_validate({
-        "plot": str(path), "n_models": len(names), "projection": "PCA of L2-normalised embeddings "
-        "(= classical MDS of chord distances sqrt(2 * cosine distance))",
-        "explained_variance": explained, "distance_correlation": fidelity, "color_by": color_by,
+        "plot": str(path), "n_models": len(names), "projection": layout["projection"],
+        "explained_variance": explained, "distance_correlation": layout["fidelity"], "color_by": color_by,
         "colouring": colouring,
         "coordinates": [{"name": n, "x": float(x), "y": float(y)} for n, (x, y) in zip(names, coords)]})

@@ -6,4 +6,6 @@
 - `writer`: lands a batch of add/refine jobs in one store transaction with one forward pass;
 - `jobs`: the queue the single writer thread drains (persisted, so an accepted job survives a crash);
 - `app`: the FastAPI application (`/v1/...`, `/openapi.json`, `/docs`, `/metrics`): `create_app`.
+- `web`: the web UI at `/` (pages, their script and styles from `webui/`) and the `/v1` reads its
+  pages need (model table, map points, compare, aliases).
 """

@@ -523,6 +523,10 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return PlainTextResponse(generate_latest(metrics).decode("utf-8"),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    from registry.service.web import web_router  # the web UI at / and the /v1 reads its pages need
+
+    app.include_router(web_router(settings, reader=reader, state=state, write=write))
+
     @app.on_event("shutdown")
     def _stop() -> None:
         queue.stop()

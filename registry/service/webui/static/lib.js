@@ -1,0 +1,119 @@
+// Shared helpers of the pages: DOM building (no innerHTML: every value is text), the /v1 client,
+// the bearer token (sessionStorage, sent in a header, never in a URL) and number formats.
+
+export function h(tag, attrs = {}, ...children) {
+  const svg = ["svg", "g", "circle", "text", "line", "rect", "path", "title"].includes(tag);
+  const el = svg ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+export function replace(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+export const $ = (selector, root = document) => root.querySelector(selector);
+
+const TOKEN_KEY = "locus-registry-token";
+export const token = {
+  get: () => sessionStorage.getItem(TOKEN_KEY) || "",
+  set: (value) => (value ? sessionStorage.setItem(TOKEN_KEY, value) : sessionStorage.removeItem(TOKEN_KEY)),
+};
+
+export class ApiError extends Error {
+  constructor(status, detail) {
+    super(detail.message || `HTTP ${status}`);
+    this.status = status;
+    this.type = detail.type;
+    this.field = detail.field;
+  }
+}
+
+// GET/POST/PUT/DELETE on the API; a write sends the token (when one was given) in the
+// Authorization header. An error answer becomes an ApiError carrying the API's own message.
+export async function api(path, { method = "GET", params = null, body = undefined, write = false } = {}) {
+  let url = path;
+  if (params) {
+    const query = new URLSearchParams();
+    for (const [key, value] of Object.entries(params)) {
+      if (value === null || value === undefined || value === "") continue;
+      query.set(key, value);
+    }
+    const text = query.toString();
+    if (text) url += "?" + text;
+  }
+  const headers = { Accept: "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (write && token.get()) headers.Authorization = "Bearer " + token.get();
+  let response;
+  try {
+    response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (err) {
+    throw new ApiError(0, { message: `the server did not answer (${err.message})` });
+  }
+  const data = await response.json().catch(() => null);
+  if (!response.ok) {
+    throw new ApiError(response.status, (data && data.error) || { message: `HTTP ${response.status}` });
+  }
+  return data;
+}
+
+export function errorBox(err, hint) {
+  const box = h("div", { class: "error", role: "alert" }, err.message || String(err));
+  if (err.status === 401) box.append(h("br"), "Paste the token in the Token box at the top of the page, then try again.");
+  else if (hint) box.append(h("br"), hint);
+  return box;
+}
+
+export const fmt = {
+  acc: (x) => (x === null || x === undefined ? "–" : x.toFixed(3)),
+  pct: (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"),
+  dist: (x) => (x === null || x === undefined ? "–" : x.toFixed(4)),
+  p: (x) => (x === null || x === undefined ? "–" : x < 1e-3 ? x.toExponential(1) : x.toPrecision(2)),
+  signed: (x, digits = 2) => (x === null || x === undefined ? "–" : (x >= 0 ? "+" : "") + x.toFixed(digits)),
+  time: (t) => (t ? new Date(t).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–"),
+  value: (v) => (v === null || v === undefined ? "–" : Array.isArray(v) ? v.join(", ") || "–" : String(v)),
+};
+
+export const modelHref = (name) => "/model?name=" + encodeURIComponent(name);
+export const compareHref = (a, b) => "/compare?a=" + encodeURIComponent(a) + "&b=" + encodeURIComponent(b);
+export const modelLink = (name) => h("a", { href: modelHref(name) }, name);
+
+export function params() {
+  return new URLSearchParams(location.search);
+}
+
+// Keep a page's state in its URL (shareable, survives reload) without adding history entries.
+export function setParams(values) {
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(values)) if (value !== "" && value !== null && value !== undefined) query.set(key, value);
+  const text = query.toString();
+  history.replaceState(null, "", location.pathname + (text ? "?" + text : ""));
+}
+
+export function field(label, input, extra) {
+  const id = input.id || "f-" + Math.random().toString(36).slice(2, 9);
+  input.id = id;
+  return h("label", { for: id }, label, input, extra || null);
+}
+
+export function accuracyBar(x) {
+  const fill = h("span", { class: "bar-fill" });
+  fill.style.width = `${Math.round(100 * (x || 0))}%`;
+  return h("span", { class: "bar-cell" }, h("span", { class: "bar-track", "aria-hidden": "true" }, fill), fmt.acc(x));
+}

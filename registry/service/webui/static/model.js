@@ -1,0 +1,167 @@
+// A model's page: record, versions (restore, aliases), accuracy per task, nearest models by LOCUS
+// and by behaviour, audit verdicts. Every number comes from a /v1 call.
+import { accuracyBar, api, compareHref, errorBox, field, fmt, h, modelLink, params, replace } from "./lib.js";
+
+const enc = encodeURIComponent;
+
+export async function render(root) {
+  const name = params().get("name");
+  if (!name) {
+    replace(root, h("p", {}, "No model named in the address. Pick one from the ", h("a", { href: "/" }, "models table"), "."));
+    return;
+  }
+  document.title = `${name} · locus-registry`;
+  document.getElementById("heading").textContent = name;
+  const sections = {
+    record: h("section", { id: "record", "aria-labelledby": "h-record" }),
+    accuracy: h("section", { id: "accuracy", "aria-labelledby": "h-accuracy" }),
+    versions: h("section", { id: "versions", "aria-labelledby": "h-versions" }),
+    neighbours: h("section", { id: "neighbours", "aria-labelledby": "h-neighbours" }),
+    audit: h("section", { id: "audit", "aria-labelledby": "h-audit" }),
+  };
+  replace(root, h("div", { class: "grid2" }, sections.record, sections.accuracy), sections.versions, sections.neighbours, sections.audit);
+  // After a restore or an alias change, the record and the accuracies are read again too.
+  const refresh = () => Promise.all([record(name, sections), accuracy(name, sections.accuracy)]);
+  await Promise.all([record(name, sections), versions(name, sections.versions, refresh), accuracy(name, sections.accuracy),
+    neighbours(name, sections.neighbours), audit(name, sections.audit)]);
+}
+
+async function record(name, s) {
+  const el = s.record;
+  try {
+    const info = await api(`/v1/models/${enc(name)}`);
+    const r = info.record;
+    const rows = [["family", r.family], ["params_b", r.params_b], ["provider", r.provider], ["endpoint", r.endpoint],
+      ["licence", r.licence], ["access", r.access], ["tags", r.tags], ...Object.entries(r.extra)]
+      .filter(([, v]) => v !== null && v !== undefined && !(Array.isArray(v) && !v.length));
+    replace(el, h("h2", { id: "h-record" }, "Record"), h("dl", { class: "kv" },
+      rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, fmt.value(v))]),
+      h("dt", {}, "version"), h("dd", { id: "live-version" }, fmt.value(info.version)),
+      h("dt", {}, "embedded"), h("dd", {}, info.embedded ? `yes, by encoder ${info.encoder_id} from ${info.n_evals} evaluations` : "no"),
+      h("dt", {}, "embedded at"), h("dd", {}, fmt.time(info.embedded_at)),
+      h("dt", {}, "added"), h("dd", {}, fmt.time(info.added))));
+  } catch (err) {
+    replace(el, h("h2", { id: "h-record" }, "Record"), errorBox(err, err.status === 404 ? "A removed model keeps its history below: restore brings it back." : null));
+  }
+}
+
+async function accuracy(name, el) {
+  try {
+    const row = await api(`/v1/models/${enc(name)}/accuracy`);
+    const tasks = Object.entries(row.tasks);
+    replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"),
+      h("p", { class: "muted small" }, `${row.n_evals} stored evaluations; overall ${fmt.acc(row.accuracy)}.`),
+      h("table", { id: "accuracy-table" }, h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "task"), h("th", { scope: "col" }, "accuracy"),
+        h("th", { scope: "col", class: "num" }, "evaluations"))),
+      h("tbody", {}, tasks.map(([task, a]) => h("tr", {}, h("td", {}, task), h("td", {}, accuracyBar(a.accuracy)),
+        h("td", { class: "num" }, a.n, row.low_evidence.includes(task) ? h("span", { class: "low", title: "low evidence: fewer than 30 evaluations" }, " *") : ""))))),
+      row.low_evidence.length ? h("p", { class: "muted small" }, "* low evidence: fewer than 30 evaluations in the task.") : "");
+  } catch (err) {
+    replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"), errorBox(err));
+  }
+}
+
+async function versions(name, el, refresh) {
+  let past, aliases, live = null;
+  try {
+    [past, aliases] = await Promise.all([api(`/v1/models/${enc(name)}/history`), api("/v1/aliases")]);
+  } catch (err) {
+    replace(el, h("h2", { id: "h-versions" }, "Versions"), errorBox(err));
+    return;
+  }
+  try {
+    live = (await api(`/v1/models/${enc(past.name)}`)).version;
+  } catch (err) {
+    live = null; // removed: every version can be restored
+  }
+  const status = h("div", { id: "write-status", "aria-live": "polite" });
+  async function write(label, call) {
+    replace(status, h("p", { class: "muted" }, label + " …"));
+    try {
+      const result = await call();
+      replace(status, h("div", { class: "notice", role: "status" }, result));
+      await Promise.all([versions(name, el, refresh), refresh()]);
+      const again = document.getElementById("write-status");
+      if (again) replace(again, h("div", { class: "notice", role: "status" }, result));
+    } catch (err) {
+      replace(status, errorBox(err));
+    }
+  }
+  const restore = (version) => write(`restoring version ${version}`, async () => {
+    const r = await api(`/v1/models/${enc(past.name)}/restore`, { method: "POST", params: { version }, write: true });
+    return `restored version ${r.restored_version}: ${r.name} is now version ${r.version}`;
+  });
+  const rows = past.versions.map((v, i) => {
+    const current = live !== null && v.version === live && i === past.versions.length - 1;
+    return h("tr", { "data-version": v.version }, h("td", { class: "num" }, v.version), h("td", {}, v.event), h("td", {}, fmt.time(v.time)),
+      h("td", {}, v.encoder_id || "–"), h("td", { class: "num" }, fmt.value(v.n_evals)),
+      h("td", {}, v.record.family || "–"),
+      h("td", {}, current ? h("span", { class: "muted" }, "live") : v.event === "remove" ? "" :
+        h("button", { type: "button", class: "secondary", "data-restore": v.version, onclick: () => restore(v.version) }, `Restore version ${v.version}`)));
+  });
+  const mine = aliases.filter((a) => a.name === past.name);
+  const aliasName = h("input", { id: "alias-name", required: true, placeholder: "e.g. production", autocomplete: "off" });
+  const versionsSeen = [...new Set(past.versions.map((v) => v.version))];
+  const aliasVersion = h("select", { id: "alias-version" }, h("option", { value: "" }, "the live version"),
+    versionsSeen.map((v) => h("option", { value: v }, `version ${v} only`)));
+  const aliasForm = h("form", { class: "bar", "aria-label": "Set an alias", onsubmit: (event) => {
+    event.preventDefault();
+    const target = past.name + (aliasVersion.value ? "@" + aliasVersion.value : "");
+    write(`setting alias ${aliasName.value}`, async () => {
+      const a = await api(`/v1/aliases/${enc(aliasName.value.trim())}`, { method: "PUT", body: { target }, write: true });
+      return `alias ${a.alias} → ${a.name}${a.version ? "@" + a.version : ""}`;
+    });
+  } }, field("Alias", aliasName), field("Points at", aliasVersion), h("button", { type: "submit" }, "Set alias"));
+  replace(el, h("h2", { id: "h-versions" }, "Versions"),
+    h("div", { class: "table-wrap" }, h("table", { id: "versions-table" }, h("thead", {}, h("tr", {},
+      ["version", "event", "time", "encoder", "evaluations", "family", "action"].map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, rows))),
+    status,
+    h("h2", {}, "Aliases"),
+    mine.length ? h("ul", { id: "aliases" }, mine.map((a) => h("li", {}, h("code", {}, a.alias), ` → ${a.name}${a.version ? "@" + a.version : " (live version)"} `,
+      h("button", { type: "button", class: "secondary", onclick: () => write(`deleting alias ${a.alias}`, async () => {
+        const gone = await api(`/v1/aliases/${enc(a.alias)}`, { method: "DELETE", write: true });
+        return `alias ${gone.alias} deleted`;
+      }) }, `Delete ${a.alias}`)))) : h("p", { class: "muted" }, "No alias points at this model."),
+    aliasForm,
+    h("p", { class: "muted small" }, "Restore and alias changes need the server's bearer token (the Token box at the top) unless the server runs without one on loopback."));
+}
+
+async function neighbours(name, el) {
+  const [byLocus, byBehaviour] = await Promise.allSettled([
+    api("/v1/similar", { params: { name, k: 10 } }), api("/v1/similar", { params: { name, k: 10, by: "behaviour" } })]);
+  const compare = (other) => h("a", { href: compareHref(name, other), "aria-label": `compare ${name} with ${other}` }, "compare");
+  const locus = byLocus.status === "fulfilled" ? h("table", { id: "near-locus" },
+    h("thead", {}, h("tr", {}, ["model", "cosine d", "family", ""].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, byLocus.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
+      h("td", {}, fmt.value(n.metadata.family)), h("td", {}, compare(n.name)))))) : errorBox(byLocus.reason);
+  const behaviour = byBehaviour.status === "fulfilled" ? h("table", { id: "near-behaviour" },
+    h("thead", {}, h("tr", {}, ["model", "cosine d", "behav. d", "kappa", "shared", ""].map((c) => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, byBehaviour.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
+      h("td", { class: "num" }, fmt.dist(n.behaviour_distance)), h("td", { class: "num" }, fmt.acc(n.agreement_kappa)),
+      h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))) : errorBox(byBehaviour.reason);
+  replace(el, h("h2", { id: "h-neighbours" }, "Nearest models"), h("div", { class: "grid2" },
+    h("div", {}, h("h3", {}, "By LOCUS embedding"), locus),
+    h("div", {}, h("h3", {}, "By behaviour (agreement on shared queries)"), behaviour)),
+    h("p", { class: "muted small" }, "kappa: excess agreement on the queries both answered (1 = they answer alike); behav. d: expected disagreement of their behaviour fingerprints."));
+}
+
+async function audit(name, el) {
+  replace(el, h("h2", { id: "h-audit" }, "Audit"), h("p", { class: "muted" }, "Auditing against its nearest neighbours …"));
+  try {
+    const report = await api("/v1/audit", { params: { model: name } });
+    replace(el, h("h2", { id: "h-audit" }, "Audit"),
+      h("p", { class: "muted" }, `${report.candidates} candidate pairs; ${report.flags.length} flagged, ${report.cleared.length} cleared by their evaluations, ${report.untested.length} untested.`),
+      report.flags.map(flagView), report.flags.length ? "" : h("p", { class: "notice" }, "No neighbour is flagged as the same model."),
+      report.cleared.length ? h("details", {}, h("summary", {}, `Cleared pairs (${report.cleared.length})`),
+        report.cleared.map((p) => h("p", { class: "small" }, h("strong", {}, `${p.a} ~ ${p.b}`), `: ${p.reason}`))) : "");
+  } catch (err) {
+    replace(el, h("h2", { id: "h-audit" }, "Audit"), errorBox(err));
+  }
+}
+
+export function flagView(f) {
+  const cls = f.label === "duplicate" ? "label-duplicate" : "label-same";
+  return h("div", { class: "flag" }, h("span", { class: "tag " + cls }, f.label === "duplicate" ? "DUPLICATE" : "SAME PRODUCT LINE?"), " ",
+    modelLink(f.a), " ~ ", modelLink(f.b), ` (distance ${fmt.dist(f.distance)}, neighbour ${f.neighbour_rank}${f.proposed_by === "fingerprint" ? " by fingerprint" : ""}) · `,
+    h("a", { href: compareHref(f.a, f.b) }, "compare"), h("p", { class: "small" }, f.reason));
+}

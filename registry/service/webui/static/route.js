@@ -1,0 +1,66 @@
+// Route playground: questions -> models ranked by predicted P(correct) with fallbacks (/v1/route);
+// a capability profile -> the nearest real models (/v1/profile).
+import { api, errorBox, field, fmt, h, modelLink, replace } from "./lib.js";
+
+const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
+
+export async function render(root) {
+  const questions = h("textarea", { id: "questions", rows: 4, placeholder: "one question per line", required: true });
+  const where = h("input", { id: "route-where", class: "wide", spellcheck: "false", placeholder: "e.g. access == open" });
+  const exclude = h("input", { id: "route-exclude", placeholder: "names, comma-separated" });
+  const k = h("input", { id: "route-k", type: "number", min: 1, max: 100, value: 3 });
+  const fallback = h("input", { id: "route-fallback", type: "number", min: 0, max: 100, value: 3 });
+  const routeOut = h("div", { id: "route-out", "aria-live": "polite" });
+  const routeForm = h("form", { class: "stack", id: "route-form", "aria-labelledby": "h-route" },
+    field("Questions (one per line)", questions),
+    h("div", { class: "row" }, field("Only models where", where), field("Exclude (down or unwanted)", exclude), field("Top k", k), field("Fallbacks", fallback),
+      h("button", { type: "submit" }, "Route")));
+  routeForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const texts = questions.value.split("\n").map((s) => s.trim()).filter(Boolean);
+    if (!texts.length) { replace(routeOut, h("div", { class: "error", role: "alert" }, "queries: type at least one question")); return; }
+    replace(routeOut, h("p", { class: "muted" }, "Routing …"));
+    try {
+      const r = await api("/v1/route", { method: "POST", body: { queries: texts, k: Number(k.value), fallback: Number(fallback.value),
+        exclude: list(exclude.value), where: where.value.trim() || null } });
+      replace(routeOut, r.results.map((d, i) => h("div", { class: "flag ranking", "data-query": i },
+        h("strong", {}, d.query),
+        h("ol", {}, d.ranking.map((m) => h("li", {}, modelLink(m.name), ` — P(correct) ${m.p_correct.toFixed(3)}`))),
+        d.fallbacks.length ? h("p", { class: "small" }, "Fallbacks if the first is down: ",
+          d.fallbacks.map((f, j) => [j ? ", " : "", modelLink(f.name), ` (cosine d ${fmt.dist(f.distance_cosine)})`])) : "")),
+      h("p", { class: "muted small" }, `${r.encoded_texts} new text(s) encoded; the rest came from the cache.`));
+    } catch (err) {
+      replace(routeOut, errorBox(err));
+    }
+  });
+
+  const stats = await api("/v1/stats").catch(() => ({ queries_per_task: {} }));
+  const tasks = Object.keys(stats.queries_per_task);
+  const targets = h("div", { id: "targets", class: "row" }, tasks.map((task, i) =>
+    field(`${task} accuracy`, h("input", { id: `target-${i}`, type: "number", min: 0, max: 1, step: 0.05, "data-task": task, placeholder: "skip" }))));
+  const pk = h("input", { id: "profile-k", type: "number", min: 1, max: 100, value: 5 });
+  const pwhere = h("input", { id: "profile-where", class: "wide", spellcheck: "false", placeholder: "e.g. access == open" });
+  const profileOut = h("div", { id: "profile-out", "aria-live": "polite" });
+  const profileForm = h("form", { class: "stack", id: "profile-form", "aria-labelledby": "h-profile" },
+    h("p", { class: "muted small" }, "Give a target accuracy (0 to 1) for the tasks that matter; leave the others empty."), targets,
+    h("div", { class: "row" }, field("Top k", pk), field("Only models where", pwhere), h("button", { type: "submit" }, "Find models")));
+  profileForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const wanted = {};
+    for (const input of targets.querySelectorAll("input")) if (input.value !== "") wanted[input.dataset.task] = Number(input.value);
+    if (!Object.keys(wanted).length) { replace(profileOut, h("div", { class: "error", role: "alert" }, "targets: give at least one task's accuracy")); return; }
+    replace(profileOut, h("p", { class: "muted" }, "Embedding the profile …"));
+    try {
+      const r = await api("/v1/profile", { method: "POST", body: { targets: wanted, k: Number(pk.value), where: pwhere.value.trim() || null } });
+      replace(profileOut, h("p", { class: "small" }, `hypothetical model from ${r.n_evals} synthetic evaluations: `,
+        Object.entries(r.per_task).map(([t, s], i) => `${i ? ", " : ""}${t} ${r.targets[t].toFixed(2)} (sampled ${s.sampled_accuracy.toFixed(2)} over ${s.n_evals})`)),
+      h("table", { id: "profile-table" }, h("thead", {}, h("tr", {}, ["model", "cosine d", "family", "access"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, r.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
+          h("td", {}, fmt.value(n.metadata.family)), h("td", {}, fmt.value(n.metadata.access)))))));
+    } catch (err) {
+      replace(profileOut, errorBox(err));
+    }
+  });
+  replace(root, h("h2", { id: "h-route" }, "Route questions"), routeForm, routeOut,
+    h("h2", { id: "h-profile" }, "Find a model by capability profile"), profileForm, profileOut);
+}

@@ -1,0 +1,347 @@
+"""The web UI of `registry serve`, in a real browser: Debian's headless Chromium driven by Playwright.
+
+One small trained registry, one server (with a token) for the module. The browser tests skip, saying
+why, when /usr/bin/chromium or Playwright is missing; the /v1 endpoints the pages added are tested
+over HTTP either way.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+
+from helpers import own_evaluations
+from service_harness import ROOT, TOKEN, Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# What each page shows once its /v1 calls have answered.
+PAGES = {"/": "#models-table tbody tr", "/map": "#map circle", "/audit": "#calibration", "/route": "#targets input",
+         "/compare?a={a}&b={b}": "#compare-table tbody tr", "/model?name={a}": "#near-behaviour tbody tr"}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """A demo-like registry (families, a planted duplicate), trained briefly, every model embedded.
+    Its stored query vectors are random unit vectors in MiniLM's 384 dimensions instead of MiniLM's
+    own: nothing the UI shows depends on what they mean, and the test then never loads a sentence
+    encoder itself (the server still loads MiniLM and encodes a new text with it)."""
+    import tempfile
+
+    import numpy as np
+
+    from encoder.training import TrainConfig
+    from registry import Registry
+    from registry.synthetic import synthetic_pool
+
+    path = tmp_path_factory.mktemp("web") / "home"
+    pool = synthetic_pool(n_families=3, models_per_family=2, queries_per_task=12, tasks=("math", "law", "biology"),
+                          n_duplicates=1, seed=3)
+    reg = Registry.open(path)
+    reg.set_query_encoder("all-MiniLM-L6-v2")
+    with tempfile.TemporaryDirectory() as scratch:
+        triple = pool.write_triple(Path(scratch) / "pool")
+        vectors = np.random.default_rng(0).normal(size=(len(pool.queries), 384)).astype(np.float32)
+        np.save(Path(scratch) / "v.npy", vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+        np.save(Path(scratch) / "ids.npy", np.array([q.id for q in pool.queries]))
+        reg.import_path(triple, query_embeddings=Path(scratch) / "v.npy", query_ids=Path(scratch) / "ids.npy")
+    reg.train(config=TrainConfig(epochs=6, max_seconds=None))
+    reg.embed_all()
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(home):
+    srv = Server(home)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def names(server) -> list[str]:
+    with server.client(auth=False) as c:
+        return [m["name"] for m in c.get("/v1/models").json()]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.skip(f"browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("browser tests need Playwright for Python (pip install playwright; the test extra has it)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Watched:
+    """A fresh browser tab that records console errors, uncaught exceptions, failed requests and
+    error responses."""
+
+    def __init__(self, browser, base: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=base)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(20_000)
+        self.console, self.failed, self.statuses, self.requests = [], [], [], []
+        self.page.on("console", lambda m: m.type == "error" and self.console.append(m.text))
+        self.page.on("pageerror", lambda e: self.console.append(f"uncaught: {e}"))
+        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url}: {r.failure}"))
+        self.page.on("response", lambda r: r.status >= 400 and self.statuses.append((r.status, r.url)))
+        self.page.on("request", lambda r: self.requests.append(r))
+
+    def problems(self) -> list:
+        return self.console + self.failed + self.statuses
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def tab(browser, server):
+    watched = Watched(browser, server.url)
+    yield watched
+    watched.close()
+
+
+# ------------------------------------------------------------------ in the browser
+def test_every_page_loads_without_an_error(tab, names, server):
+    a, b = names[0], names[1]
+    for template, ready in PAGES.items():
+        path = template.format(a=quote(a), b=quote(b))
+        response = tab.page.goto(path)
+        assert response.status == 200
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        tab.page.wait_for_selector(ready)
+        tab.page.wait_for_load_state("networkidle")
+        assert tab.page.locator(".error").count() == 0, (path, tab.page.locator(".error").all_inner_texts())
+        assert tab.problems() == [], (path, tab.problems())
+    assert tab.page.locator("#heading").inner_text() == a
+
+
+def test_models_filter_narrows_the_table_and_shows_a_bad_filters_error(tab, server, names):
+    page = tab.page
+    page.goto("/")
+    rows = page.locator("#models-table tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == len(names)
+    with server.client(auth=False) as c:
+        family = c.get(f"/v1/models/{quote(names[0])}").json()["record"]["family"]
+        expected = [m["name"] for m in c.get("/v1/models", params={"where": f"family == {family}"}).json()]
+        bad = c.get("/v1/models", params={"where": "famly == x"}).json()["error"]["message"]
+    assert 0 < len(expected) < len(names)
+    page.get_by_label("Filter (where)").fill(f"family == {family}")
+    page.get_by_label("Filter (where)").press("Enter")
+    page.wait_for_function("n => document.querySelectorAll('#models-table tbody tr').length === n", arg=len(expected))
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.name)")) == sorted(expected)
+    assert f"family+%3D%3D+{family}" in page.url or f"family%20%3D%3D%20{family}" in page.url  # a shareable address
+
+    page.get_by_label("Filter (where)").fill("famly == x")
+    page.get_by_role("button", name="Apply").click()
+    error = page.locator("#table-message .error")
+    error.wait_for()
+    assert error.inner_text().strip() == bad  # as the API words it
+    assert page.get_by_label("Filter (where)").get_attribute("aria-invalid") == "true"
+    assert [s for s, _ in tab.statuses] == [422] and not tab.failed
+
+    # Sorting is the server's: the accuracy column, descending, matches /v1/table's own order.
+    page.get_by_role("button", name="Clear").click()
+    page.wait_for_function("n => document.querySelectorAll('#models-table tbody tr').length === n", arg=len(names))
+    page.get_by_role("button", name="Accuracy", exact=True).click()
+    page.wait_for_selector("th[aria-sort='ascending'] >> text=Accuracy")
+    page.get_by_role("button", name="Accuracy", exact=True).click()
+    page.wait_for_selector("th[aria-sort='descending'] >> text=Accuracy")
+    with server.client(auth=False) as c:
+        order = [r["name"] for r in c.get("/v1/table", params={"sort": "accuracy", "order": "desc"}).json()["rows"]]
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.name)") == order
+
+    # A search that matches nothing offers the closest names.
+    page.get_by_label("Search names").fill(names[0] + "x")
+    page.get_by_label("Search names").press("Enter")
+    page.locator("#did-you-mean a").first.wait_for()
+    assert names[0] in page.locator("#did-you-mean").inner_text()
+
+
+def test_the_map_draws_every_model_and_a_click_opens_it(tab, server):
+    page = tab.page
+    page.goto("/map")
+    page.locator("#map circle").first.wait_for()
+    with server.client(auth=False) as c:
+        embedded = c.get("/v1/health").json()["embedded"]
+    circles = page.locator("#map circle")
+    assert circles.count() == embedded
+    assert page.get_by_label("Colour by").input_value() == "family"
+    assert page.locator("#legend span").count() >= 2
+    target = circles.nth(2)
+    name = target.get_attribute("data-name")
+    target.click()
+    page.wait_for_url(re.compile(r"/model\?name="))
+    page.locator("#accuracy-table").wait_for()
+    assert page.locator("#heading").inner_text() == name
+    page.wait_for_load_state("networkidle")  # the model page's own calls finish before the next page
+    # Zoom changes the view and Reset brings it back.
+    page.goto("/map")
+    page.locator("#map circle").first.wait_for()
+    before = page.locator("#map").get_attribute("viewBox")
+    page.get_by_role("button", name="zoom in").click()
+    assert page.locator("#map").get_attribute("viewBox") != before
+    page.get_by_role("button", name="Reset view").click()
+    assert page.locator("#map").get_attribute("viewBox") == before
+    assert tab.problems() == []
+
+
+def test_the_route_playground_returns_a_ranking(tab, server, home):
+    from registry import Registry
+
+    question = Registry.open(home).store.read("queries", ["text"]).column("text")[0].as_py()
+    page = tab.page
+    page.goto("/route")
+    page.get_by_label("Questions (one per line)").fill(question + "\nWhich planet is the largest?")
+    page.get_by_label("Top k").first.fill("2")
+    page.get_by_role("button", name="Route").click()
+    page.locator("#route-out ol").nth(1).wait_for()
+    with server.client(auth=False) as c:
+        answer = c.post("/v1/route", json={"queries": [question], "k": 2}).json()["results"][0]
+    shown = page.locator("#route-out [data-query='0'] ol li")
+    assert shown.count() == 2
+    assert shown.first.locator("a").inner_text() == answer["ranking"][0]["name"]
+    assert f"{answer['ranking'][0]['p_correct']:.3f}" in shown.first.inner_text()
+
+    page.get_by_label("math accuracy").fill("0.9")
+    page.get_by_role("button", name="Find models").click()
+    page.locator("#profile-table tbody tr").first.wait_for()
+    assert page.locator("#profile-table tbody tr").count() == 5
+    assert tab.problems() == []
+
+
+def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, home, names):
+    from registry import Registry
+
+    name = names[-1]
+    evaluations = own_evaluations(Registry.open(home), name)[:5]
+    with server.client() as c:
+        refined = c.post(f"/v1/models/{quote(name)}/refine", json={"evaluations": evaluations})
+        assert refined.status_code == 201, refined.text
+        assert refined.json()["version"] == 2
+    page = tab.page
+    page.goto(f"/model?name={quote(name)}")
+    restore = page.get_by_role("button", name="Restore version 1")
+    restore.wait_for()
+    restore.click()
+    error = page.locator("#write-status .error")
+    error.wait_for()
+    assert "bearer token is required" in error.inner_text()
+    with server.client(auth=False) as c:
+        assert c.get(f"/v1/models/{quote(name)}").json()["version"] == 2  # nothing changed
+
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_label("Token").press("Enter")
+    assert page.locator("#token-state").inner_text() == "token set for this tab"
+    page.get_by_role("button", name="Restore version 1").click()
+    page.locator("#write-status .notice").wait_for()
+    assert "restored version 1" in page.locator("#write-status .notice").inner_text()
+    with server.client(auth=False) as c:
+        assert c.get(f"/v1/models/{quote(name)}").json()["version"] == 3
+        assert c.get(f"/v1/models/{quote(name)}/accuracy").json()["version"] == 3  # the table's cache saw the write
+    page.wait_for_function("() => document.getElementById('live-version')?.textContent === '3'")  # the record re-read
+
+    page.get_by_label("Alias", exact=True).fill("web-prod")
+    page.get_by_label("Points at").select_option("1")
+    page.get_by_role("button", name="Set alias").click()
+    page.locator("#aliases code", has_text="web-prod").wait_for()
+    with server.client(auth=False) as c:
+        assert {"alias": "web-prod", "name": name, "version": 1} in c.get("/v1/aliases").json()
+
+    writes = [r for r in tab.requests if r.method in ("POST", "PUT")]
+    assert [r.headers.get("authorization") for r in writes] == [None, f"Bearer {TOKEN}", f"Bearer {TOKEN}"]
+    assert all(TOKEN not in r.url for r in tab.requests)  # the token travels in a header, never in a URL
+    assert [s for s, _ in tab.statuses] == [401]
+
+
+# ------------------------------------------------------------------ the /v1 endpoints the pages use
+def test_table_pages_sorts_filters_and_agrees_with_the_evaluations(server, home, names):
+    from registry import Registry
+
+    reg = Registry.open(home)
+    evals = reg.store.read("evaluations", ["model", "query_id", "score"]).to_pylist()
+    task_of = {q["query_id"]: q["task"] for q in reg.store.read("queries", ["query_id", "task"]).to_pylist()}
+    with server.client(auth=False) as c:
+        first = c.get("/v1/table", params={"limit": 3}).json()
+        second = c.get("/v1/table", params={"limit": 3, "offset": 3}).json()
+        assert first["total"] == first["matched"] == len(names)
+        assert [r["name"] for r in first["rows"] + second["rows"]] == sorted(names, key=str.lower)[:6]
+        row = first["rows"][0]
+        mine = [e for e in evals if e["model"] == row["name"]]
+        assert row["n_evals"] == len(mine)
+        assert row["accuracy"] == pytest.approx(sum(e["score"] for e in mine) / len(mine))
+        math = [e["score"] for e in mine if task_of[e["query_id"]] == "math"]
+        assert row["tasks"]["math"] == {"accuracy": pytest.approx(sum(math) / len(math)), "n": len(math)}
+        assert row["low_evidence"] == sorted(row["tasks"])  # 12 queries per task: every task is thin
+        assert c.get(f"/v1/models/{quote(row['name'])}/accuracy").json() == row
+
+        by_math = c.get("/v1/table", params={"sort": "task:math", "order": "desc"}).json()["rows"]
+        values = [r["tasks"]["math"]["accuracy"] for r in by_math]
+        assert values == sorted(values, reverse=True)
+        family = row["record"]["family"]
+        narrowed = c.get("/v1/table", params={"where": f"family == {family}"}).json()
+        assert {r["name"] for r in narrowed["rows"]} == {m["name"] for m in
+                                                          c.get("/v1/models", params={"where": f"family == {family}"}).json()}
+        for params, field in (({"where": "famly == x"}, "where"), ({"sort": "colour"}, "sort"),
+                              ({"sort": "task:poetry"}, "sort"), ({"limit": 0}, "limit"), ({"order": "up"}, "order")):
+            r = c.get("/v1/table", params=params)
+            assert r.status_code == 422 and r.json()["error"]["field"] == field, (params, r.text)
+        assert c.get("/v1/models/nobody/accuracy").status_code == 404
+
+
+def test_map_compare_and_alias_endpoints(server, home, names, tmp_path):
+    from registry import Registry
+
+    reg = Registry.open(home)
+    drawn = reg.map(tmp_path / "map.png", color_by="family")
+    with server.client(auth=False) as c:
+        served = c.get("/v1/map", params={"color_by": "family"}).json()
+        assert [(p["name"], p["x"], p["y"]) for p in served["points"]] == [
+            (p.name, pytest.approx(p.x), pytest.approx(p.y)) for p in drawn.coordinates]
+        assert {p["value"] for p in served["points"]} == {reg.get(n).family for n in names}
+        bad = c.get("/v1/map", params={"color_by": "colour"})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "color_by"
+
+        compared = c.get("/v1/compare", params={"a": names[0], "b": names[1]}).json()
+        assert compared == reg.compare(names[0], names[1]).model_dump(mode="json")
+        assert c.get("/v1/compare", params={"a": names[0], "b": names[0]}).status_code == 422
+
+        assert c.put("/v1/aliases/api-alias", json={"target": names[0]}).status_code == 401
+    with server.client() as c:
+        assert c.put("/v1/aliases/api-alias", json={"target": names[0]}).json() == {
+            "alias": "api-alias", "name": names[0], "version": None}
+        assert c.get(f"/v1/models/api-alias/accuracy").json()["name"] == names[0]
+        assert c.put("/v1/aliases/api-alias", json={"target": names[0] + "@99"}).status_code == 404
+        assert c.delete("/v1/aliases/api-alias").status_code == 200
+        assert c.delete("/v1/aliases/api-alias").status_code == 404
+
+
+def test_pages_and_static_files_answer_with_a_content_security_policy(server):
+    with httpx.Client(base_url=server.url) as c:
+        for path in ("/", "/map", "/static/app.js", "/static/app.css"):
+            r = c.get(path)
+            assert r.status_code == 200 and "default-src 'self'" in r.headers["content-security-policy"], path
+        assert c.get("/static/app.js").headers["content-type"].startswith("text/javascript")
+        assert c.get("/static/..%2Fpage.html").status_code == 404
+        assert c.get("/static/nothing.js").status_code == 404
+
+
+def test_the_ui_files_ship_as_package_data():
+    """A non-editable install carries every file of the UI: each matches a package-data pattern."""
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["registry.service"]
+    base = ROOT / "registry" / "service"
+    files = [p.relative_to(base).as_posix() for p in (base / "webui").rglob("*") if p.is_file()]
+    assert files and all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), files
