@@ -256,8 +256,14 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
 
     from registry.service.settings import loopback_host
 
+    def _routes(routes):
+        # FastAPI >= 0.16x keeps an included router whole (no prefix here: the web router's paths are full)
+        for route in routes:
+            inner = getattr(route, "original_router", None)
+            yield from (_routes(inner.routes) if inner is not None else (route,))
+
     def _allowed(path: str) -> set[str]:
-        return {m for route in app.routes if getattr(route, "methods", None) and route.path_regex.match(path)
+        return {m for route in _routes(app.routes) if getattr(route, "methods", None) and route.path_regex.match(path)
                 for m in route.methods}
 
     app.add_middleware(_Edge, max_bytes=limits.max_body_bytes, observe=_observe, allowed=_allowed,
