@@ -19,7 +19,7 @@ PUBLIC = {
 
 RESULTS = {
     "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
-    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport", "OnboardingRow",
+    "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport", "OnboardingRow", "BlendWeights",
     "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult", "RankedModel", "Fallback",
     "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
     "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
