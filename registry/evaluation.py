@@ -104,12 +104,11 @@ def run_evaluation(
     test_p = {"locus": pred}
     val_p["item"], test_p["item"] = item_table_predictions(train_data, train_evals, (split.val, split.test))
     result["seconds"]["item"] = round(time.perf_counter() - started, 1)
-    fitted = {}
+    models, fitted = {}, {}  # each baseline, and its test predictions
     for name in baselines:
         started = time.perf_counter()
-        model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
-        fitted[name] = model
-        pred_b = model.predict(split.test)
+        model = models[name] = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
+        pred_b = fitted[name] = model.predict(split.test)
         result["routing_accuracy"][name] = routing_accuracy(pred_b, test_truth)
         if keep_routed:
             result["routed"][name] = _routed(pred_b, test_truth)
@@ -118,7 +117,7 @@ def run_evaluation(
         log(f"{name}: routing {result['routing_accuracy'][name]:.4f} in {result['seconds'][name]} s")
     blends = {"registry": ("locus", "item"), "item": ("item",)}
     if "knn" in fitted:  # measured beside the product's blend: what the pool's nearest queries would add
-        val_p["knn"], test_p["knn"] = fitted["knn"].predict(split.val), fitted["knn"].predict(split.test)
+        val_p["knn"], test_p["knn"] = models["knn"].predict(split.val), fitted["knn"]
         blends["registry+knn"] = ("locus", "item", "knn")
         blends["locus+knn"] = ("locus", "knn")
     result["blend"] = {}

@@ -88,3 +88,11 @@ def own_evaluations(reg, name: str) -> list[dict]:
     queries = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
     return [{"query": queries[r["query_id"]], "score": r["score"]}
             for r in reg.store.read("evaluations").to_pylist() if r["model"] == name]
+
+
+def stored_texts(home) -> list[tuple[str, str]]:
+    """(text, task) of every query stored in the registry at `home`."""
+    from registry import Registry
+
+    table = Registry.open(home).store.read("queries", ["text", "task"])
+    return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import synthetic_registry
+from helpers import stored_texts, synthetic_registry
 from service_harness import ROOT, TOKEN, Server, copy_home
 
 
@@ -29,10 +29,7 @@ def base_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def texts(base_home) -> list[tuple[str, str]]:
-    from registry import Registry
-
-    table = Registry.open(base_home).store.read("queries", ["text", "task"])
-    return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))
+    return stored_texts(base_home)
 
 
 @pytest.fixture(scope="module")

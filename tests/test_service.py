@@ -11,7 +11,7 @@ import pytest
 
 from registry.limits import MAX_QUERY_CHARS
 
-from helpers import synthetic_registry
+from helpers import stored_texts, synthetic_registry
 from service_harness import TOKEN, Server, copy_home
 
 
@@ -26,10 +26,7 @@ def base_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def texts(base_home) -> list[tuple[str, str]]:
-    from registry import Registry
-
-    table = Registry.open(base_home).store.read("queries", ["text", "task"])
-    return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))
+    return stored_texts(base_home)
 
 
 @pytest.fixture(scope="module")
