@@ -7,18 +7,28 @@ the item table knows which questions a model's fellow models fail. The blend is
 
     logit P = w_0 + sum_k w_k * clip(logit p_k),
 
-a ridge logistic regression on the observed cells of the validation queries (never the training or
-test queries), so it is calibrated by construction, and a component that adds nothing gets a weight
-near zero. Deterministic (Newton's method from zero); a few numbers, stored as JSON.
+fitted on the observed cells of the validation queries (never the training or test queries). Two fits:
+
+- `fit_blend`: a ridge logistic regression, calibrated by construction; a component that adds nothing
+  gets a weight near zero. Best for P(correct) itself.
+- `fit_routing_blend`: the router's. Routing takes the argmax over models per query, which a
+  cell-wise log loss does not aim at: the mixing direction (non-negative weights summing to 1, on a grid)
+  and a temperature are chosen to maximise the validation queries' routing likelihood, log sum_m
+  softmax(t * s)_m * y_m (the chance that a soft router picks a model that answered), then one scale and
+  intercept are fitted on s by logistic regression, so P(correct) is calibrated and its argmax is the
+  routing choice.
+
+Deterministic (grids and Newton's method from zero); a few numbers, stored as JSON.
 """
 from __future__ import annotations
 
 import json
+import itertools
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Blend", "fit_blend", "logit"]
+__all__ = ["Blend", "fit_blend", "fit_routing_blend", "logit"]
 
 FORMAT = "locus-blend/1"
 _CLIP = 12.0  # |logit| bound: a component that says 0 or 1 must not dominate by overflow
@@ -36,6 +46,8 @@ class Blend:
     intercept: float
     cells: int = 0  # validation cells it was fitted on
     val_loss: float = float("nan")  # its BCE on them (in-sample)
+    fit: str = "logistic"  # or "routing" (fit_routing_blend)
+    query_weights: tuple[float, ...] = ()  # per component: weight of its mean logit over the rows (models)
 
     def predict(self, probabilities: dict[str, np.ndarray]) -> np.ndarray:
         """P(correct) from each component's probabilities (arrays of one shape), float32."""
@@ -45,6 +57,8 @@ class Blend:
         z = np.full(np.shape(probabilities[self.components[0]]), self.intercept, np.float64)
         for name, w in zip(self.components, self.weights):
             z += w * logit(probabilities[name])
+        for name, v in zip(self.components, self.query_weights):  # the same for every row: no change of argmax
+            z += v * logit(probabilities[name]).mean(axis=0, keepdims=True)
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 
     def to_json(self) -> str:
@@ -57,8 +71,10 @@ class Blend:
             raise ValueError(f"not a blend (expected format {FORMAT!r})")
         blend = cls(components=tuple(raw["components"]), weights=tuple(float(w) for w in raw["weights"]),
                     intercept=float(raw["intercept"]), cells=int(raw.get("cells", 0)),
-                    val_loss=float(raw.get("val_loss", float("nan"))))
-        if len(blend.components) != len(blend.weights) or not all(np.isfinite(blend.weights)):
+                    val_loss=float(raw.get("val_loss", float("nan"))), fit=str(raw.get("fit", "logistic")),
+                    query_weights=tuple(float(v) for v in raw.get("query_weights", ())))
+        if (len(blend.components) != len(blend.weights) or not all(np.isfinite(blend.weights))
+                or len(blend.query_weights) not in (0, len(blend.components)) or not all(np.isfinite(blend.query_weights))):
             raise ValueError("blend weights do not match its components")
         return blend
 
@@ -89,3 +105,53 @@ def fit_blend(probabilities: dict[str, np.ndarray], truth: np.ndarray, *, ridge:
     loss = float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
     return Blend(components=names, weights=tuple(float(v) for v in w[:-1]), intercept=float(w[-1]), cells=n,
                  val_loss=loss)
+
+
+_TEMPERATURES = tuple(float(t) for t in np.geomspace(0.25, 16.0, 13))
+_EPS = 1e-2  # keeps a query no mix can route well from dominating the routing likelihood
+
+
+def _simplex(k: int, step: float):
+    n = int(round(1.0 / step))
+    for head in itertools.product(range(n + 1), repeat=k - 1):
+        if sum(head) <= n:
+            yield np.array([*head, n - sum(head)], np.float64) / n
+
+
+def fit_routing_blend(probabilities: dict[str, np.ndarray], truth: np.ndarray, *, step: float | None = None,
+                      temperatures: tuple[float, ...] = _TEMPERATURES) -> Blend:
+    """The router's blend of `probabilities` (name -> (M, V) P(correct) on the validation queries) for
+    `truth` ((M, V) in [0, 1], NaN where a model is not scored): see the module docstring. `step` is the
+    grid step of the mixing weights (default 0.05 for up to 3 components, 0.1 above)."""
+    names = tuple(probabilities)
+    seen = ~np.isnan(truth)
+    if not names or not seen.any():
+        raise ValueError("a blend needs at least one component and one scored validation cell")
+    queries = seen.any(axis=0)
+    mask = seen[:, queries]
+    y = np.where(mask, np.nan_to_num(truth[:, queries]), 0.0)
+    parts = np.stack([logit(probabilities[n][:, queries]) for n in names])  # (k, M, V)
+    step = step or (0.05 if len(names) <= 3 else 0.1)
+    best: tuple[float, np.ndarray] | None = None
+    for mix in _simplex(len(names), step):
+        score = np.tensordot(mix, parts, 1)  # (M, V)
+        for t in temperatures:
+            z = np.where(mask, t * score, -np.inf)
+            e = np.exp(z - z.max(axis=0))
+            loss = -np.log((e * y).sum(axis=0) / e.sum(axis=0) + _EPS).mean()
+            if best is None or loss < best[0] - 1e-12:
+                best = (float(loss), mix)
+    mix = best[1]
+    logits = np.stack([logit(probabilities[n]) for n in names])  # (k, M, V)
+    features = {"mix": _sigmoid(np.tensordot(mix, logits, 1))}
+    for n, part in zip(names, logits):
+        features["query:" + n] = _sigmoid(np.broadcast_to(part.mean(axis=0, keepdims=True), part.shape))
+    calibration = fit_blend(features, truth)
+    alpha = max(calibration.weights[0], 1e-6)  # a non-positive scale would invert the ranking the mix chose
+    return Blend(components=names, weights=tuple(float(alpha * w) for w in mix), intercept=calibration.intercept,
+                 cells=calibration.cells, val_loss=calibration.val_loss, fit="routing",
+                 query_weights=tuple(calibration.weights[1:]))
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))

@@ -17,12 +17,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from encoder.blend import fit_blend
+from encoder.blend import fit_blend, fit_routing_blend
 from encoder.data import EvalData, sample_per_model, split_queries
-from encoder.metrics import best_single_accuracy, correctness_accuracy, oracle_accuracy, routing_accuracy
+from encoder.metrics import correctness_accuracy, oracle_accuracy, routing_accuracy
 from registry.errors import InputError
 
-__all__ = ["run_evaluation", "truth_on", "item_table_predictions"]
+__all__ = ["run_evaluation", "score_predictions", "truth_on", "item_table_predictions"]
 
 BASELINES = ("embedllm_mf", "irt_net", "knn")
 
@@ -56,10 +56,13 @@ def run_evaluation(
     progress: Callable | None = None,
     log: Callable[[str], None] = lambda message: None,
     keep_routed: bool = False,
+    keep_predictions: bool = False,
 ) -> dict[str, Any]:
     """LOCUS and the baselines under one split (see the module docstring). With `keep_routed`,
     `result["routed"][method]` is the score of the model each method routed each test query to (the
-    queries some model is scored on, in order), for paired tests between methods."""
+    queries some model is scored on, in order), for paired tests between methods. With
+    `keep_predictions`, `result["predictions"]` holds every component's P(correct) on the validation and
+    test queries and the truth they are scored against (`score_predictions`' input)."""
     from encoder.training import embed_models, predict, train_locus
 
     if data.n_models < 2:
@@ -88,58 +91,81 @@ def run_evaluation(
                                 progress=progress)
     z = embed_models(trained_locus.locus, train_data, train_evals)
     pred = predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.test])
-    result["routing_accuracy"]["locus"] = routing_accuracy(pred, test_truth)
-    if keep_routed:
-        result["routed"] = {"locus": _routed(pred, test_truth)}
-    result["correctness_accuracy"]["locus"] = correctness_accuracy(pred, test_truth)
     result["seconds"]["locus"] = round(time.perf_counter() - started, 1)
     result["locus_best_epoch"] = trained_locus.best_epoch
     result["locus_stopped"] = trained_locus.stopped
-    log(f"locus: routing {result['routing_accuracy']['locus']:.4f} in {result['seconds']['locus']} s")
 
-    # the registry's predictor: LOCUS and the item table blended on the validation queries
+    # the registry's predictor: LOCUS, the item table and kNN over the stored queries, blended on the
+    # validation queries (score_predictions)
     started = time.perf_counter()
-    val_truth = truth_on(train_data, split.val)
     val_p = {"locus": predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.val])}
     test_p = {"locus": pred}
     val_p["item"], test_p["item"] = item_table_predictions(train_data, train_evals, (split.val, split.test))
     result["seconds"]["item"] = round(time.perf_counter() - started, 1)
-    models, fitted = {}, {}  # each baseline, and its test predictions
-    for name in baselines:
+    # kNN over the stored queries is one of the registry's components whether or not it is also
+    # reported as a baseline
+    for name in (*baselines, *(() if "knn" in baselines else ("knn",))):
         started = time.perf_counter()
-        model = models[name] = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
-        pred_b = fitted[name] = model.predict(split.test)
-        result["routing_accuracy"][name] = routing_accuracy(pred_b, test_truth)
-        if keep_routed:
-            result["routed"][name] = _routed(pred_b, test_truth)
-        result["correctness_accuracy"][name] = correctness_accuracy(pred_b, test_truth)
+        model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
+        test_p[name], val_p[name] = model.predict(split.test), model.predict(split.val)
         result["seconds"][name] = round(time.perf_counter() - started, 1)
-        log(f"{name}: routing {result['routing_accuracy'][name]:.4f} in {result['seconds'][name]} s")
-    blends = {"registry": ("locus", "item"), "item": ("item",)}
-    if "knn" in fitted:  # measured beside the product's blend: what the pool's nearest queries would add
-        val_p["knn"], test_p["knn"] = models["knn"].predict(split.val), fitted["knn"]
-        blends["registry+knn"] = ("locus", "item", "knn")
-        blends["locus+knn"] = ("locus", "knn")
-    result["blend"] = {}
-    for method, parts in blends.items():
-        blend = fit_blend({c: val_p[c] for c in parts}, val_truth)
-        pred_r = blend.predict({c: test_p[c] for c in parts})
-        result["routing_accuracy"][method] = routing_accuracy(pred_r, test_truth)
-        result["correctness_accuracy"][method] = correctness_accuracy(pred_r, test_truth)
-        result["blend"][method] = {"weights": dict(zip(blend.components, blend.weights)), "intercept": blend.intercept}
-        if keep_routed:
-            result["routed"][method] = _routed(pred_r, test_truth)
-        log(f"{method}: routing {result['routing_accuracy'][method]:.4f}")
     train_truth = truth_on(train_data, split.train, train_evals)
-    result["routing_accuracy"]["best_single"] = best_single_accuracy(train_truth, test_truth)
+    predictions = {"val": val_p, "test": test_p, "val_truth": truth_on(train_data, split.val),
+                   "test_truth": test_truth, "train_mean": np.nanmean(train_truth, axis=1)}
+    scored = score_predictions(predictions, keep_routed=keep_routed)
+    if "knn" not in baselines:
+        for key in ("routing_accuracy", "correctness_accuracy"):
+            scored[key].pop("knn", None)
+    for key in ("routing_accuracy", "correctness_accuracy"):
+        result[key].update(scored[key])
+    result["blend"] = scored["blend"]
     if keep_routed:
-        ranking = np.where(np.isnan(np.nanmean(train_truth, axis=1)), -np.inf, np.nanmean(train_truth, axis=1))
-        result["routed"]["best_single"] = _routed(np.broadcast_to(ranking[:, None], test_truth.shape), test_truth)
-    result["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
+        result["routed"] = scored["routed"]
+    if keep_predictions:
+        result["predictions"] = predictions
+    for name, value in result["routing_accuracy"].items():
+        log(f"{name}: routing {value:.4f}")
 
     if held_out:
         result["onboarding"] = _onboarding(data, held_out, trained_locus.locus, z, trained, split, onboard_evals, seed)
     return result
+
+
+# method -> (components, fit). "registry" is the router `route` uses; the others show what each part adds.
+BLENDS = {"registry": (("locus", "item", "knn"), fit_routing_blend),
+          "locus+item": (("locus", "item"), fit_routing_blend),
+          "locus+item (logistic)": (("locus", "item"), fit_blend),
+          "item": (("item",), fit_blend)}
+
+
+def score_predictions(predictions: dict[str, Any], *, keep_routed: bool = False) -> dict[str, Any]:
+    """Routing and correctness accuracy on the test queries of every component in `predictions`
+    (`run_evaluation(keep_predictions=True)`), of the blends fitted on its validation queries, and of
+    the best single model by training accuracy; the oracle's routing accuracy."""
+    val_p, test_p = predictions["val"], predictions["test"]
+    val_truth, test_truth = predictions["val_truth"], predictions["test_truth"]
+    out: dict[str, Any] = {"routing_accuracy": {}, "correctness_accuracy": {}, "blend": {}}
+    routed = {}
+    methods = dict(test_p)
+    for method, (parts, fit) in BLENDS.items():
+        if all(c in val_p for c in parts):
+            blend = fit({c: val_p[c] for c in parts}, val_truth)
+            methods[method] = blend.predict({c: test_p[c] for c in parts})
+            out["blend"][method] = {"weights": dict(zip(blend.components, blend.weights)),
+                                    "intercept": blend.intercept, "fit": blend.fit,
+                                    "query_weights": dict(zip(blend.components, blend.query_weights))}
+    for method, pred in methods.items():
+        out["routing_accuracy"][method] = routing_accuracy(pred, test_truth)
+        out["correctness_accuracy"][method] = correctness_accuracy(pred, test_truth)
+        routed[method] = _routed(pred, test_truth)
+    train_mean = np.asarray(predictions["train_mean"], np.float64)
+    ranking = np.broadcast_to(np.where(np.isnan(train_mean), -np.inf, train_mean)[:, None], test_truth.shape)
+    out["routing_accuracy"]["best_single"] = routing_accuracy(ranking, test_truth)
+    routed["best_single"] = _routed(ranking, test_truth)
+    out["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
+    if keep_routed:
+        out["routed"] = routed
+    return out
 
 
 def item_table_predictions(data: EvalData, train_evals: np.ndarray, query_sets) -> list[np.ndarray]:

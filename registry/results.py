@@ -221,10 +221,14 @@ class OnboardingRow(Result):
 
 
 class BlendWeights(Result):
-    """A logistic blend of predictors: P = sigmoid(intercept + sum_k weight_k * logit p_k)."""
+    """A blend of predictors (encoder/blend.py): P = sigmoid(intercept + sum_k weight_k * logit p_k
+    [+ sum_k query_weight_k * mean over models of logit p_k]); `fit` is "logistic" (cell-wise) or
+    "routing" (mixed for routing, then calibrated)."""
 
     weights: dict[str, float]
     intercept: float
+    fit: str = "logistic"
+    query_weights: dict[str, float] = {}
 
 
 class EvaluationReport(Result):

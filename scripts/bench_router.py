@@ -8,8 +8,9 @@ Each (dataset, evaluations per model, seed) runs `registry evaluate`'s protocol 
 queries split 80/10/10 by seed, at most N training evaluations per model, LOCUS trained with
 TrainConfig's defaults (budgeted in epochs, no wall-clock cap), the baselines tuned on the validation
 queries, everything measured on the test queries. "registry" is the predictor `registry evaluate` reports (`route` does
-not use it yet): LOCUS and the item table blended on the validation queries (encoder/blend.py). "registry+knn" adds the kNN
-baseline's estimate as a third component (measured, not what `route` uses). Paired tests: McNemar's exact
+not use it yet): LOCUS, the item table and kNN over the stored queries mixed for routing on the validation queries
+(encoder/blend.py fit_routing_blend). `--dump-dir` keeps each run's component predictions; `--from-dumps` scores
+them again (the blends and metrics of this commit) without training. Paired tests: McNemar's exact
 test over the test queries, registry against each method, per seed. MMLU-Pro is its open-weight pool
 (access == open), as the dataset's README advises; BFCL its whole pool.
 """
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 DATA_ROOT = ROOT.parent / "shared" / "data"
 ENCODER = "all-mpnet-base-v2"
 BASELINES = ("knn", "irt_net", "embedllm_mf", "best_single")
-METHODS = ("registry", "locus", "item", "registry+knn", "locus+knn", *BASELINES)
+METHODS = ("registry", "locus", "item", "locus+item", "locus+item (logistic)", *BASELINES)
 
 
 def load(dataset: str, data_root: Path):
@@ -63,7 +64,7 @@ def mcnemar(a, b) -> dict:
 
 
 def one_run(job: tuple) -> dict:
-    dataset, evals, seed, data_root, threads, epochs, baselines = job
+    dataset, evals, seed, data_root, threads, epochs, baselines, dump_dir = job
     import torch
 
     torch.set_num_threads(threads)
@@ -72,17 +73,55 @@ def one_run(job: tuple) -> dict:
 
     data = load(dataset, Path(data_root))
     started = time.perf_counter()
-    r = run_evaluation(data, evals_per_model=evals, seed=seed, keep_routed=True, baselines=baselines,
+    r = run_evaluation(data, evals_per_model=evals, seed=seed, keep_routed=True, keep_predictions=True,
+                       baselines=baselines,
                        train_config=TrainConfig(threads=threads) if epochs is None else
                        TrainConfig(threads=threads, epochs=epochs, min_epochs=min(epochs, 100)))
-    routed = r.pop("routed")
+    predictions = r.pop("predictions")
     r.pop("pool", None)
-    r["paired"] = {m: mcnemar(routed["registry"], routed[m]) for m in routed if m != "registry"}
     r.update(dataset=dataset, models=data.n_models, wall_seconds=round(time.perf_counter() - started, 1))
+    if dump_dir:
+        save_dump(Path(dump_dir), r, predictions)
+    with_paired(r)
     print(f"{dataset} N={evals} seed {seed}: registry {r['routing_accuracy']['registry']:.4f} locus "
           f"{r['routing_accuracy']['locus']:.4f} knn {r['routing_accuracy'].get('knn', float('nan')):.4f} "
           f"({r['locus_best_epoch']} epochs best, stopped: {r['locus_stopped']}) in {r['wall_seconds']} s", flush=True)
     return r
+
+
+def with_paired(r: dict) -> dict:
+    routed = r.pop("routed")
+    r["paired"] = {m: mcnemar(routed["registry"], routed[m]) for m in routed if m != "registry"}
+    return r
+
+
+_RUN_FIELDS = ("dataset", "evals_per_model", "seed", "models", "held_out", "n_train_queries", "n_val_queries",
+               "n_test_queries", "seconds", "locus_best_epoch", "locus_stopped", "wall_seconds")
+
+
+def save_dump(directory: Path, run: dict, predictions: dict) -> None:
+    """One run's component predictions (npz) and facts (json), so that the scoring (the blends and the
+    metrics, registry.evaluation.score_predictions) can be rerun without training again."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"{run['dataset']}-{run['evals_per_model']}-{run['seed']}"
+    arrays = {f"val/{k}": v for k, v in predictions["val"].items()}
+    arrays.update({f"test/{k}": v for k, v in predictions["test"].items()})
+    arrays.update({k: predictions[k] for k in ("val_truth", "test_truth", "train_mean")})
+    np.savez_compressed(stem.with_suffix(".npz"), **arrays)
+    stem.with_suffix(".json").write_text(json.dumps({k: run[k] for k in _RUN_FIELDS if k in run}), "utf-8")
+
+
+def rescore_dump(stem: Path) -> dict:
+    """A dumped run scored by this commit's registry.evaluation.score_predictions."""
+    from registry.evaluation import score_predictions
+
+    run = json.loads(stem.with_suffix(".json").read_text("utf-8"))
+    with np.load(stem.with_suffix(".npz")) as z:
+        predictions = {"val": {k[4:]: z[k] for k in z.files if k.startswith("val/")},
+                       "test": {k[5:]: z[k] for k in z.files if k.startswith("test/")},
+                       **{k: z[k] for k in ("val_truth", "test_truth", "train_mean")}}
+    run.update(score_predictions(predictions, keep_routed=True))
+    return with_paired(run)
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -118,12 +157,17 @@ def write_markdown(result: dict, path: Path) -> None:
         "Protocol (`registry evaluate`, registry/evaluation.py): queries split 80/10/10 by seed; each model keeps at "
         "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
         "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
-        "queries, each routed among the models scored on it. **registry** is the blend `registry evaluate` reports "
-        "(`route` still ranks by LOCUS alone): LOCUS and the item table (encoder/fingerprint.py, fitted on the training evaluations only) blended by a logistic "
-        "regression on the validation queries (encoder/blend.py). **item** is the item table alone; "
-        "**registry+knn** and **locus+knn** add the kNN baseline as a third component (measured only). MMLU-Pro: its open-weight pool "
+        "queries, each routed among the models scored on it. **registry** is the router `registry evaluate` "
+        "reports: LOCUS, the item table (encoder/fingerprint.py, fitted on the training evaluations only) and kNN "
+        "over the stored queries (encoder/baselines.py KNNRouter) mixed by `encoder.blend.fit_routing_blend` on the "
+        "validation queries (non-negative mixing weights and a temperature chosen by the validation routing "
+        "likelihood, then calibrated). **locus+item** is the same fit without kNN; **locus+item (logistic)** the "
+        "earlier cell-wise logistic blend; **item** the item table alone. MMLU-Pro: its open-weight pool "
         "(access == open); BFCL: all models.", "",
-    ] + ([f"Note: {result['note']}", ""] if result.get("note") else [])
+    ] + (["Component predictions (LOCUS, item table, baselines) were made and dumped by " + "; ".join(
+          f"`{m['command']}` on {m['date']} ({m['machine']}{', runs ' + m['runs'] if m.get('runs') else ''})"
+          for m in result["made"]) + "; the blends and metrics on this page are its command scoring those dumps "
+          "(registry.evaluation.score_predictions).", ""] if result.get("made") else []) + ([f"Note: {result['note']}", ""] if result.get("note") else [])
     for name, block in result["summary"].items():
         rows = block["methods"]
         lines += [f"## {block['dataset']}, {block['evals_per_model']} evaluations per model "
@@ -164,15 +208,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--markdown", type=Path, default=None)
     ap.add_argument("--from-json", type=Path, default=None, help="render --markdown from a stored --json")
+    ap.add_argument("--dump-dir", type=Path, default=None,
+                    help="keep each run's component predictions here (npz + json) for --from-dumps")
+    ap.add_argument("--from-dumps", type=Path, default=None,
+                    help="score the runs dumped in this directory with this commit's blends (no training)")
+    ap.add_argument("--note", default=None, help="a sentence for the page (where and how the runs were made)")
     args = ap.parse_args(argv)
     if args.from_json:
         result = json.loads(args.from_json.read_text("utf-8"))
+    elif args.from_dumps:
+        stems = sorted(p.with_suffix("") for p in args.from_dumps.glob("*.npz"))
+        if not stems:
+            sys.exit(f"no dumped runs (*.npz) in {args.from_dumps}")
+        made_file = args.from_dumps / "made.json"
+        made = json.loads(made_file.read_text("utf-8")) if made_file.is_file() else []
+        runs = [rescore_dump(stem) for stem in stems]
+        result = {"command": "scripts/bench_router.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                  "date": time.strftime("%Y-%m-%d"), "machine": f"scoring on {os.cpu_count()} CPU cores",
+                  "made": made, "runs": runs, "summary": summarise(runs)}
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     else:
         jobs = [(d, int(n), int(s)) for d in args.datasets.split(",") for n in args.evals.split(",")
                 for s in args.seeds.split(",")]
         threads = max(1, (os.cpu_count() or 2) // max(1, args.jobs))
         work = [(d, n, s, str(args.data_root), threads, args.epochs,
-                 tuple(b for b in args.baselines.split(",") if b != "best_single")) for d, n, s in jobs]
+                 tuple(b for b in args.baselines.split(",") if b != "best_single"),
+                 str(args.dump_dir) if args.dump_dir else None) for d, n, s in jobs]
         import torch
 
         device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
@@ -180,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
                   "date": time.strftime("%Y-%m-%d"),
                   "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__} on {device}, "
                              f"Python {platform.python_version()}", "runs": []}
+        if args.dump_dir:
+            args.dump_dir.mkdir(parents=True, exist_ok=True)
+            made_file = args.dump_dir / "made.json"  # every command that dumped runs here
+            made = json.loads(made_file.read_text("utf-8")) if made_file.is_file() else []
+            made.append({k: result[k] for k in ("command", "date", "machine")})
+            made_file.write_text(json.dumps(made, indent=1), encoding="utf-8")
 
         def record(run: dict) -> None:  # written after every run: a run cut short keeps what finished
             result["runs"].append(run)
@@ -198,6 +266,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = block["methods"]
         print(f"{name}: " + "  ".join(f"{m} {rows[m]['routing']:.4f}" for m in METHODS if m in rows)
               + f"  -> ahead: routing {block['routing_ahead']}, correctness {block['correctness_ahead']}")
+    if args.note:
+        result["note"] = args.note
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     if args.markdown:
         write_markdown(result, args.markdown)
 

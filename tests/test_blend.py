@@ -43,3 +43,61 @@ def test_fit_refuses_no_scored_cell_and_logit_stays_finite():
     with pytest.raises(ValueError, match="scored validation cell"):
         fit_blend({"a": np.full((2, 3), 0.5)}, np.full((2, 3), np.nan))
     assert np.isfinite(logit(np.array([0.0, 1.0]))).all()
+
+
+def _routing_world(seed=0, models=12, queries=300):
+    """Truth drawn from per-model ability + a per-query interaction. 'router' knows the interaction
+    (which model suits which query) but is badly scaled; 'ability' knows only each model's overall
+    ability, calibrated: the cell-wise log loss prefers 'ability', routing needs 'router'."""
+    rng = np.random.default_rng(seed)
+    ability = rng.normal(0, 1.0, size=(models, 1))
+    interaction = rng.normal(0, 1.5, size=(models, queries))
+    difficulty = rng.normal(0, 1.0, size=(1, queries))
+    true_logit = ability + interaction - difficulty
+    truth = _truth(rng, 1 / (1 + np.exp(-true_logit)))
+    sig = lambda z: 1 / (1 + np.exp(-z))
+    router = sig(0.3 * (interaction + ability) + 2.0)  # right order within a query, far from calibrated
+    ability_only = sig(np.broadcast_to(ability - difficulty, truth.shape) + rng.normal(0, 0.3, truth.shape))
+    return {"router": router, "ability": ability_only}, truth
+
+
+def test_the_routing_blend_routes_at_least_as_well_as_the_logistic_one_and_stays_calibrated():
+    from encoder.blend import fit_routing_blend
+    from encoder.metrics import routing_accuracy
+
+    val_p, val_truth = _routing_world(seed=1)
+    test_p, test_truth = _routing_world(seed=1)  # same models and components, fresh truth draws
+    routed = fit_routing_blend(val_p, val_truth)
+    cellwise = fit_blend(val_p, val_truth)
+    assert routed.fit == "routing" and len(routed.query_weights) == 2
+    w = dict(zip(routed.components, routed.weights))
+    assert w["router"] > w["ability"] >= 0  # the mix leans on the component that orders models per query
+    p_route, p_cell = routed.predict(test_p), cellwise.predict(test_p)
+    assert routing_accuracy(p_route, test_truth) >= routing_accuracy(p_cell, test_truth)
+    # calibrated: the mean prediction tracks the mean truth
+    assert abs(float(p_route.mean()) - float(np.nanmean(test_truth))) < 0.05
+
+
+def test_query_terms_never_change_the_model_a_query_is_routed_to():
+    from encoder.blend import fit_routing_blend
+
+    val_p, val_truth = _routing_world(seed=2)
+    blend = fit_routing_blend(val_p, val_truth)
+    without = Blend(components=blend.components, weights=blend.weights, intercept=blend.intercept)
+    with_terms = blend.predict(val_p)
+    assert any(abs(v) > 1e-6 for v in blend.query_weights)
+    assert (with_terms.argmax(axis=0) == without.predict(val_p).argmax(axis=0)).all()
+    assert not np.allclose(with_terms, without.predict(val_p))  # they do move P(correct)
+
+
+def test_the_routing_blend_is_deterministic_round_trips_and_refuses_nothing_scored():
+    from encoder.blend import fit_routing_blend
+
+    val_p, val_truth = _routing_world(seed=3, models=5, queries=60)
+    a, b = fit_routing_blend(val_p, val_truth), fit_routing_blend(val_p, val_truth)
+    assert a == b
+    assert Blend.from_json(a.to_json()) == a
+    with pytest.raises(ValueError, match="blend weights"):
+        Blend.from_json(a.to_json().replace('"query_weights": [', '"query_weights": [1.0, '))
+    with pytest.raises(ValueError, match="scored validation cell"):
+        fit_routing_blend({"a": np.full((2, 3), 0.5)}, np.full((2, 3), np.nan))
