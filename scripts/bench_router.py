@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         made_file = args.from_dumps / "made.json"
         made = json.loads(made_file.read_text("utf-8")) if made_file.is_file() else []
         runs = [rescore_dump(stem) for stem in stems]
-        result = {"command": "scripts/bench_router.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        result = {"command": "scripts/bench_router.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                   "date": time.strftime("%Y-%m-%d"), "machine": f"scoring on {os.cpu_count()} CPU cores",
                   "made": made, "runs": runs, "summary": summarise(runs)}
         if args.json:
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        result = {"command": "scripts/bench_router.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        result = {"command": "scripts/bench_router.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                   "date": time.strftime("%Y-%m-%d"),
                   "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__} on {device}, "
                              f"Python {platform.python_version()}", "runs": []}
