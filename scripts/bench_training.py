@@ -151,7 +151,8 @@ def step_cost(args) -> None:
 
     from encoder.data import sample_per_model, split_queries
     from encoder.locus import Locus
-    from encoder.training import TrainConfig, evals_by_model, recommended_config, train_step, validate
+    from encoder.data import evals_by_model
+    from encoder.training import TrainConfig, recommended_config, train_step, validate
     from encoder.training import _sample_batch
 
     torch.set_num_threads(1)
