@@ -68,7 +68,7 @@ def test_one_loop_gives_the_encoders_the_two_loops_gave(problem, nproc):
     if torch.__version__ != PINNED_TORCH:
         pytest.skip(f"ids pinned with torch {PINNED_TORCH}, this is {torch.__version__}")
     data, split, train_evals = problem
-    result = train_locus(data, train_evals, split.val, config=fast(epochs=60, patience=4, min_epochs=10, eval_every=2, nproc=nproc),
-                         locus_config=TINY, seed=3)
+    config = fast(epochs=60, patience=4, min_epochs=10, eval_every=2, nproc=nproc)
+    result = train_locus(data, train_evals, split.val, config=config, locus_config=TINY, seed=3)
     assert result.stopped == "patience"
     assert _id(result) == PINNED[nproc]
