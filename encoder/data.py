@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EvalData", "QuerySplit", "split_queries", "sample_per_model", "load_triple_dir"]
+__all__ = ["EvalData", "QuerySplit", "split_queries", "sample_per_model", "evals_by_model", "load_triple_dir"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,15 @@ def sample_per_model(
             own = np.sort(rng.choice(own, size=n_per_model, replace=False))
         chosen.append(own)
     return np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+
+
+def evals_by_model(data: EvalData, eval_indices: np.ndarray) -> list[np.ndarray]:
+    """Split an array of evaluation indices into one (sorted) array per model."""
+    eval_indices = np.asarray(eval_indices, dtype=np.int64)
+    owner = data.model_index[eval_indices]
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(data.n_models + 1))
+    return [np.sort(eval_indices[order[bounds[m] : bounds[m + 1]]]) for m in range(data.n_models)]
 
 
 def load_triple_dir(path: Path, *, encoder: str = "all-MiniLM-L6-v2") -> EvalData:

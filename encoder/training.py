@@ -1,4 +1,4 @@
-"""Joint training of LOCUS's F and G (paper, section 2.3), and batched embedding and prediction.
+"""Joint training of LOCUS's F and G (paper, section 2.3); inference (embed, predict) is encoder.inference.
 
 Each step takes a mini-batch of models; for each model m it draws, from m's training evaluations, a
 random encoder subset S_enc (builds z_m = F(S_enc)) and a DISJOINT decoder batch S_dec on which the
@@ -10,8 +10,10 @@ Optionally (`view_weight` > 0) a second encoder subset S_view, disjoint from S_e
 an InfoNCE term asks z_m(S_enc) to be nearer z_m(S_view) than any other model's z(S_view) in the batch:
 two samples of one model's evaluations should land together, which is what self-retrieval measures.
 
-Every knob lives in one `TrainConfig`; `train_locus` runs `train_step` per mini-batch, `validate`
-every `eval_every` epochs, and a `Selector` keeps the best weights and decides when to stop. One
+Every knob lives in one `TrainConfig`. There is one training loop, `_fit`: it runs a step per
+mini-batch, `validate` every `eval_every` epochs, and a `Selector` keeps the best weights and decides
+when to stop; `train_locus` runs it with `train_step`, and the multi-process case (`_train_rank`)
+wraps the same loop, sharing every step out between processes. One
 epoch = every model once (one step when `models_per_batch` >= number of models). With `nproc` > 1,
 that many processes share every step (see "The same loop in several processes" below).
 
@@ -40,14 +42,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from encoder.data import EvalData
-from encoder.locus import Locus, LocusConfig, QueryProjection, default_device
+from encoder.data import EvalData, evals_by_model
+from encoder.inference import embed_models, pad_rows, predict
+from encoder.locus import Locus, LocusConfig, default_device
 from encoder.metrics import routing_accuracy
 
 __all__ = ["TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector", "train_locus",
-           "train_step",
-           "validate", "noisy_projections", "embed_models", "predict", "evals_by_model", "recommended_config",
-           "embedding_spread",
+           "train_step", "validate", "noisy_projections", "recommended_config", "embedding_spread",
            "collapse_warnings"]
 
 
@@ -59,84 +60,11 @@ def recommended_config(query_dim: int) -> LocusConfig:
                        dropout=0.1, predictor_d=16, topics=16, difficulty=True)
 
 
-def evals_by_model(data: EvalData, eval_indices: np.ndarray) -> list[np.ndarray]:
-    """Split an array of evaluation indices into one (sorted) array per model."""
-    eval_indices = np.asarray(eval_indices, dtype=np.int64)
-    owner = data.model_index[eval_indices]
-    order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(data.n_models + 1))
-    return [np.sort(eval_indices[order[bounds[m] : bounds[m + 1]]]) for m in range(data.n_models)]
-
-
-def _pad(rows: Sequence[np.ndarray], fill: float | int, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Ragged rows -> (B, n) array and padding mask (True = padding)."""
-    width = max(1, max(len(r) for r in rows))
-    out = np.full((len(rows), width), fill, dtype=dtype)
-    pad = np.ones((len(rows), width), dtype=bool)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-        pad[i, : len(r)] = False
-    return out, pad
-
-
 def _sample_size(rng: np.random.Generator, low: int, high: int) -> int:
     """Log-uniform integer in [low, high]."""
     if high <= low:
         return max(1, high)
     return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
-
-
-@torch.no_grad()
-def embed_models(
-    locus: Locus,
-    data: EvalData,
-    evals: np.ndarray | Sequence[np.ndarray],
-    *,
-    batch_size: int = 64,
-) -> np.ndarray:
-    """(M, d) embeddings, one per model of `data`, each from its evaluations in `evals` (an array of
-    evaluation indices into data, or one array per model). Eval mode, no grad, batched with padding.
-    A model without evaluations gets a row of NaN."""
-    per_model = evals if not isinstance(evals, np.ndarray) else evals_by_model(data, evals)
-    if len(per_model) != data.n_models:
-        raise ValueError(f"expected evaluations for {data.n_models} models, got {len(per_model)}")
-    was_training = locus.training
-    if was_training:  # train()/eval() walk every submodule: half a cached route's time when done per call
-        locus.eval()
-    device = locus.device
-    used = np.unique(np.concatenate([data.query_index[e] for e in per_model] + [np.zeros(0, np.int64)]))
-    out = np.full((data.n_models, locus.config.d), np.nan, dtype=np.float32)
-    if len(used):
-        phi = torch.from_numpy(data.query_vectors[used]).to(device)
-        base, signed = locus.encoder.project_queries(phi)  # (U, d) each, once per query
-        local = np.full(data.n_queries, -1, dtype=np.int64)
-        local[used] = np.arange(len(used))
-        todo = [m for m in range(data.n_models) if len(per_model[m])]
-        todo.sort(key=lambda m: len(per_model[m]))  # similar lengths share a batch: less padding
-        for chunk in _batches(todo, [len(per_model[m]) for m in todo], batch_size):
-            q, pad = _pad([local[data.query_index[per_model[m]]] for m in chunk], 0, np.int64)
-            y, _ = _pad([data.scores[per_model[m]] for m in chunk], 0.0, np.float32)
-            q_t = torch.from_numpy(q).to(device)
-            proj = QueryProjection(base[q_t], signed[q_t])  # (B, n, d), gathered, not recomputed
-            z = locus.encoder.embed(proj, torch.from_numpy(y).to(device), torch.from_numpy(pad).to(device))
-            out[chunk] = z.float().cpu().numpy()
-    locus.train(was_training)
-    return out
-
-
-MAX_BATCH_TOKENS = 1 << 20  # evaluations in one padded embedding batch (memory grows with it)
-
-
-def _batches(todo: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Consecutive runs of `todo` (sorted by length) of at most `batch_size` models and, past one
-    model, at most MAX_BATCH_TOKENS padded evaluations."""
-    out, chunk = [], []
-    for m, n in zip(todo, lengths):
-        if chunk and (len(chunk) == batch_size or (len(chunk) + 1) * n > MAX_BATCH_TOKENS):
-            out.append(chunk)
-            chunk = []
-        chunk.append(m)
-    return out + [chunk] if chunk else out
 
 
 def _optimizer(locus: Locus, cfg: "TrainConfig") -> torch.optim.Optimizer:
@@ -152,25 +80,6 @@ def _optimizer(locus: Locus, cfg: "TrainConfig") -> torch.optim.Optimizer:
 def _trainable(per_model: Sequence[np.ndarray]) -> np.ndarray:
     """Models with at least two training evaluations (a set of one teaches the encoder nothing)."""
     return np.array([m for m, e in enumerate(per_model) if len(e) >= 2], dtype=np.int64)
-
-
-@torch.no_grad()
-def predict(
-    locus: Locus, embeddings: np.ndarray, query_vectors: np.ndarray, *, batch_size: int = 1024
-) -> np.ndarray:
-    """(M, Q) probabilities that each embedded model answers each query correctly."""
-    was_training = locus.training
-    if was_training:  # train()/eval() walk every submodule: half a cached route's time when done per call
-        locus.eval()
-    device = locus.device
-    z = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=device)
-    out = np.empty((z.shape[0], len(query_vectors)), dtype=np.float32)
-    for start in range(0, len(query_vectors), batch_size):
-        phi = torch.as_tensor(np.asarray(query_vectors[start : start + batch_size], dtype=np.float32), device=device)
-        out[:, start : start + len(phi)] = torch.sigmoid(locus(z, phi)).float().cpu().numpy()
-    if was_training:
-        locus.train()
-    return out
 
 
 class TrainingError(RuntimeError):
@@ -370,8 +279,8 @@ def _sample_batch(rng: np.random.Generator, batch: np.ndarray, qidx, ys, cfg: Tr
             view_q.append(qidx[m][view]), view_y.append(ys[m][view])
 
     def tensors(q_rows, y_rows):
-        q, pad = _pad(q_rows, 0, np.int64)
-        y, _ = _pad(y_rows, 0.0, np.float32)
+        q, pad = pad_rows(q_rows, 0, np.int64)
+        y, _ = pad_rows(y_rows, 0.0, np.float32)
         return tuple(torch.from_numpy(a).to(device) for a in (q, y, pad))
 
     eq, ey, epad = tensors(enc_q, enc_y)
@@ -396,13 +305,19 @@ def noisy_projections(groups: list[tuple[list[torch.nn.Linear], torch.Tensor]], 
     bias = torch.cat([lin.bias if lin.bias is not None else W.new_zeros(lin.out_features) for lin in layers])
     starts = np.cumsum([0] + [lin.out_features for lin in layers])
     used, inverse = torch.unique(torch.cat([idx.reshape(-1) for _, idx in groups]), return_inverse=True)
-    clean = phi_all[used] @ W.T + bias  # (U, K), every distinct query once
+    # index_select, not phi_all[used]: the same rows, gathered in half the time
+    clean = torch.index_select(phi_all, 0, used) @ W.T + bias  # (U, K), every distinct query once
     out, offset = [], 0
     for linears, idx in groups:
         rows = inverse[offset : offset + idx.numel()].view(idx.shape)
         offset += idx.numel()
-        cols = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in
-                          [next(j for j, seen in enumerate(layers) if seen is lin) for lin in linears]])
+        at = [next(j for j, seen in enumerate(layers) if seen is lin) for lin in linears]
+        if at == list(range(at[0], at[0] + len(at))):
+            # the group's layers side by side (always, for LOCUS's own groups): a view of their columns,
+            # where a gather would copy (U, k) forward and scatter it back in the backward pass
+            cols = slice(int(starts[at[0]]), int(starts[at[-1] + 1]))
+        else:
+            cols = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in at])
         Wg = W[cols]  # (k, D)
         part = F.embedding(rows, clean[:, cols])  # (..., k); embedding, not indexing: its backward is deterministic
         if sigma > 0:
@@ -516,31 +431,62 @@ def train_locus(
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
         locus = Locus(locus_config).to(device)
+        phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
+        optimizer = _optimizer(locus, cfg)
+        fit = _fit(locus, data, train_evals, val_queries, cfg, rng, device,
+                   step=lambda batch: train_step(locus, optimizer, batch, phi_all, cfg),
+                   clock=lambda: time.perf_counter() - started, on_validation=progress)
+        return TrainResult(locus=locus, config=locus_config, train_config=cfg, history=fit.history,
+                           best_epoch=fit.best_epoch, best=fit.best, stopped=fit.stopped,
+                           seconds=time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(old_threads)
 
-        per_model = evals_by_model(data, train_evals)
-        trainable = _trainable(per_model)
-        if len(trainable) == 0:
-            raise ValueError("no model has two or more training evaluations")
+
+@dataclass
+class _Fit:
+    history: list[dict]
+    best_epoch: int
+    best: Validation | None
+    stopped: str
+
+
+def _fit(locus: Locus, data: EvalData, train_evals: np.ndarray, val_queries: np.ndarray, cfg: TrainConfig,
+         rng: np.random.Generator, device, *, step: Callable[[_Batch], float], clock: Callable[[], float],
+         lead: bool = True, on_validation: Callable[[Progress], None] | None = None,
+         between: Callable[[int], None] | None = None, agree: Callable[[str | None], str | None] | None = None) -> _Fit:
+    """The training loop, whatever runs the steps: every epoch draws the models' order and batches
+    from `rng`, `step(batch)` takes one optimiser step (-> the batch's BCE); the lead validates
+    every `eval_every` epochs, keeps the best weights in a Selector and decides when to stop. On the
+    lead `locus` ends holding the selected weights, in eval mode.
+
+    The multi-process wrapper plugs in here (the rest is the single-process case's defaults):
+    lead: this process validates and selects (rank 0); on_validation(progress) after each
+    validation; between(epoch) after an epoch without one (a heartbeat); agree(stop) -> the stop
+    decision every process acts on (a broadcast of the lead's). clock(): seconds since training began."""
+    per_model = evals_by_model(data, train_evals)
+    trainable = _trainable(per_model)
+    if len(trainable) == 0:
+        raise ValueError("no model has two or more training evaluations")
+    has_val = False
+    if lead:
         val_queries = np.asarray(val_queries, dtype=np.int64)
         val_truth = data.dense()[:, val_queries]
         has_val = len(val_queries) > 0 and not np.isnan(val_truth).all()
         base_rate = float(data.scores[np.asarray(train_evals, dtype=np.int64)].mean())
-
-        phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
-        qidx = [data.query_index[e] for e in per_model]
-        ys = [data.scores[e] for e in per_model]
-        optimizer = _optimizer(locus, cfg)
-        result = TrainResult(locus=locus, config=locus_config, train_config=cfg)
         selector = Selector(cfg)
         best_state = copy.deepcopy(locus.state_dict())
-        for epoch in range(1, cfg.epochs + 1):
-            order = rng.permutation(trainable)
-            losses = [
-                train_step(locus, optimizer, _sample_batch(rng, order[s : s + cfg.models_per_batch], qidx, ys, cfg,
-                                                           device), phi_all, cfg)
-                for s in range(0, len(order), cfg.models_per_batch)
-            ]
-            record = {"epoch": epoch, "loss": float(np.mean(losses)), "seconds": time.perf_counter() - started}
+    qidx = [data.query_index[e] for e in per_model]
+    ys = [data.scores[e] for e in per_model]
+    history: list[dict] = []
+    stopped = "epochs"
+    for epoch in range(1, cfg.epochs + 1):
+        order = rng.permutation(trainable)
+        losses = [step(_sample_batch(rng, order[s : s + cfg.models_per_batch], qidx, ys, cfg, device))
+                  for s in range(0, len(order), cfg.models_per_batch)]
+        stop = None
+        if lead:
+            record = {"epoch": epoch, "loss": float(np.mean(losses)), "seconds": clock()}
             out_of_time = cfg.max_seconds is not None and record["seconds"] > cfg.max_seconds
             if has_val and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs or out_of_time):
                 v = validate(locus, data, per_model, val_queries, val_truth, base_rate)
@@ -548,27 +494,27 @@ def train_locus(
                 improved = selector.update(epoch, record["seconds"], v)
                 if improved:
                     best_state = copy.deepcopy(locus.state_dict())
-                if progress is not None:
-                    progress(Progress(epoch, cfg.epochs, record["loss"], v, selector.best_epoch,
-                                      selector.best.loss, improved, time.perf_counter() - started))
-            result.history.append(record)
-            stop = selector.stop_reason(epoch, time.perf_counter() - started) if has_val else (
-                "max_seconds" if out_of_time else None)
-            if stop:
-                result.stopped = stop
-                break
-        else:
-            result.stopped = "epochs"
-        if has_val:
-            locus.load_state_dict(best_state)
-            result.best_epoch, result.best = selector.best_epoch, selector.best
-        else:
-            result.best_epoch = result.history[-1]["epoch"]
-        locus.eval()
-        result.seconds = time.perf_counter() - started
-        return result
-    finally:
-        torch.set_num_threads(old_threads)
+                if on_validation is not None:
+                    on_validation(Progress(epoch, cfg.epochs, record["loss"], v, selector.best_epoch,
+                                           selector.best.loss, improved, clock()))
+            elif between is not None:
+                between(epoch)
+            history.append(record)
+            stop = selector.stop_reason(epoch, clock()) if has_val else ("max_seconds" if out_of_time else None)
+        if agree is not None:
+            stop = agree(stop)
+        if stop:
+            stopped = stop
+            break
+    if not lead:
+        return _Fit(history, -1, None, stopped)
+    if has_val:
+        locus.load_state_dict(best_state)
+        best_epoch, best = selector.best_epoch, selector.best
+    else:
+        best_epoch, best = history[-1]["epoch"], None
+    locus.eval()
+    return _Fit(history, best_epoch, best, stopped)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -685,8 +631,9 @@ def _shard_step(locus: Locus, optimizer: torch.optim.Optimizer, shard: _Batch | 
 def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str, object], None], data: EvalData,
                 train_evals: np.ndarray, val_queries: np.ndarray, cfg: TrainConfig, locus_config: LocusConfig,
                 seed: int, t0: float):
-    """The training loop of one process (rank 0 validates, selects and decides when to stop) -> on
-    rank 0 (state dict as numpy arrays, history, best epoch, best Validation, stop reason)."""
+    """One process of multi-process training: `_fit` with its steps shared out (`_shard_step`), rank 0
+    as the lead, its stop decision broadcast -> on rank 0 (state dict as numpy arrays, history, best
+    epoch, best Validation, stop reason)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)  # the same on every process: the same epoch order and batches
     locus = Locus(locus_config).to(device)
@@ -694,65 +641,37 @@ def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str
         dist.broadcast(p.data, 0)
     if rank:  # each process its own noise and dropout draws
         torch.manual_seed(seed * 1_000_003 + rank)
-
-    per_model = evals_by_model(data, train_evals)
-    trainable = _trainable(per_model)
-    lead = rank == 0
-    has_val = False
-    if lead:
-        val_truth = data.dense()[:, val_queries]
-        has_val = len(val_queries) > 0 and not np.isnan(val_truth).all()
-        base_rate = float(data.scores[train_evals].mean())
-        selector = Selector(cfg)
-        best_state = copy.deepcopy(locus.state_dict())
     phi_all = torch.from_numpy(data.query_vectors).to(device)  # (Q, D)
-    qidx = [data.query_index[e] for e in per_model]
-    ys = [data.scores[e] for e in per_model]
     optimizer = _optimizer(locus, cfg)
-    history: list[dict] = []
     decision = torch.zeros(1, dtype=torch.int64, device=device)
-    last_beat = 0.0
-    stopped = "epochs"
-    for epoch in range(1, cfg.epochs + 1):
-        order = rng.permutation(trainable)
-        losses = []
-        for s in range(0, len(order), cfg.models_per_batch):
-            batch = _sample_batch(rng, order[s : s + cfg.models_per_batch], qidx, ys, cfg, device)
-            n_cells = int((~batch.dec_pad).sum())
-            losses.append(_shard_step(locus, optimizer, _shard(batch, rank, world), n_cells,
-                                      int(batch.enc_q.shape[0]), phi_all, cfg))
-        if lead:
-            record = {"epoch": epoch, "loss": float(np.mean(losses)), "seconds": time.time() - t0}
-            out_of_time = cfg.max_seconds is not None and record["seconds"] > cfg.max_seconds
-            if has_val and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs or out_of_time):
-                v = validate(locus, data, per_model, val_queries, val_truth, base_rate)
-                record.update(val_loss=v.loss, val_auc=v.auc, val_routing=v.routing)
-                improved = selector.update(epoch, record["seconds"], v)
-                if improved:
-                    best_state = copy.deepcopy(locus.state_dict())
-                send("progress", Progress(epoch, cfg.epochs, record["loss"], v, selector.best_epoch,
-                                          selector.best.loss, improved, time.time() - t0))
-                last_beat = time.monotonic()
-            elif time.monotonic() - last_beat > HEARTBEAT_SECONDS:
-                send("heartbeat", epoch)
-                last_beat = time.monotonic()
-            history.append(record)
-            stop = selector.stop_reason(epoch, time.time() - t0) if has_val else (
-                "max_seconds" if out_of_time else None)
+    last_beat = [0.0]
+
+    def step(batch: _Batch) -> float:
+        n_cells = int((~batch.dec_pad).sum())
+        return _shard_step(locus, optimizer, _shard(batch, rank, world), n_cells, int(batch.enc_q.shape[0]),
+                           phi_all, cfg)
+
+    def on_validation(p: Progress) -> None:
+        send("progress", p)
+        last_beat[0] = time.monotonic()
+
+    def between(epoch: int) -> None:
+        if time.monotonic() - last_beat[0] > HEARTBEAT_SECONDS:
+            send("heartbeat", epoch)
+            last_beat[0] = time.monotonic()
+
+    def agree(stop: str | None) -> str | None:
+        if rank == 0:
             decision.fill_(STOPS.index(stop or ""))
         dist.broadcast(decision, 0)  # every process stops at the same epoch
-        if int(decision):
-            stopped = STOPS[int(decision)]
-            break
-    if not lead:
+        return STOPS[int(decision)] or None
+
+    fit = _fit(locus, data, train_evals, val_queries, cfg, rng, device, step=step, clock=lambda: time.time() - t0,
+               lead=rank == 0, on_validation=on_validation, between=between, agree=agree)
+    if rank:
         return None
-    if has_val:
-        locus.load_state_dict(best_state)
-        best_epoch, best = selector.best_epoch, selector.best
-    else:
-        best_epoch, best = history[-1]["epoch"], None
     state = {k: v.detach().cpu().numpy().copy() for k, v in locus.state_dict().items()}
-    return state, history, best_epoch, best, stopped
+    return state, fit.history, fit.best_epoch, fit.best, fit.stopped
 
 
 # ---------------------------------------------------------------------------------------------

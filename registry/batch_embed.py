@@ -3,7 +3,7 @@
 Ray Data reads the evaluations table straight from its Lance dataset (pinned to the version seen at
 the start), groups the rows by model (a hash shuffle), and hands each model's evaluations to an actor
 that loaded the LOCUS checkpoint once. The actor runs the same forward pass as the single-process
-engine (`encoder.training.embed_models`), so the vectors agree within float tolerance (padding and
+engine (`encoder.inference.embed_models`), so the vectors agree within float tolerance (padding and
 batching differ). The driver collects the (M, d) vectors and writes them through the registry's own
 transaction (`registry.embedding.write_embeddings`): one writer, the journal, the generation token the
 FAISS index watches. If another writer changed the evaluations, the queries or the query vectors while
@@ -107,7 +107,7 @@ class _EmbedWorker:
             q = torch.from_numpy(q_index[keep])
             proj = QueryProjection(self.proj.base[q][None], self.proj.signed[q][None])  # (1, n, d) each
             y = torch.from_numpy(np.asarray(group["score"], np.float32)[keep])[None]  # (1, n)
-            # The same forward pass as encoder.training.embed_models, for one set without padding.
+            # The same forward pass as encoder.inference.embed_models, for one set without padding.
             z = self.locus.encoder.embed(proj, y, torch.zeros((1, n), dtype=torch.bool))  # (1, d)
         return {"model": np.array([name], dtype=object), "vector": z.float().numpy(),
                 "n_evals": np.array([n], np.int64), "seconds": np.array([time.perf_counter() - started])}

@@ -131,7 +131,7 @@ def embed_model_rows(store: Store, active, names: list[str], *, max_evals: int |
     seeded by the name, so re-embedding is reproducible)."""
     import zlib
 
-    from encoder.training import embed_models
+    from encoder.inference import embed_models
 
     out = {}
     for name in names:

@@ -96,7 +96,7 @@ def _predicted(store: "Store", models, za: np.ndarray, zb: np.ndarray, queries) 
     if active.encoder_id != models.index.encoder_id:
         return {}, (f"models were embedded by {models.index.encoder_id}, the active encoder is "
                     f"{active.encoder_id} (registry embed --all)")
-    from encoder.training import predict
+    from encoder.inference import predict
 
     hashes = queries.column("text_hash").to_pylist()
     vectors = store.cached_vectors(active.query_encoder, hashes)

@@ -77,8 +77,8 @@ def train_encoder(
     config: an encoder.training.TrainConfig (None: its defaults). progress: a train_locus progress
     callback (see `progress_printer`)."""
     from encoder.checkpoint import save_checkpoint
-    from encoder.training import (TrainConfig, TrainingError, collapse_warnings, embedding_spread, evals_by_model,
-                                  train_locus)
+    from encoder.data import evals_by_model
+    from encoder.training import TrainConfig, TrainingError, collapse_warnings, embedding_spread, train_locus
 
     config = config or TrainConfig()
     data = load_eval_data(store, query_encoder, models=models)
@@ -161,7 +161,7 @@ def active_encoder(store: Store, encoder_id: str | None = None) -> ActiveEncoder
 def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
     """Per model, the evaluations its embedding is built from: all, or a seeded sample of
     `max_evals` (the encoder was trained on sets up to that size)."""
-    from encoder.training import evals_by_model
+    from encoder.data import evals_by_model
 
     rng = np.random.default_rng(seed)
     per_model = evals_by_model(data, np.arange(len(data.scores)))
@@ -172,7 +172,7 @@ def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> 
 
 def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, seed: int = 0) -> EmbedReport:
     """Embed every model with evaluations using the active encoder; write vectors to the models table."""
-    from encoder.training import embed_models
+    from encoder.inference import embed_models
 
     active = active_encoder(store)
     data = load_eval_data(store, active.query_encoder)

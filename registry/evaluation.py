@@ -63,7 +63,8 @@ def run_evaluation(
     queries some model is scored on, in order), for paired tests between methods. With
     `keep_predictions`, `result["predictions"]` holds every component's P(correct) on the validation and
     test queries and the truth they are scored against (`score_predictions`' input)."""
-    from encoder.training import embed_models, predict, train_locus
+    from encoder.inference import embed_models, predict
+    from encoder.training import train_locus
 
     if data.n_models < 2:
         raise InputError(f"evaluation needs a pool of at least 2 models, not {data.n_models}", field="pool")
@@ -173,7 +174,7 @@ def item_table_predictions(data: EvalData, train_evals: np.ndarray, query_sets) 
     own training evaluations; (M, len(queries)) P(correct) for each array of query indices in
     `query_sets` (queries the table has not seen are placed by their vectors)."""
     from encoder.fingerprint import fit_item_table
-    from encoder.training import evals_by_model
+    from encoder.data import evals_by_model
 
     train_evals = np.asarray(train_evals, np.int64)
     table = fit_item_table(data.query_ids, data.query_vectors, data.model_index[train_evals],
@@ -199,7 +200,8 @@ def _routed(pred: np.ndarray, truth: np.ndarray) -> list[float]:
 
 def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed) -> dict[str, dict[str, float]]:
     """Embed the held-out models from n of their training-query evaluations, n in onboard_evals."""
-    from encoder.training import embed_models, evals_by_model, predict
+    from encoder.data import evals_by_model
+    from encoder.inference import embed_models, predict
 
     pool_truth = truth_on(data, split.test)
     row_of = {m: i for i, m in enumerate(data.models)}

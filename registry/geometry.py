@@ -273,7 +273,8 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
               holdout_folds: int = 0) -> GeometryCard:
     """Parts (a)-(c) for the models passing `where` (all when None), with the active encoder and the
     vectors stored in the models table (which must come from that encoder: `registry embed --all`)."""
-    from encoder.training import embed_models, evals_by_model
+    from encoder.data import evals_by_model
+    from encoder.inference import embed_models
     from indexing.store import MODELS
     from registry.api import Registry
     from registry.dataset import load_eval_data
@@ -367,7 +368,7 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
 def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_evals, draws, seed, purity_k, families,
                       siblings, datasets, holdout_folds=0) -> FingerprintCard | None:
     """`view_card`'s parts for the fingerprints, on the same copies, pairs and held-out split."""
-    from encoder.training import evals_by_model
+    from encoder.data import evals_by_model
     from registry.fingerprints import load_item_table
 
     table = load_item_table(store, active.encoder_id)

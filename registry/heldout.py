@@ -47,7 +47,7 @@ def test_queries(active: ActiveEncoder, data: EvalData) -> tuple[np.ndarray, int
 
 def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS,
              seed: int = 0) -> HeldOut:
-    from encoder.training import embed_models
+    from encoder.inference import embed_models
     from registry.dataset import load_eval_data
 
     active = active_encoder(store)

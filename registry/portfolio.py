@@ -292,7 +292,7 @@ class PortfolioSpace:
 
     @classmethod
     def _from_store(cls, store, names, params, models, warnings, excluded, where) -> "PortfolioSpace":
-        from encoder.training import predict
+        from encoder.inference import predict
         from registry.heldout import held_out
 
         held = held_out(store, models=names)

@@ -132,7 +132,7 @@ class ProfileSpace:
     def embed(self, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """The active encoder's embedding of one evaluation set (one forward pass)."""
         from encoder.data import EvalData
-        from encoder.training import embed_models
+        from encoder.inference import embed_models
 
         used, local = np.unique(rows, return_inverse=True)
         data = EvalData(models=[HYPOTHETICAL], query_ids=[self.query_ids[i] for i in used],

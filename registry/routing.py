@@ -115,7 +115,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
            fallback: int) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
     vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks."""
-    from encoder.training import predict
+    from encoder.inference import predict
     from registry.results import Fallback, RankedModel, RouteDecision
 
     if phi.shape[1] != active.config.query_dim:

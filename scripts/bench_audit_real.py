@@ -80,7 +80,7 @@ def load(home: Path, skewed: bool):
 
 def embed(active, data, rows: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """(n, d) vectors of models given as (query index, score) rows over data's queries."""
-    from encoder.training import embed_models
+    from encoder.inference import embed_models
 
     qi = np.concatenate([r[0] for r in rows]).astype(np.int64)
     y = np.concatenate([r[1] for r in rows]).astype(np.float32)

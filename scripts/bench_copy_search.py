@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--copy-evals", type=int, default=1024)
     parser.add_argument("--draws", type=int, default=3)
     args = parser.parse_args()
-    from encoder.training import embed_models, evals_by_model
+    from encoder.data import evals_by_model
+    from encoder.inference import embed_models
     from registry import Registry
     from registry.dataset import load_eval_data
     from registry.embedding import active_encoder, embedding_evals

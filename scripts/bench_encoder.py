@@ -45,7 +45,8 @@ def embedding_speed() -> None:
 
     from encoder.data import load_triple_dir
     from encoder.locus import Locus, LocusConfig
-    from encoder.training import embed_models, evals_by_model
+    from encoder.data import evals_by_model
+    from encoder.inference import embed_models
 
     torch.set_num_threads(2)
     data = load_triple_dir(DATA, encoder="all-mpnet-base-v2")

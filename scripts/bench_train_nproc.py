@@ -58,7 +58,8 @@ def main() -> None:
 
     from encoder.data import sample_per_model, split_queries
     from encoder.metrics import correctness_accuracy
-    from encoder.training import TrainConfig, embed_models, predict, train_locus
+    from encoder.inference import embed_models, predict
+    from encoder.training import TrainConfig, train_locus
 
     data = pool(args.queries)
     split = split_queries(data.n_queries, seed=0)

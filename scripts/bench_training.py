@@ -4,6 +4,7 @@ long does `registry train`'s default take on a large pool?
     .venv/bin/python scripts/bench_training.py robustness [--max-seconds 120] [--seed 0]
     .venv/bin/python scripts/bench_training.py speed [--max-seconds 480]
     .venv/bin/python scripts/bench_training.py step-cost [--view-weight 0]
+    .venv/bin/python scripts/bench_training.py epoch-cost [--steps 30] [--threads 1,2]
 
 robustness: three pools cut from ../shared/data/mmlu-pro with the properties that made LOCUS stop at
 a collapsed predictor (base-rate correctness accuracy) while IRT-Net did well:
@@ -15,6 +16,14 @@ and IRT-Net) and prints a markdown table: LOCUS's correctness accuracy against t
 rate and IRT-Net's, routing accuracy, best epoch and why training stopped.
 
 step-cost: CPU seconds of one step and one validation on the joint pool (one thread, process time).
+
+epoch-cost: what one epoch of default `registry train` costs on MMLU-Pro (32 models x 12,032 questions,
+all-mpnet-base-v2 query vectors, seed-0 80/10/10 split, 1,024 evaluations per model, TrainConfig's
+defaults: one step per epoch, a validation every 10 epochs): the same seeded sequence of --steps
+training steps and 3 validations, timed as wall and as CPU (process) seconds for each torch thread
+count in --threads, with the load average beside them (other work on the machine slows wall time,
+and with more than one thread also inflates CPU time: threads spin waiting for each other), and the
+time 1,000 and 4,000 epochs would take at that rate.
 
 speed: the union of MMLU-Pro (32 models x 12,032 questions) and BFCL (71 x 1,460 tasks), 103 models,
 all-mpnet-base-v2 query vectors, trained as `registry train` does (seed-0 80/10/10 split, 1024
@@ -151,7 +160,8 @@ def step_cost(args) -> None:
 
     from encoder.data import sample_per_model, split_queries
     from encoder.locus import Locus
-    from encoder.training import TrainConfig, evals_by_model, recommended_config, train_step, validate
+    from encoder.data import evals_by_model
+    from encoder.training import TrainConfig, recommended_config, train_step, validate
     from encoder.training import _sample_batch
 
     torch.set_num_threads(1)
@@ -177,19 +187,75 @@ def step_cost(args) -> None:
           f"{per_validation:.2f} | {4000 * per_step + 400 * per_validation:.0f} |")
 
 
+def epoch_cost(args) -> None:
+    """Seconds per training step and per validation on MMLU-Pro, default config, per thread count."""
+    import os
+
+    import torch
+
+    from encoder.data import evals_by_model, sample_per_model, split_queries
+    from encoder.locus import Locus
+    from encoder.training import (TrainConfig, _optimizer, _sample_batch, _trainable, recommended_config,
+                                  train_step, validate)
+
+    data = _mmlu_pro()
+    split = split_queries(data.n_queries, seed=0)
+    train = sample_per_model(data, split.train, n_per_model=1024, seed=0)
+    per_model = evals_by_model(data, train)
+    qidx, ys = [data.query_index[e] for e in per_model], [data.scores[e] for e in per_model]
+    val_truth = data.dense()[:, split.val]
+    base_rate = float(data.scores[train].mean())
+    cfg = TrainConfig()
+    print(f"MMLU-Pro {data.n_models} x {data.n_queries}, {len(train)} training evaluations, {len(split.val)} "
+          f"validation queries; TrainConfig defaults (eval_every {cfg.eval_every}); {args.steps} steps, 3 validations\n")
+    print("| threads | load avg (1 min) before / after | wall s / step | CPU s / step | wall s / validation | "
+          "CPU s / validation | wall s / epoch | CPU s / epoch | wall 1,000 / 4,000 epochs |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for threads in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        rng = np.random.default_rng(0)
+        locus = Locus(recommended_config(data.query_vectors.shape[1]))
+        optimizer = _optimizer(locus, cfg)
+        phi_all = torch.from_numpy(data.query_vectors)
+        trainable = _trainable(per_model)
+
+        def step():
+            batch = _sample_batch(rng, rng.permutation(trainable), qidx, ys, cfg, "cpu")
+            train_step(locus, optimizer, batch, phi_all, cfg)
+
+        step()  # warm-up: first-call allocations
+        validate(locus, data, per_model, split.val, val_truth, base_rate)  # and sklearn's import
+        load_before = os.getloadavg()[0]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(args.steps):
+            step()
+        step_wall, step_cpu = (time.perf_counter() - wall) / args.steps, (time.process_time() - cpu) / args.steps
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(3):
+            validate(locus, data, per_model, split.val, val_truth, base_rate)
+        val_wall, val_cpu = (time.perf_counter() - wall) / 3, (time.process_time() - cpu) / 3
+        epoch_wall, epoch_cpu = step_wall + val_wall / cfg.eval_every, step_cpu + val_cpu / cfg.eval_every
+        print(f"| {threads} | {load_before:.1f} / {os.getloadavg()[0]:.1f} | {step_wall:.3f} | {step_cpu:.3f} | "
+              f"{val_wall:.3f} | {val_cpu:.3f} | {epoch_wall:.3f} | {epoch_cpu:.3f} | {1000 * epoch_wall:.0f} s / "
+              f"{4000 * epoch_wall:.0f} s |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["robustness", "speed", "step-cost"])
+    ap.add_argument("what", choices=["robustness", "speed", "step-cost", "epoch-cost"])
     ap.add_argument("--view-weight", type=float, default=0.0)
     ap.add_argument("--pools", default="", help="robustness: comma-separated subset of skewed,partial,few")
     ap.add_argument("--max-seconds", type=float, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=30, help="epoch-cost: training steps timed")
+    ap.add_argument("--threads", default="1,2", help="epoch-cost: comma-separated torch thread counts")
     args = ap.parse_args()
     if not (SHARED / "mmlu-pro" / "evals.csv").is_file():
         sys.exit(f"MMLU-Pro not found at {SHARED / 'mmlu-pro'}")
     if args.what == "robustness" and args.max_seconds is None:
         args.max_seconds = 120.0
-    {"robustness": robustness, "speed": speed, "step-cost": step_cost}[args.what](args)
+    {"robustness": robustness, "speed": speed, "step-cost": step_cost, "epoch-cost": epoch_cost}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -216,7 +216,8 @@ def _robustness_and_geometry(pools):
 
     from encoder.data import sample_per_model
     from encoder.metrics import correctness_accuracy, routing_accuracy
-    from encoder.training import embed_models, evals_by_model, predict
+    from encoder.data import evals_by_model
+    from encoder.inference import embed_models, predict
     from registry.evaluation import truth_on
 
     data = pools["open"]

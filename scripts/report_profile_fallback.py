@@ -104,7 +104,7 @@ def recall_table(result, kind, evals_list, seeds):
 
 # ------------------------------------------------------------------------------------ (b) fallback
 def fallback_curves(store, models, label):
-    from encoder.training import predict
+    from encoder.inference import predict
     from registry.heldout import held_out
 
     ho = held_out(store, models=models)

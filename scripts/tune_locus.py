@@ -18,7 +18,9 @@ import numpy as np
 
 from encoder.data import load_triple_dir, sample_per_model, split_queries
 from encoder.metrics import best_single_accuracy, correctness_accuracy, routing_accuracy
-from encoder.training import TrainConfig, embed_models, evals_by_model, predict, recommended_config, train_locus
+from encoder.data import evals_by_model
+from encoder.inference import embed_models, predict
+from encoder.training import TrainConfig, recommended_config, train_locus
 
 DATA = Path("/work/shared/data/mmlu-pro")
 

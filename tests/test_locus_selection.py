@@ -12,10 +12,9 @@ import pytest
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.locus import LocusConfig
 from encoder.metrics import correctness_accuracy
-from encoder.training import (
-    Selector, TrainConfig, Validation, collapse_warnings, embed_models, embedding_spread, evals_by_model,
-    predict, train_locus,
-)
+from encoder.data import evals_by_model
+from encoder.inference import embed_models, predict
+from encoder.training import Selector, TrainConfig, Validation, collapse_warnings, embedding_spread, train_locus
 
 D = 16
 TINY = LocusConfig(query_dim=D, d=16, latents=4, blocks=1, heads=2, predictor_hidden=16, dropout=0.0)

@@ -10,7 +10,9 @@ from encoder.locus import LocusConfig
 from encoder.metrics import routing_accuracy
 import dataclasses
 
-from encoder.training import TrainConfig, embed_models, evals_by_model, predict, train_locus
+from encoder.data import evals_by_model
+from encoder.inference import embed_models, predict
+from encoder.training import TrainConfig, train_locus
 
 D = 16
 
@@ -96,13 +98,13 @@ def test_embed_models_is_batched_and_order_free(problem, trained):
     small_batches = embed_models(locus, data, train_evals, batch_size=3)
     assert full.shape == (data.n_models, 16)
     np.testing.assert_allclose(full, small_batches, atol=1e-5)
-    import encoder.training as training
+    import encoder.inference as inference
 
-    saved, training.MAX_BATCH_TOKENS = training.MAX_BATCH_TOKENS, 1  # one model per batch: a token budget
+    saved, inference.MAX_BATCH_TOKENS = inference.MAX_BATCH_TOKENS, 1  # one model per batch: a token budget
     try:
         np.testing.assert_allclose(embed_models(locus, data, train_evals), full, atol=1e-5)
     finally:
-        training.MAX_BATCH_TOKENS = saved
+        inference.MAX_BATCH_TOKENS = saved
     per_model = evals_by_model(data, train_evals)
     rng = np.random.default_rng(0)
     shuffled = [rng.permutation(e) for e in per_model]

@@ -73,3 +73,26 @@ def test_every_public_registry_method_has_a_typed_return():
         assert str(annotation).replace("'", "") == RETURNS[name], (name, annotation)
     hints = typing.get_type_hints(registry.Registry.similar)  # the annotations resolve
     assert hints["return"] is results.SearchResult
+
+
+# The encoder's training and inference modules, pinned too: inference (embed_models, predict) moved
+# out of encoder.training into encoder.inference, and evals_by_model into encoder.data; training's
+# __all__ no longer lists them (it imports them for validation, but the project imports them from
+# their own modules).
+ENCODER_MODULES = {
+    "encoder.inference": {"embed_models", "predict", "MAX_BATCH_TOKENS"},
+    "encoder.training": {"TrainConfig", "TrainResult", "TrainingError", "Validation", "Progress", "Selector",
+                         "train_locus", "train_step", "validate", "noisy_projections", "recommended_config",
+                         "embedding_spread", "collapse_warnings"},
+}
+
+
+def test_encoder_training_and_inference_all_are_pinned():
+    import importlib
+
+    for name, pinned in ENCODER_MODULES.items():
+        module = importlib.import_module(name)
+        assert set(module.__all__) == pinned, name
+        for attr in module.__all__:
+            assert getattr(module, attr) is not None
+    assert "evals_by_model" in importlib.import_module("encoder.data").__all__

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 from cli.main import cli
 from encoder.data import EvalData, sample_per_model, split_queries
 from encoder.metrics import correctness_accuracy
-from encoder.training import TrainingError, embed_models, predict, train_locus
+from encoder.inference import embed_models, predict
+from encoder.training import TrainingError, train_locus
 from registry import Registry
 from registry.errors import InputError
 from test_locus_training import TINY, fast, synthetic

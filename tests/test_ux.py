@@ -398,26 +398,52 @@ def test_clusters_figure_keeps_family_colours_for_families_and_runs_the_diagonal
 
 
 # ------------------------------------------------------------------------------------------- the demo
-@pytest.mark.slow
-def test_the_demo_pool_shows_the_features_working(tmp_path):
-    """The demo's synthetic pool, trained as the demo trains it when nothing slows it (150 epochs):
-    its 3-model portfolio routes better than random 3-model subsets, and its clusters follow the
-    planted families (scripts-level numbers, seed 0: portfolio 0.861 vs 0.675 +- 0.183, adjusted Rand
-    0.54)."""
+@pytest.fixture(scope="module")
+def demo_registry(tmp_path_factory) -> Registry:
+    """The demo's synthetic pool, trained as `registry demo` trains it (150 epochs, no clock) and
+    embedded; built once for the demo tests of this module."""
     import tempfile
 
     from encoder.training import TrainConfig
     from registry.demo import DEMO_ENCODER, DEMO_POOL
     from registry.synthetic import synthetic_pool
 
-    reg = Registry.open(tmp_path / "h")
+    reg = Registry.open(tmp_path_factory.mktemp("demo") / "h")
     reg.set_query_encoder(DEMO_ENCODER)
     with tempfile.TemporaryDirectory() as scratch:
         reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
-    reg.train(config=TrainConfig(epochs=150, max_seconds=None))
+    reg.train(config=TrainConfig(epochs=150))
     reg.embed_all()
+    return reg
+
+
+@pytest.mark.slow
+def test_the_demo_pool_shows_the_features_working(demo_registry):
+    """Its 3-model portfolio routes better than random 3-model subsets, and its clusters follow the
+    planted families (scripts-level numbers, seed 0: portfolio 0.861 vs 0.675 +- 0.183, adjusted Rand
+    0.54)."""
+    reg = demo_registry
     chosen = reg.portfolio(k=3, method="kmedoids")
     mean, sd = chosen.random_routing_accuracy_mean, chosen.random_routing_accuracy_sd
     assert chosen.routing_accuracy > mean + 0.5 * sd
     agreement = reg.clusters().family_agreement
     assert agreement.adjusted_rand >= 0.4 and agreement.p_value < 0.05
+
+
+def test_the_demo_encoder_tells_models_apart_on_every_question(demo_registry):
+    """The demo's encoder has not collapsed: for questions of every task (the first three of each,
+    the demo's own route question among them), `route` over all models gives P(correct) that differ by
+    at least 0.1 between the best and the worst model, not one value for all."""
+    import pyarrow.compute as pc
+
+    reg = demo_registry
+    queries = reg.store.read("queries", ["text", "task"])
+    questions = []
+    for task in sorted(set(queries.column("task").to_pylist())):
+        questions += queries.filter(pc.equal(queries["task"], task)).column("text").to_pylist()[:3]
+    assert queries.column("text")[0].as_py() in questions and len(questions) >= 12
+    n_models = reg.stats().n_models
+    for question, decision in zip(questions, reg.route(questions, k=n_models)):
+        p = [r.p_correct for r in decision.ranking]
+        assert len(p) == n_models
+        assert max(p) - min(p) >= 0.1, (question[:60], p)

@@ -187,7 +187,7 @@ class _Moved(Exception):
 
 def _land(state, specs: list[JobSpec], outcomes) -> None:
     from encoder.data import EvalData
-    from encoder.training import embed_models
+    from encoder.inference import embed_models
     from registry.catalog import _sql_literal
     from registry.ingest import model_row
     from registry.results import ModelChange
