@@ -346,6 +346,31 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
 
 
+@cli.command()
+@json_option
+@click.pass_context
+def migrate(ctx, as_json) -> None:
+    """Upgrade the registry home to this version's store format, in place.
+
+    Each numbered migration (registry/migrations.py) lands whole or not at all; a home already at the
+    current format is left as it is. Write commands refuse an older home until this has run; reads
+    work on it meanwhile."""
+    report = _registry(ctx, create=False).migrate()
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    if not report.applied:
+        click.echo(f"{report.home}: store format {report.to_format}, nothing to migrate")
+        return
+    for step in report.applied:
+        click.echo(f"migrated to format {step}")
+    if report.fingerprints is not None:
+        click.echo(f"{report.fingerprints} model(s) got a behaviour fingerprint")
+    click.echo(f"{report.home}: store format {report.from_format} -> {report.to_format}")
+
+
 @cli.command("fit-fingerprints")
 @json_option
 @click.pass_context

@@ -212,6 +212,13 @@ class Registry:
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, config=config, progress=progress)
 
+    def migrate(self):
+        """Upgrade the home to this version's store format in place (`registry.migrations`); a
+        `MigrationReport` (empty `applied` when it was current)."""
+        from registry.migrations import migrate
+
+        return migrate(self.store)
+
     def fit_fingerprints(self) -> FingerprintReport:
         """Fit the item table of the active encoder on the current pool (its test queries left out), for
         behaviour fingerprints (`similar(..., by="behaviour")`); `train` does this itself, so this is for
