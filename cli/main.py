@@ -480,15 +480,17 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("-k", default=5, show_default=True, help="How many neighbours.")
-@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
+@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default=None,
+              help="Default: euclidean for fingerprint (the identity distance), cosine for locus.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
-@click.option("--by", type=click.Choice(["embedding", "behaviour"]), default="embedding", show_default=True,
-              help="behaviour: re-rank the embedding's 20 nearest by agreement with NAME on the queries both "
-                   "answered (a re-served copy comes first; reads their evaluations).")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="The vector searched. fingerprint (default when NAME has one): the behaviour-fingerprint "
+                   "index, its 20 nearest re-ranked by agreement with NAME on the queries both answered; locus: "
+                   "the LOCUS embedding. embedding/behaviour: the old names of locus/fingerprint.")
 @json_option
 @click.pass_context
 def search(ctx, name, k, metric, where, by, as_json) -> None:
-    """The models nearest to NAME in embedding space (NAME itself excluded)."""
+    """The models nearest to NAME (NAME itself excluded); says which vector answered."""
     # A current saved index answers without opening LanceDB or importing torch: faster than asking a
     # running service, so search never looks for one.
     emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
@@ -498,7 +500,8 @@ def _echo_search(result) -> None:
     if not result.neighbours:
         click.echo("no neighbours" + (f" matching {result.where!r}" if result.where else ""))
         return
-    echo_neighbour_header(result.metric, agreement=result.by == "behaviour")
+    click.echo(f"by {result.by} ({result.metric})")
+    echo_neighbour_header(result.metric, agreement=result.by == "fingerprint" and result.query is not None)
     for hit in result.neighbours:
         _echo_neighbour(hit)
 

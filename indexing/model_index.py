@@ -223,7 +223,9 @@ class ModelIndex:
         if index is None:
             index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version)
         snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index, by)
-        if chosen and token is not None and saved_token != token and not transaction_open(home):
+        # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
+        # without opening LanceDB on every search
+        if (chosen or by != "locus") and token is not None and saved_token != token and not transaction_open(home):
             snapshot._save(token)
         return snapshot
 

@@ -22,6 +22,7 @@ from registry.results import (
     Comparison,
     EmbedReport,
     FingerprintReport,
+    MigrationReport,
     EvaluationReport,
     HomeInfo,
     ImportReport,
@@ -212,7 +213,7 @@ class Registry:
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, config=config, progress=progress)
 
-    def migrate(self):
+    def migrate(self) -> MigrationReport:
         """Upgrade the home to this version's store format in place (`registry.migrations`); a
         `MigrationReport` (empty `applied` when it was current)."""
         from registry.migrations import migrate
@@ -319,18 +320,19 @@ class Registry:
         keep = set(matching(where, records))
         return [r for r in records if r.name in keep]
 
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None,
-                by: str = "embedding") -> SearchResult:
+    def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
+                by: str | None = None) -> SearchResult:
         """The k nearest models to a model (itself excluded) or to a vector, nearest first. A current
-        saved index answers without opening the store. by="behaviour": the embedding's nearest
-        candidates re-ranked by agreement with the model on shared queries (a copy comes first)."""
-        from registry.search import similar
+        saved index answers without opening the store. by: "fingerprint" (behaviour fingerprint index,
+        the default for a model that has one; its nearest re-ranked by agreement on shared queries) or
+        "locus" (the LOCUS embedding; the default for a vector); "embedding"/"behaviour" are accepted
+        as the old names. The result's `by` says which vector answered."""
+        from registry.search import search_result
 
         source = self._store if self._store is not None else self._home
         name_or_vector = self.resolve(name_or_vector)
-        hits = similar(source, name_or_vector, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
-        return SearchResult(query=name_or_vector if isinstance(name_or_vector, str) else None, metric=metric,
-                            where=where, by=by, neighbours=hits)
+        return search_result(source, name_or_vector, k=k, metric=metric, where=where, by=by,
+                             open_store=lambda: self.store)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""

@@ -13,27 +13,14 @@ idempotent) finishes the job.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
 
 from indexing.store import MODEL_SCHEMA, MODELS, STORE_FORMAT, VERSION_SCHEMA, VERSIONS, Store
+from registry.results import MigrationReport
 
-__all__ = ["MIGRATIONS", "MigrationReport", "migrate"]
-
-
-@dataclass
-class MigrationReport:
-    home: str
-    from_format: int
-    to_format: int
-    applied: list[str] = field(default_factory=list)  # "2: ..." per migration run
-    fingerprints: int | None = None  # models given a fingerprint by the format-2 migration
-
-    def to_dict(self) -> dict:
-        return {"home": self.home, "from_format": self.from_format, "to_format": self.to_format,
-                "applied": self.applied, "fingerprints": self.fingerprints}
+__all__ = ["MIGRATIONS", "migrate"]
 
 
 def _conform(store: Store, name: str, schema: pa.Schema) -> bool:
@@ -84,6 +71,6 @@ def migrate(store: Store) -> MigrationReport:
         with store.transaction(migrating=True):
             run(store, report)
         store.update_config(format=number)  # only after the tables committed (see the module docstring)
-        report.applied.append(f"{number}: {what}")
+        report.applied = [*report.applied, f"{number}: {what}"]
         report.to_format = number
     return report

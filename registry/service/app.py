@@ -453,11 +453,14 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar(name: str = Query(min_length=1, max_length=limits.max_name_chars),
                 k: int = Query(default=5, ge=1, le=limits.max_k),
-                metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
+                metric: str | None = Query(default=None, pattern="^(cosine|euclidean)$",
+                                           description="default: cosine for locus, euclidean for fingerprint"),
                 where: str | None = Query(default=None, max_length=limits.max_where_chars),
-                by: str = Query(default="embedding", pattern="^(embedding|behaviour)$")):
-        """The k models nearest to NAME in embedding space (NAME itself excluded); by=behaviour
-        re-ranks the embedding's nearest by agreement with NAME on shared queries."""
+                by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+                                       description="the vector searched (default: fingerprint when NAME has "
+                                                   "one, else locus; embedding/behaviour: the old names)")):
+        """The k models nearest to NAME (NAME itself excluded), by behaviour fingerprint or LOCUS
+        embedding; the result's `by` says which answered."""
         return state.similar(name, None, k=k, metric=metric, where=where, by=by)
 
     @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])

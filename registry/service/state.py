@@ -256,16 +256,16 @@ class WarmState:
         return len(self._texts)
 
     # ---------------------------------------------------------------- queries
-    def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
-                where: str | None, by: str = "embedding"):
-        """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
-        from registry.results import SearchResult
-        from registry.search import neighbours
+    def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str | None,
+                where: str | None, by: str | None = None):
+        """`Registry.similar` on the warm index (same rules: the model itself excluded; the same default
+        vector; a fingerprint search opens the saved fingerprint index)."""
+        from registry.search import search_result
 
         models = self.snapshot().require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
-        return SearchResult(query=name, metric=metric, where=where, by=by, neighbours=hits)
+        return search_result(self.store, query, k=k, metric=metric, where=where, by=by,
+                             open_store=lambda: self.store, warm=models)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
               fallback: int):
