@@ -381,24 +381,25 @@ class Registry:
         return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
-                 k: int | None = None) -> ClustersResult:
+                 k: int | None = None, by: str | None = None) -> ClustersResult:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
         the number of clusters by silhouette unless `k` is given."""
         from registry.clusters import clusters
 
-        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k)
+        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by)
 
-    def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> MapResult:  # noqa: A003
+    def map(self, plot, *, color_by: str | None = None, where: str | None = None,  # noqa: A003
+            by: str | None = None) -> MapResult:
         """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
         from registry.embedding_map import embedding_map
 
-        return embedding_map(self.store, plot, color_by=color_by, where=where)
+        return embedding_map(self.store, plot, color_by=color_by, where=where, by=by)
 
-    def compare(self, a: str, b: str) -> Comparison:
+    def compare(self, a: str, b: str, *, by: str | None = None) -> Comparison:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
         from registry.compare import compare
 
-        return compare(self.store, self.resolve(a), self.resolve(b))
+        return compare(self.store, self.resolve(a), self.resolve(b), by=by)
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""

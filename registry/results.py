@@ -420,7 +420,8 @@ class ClustersResult(Result):
     """`clusters`: hierarchical clusters of the models' embeddings (cosine distance)."""
 
     n_models: int
-    metric: Literal["cosine"] = "cosine"
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector clustered")
+    metric: Literal["cosine", "euclidean"] = "cosine"
     linkage: Literal["average", "complete", "single", "ward"]
     heights: str = Field(description="what the merge heights measure")
     k: int
@@ -455,6 +456,7 @@ class MapResult(Result):
 
     plot: str
     n_models: int
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector mapped")
     projection: str
     explained_variance: ExplainedVariance = Field(description="share of the variance on each axis")
     distance_correlation: float | None = Field(description="Pearson r of map vs embedding chord distances")
@@ -495,7 +497,9 @@ class Comparison(Result):
 
     a: str
     b: str
-    distance_cosine: float
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector of `distance` and the ranks")
+    distance: float | None = Field(None, description="in the `by` vector's metric (fingerprint: Euclidean)")
+    distance_cosine: float = Field(description="of the LOCUS embeddings")
     rank_of_b_among_a_neighbours: int
     rank_of_a_among_b_neighbours: int
     n_neighbours: int

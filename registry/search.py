@@ -89,11 +89,36 @@ def open_embedded(store: "Store", by: str | None = "locus") -> EmbeddedModels:
     return models
 
 
-def embedded_subset(store: "Store", where: str | None, *, need: int,
-                    what: str) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
-    """(names, (n, d) float32 vectors, records) of the embedded models that match `where`; refuses
-    fewer than `need` of them, saying `what` needs them."""
-    models = open_embedded(store)
+def likeness_kind(store: "Store", by: str | None, names: tuple[str, ...] = ()) -> str:
+    """Which vector a likeness operation over the whole pool reads: `by`, or by default the
+    fingerprint when the home holds fingerprints (and for every one of `names`), else LOCUS."""
+    by = canonical_by(by)
+    if by is not None:
+        return by
+    prints = open_index(store, by="fingerprint").index
+    return "fingerprint" if prints.names and all(n in prints.names for n in names) else "locus"
+
+
+def pairwise_distances(z: np.ndarray, by: str) -> np.ndarray:
+    """(n, n) distances in the vector kind's own metric: cosine for LOCUS, Euclidean (the identity
+    distance, RMS logit difference) for fingerprints."""
+    z = np.asarray(z, dtype=np.float64)
+    if by == "fingerprint":
+        sq = (z ** 2).sum(1)
+        d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * z @ z.T, 0.0))
+        np.fill_diagonal(d, 0.0)  # exactly: rounding leaves ~1e-7 there, which scipy/sklearn refuse
+        return d
+    u = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    d = np.clip(1.0 - u @ u.T, 0.0, 2.0)
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def embedded_subset(store: "Store", where: str | None, *, need: int, what: str,
+                    by: str | None = "locus") -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+    """(names, (n, d) float32 vectors, records) of the models that match `where` and have the `by`
+    vector (None: the likeness default); refuses fewer than `need` of them, saying `what` needs them."""
+    models = open_embedded(store, by)
     names, z = list(models.index.names), models.index.vectors
     rows = models.allowed_rows(where)
     if rows is not None:
