@@ -574,8 +574,11 @@ def restore(ctx, name, version, as_json) -> None:
 @click.option("--fail-on-flag", is_flag=True, help="Exit 1 when a pair is labelled duplicate (for CI).")
 @click.option("--fail-on-related", is_flag=True,
               help="Exit 1 also when a pair is labelled 'same product line?' (snapshots, fine-tunes, degraded copies).")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="The index proposing candidates: locus, fingerprint (default: both; a copy is found by "
+                   "whichever sees it, the evaluations then decide).")
 @click.pass_context
-def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related) -> None:
+def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by) -> None:
     """Flag models that are likely the same model behind different endpoints.
 
     Each model's k nearest neighbours in the index are candidates; each pair is judged on its
@@ -584,7 +587,7 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
     for option, value in (("--alpha", alpha), ("--max-noise", max_noise)):
         if not 0.0 < value < 1.0:
             raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
-    report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+    report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise, by=by)
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:

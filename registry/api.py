@@ -341,13 +341,15 @@ class Registry:
         return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-              max_noise: float = 0.12) -> AuditReport:
+              max_noise: float = 0.12, by: str | None = None) -> AuditReport:
         """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
         in the index, judged on their evaluations against the pool's own distinct pairs (see
-        `registry.audit`). Returns a typed `AuditReport`."""
+        `registry.audit`). by: the index proposing candidates, "locus", "fingerprint" or None (both).
+        Returns a typed `AuditReport`."""
         from registry.audit import audit
 
-        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
+                     by=by)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -371,14 +373,15 @@ class Registry:
                          include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3) -> RouteDecision | list[RouteDecision]:
-        """Rank models by predicted P(correct) for a query text (one decision) or a list of texts (a
-        list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
-        model's nearest available neighbours (appendix E.2)."""
+              fallback: int = 3, by: str | None = None) -> RouteDecision | list[RouteDecision]:
+        """Rank models by predicted P(correct) (LOCUS) for a query text (one decision) or a list of texts
+        (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
+        model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
+        one) or locus."""
         from registry.routing import route
 
         exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
-        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
+        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
                  k: int | None = None, by: str | None = None) -> ClustersResult:

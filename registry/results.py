@@ -319,7 +319,10 @@ class RankedModel(Result):
 
 class Fallback(Result):
     name: str
-    distance_cosine: float = Field(description="cosine distance to the top-ranked model's embedding")
+    distance_cosine: float = Field(description="cosine distance to the top-ranked model's LOCUS embedding")
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the index that found it")
+    distance: float | None = Field(None, description="in that index's metric (fingerprint: Euclidean identity "
+                                                     "distance; locus: cosine)")
 
 
 class RouteDecision(Result):
