@@ -279,6 +279,17 @@ class Store:
             return table.to_arrow()
         return table.search().select(columns).limit(None).to_arrow()
 
+    def read_where(self, name: str, columns: list[str], where: str) -> pa.Table:
+        """The rows of a table matching a SQL filter (built by the caller from validated values only),
+        read directly from Lance when nothing here needed LanceDB yet (see `_direct`); empty with the
+        right schema when the table does not exist."""
+        direct = self._direct(name)
+        if direct is not None and direct is not _ABSENT:
+            return direct.to_table(columns=columns, filter=where)
+        if direct is _ABSENT or not self.has_table(name):
+            return self.read(name, columns)
+        return self._db.open_table(name).search().where(where).select(columns).limit(None).to_arrow()
+
     def count(self, name: str) -> int:
         direct = self._direct(name)
         if direct is not None:

@@ -94,14 +94,14 @@ def read_evaluations(store: "Store", names: list[str] | None):
     from indexing.errors import RegistryError
     from indexing.store import EVALUATIONS
 
-    if not store.has_table(EVALUATIONS):
+    if store.count(EVALUATIONS) == 0:  # no LanceDB import for this: a search's refinement reads here
         raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
     cols = ["model", "query_id", "score"]
     if names is None:
         table = store.read(EVALUATIONS, cols)
     else:
         listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-        table = store.table(EVALUATIONS).search().where(f"model IN ({listed})").select(cols).limit(None).to_arrow()
+        table = store.read_where(EVALUATIONS, cols, f"model IN ({listed})")
     return (np.asarray(table.column("model").to_pylist(), dtype=object),
             np.asarray(table.column("query_id").to_pylist(), dtype=object),
             table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))
