@@ -3,9 +3,12 @@
 `registry train` fits the table (encoder.fingerprint) on the same queries the encoder trained and
 validated on, never on its test queries, and writes it into the encoder's directory
 (item_table.safetensors + item_table.json). `fit_item_table` fits one for an encoder that predates it.
-Fingerprints are computed from the stored evaluations when asked (a solve of r + 1 numbers per model)
-and kept in `<home>/fingerprints/<table id>.safetensors` (+ .json naming each row's model and
-version), so a later call computes only the models added, refined or restored since.
+Every model's fingerprint lives in the models table (`registry.fingerprint_store`, store format 2),
+written with its LOCUS vector, and the product (search, audit, clusters, route fallbacks) reads it there
+through its FAISS index. `pool_fingerprints` is for analyses that need the raw thetas and task coverage
+of the whole pool: it solves them from the stored evaluations and keeps them in
+`<home>/fingerprints/<table id>.safetensors` (+ .json naming each row's model and version), so a later
+call computes only the models added, refined or restored since. `fit_item_table` rewrites the column.
 """
 from __future__ import annotations
 
