@@ -378,7 +378,8 @@ def fit_fingerprints(ctx, as_json) -> None:
     """Fit the behaviour-fingerprint item table of the active encoder on the current pool.
 
     `registry train` fits one itself; run this for an encoder trained before fingerprints existed, or
-    after many models were added. `search NAME --by behaviour` then proposes candidates by fingerprint."""
+    after many models were added. Every model's fingerprint column is rewritten with it (one
+    transaction); `search NAME --by fingerprint` reads it."""
     emit(_registry(ctx, create=False).fit_fingerprints(), as_json,
          lambda r: click.echo(f"item table {r.table_id} for encoder {r.encoder_id}: {r.queries} queries x rank "
                               f"{r.rank}, fitted on {r.models} models in {r.seconds:.1f} s"))

@@ -222,8 +222,9 @@ class Registry:
 
     def fit_fingerprints(self) -> FingerprintReport:
         """Fit the item table of the active encoder on the current pool (its test queries left out), for
-        behaviour fingerprints (`similar(..., by="behaviour")`); `train` does this itself, so this is for
-        an encoder trained before item tables, or after the pool has grown."""
+        behaviour fingerprints, and rewrites every model's fingerprint column with it in one transaction
+        (`similar(..., by="fingerprint")` reads it); `train` does this itself, so this is for an encoder
+        trained before item tables, or after the pool has grown."""
         import time
 
         from registry.fingerprints import fit_item_table

@@ -195,7 +195,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     out["untested"].sort(key=lambda p: p.distance)
     generation = _generation(store.home)
     return AuditReport(
-        models=len(names), model=model, metric=metric, k=k, by_fingerprint=prints is not None, alpha=alpha,
+        models=len(names), model=model, metric=metric, k=k, by_fingerprint=bool(prints is not None and prints.names), alpha=alpha,
         max_noise=max_noise,
         candidates=len(pairs), flag_level_p=level, **out,
         calibration=AuditCalibration(
