@@ -370,11 +370,12 @@ def index_table(results: dict) -> list[str]:
     row("held out of the item table's fit: self-retrieval top-1",
         lambda f, i: _pct(f["held_out"]["self_top1"]) if f.get("held_out") else "-", ">= 90%")
     row("held out: index NN among 3 behaviourally nearest",
-        lambda f, i: (f"{_pct(f['held_out']['index_behavioural_nn'])} ({f['held_out']['index_behavioural_nn_hits']}"
-                      f", {f['held_out']['folds']} folds)") if f.get("held_out") and "index_behavioural_nn" in f["held_out"]
+        lambda f, i: (f"{_pct(f['held_out']['index_behavioural_nn'])} ({int(f['held_out']['index_behavioural_nn_hits'])}"
+                      f"/{i['models']}, {int(f['held_out']['folds'])} folds)") if f.get("held_out") and "index_behavioural_nn" in f["held_out"]
         else "-", ">= 70%")
     row("held out: NN by behaviour distance (refinement)",
-        lambda f, i: _pct(f["held_out"]["behavioural_nn"]) if f.get("held_out") else "-")
+        lambda f, i: (f"{_pct(f['held_out']['behavioural_nn'])} ({int(f['held_out']['behavioural_nn_hits'])}/{i['models']})"
+                      if f.get("held_out") else "-"))
     row("clusters vs family, ARI silhouette k / k = #families: **index**", lambda f, i: ari(i["ari"]), ">= raw")
     row("clusters vs family, ARI: raw disagreement", lambda f, i: ari(i["ari_raw"]))
     row("fingerprint by behaviour distance (search's refinement): NN among 3",
