@@ -186,7 +186,9 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
     by = canonical_by(by)
     if by is None and not isinstance(query, str):
-        by = "locus"  # a vector given by hand is a LOCUS embedding unless said otherwise
+        by = "locus"
+    if by == "fingerprint" and not isinstance(query, str):
+        raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")  # a vector given by hand is a LOCUS embedding unless said otherwise
     models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
     return neighbours(models, query, k=int(k), metric=metric, where=where, by=models.index.by,
                       open_store=open_store if open_store is not None else lambda: _as_store(store))
@@ -206,6 +208,8 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
     by = canonical_by(by)
     if by is None and not isinstance(query, str):
         by = "locus"
+    if by == "fingerprint" and not isinstance(query, str):
+        raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")
     if warm is not None and by == warm.index.by:
         models = warm
     else:

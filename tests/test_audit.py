@@ -276,9 +276,10 @@ def test_search_by_behaviour_puts_a_copy_first(reg):
     assert by_behaviour.by == "fingerprint" and first.name == "syn-synfam1-7b"
     assert first.shared_queries == len(evals) and first.agreement_kappa > 0.7
     assert all(n.agreement_kappa < first.agreement_kappa for n in by_behaviour.neighbours[1:])
-    assert reg.similar("endpoint-x", k=3).neighbours[0].agreement_kappa is None  # embedding order: no evidence read
+    assert reg.similar("endpoint-x", k=3, by="locus").neighbours[0].agreement_kappa is None  # no evidence read
     text = _run(reg.home, "search", "endpoint-x", "--by", "behaviour", "-k", "2")
-    assert "kappa" in text.splitlines()[0] and "syn-synfam1-7b" in text.splitlines()[1]
+    assert text.splitlines()[0] == "by fingerprint (euclidean)"
+    assert "kappa" in text.splitlines()[1] and "syn-synfam1-7b" in text.splitlines()[2]
     with pytest.raises(InputError, match="field 'by'"):
         reg.similar(np.zeros(4, dtype=np.float32), by="behaviour")
     with pytest.raises(InputError, match="field 'by'"):
