@@ -15,6 +15,12 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:5.1f}"
 
 
+BY_LIKENESS = click.option(
+    "--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+    help="The vector read: fingerprint (behaviour; the default when the home has fingerprints) or locus "
+         "(the LOCUS embedding); embedding/behaviour are the old names.")
+
+
 @click.command()
 @click.option("--plot", type=PLOT, default=None,
               help="Write the dendrogram beside the distance heatmap to this image (PNG; .svg/.pdf work too).")
@@ -23,17 +29,18 @@ def _pct(value) -> str:
 @click.option("-k", "k", type=click.IntRange(min=1), default=None,
               help="Cut into this many clusters (default: the mean-silhouette maximum).")
 @click.option("--where", default=None, help=WHERE_HELP)
+@BY_LIKENESS
 @json_option
 @click.pass_context
-def clusters(ctx, plot, linkage, k, where, as_json) -> None:
-    """Model families: hierarchical clusters of the models' embeddings (cosine distance)."""
-    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k)
+def clusters(ctx, plot, linkage, k, where, by, as_json) -> None:
+    """Model families: hierarchical clusters of the models' fingerprints or LOCUS embeddings."""
+    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k, by=by)
     emit(result, as_json, _echo_clusters)
 
 
 def _echo_clusters(result) -> None:
     sil, coph = result.silhouette, result.cophenetic_correlation
-    click.echo(f"{result.n_models} models, {result.linkage} linkage on cosine distances: {result.k} clusters "
+    click.echo(f"{result.n_models} models by {result.by}, {result.linkage} linkage on {result.metric} distances: {result.k} clusters "
                f"({'given' if result.k_rule == 'given' else 'silhouette maximum'}; mean silhouette "
                f"{'-' if sil is None else f'{sil:.2f}'}, structure: {result.structure}); cophenetic correlation "
                f"{'-' if coph is None else f'{coph:.2f}'}")
@@ -59,18 +66,19 @@ def _echo_clusters(result) -> None:
 @click.option("--color-by", "color_by", default=None,
               help="Metadata field to colour points by: family, access, provider, params_b, or any extra key.")
 @click.option("--where", default=None, help=WHERE_HELP)
+@BY_LIKENESS
 @json_option
 @click.pass_context
-def map_(ctx, plot, color_by, where, as_json) -> None:
-    """A labelled 2-D map of the embeddings (PCA of the unit-normalised vectors)."""
-    result = _registry(ctx, create=False).map(plot, color_by=color_by, where=where)
+def map_(ctx, plot, color_by, where, by, as_json) -> None:
+    """A labelled 2-D map of the models (PCA of fingerprints, or of unit-normalised LOCUS embeddings)."""
+    result = _registry(ctx, create=False).map(plot, color_by=color_by, where=where, by=by)
     emit(result, as_json, _echo_map)
 
 
 def _echo_map(result) -> None:
     e = result.explained_variance
     fidelity = result.distance_correlation
-    click.echo(f"map of {result.n_models} models: PC1 {100 * e.x:.1f}% + PC2 {100 * e.y:.1f}% of the variance"
+    click.echo(f"map of {result.n_models} models by {result.by}: PC1 {100 * e.x:.1f}% + PC2 {100 * e.y:.1f}% of the variance"
                + (f"; map distances vs embedding distances r = {fidelity:.3f}" if fidelity is not None else ""))
     click.echo(f"plot: {result.plot}")
 
@@ -79,18 +87,20 @@ def _echo_map(result) -> None:
 @click.argument("a")
 @click.argument("b")
 @click.option("--top", default=10, show_default=True, help="Tasks to list (largest differences first).")
+@BY_LIKENESS
 @json_option
 @click.pass_context
-def compare(ctx, a, b, top, as_json) -> None:
+def compare(ctx, a, b, top, by, as_json) -> None:
     """How models A and B differ: distance, and per task their accuracies with the evidence."""
-    result = _registry(ctx, create=False).compare(a, b)
+    result = _registry(ctx, create=False).compare(a, b, by=by)
     emit(result, as_json, lambda r: _echo_compare(r, top))
 
 
 def _echo_compare(result, top: int) -> None:
     a, b = result.a, result.b
-    click.echo(f"{a} vs {b}: cosine distance {result.distance_cosine:.4f}; {b} is {a}'s "
-               f"#{result.rank_of_b_among_a_neighbours} neighbour of {result.n_neighbours}, {a} is {b}'s "
+    likeness = (f"fingerprint distance {result.distance:.4f}, " if result.by == "fingerprint" else "")
+    click.echo(f"{a} vs {b}: {likeness}LOCUS cosine distance {result.distance_cosine:.4f}; by {result.by}, {b} is "
+               f"{a}'s #{result.rank_of_b_among_a_neighbours} neighbour of {result.n_neighbours}, {a} is {b}'s "
                f"#{result.rank_of_a_among_b_neighbours}")
     g = result.agreement
     if g.shared_queries:

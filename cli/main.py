@@ -346,6 +346,31 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     click.echo(f"checkpoint: {report.checkpoint} (now the active encoder)")
 
 
+@cli.command()
+@json_option
+@click.pass_context
+def migrate(ctx, as_json) -> None:
+    """Upgrade the registry home to this version's store format, in place.
+
+    Each numbered migration (registry/migrations.py) lands whole or not at all; a home already at the
+    current format is left as it is. Write commands refuse an older home until this has run; reads
+    work on it meanwhile."""
+    report = _registry(ctx, create=False).migrate()
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        return
+    if not report.applied:
+        click.echo(f"{report.home}: store format {report.to_format}, nothing to migrate")
+        return
+    for step in report.applied:
+        click.echo(f"migrated to format {step}")
+    if report.fingerprints is not None:
+        click.echo(f"{report.fingerprints} model(s) got a behaviour fingerprint")
+    click.echo(f"{report.home}: store format {report.from_format} -> {report.to_format}")
+
+
 @cli.command("fit-fingerprints")
 @json_option
 @click.pass_context
@@ -353,7 +378,8 @@ def fit_fingerprints(ctx, as_json) -> None:
     """Fit the behaviour-fingerprint item table of the active encoder on the current pool.
 
     `registry train` fits one itself; run this for an encoder trained before fingerprints existed, or
-    after many models were added. `search NAME --by behaviour` then proposes candidates by fingerprint."""
+    after many models were added. Every model's fingerprint column is rewritten with it (one
+    transaction); `search NAME --by fingerprint` reads it."""
     emit(_registry(ctx, create=False).fit_fingerprints(), as_json,
          lambda r: click.echo(f"item table {r.table_id} for encoder {r.encoder_id}: {r.queries} queries x rank "
                               f"{r.rank}, fitted on {r.models} models in {r.seconds:.1f} s"))
@@ -455,15 +481,17 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
 @cli.command()
 @click.argument("name")
 @click.option("-k", default=5, show_default=True, help="How many neighbours.")
-@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default="cosine", show_default=True)
+@click.option("--metric", type=click.Choice(["cosine", "euclidean"]), default=None,
+              help="Default: euclidean for fingerprint (the identity distance), cosine for locus.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
-@click.option("--by", type=click.Choice(["embedding", "behaviour"]), default="embedding", show_default=True,
-              help="behaviour: re-rank the embedding's 20 nearest by agreement with NAME on the queries both "
-                   "answered (a re-served copy comes first; reads their evaluations).")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="The vector searched. fingerprint (default when NAME has one): the behaviour-fingerprint "
+                   "index, its 20 nearest re-ranked by agreement with NAME on the queries both answered; locus: "
+                   "the LOCUS embedding. embedding/behaviour: the old names of locus/fingerprint.")
 @json_option
 @click.pass_context
 def search(ctx, name, k, metric, where, by, as_json) -> None:
-    """The models nearest to NAME in embedding space (NAME itself excluded)."""
+    """The models nearest to NAME (NAME itself excluded); says which vector answered."""
     # A current saved index answers without opening LanceDB or importing torch: faster than asking a
     # running service, so search never looks for one.
     emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
@@ -473,7 +501,8 @@ def _echo_search(result) -> None:
     if not result.neighbours:
         click.echo("no neighbours" + (f" matching {result.where!r}" if result.where else ""))
         return
-    echo_neighbour_header(result.metric, agreement=result.by == "behaviour")
+    click.echo(f"by {result.by} ({result.metric})")
+    echo_neighbour_header(result.metric, agreement=result.by == "fingerprint" and result.query is not None)
     for hit in result.neighbours:
         _echo_neighbour(hit)
 
@@ -546,8 +575,11 @@ def restore(ctx, name, version, as_json) -> None:
 @click.option("--fail-on-flag", is_flag=True, help="Exit 1 when a pair is labelled duplicate (for CI).")
 @click.option("--fail-on-related", is_flag=True,
               help="Exit 1 also when a pair is labelled 'same product line?' (snapshots, fine-tunes, degraded copies).")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="The index proposing candidates: locus, fingerprint (default: both; a copy is found by "
+                   "whichever sees it, the evaluations then decide).")
 @click.pass_context
-def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related) -> None:
+def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by) -> None:
     """Flag models that are likely the same model behind different endpoints.
 
     Each model's k nearest neighbours in the index are candidates; each pair is judged on its
@@ -556,7 +588,7 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
     for option, value in (("--alpha", alpha), ("--max-noise", max_noise)):
         if not 0.0 < value < 1.0:
             raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
-    report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+    report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise, by=by)
     if as_json:
         click.echo(report.model_dump_json(indent=2))
     else:

@@ -60,11 +60,16 @@ def _echo_profile(result) -> None:
 @click.option("--exclude", multiple=True, metavar="NAME", help="A model that must not be used; repeatable.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
 @click.option("--fallback", default=3, show_default=True, help="How many fallback models (neighbours of the top one).")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="The index the fallbacks come from: fingerprint (default when the top model has one: models "
+                   "that answer as it does) or locus. The ranking always reads LOCUS.")
 @json_option
 @click.pass_context
-def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
+def route(ctx, query, k, exclude, where, fallback, by, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
-    result = _backend(ctx, names=tuple(exclude)).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
+    backend = _backend(ctx, names=tuple(exclude))
+    options = {"by": by} if by is not None else {}  # an older running service takes no `by`
+    result = backend.route(query, k=k, exclude=exclude, where=where, fallback=fallback, **options)
     emit(result, as_json, _echo_route)
 
 
@@ -74,8 +79,11 @@ def _echo_route(result) -> None:
         click.echo(f"{r.p_correct:.4f}      {r.name}")
     if result.fallbacks:
         top = result.ranking[0].name
-        click.echo(f"if {top} is unavailable (cosine distance to it): " +
-                   ", ".join(f"{f.name} (d {f.distance_cosine:.4f})" for f in result.fallbacks))
+        by = result.fallbacks[0].by
+        what = "fingerprint distance" if by == "fingerprint" else "cosine distance"
+        click.echo(f"if {top} is unavailable ({what} to it): " +
+                   ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f})"
+                             for f in result.fallbacks))
 
 
 COMMANDS: list[click.Command] = [profile, route]

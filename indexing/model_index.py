@@ -12,6 +12,12 @@ index is checked against the models table's version and the embedded names, and 
 Vectors from different encoders never meet: the index holds the models embedded with one encoder id
 (the only one, else the store's active encoder); `encoders_seen` says when the table holds more, and
 `refuse_mixed()` turns that into an error naming the fix.
+
+One index per vector kind (`VECTOR_KINDS`): by="locus" over the `vector` column (tagged `encoder_id`),
+by="fingerprint" over the `fingerprint` column (the whitened behaviour fingerprint, tagged `table_id`,
+whose Euclidean distance is the identity distance: search it with metric="euclidean"). Each kind is
+saved under its own name and pointer; fingerprints of different item tables never meet either (the
+index holds the table id most models carry: after a refit every model carries the new one).
 """
 from __future__ import annotations
 
@@ -30,7 +36,10 @@ from indexing.vector_index import METRICS, VectorIndex
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["ModelIndex", "METRICS"]
+__all__ = ["ModelIndex", "METRICS", "VECTOR_KINDS"]
+
+# vector kind -> (column of the models table, column naming what made it)
+VECTOR_KINDS = {"locus": ("vector", "encoder_id"), "fingerprint": ("fingerprint", "table_id")}
 
 _INDEX_DIR = "index"
 _CURRENT = "current.json"
@@ -38,8 +47,23 @@ _FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved 
 
 
 def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A models-table row without its vector, JSON-safe (timestamps as ISO 8601 text)."""
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items() if k != "vector"}
+    """A models-table row without its vectors, JSON-safe (timestamps as ISO 8601 text)."""
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()
+            if k not in ("vector", "fingerprint")}
+
+
+def _check_kind(by: str) -> tuple[str, str]:
+    if by not in VECTOR_KINDS:
+        raise InputError(f"by must be one of {', '.join(VECTOR_KINDS)}, not {by!r}", field="by")
+    return VECTOR_KINDS[by]
+
+
+def _file_id(by: str, vector_id: str) -> str:
+    return vector_id if by == "locus" else f"{by}-{vector_id}"
+
+
+def _current_file(by: str) -> str:
+    return _CURRENT if by == "locus" else f"current-{by}.json"
 
 
 @dataclass
@@ -49,10 +73,15 @@ class ModelIndex:
     without the vector) and the FAISS index over the vectors."""
 
     home: Path
-    encoder_id: str
+    encoder_id: str  # what made the vectors: the LOCUS encoder id, or the item table id (by="fingerprint")
     rows: dict[str, dict[str, Any]]
     encoders_seen: set[str]
     _index: VectorIndex = field(repr=False)
+    by: str = "locus"  # the vector kind (VECTOR_KINDS)
+
+    @property
+    def column(self) -> str:
+        return VECTOR_KINDS[self.by][0]
 
     # ---------------------------------------------------------------- the snapshot
     @property
@@ -74,6 +103,10 @@ class ModelIndex:
         try:
             return self._index.vectors[self._index.names.index(name)]
         except ValueError:
+            if self.by == "fingerprint":
+                raise RegistryError(f"model {name!r} has no behaviour fingerprint (too few evaluations, or no item "
+                                    "table: `registry fit-fingerprints`); --by locus searches by its LOCUS "
+                                    "vector") from None
             raise RegistryError(f"model {name!r} has no embedding yet: run `registry embed --all`") from None
 
     def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",
@@ -102,8 +135,9 @@ class ModelIndex:
         return [(self.names[row], dist) for row, dist in hits if self.names[row] != own][:k]
 
     def refuse_mixed(self) -> "ModelIndex":
-        """This index, unless the table holds vectors from more than one encoder (not comparable)."""
-        if len(self.encoders_seen) > 1:
+        """This index, unless the table holds vectors from more than one encoder (not comparable).
+        Fingerprints of an older item table (a restored version) are left out of the index instead."""
+        if self.by == "locus" and len(self.encoders_seen) > 1:
             raise RegistryError(
                 f"models carry vectors from {len(self.encoders_seen)} encoders "
                 f"({', '.join(sorted(self.encoders_seen))}). Vectors from different encoders are not comparable: "
@@ -114,14 +148,16 @@ class ModelIndex:
     # ------------------------------------------------------------------- lifecycle
     @classmethod
     def open(cls, source: "Store | str | Path", *, rebuild: bool = False,
-             store: "Callable[[], Store] | None" = None) -> "ModelIndex":
-        """The index for the models table as it is now: the saved one if provably current (no LanceDB
-        opened), else checked against the table and rebuilt (and saved) when stale. `source` is a
-        store or a home directory; `store` opens the store lazily when a home is given."""
+             store: "Callable[[], Store] | None" = None, by: str = "locus") -> "ModelIndex":
+        """The index of one vector kind (`by`) for the models table as it is now: the saved one if
+        provably current (no LanceDB opened), else checked against the table and rebuilt (and saved)
+        when stale. `source` is a store or a home directory; `store` opens the store lazily when a home
+        is given."""
+        _check_kind(by)
         from_home = not hasattr(source, "read")  # a home (str, Path or ObjectPath), not a Store
         home = as_path(source) if from_home else source.home
         if not rebuild:
-            saved = cls._load_current(home)
+            saved = cls._load_current(home, by)
             if saved is not None:
                 return saved.refuse_mixed()
         if from_home:
@@ -133,52 +169,63 @@ class ModelIndex:
                 opened = Store(home, create=False)
         else:
             opened = source
-        return cls._from_store(opened, rebuild=rebuild).refuse_mixed()
+        return cls._from_store(opened, rebuild=rebuild, by=by).refuse_mixed()
 
     @classmethod
-    def _load_current(cls, home: Path) -> "ModelIndex | None":
+    def _load_current(cls, home: Path, by: str = "locus") -> "ModelIndex | None":
         if transaction_open(home):
             return None
         try:
-            current = json.loads((home / _INDEX_DIR / _CURRENT).read_text())
+            current = json.loads((home / _INDEX_DIR / _current_file(by)).read_text())
         except (OSError, ValueError):
             return None
         token = generation(home)
         if token is None or current.get("generation") != token or current.get("format") != _FORMAT:
             return None
-        loaded = VectorIndex.load(home / _INDEX_DIR, current["encoder_id"])
+        loaded = VectorIndex.load(home / _INDEX_DIR, _file_id(by, current["encoder_id"]))
         if loaded is None:
             return None
         index, meta = loaded
         if meta.get("generation") != token or "rows" not in meta:
             return None
-        return cls(home, index.encoder_id, meta["rows"], set(meta["encoders_seen"]), index)
+        return cls(home, current["encoder_id"], meta["rows"], set(meta["encoders_seen"]), index, by)
 
     @classmethod
-    def _from_store(cls, store: "Store", *, rebuild: bool) -> "ModelIndex":
+    def _from_store(cls, store: "Store", *, rebuild: bool, by: str = "locus") -> "ModelIndex":
         from indexing.store import MODELS
 
+        column, made_by = _check_kind(by)
         home = store.home
         token = generation(home)
         rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
-        embedded = sorted(n for n, r in rows.items() if r.get("vector") is not None)
-        encoders = {rows[n]["encoder_id"] for n in embedded}
-        encoder_id = next(iter(encoders)) if len(encoders) == 1 else (store.config.get("active_encoder") or "none")
-        chosen = [n for n in embedded if rows[n]["encoder_id"] == encoder_id]
-        vectors = (np.array([rows[n]["vector"] for n in chosen], dtype=np.float32) if chosen
+        embedded = sorted(n for n, r in rows.items() if r.get(column) is not None)
+        encoders = {rows[n][made_by] for n in embedded}
+        if len(encoders) == 1:
+            encoder_id = next(iter(encoders))
+        elif by == "locus":
+            encoder_id = store.config.get("active_encoder") or "none"
+        else:  # the item table most models carry (after a refit: all of them), ties by id
+            counts: dict[str, int] = {}
+            for n in embedded:
+                counts[rows[n][made_by]] = counts.get(rows[n][made_by], 0) + 1
+            encoder_id = min(counts, key=lambda t: (-counts[t], t)) if counts else "none"
+        chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
+        vectors = (np.array([rows[n][column] for n in chosen], dtype=np.float32) if chosen
                    else np.zeros((0, 0), dtype=np.float32))
         version = store.versions().get(MODELS, 0)
         directory = home / _INDEX_DIR
-        loaded = None if rebuild else VectorIndex.load(directory, encoder_id)
+        loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
         index, saved_token = None, None
         if loaded is not None:
             candidate, meta = loaded
             if candidate.table_version == version and candidate.names == chosen and "rows" in meta:
                 index, saved_token = candidate, meta.get("generation")
         if index is None:
-            index = VectorIndex.build(encoder_id, chosen, vectors, table_version=version)
-        snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index)
-        if chosen and token is not None and saved_token != token and not transaction_open(home):
+            index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version)
+        snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index, by)
+        # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
+        # without opening LanceDB on every search
+        if (chosen or by != "locus") and token is not None and saved_token != token and not transaction_open(home):
             snapshot._save(token)
         return snapshot
 
@@ -188,7 +235,7 @@ class ModelIndex:
         directory = self.home / _INDEX_DIR
         meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows": self.rows}
         self._index.save(directory, meta)
-        write_text_atomic(directory / _CURRENT,
+        write_text_atomic(directory / _current_file(self.by),
                           json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}),
                           fsync=False)  # a cache: lost, the next open rebuilds it
 
@@ -198,11 +245,12 @@ class ModelIndex:
         from indexing.store import MODELS
 
         problems = []
+        column, made_by = VECTOR_KINDS[self.by]
         rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
-        names = sorted(n for n, r in rows.items() if r.get("vector") is not None)
+        names = sorted(n for n, r in rows.items() if r.get(column) is not None and r.get(made_by) == self.encoder_id)
         if self.names != names:
-            problems.append("index names differ from the embedded models in the table")
+            problems.append(f"{self.by} index names differ from the models with that vector in the table")
         for i, name in enumerate(self.names):
-            if name not in rows or not np.allclose(self.vectors[i], rows[name]["vector"]):
+            if name not in rows or not np.allclose(self.vectors[i], rows[name][column]):
                 problems.append(f"index vector of {name!r} differs from the table")
         return problems

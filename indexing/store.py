@@ -3,7 +3,8 @@
 Tables
   queries            query_id, text, task, text_hash
   evaluations        model, query_id, score, source, time
-  models             name, typed metadata, extra (JSON), added
+  models             name, typed metadata, extra (JSON), added, and two vectors: `vector` (LOCUS, tagged
+                     `encoder_id`) and `fingerprint` (behaviour, whitened, tagged `table_id`)
   qvec__<encoder>    text_hash, vector      one table per query encoder: the encoding cache
 
 Writes go through `Store.transaction()`: one writer at a time (a file lock), and a journal of every
@@ -43,7 +44,8 @@ VERSIONS = "model_versions"
 _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
 _LOCK = LOCK_FILE = ".lock"
-STORE_FORMAT = 1
+# 2: the models table and its history carry `fingerprint` + `table_id` (registry.migrations upgrades 1 -> 2).
+STORE_FORMAT = 2
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
@@ -87,6 +89,12 @@ MODEL_SCHEMA = pa.schema(
         pa.field("n_evals", pa.int32()),
         pa.field("embedded_at", pa.timestamp("us", tz="UTC")),
         pa.field("version", pa.int32()),  # 1 on add, +1 on every refine or replace
+        # The behaviour fingerprint in its identity form (theta whitened by the item table's probe rows):
+        # Euclidean distance between two of them is the RMS logit difference over the probe queries, so an
+        # L2 index over this column answers "who behaves like this model" exactly. Null without an item
+        # table or without enough evaluations (registry.fingerprint_store.MIN_FINGERPRINT_EVALS).
+        pa.field("fingerprint", pa.list_(pa.float32())),
+        pa.field("table_id", pa.string()),  # the item table that made `fingerprint`
     ]
 )
 # Every version of every model, append-only: what `registry history` lists and `restore` reads.
@@ -100,6 +108,8 @@ VERSION_SCHEMA = pa.schema(
         pa.field("encoder_id", pa.string()),
         pa.field("n_evals", pa.int32()),
         pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("fingerprint", pa.list_(pa.float32())),
+        pa.field("table_id", pa.string()),
     ]
 )
 
@@ -192,6 +202,25 @@ class Store:
             return result
 
     @property
+    def format(self) -> int:
+        """The store format of this home (1 when config.json predates the field)."""
+        try:
+            return int(self.config.get("format", 1))
+        except (OSError, ValueError):
+            return STORE_FORMAT
+
+    def check_format(self) -> None:
+        """Refuse to write a home of another store format: an older one is upgraded by
+        `registry migrate` (reads keep working on it meanwhile); a newer one needs newer software."""
+        found = self.format
+        if found < STORE_FORMAT:
+            raise RegistryError(f"registry home {self.home} has store format {found}; this version writes format "
+                                f"{STORE_FORMAT}: run `registry migrate` (reads work meanwhile; nothing was written)")
+        if found > STORE_FORMAT:
+            raise RegistryError(f"registry home {self.home} has store format {found}, newer than this version's "
+                                f"{STORE_FORMAT}: upgrade locus-registry to write to it")
+
+    @property
     def query_encoder(self) -> str:
         return self.config.get("query_encoder", DEFAULT_QUERY_ENCODER)
 
@@ -249,6 +278,17 @@ class Store:
         if columns is None:
             return table.to_arrow()
         return table.search().select(columns).limit(None).to_arrow()
+
+    def read_where(self, name: str, columns: list[str], where: str) -> pa.Table:
+        """The rows of a table matching a SQL filter (built by the caller from validated values only),
+        read directly from Lance when nothing here needed LanceDB yet (see `_direct`); empty with the
+        right schema when the table does not exist."""
+        direct = self._direct(name)
+        if direct is not None and direct is not _ABSENT:
+            return direct.to_table(columns=columns, filter=where)
+        if direct is _ABSENT or not self.has_table(name):
+            return self.read(name, columns)
+        return self._db.open_table(name).search().where(where).select(columns).limit(None).to_arrow()
 
     def count(self, name: str) -> int:
         direct = self._direct(name)
@@ -322,11 +362,14 @@ class Store:
 
     # ----------------------------------------------------------- transactions
     @contextmanager
-    def transaction(self) -> Iterator["Store"]:
-        """All writes inside land together or not at all (see module docstring)."""
+    def transaction(self, *, migrating: bool = False) -> Iterator["Store"]:
+        """All writes inside land together or not at all (see module docstring). A home of another
+        store format is refused (`check_format`), except by the migration that upgrades it."""
         if self._in_transaction:
             yield self
             return
+        if not migrating:
+            self.check_format()
         with self._writer_lock():
             self._recover()
             journal = {"versions": self.versions(), "started": now_utc().isoformat(), "pid": os.getpid()}

@@ -22,6 +22,7 @@ from registry.results import (
     Comparison,
     EmbedReport,
     FingerprintReport,
+    MigrationReport,
     EvaluationReport,
     HomeInfo,
     ImportReport,
@@ -212,10 +213,18 @@ class Registry:
                              models=self.select_models(models, field="models"), evals_per_model=evals_per_model,
                              seed=seed, config=config, progress=progress)
 
+    def migrate(self) -> MigrationReport:
+        """Upgrade the home to this version's store format in place (`registry.migrations`); a
+        `MigrationReport` (empty `applied` when it was current)."""
+        from registry.migrations import migrate
+
+        return migrate(self.store)
+
     def fit_fingerprints(self) -> FingerprintReport:
         """Fit the item table of the active encoder on the current pool (its test queries left out), for
-        behaviour fingerprints (`similar(..., by="behaviour")`); `train` does this itself, so this is for
-        an encoder trained before item tables, or after the pool has grown."""
+        behaviour fingerprints, and rewrites every model's fingerprint column with it in one transaction
+        (`similar(..., by="fingerprint")` reads it); `train` does this itself, so this is for an encoder
+        trained before item tables, or after the pool has grown."""
         import time
 
         from registry.fingerprints import fit_item_table
@@ -312,18 +321,19 @@ class Registry:
         keep = set(matching(where, records))
         return [r for r in records if r.name in keep]
 
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None,
-                by: str = "embedding") -> SearchResult:
+    def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
+                by: str | None = None) -> SearchResult:
         """The k nearest models to a model (itself excluded) or to a vector, nearest first. A current
-        saved index answers without opening the store. by="behaviour": the embedding's nearest
-        candidates re-ranked by agreement with the model on shared queries (a copy comes first)."""
-        from registry.search import similar
+        saved index answers without opening the store. by: "fingerprint" (behaviour fingerprint index,
+        the default for a model that has one; its nearest re-ranked by agreement on shared queries) or
+        "locus" (the LOCUS embedding; the default for a vector); "embedding"/"behaviour" are accepted
+        as the old names. The result's `by` says which vector answered."""
+        from registry.search import search_result
 
         source = self._store if self._store is not None else self._home
         name_or_vector = self.resolve(name_or_vector)
-        hits = similar(source, name_or_vector, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
-        return SearchResult(query=name_or_vector if isinstance(name_or_vector, str) else None, metric=metric,
-                            where=where, by=by, neighbours=hits)
+        return search_result(source, name_or_vector, k=k, metric=metric, where=where, by=by,
+                             open_store=lambda: self.store)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""
@@ -332,13 +342,15 @@ class Registry:
         return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-              max_noise: float = 0.12) -> AuditReport:
+              max_noise: float = 0.12, by: str | None = None) -> AuditReport:
         """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
         in the index, judged on their evaluations against the pool's own distinct pairs (see
-        `registry.audit`). Returns a typed `AuditReport`."""
+        `registry.audit`). by: the index proposing candidates, "locus", "fingerprint" or None (both).
+        Returns a typed `AuditReport`."""
         from registry.audit import audit
 
-        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
+                     by=by)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -362,34 +374,36 @@ class Registry:
                          include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3) -> RouteDecision | list[RouteDecision]:
-        """Rank models by predicted P(correct) for a query text (one decision) or a list of texts (a
-        list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
-        model's nearest available neighbours (appendix E.2)."""
+              fallback: int = 3, by: str | None = None) -> RouteDecision | list[RouteDecision]:
+        """Rank models by predicted P(correct) (LOCUS) for a query text (one decision) or a list of texts
+        (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
+        model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
+        one) or locus."""
         from registry.routing import route
 
         exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
-        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback)
+        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
-                 k: int | None = None) -> ClustersResult:
+                 k: int | None = None, by: str | None = None) -> ClustersResult:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
         the number of clusters by silhouette unless `k` is given."""
         from registry.clusters import clusters
 
-        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k)
+        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by)
 
-    def map(self, plot, *, color_by: str | None = None, where: str | None = None) -> MapResult:  # noqa: A003
+    def map(self, plot, *, color_by: str | None = None, where: str | None = None,  # noqa: A003
+            by: str | None = None) -> MapResult:
         """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
         from registry.embedding_map import embedding_map
 
-        return embedding_map(self.store, plot, color_by=color_by, where=where)
+        return embedding_map(self.store, plot, color_by=color_by, where=where, by=by)
 
-    def compare(self, a: str, b: str) -> Comparison:
+    def compare(self, a: str, b: str, *, by: str | None = None) -> Comparison:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
         from registry.compare import compare
 
-        return compare(self.store, self.resolve(a), self.resolve(b))
+        return compare(self.store, self.resolve(a), self.resolve(b), by=by)
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""

@@ -95,9 +95,11 @@ def _rows_for(cal: Calibration, models, qids, scores, name: str) -> tuple[np.nda
 
 # ---------------------------------------------------------------- the audit
 def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-          max_noise: float = 0.12) -> AuditReport:
+          max_noise: float = 0.12, by: str | None = None) -> AuditReport:
+    """by: which index proposes the candidate pairs: "locus", "fingerprint", or None for both (a
+    copy is found by whichever sees it; the evidence then decides)."""
     from indexing.vector_index import METRICS
-    from registry.search import embedding_distance, fingerprint_neighbours, index_fingerprints, open_index
+    from registry.search import canonical_by, embedding_distance, open_index
 
     started = time.perf_counter()
     if metric not in METRICS:
@@ -122,7 +124,8 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
 
     # 1. candidates: each audited model's k nearest neighbours by embedding and by fingerprint, one
     # undirected pair each: (embedding distance, rank, proposed by)
-    prints = index_fingerprints(store, models)  # None when the encoder has no item table
+    by = canonical_by(by)
+    prints = open_index(store, by="fingerprint").index if by in (None, "fingerprint") else None
     position = {n: i for i, n in enumerate(names)}
 
     def candidates(rows, directed: bool) -> dict[tuple[str, str], tuple[float, int, str]]:
@@ -137,7 +140,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                 pairs[key] = (embedding_distance(models, names[i], names[j], metric) if dist is None else float(dist), rank, by)
 
         for i in rows:
-            hits = models.index.search(models.index.vectors[i], k + 1, metric=metric)
+            hits = models.index.search(models.index.vectors[i], k + 1, metric=metric) if by != "fingerprint" else []
             rank = 0
             for j, dist in hits:
                 if j == i:
@@ -146,8 +149,10 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
                 if rank > k:
                     break
                 propose(i, j, dist, rank, "embedding")
-            for rank, other in enumerate(fingerprint_neighbours(prints, models, names[i], k), start=1):
-                propose(i, position[other], None, rank, "fingerprint")
+            if prints is not None and names[i] in prints.names:
+                near = [n for n, _ in prints.neighbours(names[i], k, metric="euclidean")]
+                for rank, other in enumerate([n for n in near if n in position], start=1):
+                    propose(i, position[other], None, rank, "fingerprint")
         return pairs
 
     pairs = candidates(range(len(names)) if model is None else [names.index(model)], directed=model is not None)
@@ -190,7 +195,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     out["untested"].sort(key=lambda p: p.distance)
     generation = _generation(store.home)
     return AuditReport(
-        models=len(names), model=model, metric=metric, k=k, by_fingerprint=prints is not None, alpha=alpha,
+        models=len(names), model=model, metric=metric, k=k, by_fingerprint=bool(prints is not None and prints.names), alpha=alpha,
         max_noise=max_noise,
         candidates=len(pairs), flag_level_p=level, **out,
         calibration=AuditCalibration(

@@ -81,6 +81,7 @@ class MapView(_Result):
     """The map's points, as `registry map` lays them out, without drawing them."""
 
     n_models: int
+    by: str = Field("locus", description="the vector mapped: locus or fingerprint")
     projection: str
     explained_variance: dict[str, float]
     distance_correlation: float | None
@@ -248,14 +249,15 @@ def model_row(data: TableData, name: str) -> ModelRow:
     return data.rows[name].row()
 
 
-def map_view(store: "Store", *, color_by: str | None = None, where: str | None = None) -> MapView:
+def map_view(store: "Store", *, color_by: str | None = None, where: str | None = None,
+             by: str | None = None) -> MapView:
     """The points `registry map` draws (same projection, same colour values), as data."""
     from registry.embedding_map import map_layout
 
-    layout = map_layout(store, color_by=color_by, where=where)
+    layout = map_layout(store, color_by=color_by, where=where, by=by)
     values = layout["values"] or [None] * len(layout["names"])
     return MapView(
-        n_models=len(layout["names"]), projection=layout["projection"], explained_variance=layout["explained"],
+        n_models=len(layout["names"]), by=layout["by"], projection=layout["projection"], explained_variance=layout["explained"],
         distance_correlation=layout["fidelity"], color_by=color_by, fields=layout["fields"],
         points=[MapPointView(name=n, x=float(x), y=float(y), value=v)
                 for n, (x, y), v in zip(layout["names"], layout["coords"], values)])

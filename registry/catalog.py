@@ -17,6 +17,7 @@ from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.embedding import DEFAULT_MAX_EMBED_EVALS
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.fingerprint_store import fingerprint_columns, load_item_table
 from registry.importers._common import ImportBatch, query_id_for_text, text_hash
 from registry.ingest import ImportReport, ingest, model_row
 from registry.limits import check_model_name
@@ -227,6 +228,7 @@ def _land(store, active, batch, record, *, event, replace, replace_evaluations, 
         row = model_row(record, existing["added"] if existing else now_utc())
         row.update(vector=z.tolist(), encoder_id=active.encoder_id, n_evals=n_evals, embedded_at=now_utc(),
                    version=version)
+        row.update(fingerprint_columns(store, load_item_table(store, active.encoder_id), [record.name])[record.name])
         write_model(store, row, event)
     return ModelChange(name=record.name, version=version, event=event, encoder_id=active.encoder_id,
                        n_evals=n_evals, new_evaluations=report.new_evaluations, encoded_texts=encoded,
@@ -282,5 +284,10 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         row = model_row(record, current["added"] if current else chosen["time"])
         row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
                    embedded_at=chosen["time"], version=next_versions(store, [name])[name])
+        # the version's fingerprint when the item table that made it is still the current one; else
+        # none (a fingerprint of another table is never compared with this table's)
+        table = load_item_table(store)
+        same = table is not None and chosen.get("table_id") == table.table_id
+        row.update(fingerprint=chosen.get("fingerprint") if same else None, table_id=table.table_id if same else None)
         write_model(store, row, "restore")
     return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])

@@ -137,32 +137,37 @@ class RegistryClient:
     def history(self, name: str) -> ModelHistory:
         return ModelHistory.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/history"))
 
-    def similar(self, name_or_vector, k: int = 5, *, metric: str = "cosine", where: str | None = None,
-                by: str = "embedding") -> SearchResult:
+    def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
+                by: str | None = None) -> SearchResult:
         if isinstance(name_or_vector, str):
-            params = {"name": name_or_vector, "k": k, "metric": metric, "by": by}
-            if where is not None:
-                params["where"] = where
+            params = {"name": name_or_vector, "k": k}
+            for key, value in (("metric", metric), ("by", by), ("where", where)):
+                if value is not None:
+                    params[key] = value
             return SearchResult.model_validate(self._call("GET", "/v1/similar", params=params))
-        if by != "embedding":
-            raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
+        if by not in (None, "locus", "embedding"):
+            raise InputError("a vector is searched in the LOCUS index (by='locus')", field="by")
         vector = [float(x) for x in name_or_vector]
         return SearchResult.model_validate(self._call("POST", "/v1/similar", json={
-            "vector": vector, "k": k, "metric": metric, "where": where}))
+            "vector": vector, "k": k, "metric": metric or "cosine", "where": where}))
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3) -> RouteDecision | list[RouteDecision]:
+              fallback: int = 3, by: str | None = None) -> RouteDecision | list[RouteDecision]:
         single = isinstance(queries, str)
         body = {"k": k, "exclude": [exclude] if isinstance(exclude, str) else list(exclude), "where": where,
                 "fallback": fallback, **({"query": queries} if single else {"queries": list(queries)})}
+        if by is not None:
+            body["by"] = by
         decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
         return decisions[0] if single else decisions
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-              max_noise: float = 0.12) -> AuditReport:
+              max_noise: float = 0.12, by: str | None = None) -> AuditReport:
         params = {"metric": metric, "k": k, "alpha": alpha, "max_noise": max_noise}
         if model is not None:
             params["model"] = model
+        if by is not None:
+            params["by"] = by
         return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

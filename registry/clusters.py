@@ -209,17 +209,21 @@ def family_agreement(z: np.ndarray, labels: np.ndarray, families: list[str | Non
 
 # --------------------------------------------------------------------------- the registry part
 def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: str = "average",
-             k: int | None = None) -> "ClustersResult":
-    """Hierarchical clusters of the embedded models (see the module docstring for the rules)."""
+             k: int | None = None, by: str | None = None) -> "ClustersResult":
+    """Hierarchical clusters of the models (see the module docstring for the rules), on `by`: the
+    behaviour fingerprint (Euclidean: the identity distance; the default when the home has them) or
+    the LOCUS embedding (cosine)."""
     from registry.results import ClustersResult
-    from registry.search import embedded_subset
+    from registry.search import embedded_subset, likeness_kind, pairwise_distances
 
     if linkage not in LINKAGES:
         raise InputError(f"linkage must be one of {', '.join(LINKAGES)}, not {linkage!r}", field="linkage")
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
-    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering")
-    d = cosine_distances(z)
+    by = likeness_kind(store, by)
+    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by)
+    d = cosine_distances(z) if by == "locus" else pairwise_distances(z, by)
+    metric = "cosine" if by == "locus" else "euclidean"
     tree = cluster_distances(d, linkage=linkage, k=k)
     labels = tree["labels"]
     families = [records[n].family for n in names]
@@ -234,11 +238,13 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
                        "mean_distance_cosine": float(within.mean()) if len(within) else 0.0,
                        "families": dict(fams.most_common())})
     heights = "cosine distance" if linkage != "ward" else "Euclidean distance of unit vectors, sqrt(2 * cosine)"
+    if by == "fingerprint":
+        heights = "fingerprint identity distance (RMS logit difference over the probe queries)"
     result: dict[str, Any] = {
-        "n_models": len(names), "metric": "cosine", "linkage": linkage, "heights": heights,
+        "n_models": len(names), "by": by, "metric": metric, "linkage": linkage, "heights": heights,
         "k": tree["k"],
         "k_rule": ("given" if k is not None else
-                   f"highest mean silhouette over k = 2..{min(len(names) - 1, MAX_K)} (cosine distances)"),
+                   f"highest mean silhouette over k = 2..{min(len(names) - 1, MAX_K)} ({metric} distances)"),
         "silhouette": tree["silhouette"],
         "structure": _structure(tree["silhouette"]) if tree["silhouette"] is not None else "undefined",
         "silhouette_by_k": {str(kk): v for kk, v in tree["silhouette_by_k"].items()},

@@ -134,18 +134,22 @@ def _task_row(task, sa: dict[str, float], sb: dict[str, float]) -> dict[str, Any
     return row
 
 
-def compare(store: "Store", a: str, b: str) -> "Comparison":
+def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Comparison":
     """How two models differ: embedding distance and neighbour ranks, and per task their measured
     accuracies with the test behind each difference (largest difference first), plus predicted ones."""
     from registry.results import Comparison
-    from registry.search import open_embedded
+    from registry.search import likeness_kind, open_embedded, open_index, pairwise_distances
 
     models = open_embedded(store)
     za, zb = models.vector(a), models.vector(b)  # not-found errors name the closest models
     if a == b:
         raise InputError(f"compare needs two different models (both are {a!r})", field="b")
-    names = models.index.names
-    d = cosine_distances(models.index.vectors)
+    # the distance and the neighbour ranks in the likeness vector (the fingerprint when both have one)
+    by = likeness_kind(store, by, (a, b))
+    likeness = models if by == "locus" else open_index(store, by=by)
+    likeness.vector(a), likeness.vector(b)  # a model without that vector: an error saying so
+    names = likeness.index.names
+    d = cosine_distances(likeness.index.vectors) if by == "locus" else pairwise_distances(likeness.index.vectors, by)
     ia, ib = names.index(a), names.index(b)
 
     def rank(i: int, j: int) -> int:
@@ -181,7 +185,7 @@ def compare(store: "Store", a: str, b: str) -> "Comparison":
                  "only_b": int((~ca & cb).sum()), "both_wrong": int((~ca & ~cb).sum())}
     cosine = float(1.0 - za @ zb / (np.linalg.norm(za) * np.linalg.norm(zb)))  # as `registry search` has it
     return Comparison.model_validate({
-            "a": a, "b": b, "distance_cosine": cosine,
+            "a": a, "b": b, "by": by, "distance": float(d[ia, ib]), "distance_cosine": cosine,
             "rank_of_b_among_a_neighbours": rank(ia, ib), "rank_of_a_among_b_neighbours": rank(ib, ia),
             "n_neighbours": len(names) - 1, "overall": overall, "tasks": rows, "agreement": agreement,
             "test": ("paired on shared queries (McNemar for 0/1 scores) where a task has 10+ of them, else the "

@@ -81,6 +81,7 @@ def train_encoder(
     from encoder.training import TrainConfig, TrainingError, collapse_warnings, embedding_spread, train_locus
 
     config = config or TrainConfig()
+    store.check_format()  # before the minutes of training, not after them
     data = load_eval_data(store, query_encoder, models=models)
     split = split_queries(data.n_queries, seed=seed)
     train_evals = sample_per_model(data, split.train, n_per_model=evals_per_model, seed=seed)
@@ -132,6 +133,9 @@ def train_encoder(
     else:
         staging.rename(final)
     store.update_config(active_encoder=encoder_id)
+    from registry.fingerprint_store import load_item_table, rewrite_fingerprints
+
+    rewrite_fingerprints(store, load_item_table(store, encoder_id))  # its new item table reads every model afresh
     return TrainReport(
         encoder_id=encoder_id, models=data.models, n_train_queries=int(len(split.train)),
         n_val_queries=int(len(split.val)), evals_per_model=evals_per_model, best_epoch=int(result.best_epoch),
@@ -186,12 +190,14 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
 
 def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: np.ndarray,
                      n_evals: list[int], *, expect_versions: dict[str, int] | None = None) -> EmbedReport:
-    """Write one vector per named model (rows of `vectors`, (M, d)) to the models table and a version
-    row each, in one transaction: the generation token changes with it, so the saved FAISS index is
+    """Write one vector per named model (rows of `vectors`, (M, d)) and its fingerprint (the item table
+    beside `encoder_id`, `registry.fingerprint_store`) to the models table and a version row each, in one
+    transaction: the generation token changes with it, so the saved FAISS index is
     rebuilt. Every engine (single process, Ray) writes through here. Names no longer in the models
     table, and non-finite vectors, are skipped. `expect_versions` (table -> version the vectors were
     computed from) refuses the write when another writer changed one of those tables meanwhile."""
     from indexing.store import VERSION_SCHEMA, VERSIONS
+    from registry.fingerprint_store import fingerprint_columns, load_item_table
     from registry.rows import version_row
 
     now = now_utc()
@@ -211,6 +217,10 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
             row.update(vector=np.asarray(z, dtype=np.float32).tolist(), encoder_id=encoder_id, n_evals=int(n),
                        embedded_at=now)
             updated.append(row)
+        # both vectors in the same transaction: the fingerprint from the evaluations as they are now
+        prints = fingerprint_columns(store, load_item_table(store, encoder_id), [r["name"] for r in updated])
+        for row in updated:
+            row.update(prints[row["name"]])
         if updated:
             store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
                 pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))

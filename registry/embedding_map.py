@@ -43,11 +43,12 @@ def available_fields(records: list[ModelRecord]) -> list[str]:
     return present + extra
 
 
-def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+def pca_2d(z: np.ndarray, *, normalise: bool = True) -> tuple[np.ndarray, dict[str, float]]:
     """(n, 2) coordinates: PCA of the L2-normalised rows (= classical MDS of chord distances), signs
     fixed so that each axis's largest-magnitude coordinate is positive."""
     u = np.asarray(z, dtype=np.float64)
-    u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+    if normalise:
+        u = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
     centred = u - u.mean(0)
     _, s, vt = np.linalg.svd(centred, full_matrices=False)
     coords = centred @ vt[:2].T
@@ -63,16 +64,18 @@ def pca_2d(z: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
     return coords, {"x": float(share[0]), "y": float(share[1]), "total": float(share[0] + share[1])}
 
 
-def map_layout(store: "Store", *, color_by: str | None = None, where: str | None = None) -> dict[str, Any]:
+def map_layout(store: "Store", *, color_by: str | None = None, where: str | None = None,
+               by: str | None = None) -> dict[str, Any]:
     """The map without its drawing: names, (n, 2) coordinates, the colour field's values (None when
     not coloured), the fields there are, the variance each axis keeps and the distance correlation.
     `registry map` draws it; the web UI's map (/v1/map) serves it."""
     from scipy.spatial.distance import pdist
     from scipy.stats import pearsonr
 
-    from registry.search import embedded_subset
+    from registry.search import embedded_subset, likeness_kind
 
-    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map")
+    by = likeness_kind(store, by)
+    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map", by=by)
     recs = [records[n] for n in names]
     fields = available_fields(recs)
     values = None
@@ -82,31 +85,34 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
             raise InputError(f"no model has a value for {color_by!r}; fields present on {scope}: "
                              f"{', '.join(fields) or '(none)'}", field="color_by")
         values = _field_values(recs, color_by)
-    coords, explained = pca_2d(z)
-    unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    # fingerprints: PCA of the raw identity vectors (their Euclidean distance is the one that means something)
+    coords, explained = pca_2d(z, normalise=by == "locus")
+    unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) if by == "locus" else z
     chord, flat = pdist(unit.astype(np.float64)), pdist(coords)
     fidelity = float(pearsonr(chord, flat)[0]) if len(chord) > 2 and np.ptp(chord) > 0 and np.ptp(flat) > 0 else None
     return {"names": names, "coords": coords, "values": values, "fields": fields, "explained": explained,
-            "fidelity": fidelity, "projection": PROJECTION}
+            "fidelity": fidelity, "by": by,
+            "projection": PROJECTION if by == "locus" else "PCA of the behaviour fingerprints (identity vectors)"}
 
 
 PROJECTION = "PCA of L2-normalised embeddings (= classical MDS of chord distances sqrt(2 * cosine distance))"
 
 
-def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None) -> "MapResult":
+def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None,
+                  by: str | None = None) -> "MapResult":
     """A labelled 2-D map of the embeddings (PCA of unit vectors), coloured by a metadata field."""
     if plot is None:
         raise InputError("the map needs a file to draw to (plot=FILE.png)", field="plot")
     from registry.results import MapResult
 
-    layout = map_layout(store, color_by=color_by, where=where)
+    layout = map_layout(store, color_by=color_by, where=where, by=by)
     names, coords, explained = layout["names"], layout["coords"], layout["explained"]
     from registry.plots import plot_path, scatter_map
 
     path = plot_path(plot)
     colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where)
     return MapResult.model_validate({
-        "plot": str(path), "n_models": len(names), "projection": layout["projection"],
+        "plot": str(path), "n_models": len(names), "by": layout["by"], "projection": layout["projection"],
         "explained_variance": explained, "distance_correlation": layout["fidelity"], "color_by": color_by,
         "colouring": colouring,
         "coordinates": [{"name": n, "x": float(x), "y": float(y)} for n, (x, y) in zip(names, coords)]})

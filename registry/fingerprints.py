@@ -3,9 +3,12 @@
 `registry train` fits the table (encoder.fingerprint) on the same queries the encoder trained and
 validated on, never on its test queries, and writes it into the encoder's directory
 (item_table.safetensors + item_table.json). `fit_item_table` fits one for an encoder that predates it.
-Fingerprints are computed from the stored evaluations when asked (a solve of r + 1 numbers per model)
-and kept in `<home>/fingerprints/<table id>.safetensors` (+ .json naming each row's model and
-version), so a later call computes only the models added, refined or restored since.
+Every model's fingerprint lives in the models table (`registry.fingerprint_store`, store format 2),
+written with its LOCUS vector, and the product (search, audit, clusters, route fallbacks) reads it there
+through its FAISS index. `pool_fingerprints` is for analyses that need the raw thetas and task coverage
+of the whole pool: it solves them from the stored evaluations and keeps them in
+`<home>/fingerprints/<table id>.safetensors` (+ .json naming each row's model and version), so a later
+call computes only the models added, refined or restored since. `fit_item_table` rewrites the column.
 """
 from __future__ import annotations
 
@@ -14,14 +17,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from encoder.fingerprint import ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS, FingerprintConfig, ItemTable, fit_on_data, save_item_table
+from encoder.fingerprint import FingerprintConfig, ItemTable, fit_on_data, save_item_table
 from indexing.store import Store
 from registry.embedding import active_encoder
-from registry.errors import RegistryError
+from registry.fingerprint_store import _cache, compute as _compute, load_item_table, rewrite_fingerprints
 
 __all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_fingerprints"]
 
-_cache: dict[tuple[str, float], ItemTable] = {}
 
 
 def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> ItemTable:
@@ -39,29 +41,7 @@ def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> 
         _cache.pop(key)
     for key in [k for k in _pool_cache if k[0] == str(store.home)]:
         _pool_cache.pop(key)
-    return table
-
-
-def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | None:
-    """The item table beside the active encoder (or `encoder_id`), or None when it has none (an encoder
-    trained before them). Reads two files; loads no encoder weights."""
-    encoder_id = encoder_id or store.config.get("active_encoder")
-    if not encoder_id:
-        return None
-    directory = store.home / "encoders" / encoder_id
-    config_file = directory / ITEM_TABLE_CONFIG
-    if not config_file.is_file():
-        return None
-    # keyed by the file's mtime: a table refitted by another process (the CLI beside the service) is reread
-    stat = config_file.stat()
-    key = (str(directory), getattr(stat, "st_mtime_ns", None) or stat.st_mtime)
-    if key in _cache:
-        return _cache[key]
-    try:
-        table = ItemTable.from_files((directory / ITEM_TABLE_WEIGHTS).read_bytes(), config_file.read_text("utf-8"))
-    except (ValueError, KeyError, OSError) as err:
-        raise RegistryError(f"{config_file}: {err}") from err
-    _cache[key] = table
+    rewrite_fingerprints(store, table)  # a new table: every model's fingerprint column, in one transaction
     return table
 
 
@@ -112,54 +92,6 @@ def _read_cache(weights, index) -> dict[str, tuple[int, np.ndarray, np.ndarray]]
                 for i, (n, v) in enumerate(zip(meta["names"], meta["versions"]))}
     except (OSError, ValueError, KeyError, IndexError, SafetensorError):
         return {}  # a damaged cache is rebuilt, never trusted
-
-
-def _compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
-    """name -> (theta, coverage) from the stored evaluations of these models."""
-    if not names:
-        return {}
-    from indexing.store import QUERIES
-    from registry.dataset import load_query_vectors
-    from registry.rows import read_evaluations
-
-    wanted = set(names)
-    # a long IN list is slower than one scan of the table
-    models, qids, scores = read_evaluations(store, names if len(names) <= 500 else None)
-    if len(names) > 500:
-        keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
-        models, qids, scores = models[keep], qids[keep], scores[keep]
-    ids = sorted(set(qids.tolist()))
-    unknown = [q for q in ids if q not in table._row]
-    vectors = np.zeros((len(ids), 1), np.float32)
-    placeable = set(ids) - set(unknown)
-    if unknown:  # queries the table has not seen are placed by their vectors
-        qv = load_query_vectors(store, store.query_encoder)
-        pos = {q: i for i, q in enumerate(qv.query_ids)}
-        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
-        for i, q in enumerate(ids):
-            if q in pos:
-                vectors[i] = qv.vectors[pos[q]]
-                placeable.add(q)
-    ids_kept = [q for q in ids if q in placeable]
-    id_pos = {q: i for i, q in enumerate(ids_kept)}
-    if not ids_kept:
-        return {}
-    at = {q: i for i, q in enumerate(ids)}
-    f, b = table.item_params(ids_kept, vectors[[at[q] for q in ids_kept]] if unknown else None)
-    tasks = store.read(QUERIES, ["query_id", "task"])
-    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
-    task_at = np.asarray([task_of.get(q) or "" for q in ids_kept], dtype=object)
-    usable = np.fromiter((q in id_pos for q in qids), dtype=bool, count=len(qids))
-    models, scores = models[usable], scores[usable]
-    q_all = np.fromiter((id_pos[q] for q in qids[usable]), dtype=np.int64, count=int(usable.sum()))
-    order = np.argsort(models, kind="stable")  # one pass over the rows, grouped by model
-    owners, starts = np.unique(models[order], return_index=True)
-    out = {}
-    for name, lo, hi in zip(owners, starts, [*starts[1:], len(order)]):
-        sel = order[lo:hi]
-        q = q_all[sel]
-        out[str(name)] = (table.fingerprint(f[q], b[q], scores[sel]), table.coverage([set(task_at[q].tolist())])[0])
-    return out
 
 
 def pool_fingerprints(store: Store, table: ItemTable) -> PoolFingerprints:

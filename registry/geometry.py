@@ -220,6 +220,9 @@ class FingerprintCard(BaseModel):
     # models left out of the item table's fit (k folds), fingerprinted afterwards as add-model would:
     # {"folds", "self_top1", "self_top3", "behavioural_nn", "behavioural_nn_hits"}; None when not asked
     held_out: dict[str, float] | None = None
+    # the same questions asked of the registry's index (`_index_card`): the stored fingerprint column
+    # searched by FAISS (Euclidean = identity distance); None when the store holds no fingerprints of this table
+    index: dict[str, Any] | None = None
 
 
 class GeometryCard(BaseModel):
@@ -365,6 +368,35 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
     )
 
 
+def fingerprint_view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: int = 3, seed: int = 0,
+                          purity_k: int = 3, sibling_field: str | None = "base_model",
+                          holdout_folds: int = 0) -> "FingerprintCard | None":
+    """`view_card`'s fingerprint part alone (with the index's rows), without LOCUS copies: what the
+    scorecard's part (i) regenerates when the LOCUS rows are not rerun."""
+    from encoder.data import evals_by_model
+    from registry.api import Registry
+    from registry.dataset import load_eval_data
+    from registry.embedding import active_encoder
+    from registry.heldout import held_out
+
+    records = Registry(store).list(where)
+    active = active_encoder(store)
+    names = [r.name for r in records]
+    data = load_eval_data(store, active.query_encoder, models=names)
+    own = evals_by_model(data, np.arange(len(data.scores)))
+    raw_d, _ = disagreement_matrix(data.dense())
+    held = held_out(store, models=names)
+    test_d, _ = disagreement_matrix(held.truth())
+    families = _metadata(records, "family")
+    have_sibling_field = sibling_field is not None and any(v is not None for v in _metadata(records, sibling_field))
+    datasets = _metadata(records, "dataset")
+    mixed = len({d for d in datasets if d is not None}) > 1
+    return _fingerprint_card(store, active, data, own, raw_d, held, test_d, copy_evals=copy_evals, draws=draws,
+                             seed=seed, purity_k=purity_k, families=families,
+                             siblings=_metadata(records, sibling_field) if have_sibling_field else None,
+                             datasets=datasets if mixed else None, holdout_folds=holdout_folds)
+
+
 def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_evals, draws, seed, purity_k, families,
                       siblings, datasets, holdout_folds=0) -> FingerprintCard | None:
     """`view_card`'s parts for the fingerprints, on the same copies, pairs and held-out split."""
@@ -402,7 +434,10 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
     held_sets = evals_by_model(held.data, outside)
     held_d = table.behaviour_distances(prints(held_sets, on=held.data),
                                        coverage=table.coverage(_tasks_of(held.data, held_sets)))
+    index = _index_card(store, table, data, own, raw_d, prints, families=families, copy_evals=copy_evals,
+                        draws=draws, seed=seed)
     return FingerprintCard(
+        index=index,
         table_id=table.table_id, rank=table.rank, self_top1=float(np.mean(ranks == 1)),
         self_top3=float(np.mean(ranks <= 3)), self_median_rank=float(np.median(ranks)), mutual_pairs=mutual,
         behavioural_nn=behav, behavioural_nn_hits=int(hits.sum()), family_nn=nn_shares_label(behaviour, families),
@@ -413,6 +448,49 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
         held_out=_fingerprint_held_out(table, data, own, raw_d, test=set(held.data.query_ids[i] for i in held.test_queries),
                                        folds=holdout_folds, copy_evals=copy_evals, draws=draws, seed=seed)
         if holdout_folds >= 2 else None)
+
+
+def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals, draws, seed) -> dict | None:
+    """The index's default likeness vector as the registry serves it: the `fingerprint` column of the
+    models table, searched through its FAISS index (`ModelIndex`, by="fingerprint", Euclidean). (a) a
+    copy from `copy_evals` evaluations (the same draws as above) finds its model: rank of the model
+    among the view's models in the index's answer; (b) each model's nearest in the index is among
+    its 3 least-disagreeing by raw evidence; clusters of the index's distances against family."""
+    from indexing.model_index import ModelIndex
+
+    index = ModelIndex.open(store, by="fingerprint")
+    if index.encoder_id != table.table_id:
+        return None
+    position = {n: i for i, n in enumerate(index.names)}
+    view = [m for m, n in enumerate(data.models) if n in position]
+    if len(view) < 3:
+        return None
+    allowed = np.asarray([position[data.models[m]] for m in view], dtype=np.int64)
+    ranks = []
+    for draw in range(draws):
+        rng = np.random.default_rng(seed + 1000 + draw)
+        sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
+        copies = table.identity_vectors(prints(sets))
+        for m in view:
+            hits = [index.names[r] for r, _ in index.search(copies[m], len(allowed), metric="euclidean",
+                                                             allowed=allowed)]
+            ranks.append(hits.index(data.models[m]) + 1)
+    ranks = np.asarray(ranks)
+    raw_near = nearest(raw_d, 3)
+    row_of = {n: m for m, n in enumerate(data.models)}
+    nn_hits = []
+    for m in view:
+        (other, _), = index.neighbours(data.models[m], 1, metric="euclidean", allowed=allowed)
+        j = row_of[other]
+        nn_hits.append(bool(j in raw_near[m] and np.isfinite(raw_d[m, j])))
+    z = index.vectors[allowed].astype(np.float64)
+    d = _cross_distances(z, z, "euclidean")
+    sub_raw = raw_d[np.ix_(view, view)]
+    labels = [families[m] for m in view]
+    return {"table_id": index.encoder_id, "models": len(view), "of": data.n_models,
+            "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
+            "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
+            "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
 
 
 def _tasks_of(data, per_model) -> list[set[str]]:
@@ -430,7 +508,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     fold_of = np.empty(data.n_models, np.int64)
     fold_of[rng.permutation(data.n_models)] = np.arange(data.n_models) % folds
     raw_near = nearest(raw_d, 3)
-    ranks, hits = [], []
+    ranks, hits, identity_hits = [], [], []
     for f in range(folds):
         fitted = fit_on_data(data.select_models([n for i, n in enumerate(data.models) if fold_of[i] != f]),
                              exclude=test, config=table.config)
@@ -445,6 +523,9 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         nn = nearest(behaviour)[:, 0]
         members = np.flatnonzero(fold_of == f)
         hits += [nn[i] in raw_near[i] and np.isfinite(raw_d[i, nn[i]]) for i in members]
+        # what the index would answer for them: nearest by identity distance (Euclidean on the stored form)
+        nn_id = nearest(_cross_distances(stored, stored, "euclidean"))[:, 0]
+        identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
         for draw in range(draws):
             pick = np.random.default_rng(seed + 1000 + draw)
             sets = [np.sort(pick.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
@@ -453,4 +534,5 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
             ranks += [int((d[j] <= d[j, i]).sum() - 1) + 1 for j, i in enumerate(members)]
     ranks = np.asarray(ranks)
     return {"folds": folds, "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
-            "behavioural_nn": float(np.mean(hits)), "behavioural_nn_hits": int(np.sum(hits))}
+            "behavioural_nn": float(np.mean(hits)), "behavioural_nn_hits": int(np.sum(hits)),
+            "index_behavioural_nn": float(np.mean(identity_hits)), "index_behavioural_nn_hits": int(np.sum(identity_hits))}

@@ -86,7 +86,7 @@ def model_row(record: ModelRecord, added) -> dict:
     row = record.model_dump(exclude={"extra"})
     row["extra"] = json.dumps(record.extra, sort_keys=True)
     row["added"] = added
-    row.update(vector=None, encoder_id=None, n_evals=None, embedded_at=None, version=1)
+    row.update(vector=None, encoder_id=None, n_evals=None, embedded_at=None, version=1, fingerprint=None, table_id=None)
     return row
 
 
@@ -249,7 +249,7 @@ def ingest(
         if update_models:
             table = store.table(MODELS, MODEL_SCHEMA)
             # New metadata, same embedding: a metadata change does not touch the vector.
-            embedding = ("vector", "encoder_id", "n_evals", "embedded_at", "version")
+            embedding = ("vector", "encoder_id", "n_evals", "embedded_at", "version", "fingerprint", "table_id")
             rows = [{**model_row(r, stored_models[r.name]["added"]),
                      **{k: stored_models[r.name][k] for k in embedding}} for r in update_models]
             table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(

@@ -27,6 +27,7 @@ __all__ = [
     "TaskComparison", "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse",
     "Alias",
     "AliasList",
+    "MigrationReport",
     "AuditEvidence",
     "AuditPair",
     "AuditCalibration",
@@ -203,6 +204,20 @@ class EmbedReport(Result):
     worker_seconds: float | None = Field(None, description="ray: time inside the workers' forward passes, summed over workers")
 
 
+class MigrationReport(Result):
+    """`migrate`: the store format migrations run on a home (none when it was current)."""
+
+    home: str
+    from_format: int
+    to_format: int
+    applied: list[str] = Field(default_factory=list, description="'N: what' per migration run, in order")
+    fingerprints: int | None = Field(None, description="models given a behaviour fingerprint by the format-2 "
+                                                       "migration (None: it did not run)")
+
+    def to_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
 class FingerprintReport(Result):
     """`fit-fingerprints`: the item table fitted beside the active encoder (behaviour fingerprints)."""
 
@@ -259,11 +274,13 @@ class Neighbour(Result):
     name: str
     distance: float = Field(description="in `metric`: cosine (1 - cosine similarity) or Euclidean")
     metric: Metric
+    vector: Literal["locus", "fingerprint"] = Field(
+        "locus", description="the index that answered: the LOCUS embedding or the behaviour fingerprint")
     metadata: dict[str, Any]
     agreement_kappa: float | None = Field(
-        None, description="by='behaviour' only: excess agreement with the query model on shared queries "
+        None, description="by='fingerprint' from a model only: excess agreement with the query model on shared queries "
                           "(1 - observed / expected disagreement of independent models of their per-task accuracies)")
-    shared_queries: int | None = Field(None, description="by='behaviour' only: queries both answered")
+    shared_queries: int | None = Field(None, description="by='fingerprint' from a model only: queries both answered")
     behaviour_distance: float | None = Field(
         None, description="by='behaviour' only: expected disagreement of the two models' behaviour fingerprints "
                           "over the item table's probe queries of their common tasks (None: no fingerprint)")
@@ -275,8 +292,9 @@ class SearchResult(Result):
     query: str | None = Field(description="the model searched from (None: a vector)")
     metric: Metric
     where: str | None = None
-    by: Literal["embedding", "behaviour"] = Field(
-        "embedding", description="behaviour: the embedding's nearest candidates re-ranked by agreement on shared queries")
+    by: Literal["locus", "fingerprint"] = Field(
+        "locus", description="the vector that answered: locus (LOCUS embedding) or fingerprint (behaviour "
+                             "fingerprint index; from a model, its nearest re-ranked by agreement on shared queries)")
     neighbours: list[Neighbour]
 
 
@@ -305,7 +323,10 @@ class RankedModel(Result):
 
 class Fallback(Result):
     name: str
-    distance_cosine: float = Field(description="cosine distance to the top-ranked model's embedding")
+    distance_cosine: float = Field(description="cosine distance to the top-ranked model's LOCUS embedding")
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the index that found it")
+    distance: float | None = Field(None, description="in that index's metric (fingerprint: Euclidean identity "
+                                                     "distance; locus: cosine)")
 
 
 class RouteDecision(Result):
@@ -406,7 +427,8 @@ class ClustersResult(Result):
     """`clusters`: hierarchical clusters of the models' embeddings (cosine distance)."""
 
     n_models: int
-    metric: Literal["cosine"] = "cosine"
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector clustered")
+    metric: Literal["cosine", "euclidean"] = "cosine"
     linkage: Literal["average", "complete", "single", "ward"]
     heights: str = Field(description="what the merge heights measure")
     k: int
@@ -441,6 +463,7 @@ class MapResult(Result):
 
     plot: str
     n_models: int
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector mapped")
     projection: str
     explained_variance: ExplainedVariance = Field(description="share of the variance on each axis")
     distance_correlation: float | None = Field(description="Pearson r of map vs embedding chord distances")
@@ -481,7 +504,9 @@ class Comparison(Result):
 
     a: str
     b: str
-    distance_cosine: float
+    by: Literal["locus", "fingerprint"] = Field("locus", description="the vector of `distance` and the ranks")
+    distance: float | None = Field(None, description="in the `by` vector's metric (fingerprint: Euclidean)")
+    distance_cosine: float = Field(description="of the LOCUS embeddings")
     rank_of_b_among_a_neighbours: int
     rank_of_a_among_b_neighbours: int
     n_neighbours: int

@@ -67,13 +67,14 @@ def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndar
 
 
 def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3) -> "RouteDecision | list[RouteDecision]":
+          where: str | None = None, fallback: int = 3, by: str | None = None) -> "RouteDecision | list[RouteDecision]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction): the
-    top k models by P(correct), most likely first, and the top model's nearest candidates (cosine
-    distance, up to `fallback`). Candidates are the embedded models that pass `where` and are not in
-    `exclude`; an excluded model never appears."""
+    top k models by P(correct) (LOCUS: skill on an unseen query), most likely first, and the top
+    model's nearest candidates (up to `fallback`) by `by`: the behaviour fingerprint (the default when
+    the top model has one: the models that answer as it does) or LOCUS (cosine). Candidates are the
+    embedded models that pass `where` and are not in `exclude`; an excluded model never appears."""
     from registry.embedding import active_encoder
-    from registry.search import open_index
+    from registry.search import canonical_by, open_index
 
     texts, single = _texts(queries)
     k = _check_int(k, "k", 1)
@@ -82,7 +83,9 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     active = active_encoder(store)
     rows = candidate_rows(models, active, exclude, where)
     phi, _ = query_vectors(store, active.query_encoder, texts)
-    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback)
+    by = canonical_by(by)
+    prints = open_index(store, by="fingerprint") if fallback and by != "locus" else None
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints)
     return out[0] if single else out
 
 
@@ -112,9 +115,10 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
 
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
-           fallback: int) -> "list[RouteDecision]":
+           fallback: int, by: str | None = None, prints=None) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
-    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks."""
+    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks, from the
+    fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS."""
     from encoder.inference import predict
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -122,6 +126,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
                             f"{active.query_encoder} gives {phi.shape[1]}-d")
     names = models.index.names
+    prints_rows: dict[str, np.ndarray] = {}  # top model -> fingerprint-index rows of the other candidates
     p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
     row_names = np.array([names[r] for r in rows])
     out = []
@@ -130,8 +135,34 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
         ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
         top = rows[order[0]]
         others = rows[rows != top]
-        hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
-            if fallback and len(others) else []
-        out.append(RouteDecision(query=text, ranking=ranking,
-                                 fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
+        if fallback and len(others) and _by_fingerprint(by, prints, names[top]):
+            allowed = prints_rows.get(names[top])
+            if allowed is None:
+                candidates = {names[r] for r in rows} - {names[top]}
+                allowed = np.asarray([i for i, n in enumerate(prints.index.names) if n in candidates], np.int64)
+                prints_rows[names[top]] = allowed
+            hits = prints.index.search(prints.index.vector(names[top]), fallback, metric="euclidean",
+                                       allowed=allowed) if len(allowed) else []
+            fallbacks = [Fallback(name=prints.index.names[r], by="fingerprint", distance=d,
+                                  distance_cosine=_cosine(models, names[top], prints.index.names[r])) for r, d in hits]
+        else:
+            hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
+                if fallback and len(others) else []
+            fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d) for r, d in hits]
+        out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks))
     return out
+
+
+def _by_fingerprint(by: str | None, prints, top: str) -> bool:
+    """Whether the fallbacks come from the fingerprint index: asked for (an error when the top model has
+    no fingerprint), or by default when it has one."""
+    if by == "locus" or (by is None and (prints is None or top not in prints.index.names)):
+        return False
+    if prints is None or top not in prints.index.names:
+        raise RegistryError(f"the top model {top!r} has no behaviour fingerprint: fallbacks --by locus")
+    return True
+
+
+def _cosine(models, a: str, b: str) -> float:
+    x, y = models.vector(a).astype(np.float64), models.vector(b).astype(np.float64)
+    return float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))

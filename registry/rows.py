@@ -60,7 +60,8 @@ def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
     """A history row: a snapshot of the model row at `event` (add, refine, replace, embed, remove, restore)."""
     return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
             "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
-            "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when}
+            "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when,
+            "fingerprint": row.get("fingerprint"), "table_id": row.get("table_id")}
 
 
 def write_model(store: "Store", row: dict[str, Any], event: str) -> None:
@@ -93,14 +94,14 @@ def read_evaluations(store: "Store", names: list[str] | None):
     from indexing.errors import RegistryError
     from indexing.store import EVALUATIONS
 
-    if not store.has_table(EVALUATIONS):
+    if store.count(EVALUATIONS) == 0:  # no LanceDB import for this: a search's refinement reads here
         raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
     cols = ["model", "query_id", "score"]
     if names is None:
         table = store.read(EVALUATIONS, cols)
     else:
         listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-        table = store.table(EVALUATIONS).search().where(f"model IN ({listed})").select(cols).limit(None).to_arrow()
+        table = store.read_where(EVALUATIONS, cols, f"model IN ({listed})")
     return (np.asarray(table.column("model").to_pylist(), dtype=object),
             np.asarray(table.column("query_id").to_pylist(), dtype=object),
             table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))

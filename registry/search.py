@@ -19,11 +19,11 @@ from registry.rows import record_of
 
 if TYPE_CHECKING:
     from indexing.store import Store
-    from registry.fingerprints import PoolFingerprints
     from registry.results import Neighbour
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
-           "check_consistency", "BY", "behaviour_order", "index_fingerprints", "fingerprint_neighbours"]
+           "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
+           "behaviour_order", "fingerprint_neighbours"]
 
 
 class _Records(Mapping):
@@ -70,26 +70,55 @@ class EmbeddedModels:
 
 
 def open_index(store_or_home: "Store | str | Path", *, rebuild: bool = False,
-               store: "Callable[[], Store] | None" = None) -> EmbeddedModels:
-    """The index for the models table as it is now, with records (see `ModelIndex.open`)."""
-    index = ModelIndex.open(store_or_home, rebuild=rebuild, store=store)
+               store: "Callable[[], Store] | None" = None, by: str = "locus") -> EmbeddedModels:
+    """The index of one vector kind for the models table as it is now, with records (`ModelIndex.open`)."""
+    index = ModelIndex.open(store_or_home, rebuild=rebuild, store=store, by=canonical_by(by) or "locus")
     return EmbeddedModels(index, _Records(index.rows))
 
 
-def open_embedded(store: "Store") -> EmbeddedModels:
-    """`open_index`, refusing a registry in which no model is embedded yet with a message saying so."""
-    models = open_index(store)
+def open_embedded(store: "Store", by: str | None = "locus") -> EmbeddedModels:
+    """`open_index` (by=None: `likeness_index`'s default), refusing a registry in which no model has that
+    vector yet with a message saying so."""
+    models = likeness_index(store, by)
+    if not models.index.names and models.index.by == "fingerprint":
+        raise RegistryError(f"no model in the registry has a behaviour fingerprint yet ({len(models.records)} models): "
+                            "registry fit-fingerprints (or --by locus)")
     if not models.index.names:
         raise RegistryError(f"no model in the registry is embedded yet ({len(models.records)} models): "
                             "registry train, then registry embed --all")
     return models
 
 
-def embedded_subset(store: "Store", where: str | None, *, need: int,
-                    what: str) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
-    """(names, (n, d) float32 vectors, records) of the embedded models that match `where`; refuses
-    fewer than `need` of them, saying `what` needs them."""
-    models = open_embedded(store)
+def likeness_kind(store: "Store", by: str | None, names: tuple[str, ...] = ()) -> str:
+    """Which vector a likeness operation over the whole pool reads: `by`, or by default the
+    fingerprint when the home holds fingerprints (and for every one of `names`), else LOCUS."""
+    by = canonical_by(by)
+    if by is not None:
+        return by
+    prints = open_index(store, by="fingerprint").index
+    return "fingerprint" if prints.names and all(n in prints.names for n in names) else "locus"
+
+
+def pairwise_distances(z: np.ndarray, by: str) -> np.ndarray:
+    """(n, n) distances in the vector kind's own metric: cosine for LOCUS, Euclidean (the identity
+    distance, RMS logit difference) for fingerprints."""
+    z = np.asarray(z, dtype=np.float64)
+    if by == "fingerprint":
+        sq = (z ** 2).sum(1)
+        d = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2.0 * z @ z.T, 0.0))
+        np.fill_diagonal(d, 0.0)  # exactly: rounding leaves ~1e-7 there, which scipy/sklearn refuse
+        return d
+    u = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    d = np.clip(1.0 - u @ u.T, 0.0, 2.0)
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def embedded_subset(store: "Store", where: str | None, *, need: int, what: str,
+                    by: str | None = "locus") -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+    """(names, (n, d) float32 vectors, records) of the models that match `where` and have the `by`
+    vector (None: the likeness default); refuses fewer than `need` of them, saying `what` needs them."""
+    models = open_embedded(store, by)
     names, z = list(models.index.names), models.index.vectors
     rows = models.allowed_rows(where)
     if rows is not None:
@@ -102,32 +131,94 @@ def embedded_subset(store: "Store", where: str | None, *, need: int,
     return names, np.asarray(z, dtype=np.float32), {n: models.records[n] for n in names}
 
 
-BEHAVIOUR_CANDIDATES = 20  # by="behaviour" re-ranks at least this many of the embedding's nearest
-BY = ("embedding", "behaviour")
+BEHAVIOUR_CANDIDATES = 20  # by="fingerprint" from a model: at least this many of the index's nearest, re-ranked
+BY = ("locus", "fingerprint")
+# the names before the fingerprint was in the index; still accepted
+BY_ALIASES = {"embedding": "locus", "behaviour": "fingerprint", "behavior": "fingerprint"}
+# Likeness (who behaves like this model) defaults to the fingerprint, skill (who answers this query) to
+# LOCUS: measured by scripts/scorecard.py, stated on docs/results/scorecard.md.
+LIKENESS_DEFAULT = "fingerprint"
+DEFAULT_METRIC = {"locus": "cosine", "fingerprint": "euclidean"}  # euclidean on fingerprints: the identity distance
 
 
-def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
-            where: str | None = None, by: str = "embedding",
+def canonical_by(by: str | None) -> str | None:
+    """"locus" or "fingerprint" (None stays None: the operation's default); an old name is accepted."""
+    if by is None:
+        return None
+    if by in BY:
+        return by
+    if by in BY_ALIASES:
+        return BY_ALIASES[by]
+    raise InputError(f"by must be one of {', '.join(BY)} (or {', '.join(BY_ALIASES)}), not {by!r}", field="by")
+
+
+def likeness_index(source: "Store | str | Path", by: str | None, *, query: str | None = None,
+                   store: "Callable[[], Store] | None" = None, default: str = LIKENESS_DEFAULT) -> EmbeddedModels:
+    """The index a likeness operation reads: `by` ("locus"/"fingerprint", old names accepted), or when
+    None the `default` kind if it holds `query` (or any model, without a query), else LOCUS: a home
+    without fingerprints (no item table, an unmigrated format-1 home) answers as it did before.
+    `.index.by` says which one answered."""
+    by = canonical_by(by)
+    if by is not None:
+        return open_index(source, store=store, by=by)
+    if default == "fingerprint":
+        prints = open_index(source, store=store, by="fingerprint")
+        if prints.index.names and (query is None or query in prints.index.names):
+            return prints
+    return open_index(source, store=store, by="locus")
+
+
+def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str | None = None,
+            where: str | None = None, by: str | None = None,
             open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
-    by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (identity
-    distance among the models sharing a task with it, `registry.fingerprints`; when the encoder has an
-    item table), then the embedding's nearest of as many that it did not propose, re-ranked by their
-    excess agreement with the model on the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
-    of merely similar ability; a candidate with too few shared queries keeps its place. The vectors
-    propose, the evaluations order."""
-    if metric not in METRICS:
+    by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
+    (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
+    max(4k, 20) nearest of the index are then re-ranked by excess agreement with the model on the
+    queries both answered (`audit_stats.task_kappa`): the index's distance counts the probe queries of
+    tasks a model never answered (a function-calling model's extrapolated maths answers), the shared
+    queries do not; a candidate with no shared query keeps its index place. by="locus": the LOCUS
+    embedding (cosine by default). Each neighbour says which vector answered (`vector`)."""
+    if metric is not None and metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
-    if by not in BY:
-        raise InputError(f"by must be one of {', '.join(BY)}, not {by!r}", field="by")
-    if by == "behaviour" and not isinstance(query, str):
-        raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
-    models = open_index(store, store=open_store)
-    return neighbours(models, query, k=int(k), metric=metric, where=where, by=by,
+    by = canonical_by(by)
+    if by is None and not isinstance(query, str):
+        by = "locus"
+    if by == "fingerprint" and not isinstance(query, str):
+        raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")  # a vector given by hand is a LOCUS embedding unless said otherwise
+    models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
+    return neighbours(models, query, k=int(k), metric=metric, where=where, by=models.index.by,
                       open_store=open_store if open_store is not None else lambda: _as_store(store))
+
+
+def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str | None = None,
+                  where: str | None = None, by: str | None = None, open_store: "Callable[[], Store] | None" = None,
+                  warm: "EmbeddedModels | None" = None):
+    """`similar` as a `SearchResult` that says which vector answered (`by`) and in which metric. `warm`: an
+    index already open (the service's), used when it is of the kind asked."""
+    from registry.results import SearchResult
+
+    if metric is not None and metric not in METRICS:
+        raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
+    by = canonical_by(by)
+    if by is None and not isinstance(query, str):
+        by = "locus"
+    if by == "fingerprint" and not isinstance(query, str):
+        raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")
+    if warm is not None and by == warm.index.by:
+        models = warm
+    else:
+        models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
+    used = models.index.by
+    hits = neighbours(models, query, k=int(k), metric=metric, where=where, by=used,
+                      open_store=open_store if open_store is not None else lambda: _as_store(store))
+    return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
+                        where=where, by=used, neighbours=hits)
 
 
 MAX_VECTOR_ABS = 1e6  # LOCUS embeddings are of order 1; far beyond this is a mistake (1e39 overflows float32)
@@ -149,35 +240,31 @@ def check_query_vector(vector, dim: int, metric: str) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str, where: str | None,
-               by: str, open_store: "Callable[[], Store]") -> "list[Neighbour]":
-    """`similar` on an open index (the service keeps one warm); arguments already checked."""
+def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str | None, where: str | None,
+               by: str | None, open_store: "Callable[[], Store]") -> "list[Neighbour]":
+    """`similar` on an open index of kind `by` (the service keeps one warm); arguments already checked."""
     from registry.results import Neighbour
 
+    by = canonical_by(by) or models.index.by
+    if by != models.index.by:
+        raise InputError(f"by={by!r} asked of the {models.index.by} index", field="by")
+    metric = metric or DEFAULT_METRIC[by]
     if not isinstance(query, str):
         query = check_query_vector(query, models.index.vectors.shape[1], metric)
-    wanted = k if by == "embedding" else max(4 * k, BEHAVIOUR_CANDIDATES)
+    refine = by == "fingerprint" and isinstance(query, str)
+    wanted = max(4 * k, BEHAVIOUR_CANDIDATES) if refine else k
     hits = models.index.neighbours(query, wanted, metric=metric, allowed=models.allowed_rows(where))
-    if by == "embedding":
-        return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
+    if not refine:
+        return [Neighbour(name=name, distance=dist, metric=metric, vector=by, metadata=models.records[name].metadata())
                 for name, dist in hits]
     store = open_store()
-    identity, behaviour = _fingerprint_distances(index_fingerprints(store, models), models, query, where, wanted)
-    if identity:
-        # the fingerprint's nearest first (by identity distance: a copy sharing no query with its original
-        # keeps this place, and identity finds it more often than behaviour distance does), then the
-        # embedding's nearest it did not propose
-        nearest_prints = sorted(identity, key=identity.get)[:wanted]
-        proposed = set(nearest_prints)
-        by_embedding = dict(hits)
-        hits = [(name, by_embedding[name] if name in by_embedding else embedding_distance(models, query, name, metric))
-                for name in nearest_prints] + [(name, dist) for name, dist in hits if name not in proposed]
     agreement = _agreement(store, query, [name for name, _ in hits])
-    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
-    return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
+    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])[:k]
+    behaviour = _behaviour_distances(store, models, query, [name for name, _ in ranked])
+    return [Neighbour(name=name, distance=dist, metric=metric, vector=by, metadata=models.records[name].metadata(),
                       agreement_kappa=agreement[name][0], shared_queries=agreement[name][1],
                       behaviour_distance=behaviour.get(name))
-            for name, dist in ranked[:k]]
+            for name, dist in ranked]
 
 
 def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
@@ -187,45 +274,13 @@ def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> f
     return float(np.linalg.norm(x - y))
 
 
-def index_fingerprints(store: "Store", models: EmbeddedModels) -> "PoolFingerprints | None":
-    """Every model's behaviour fingerprint for the index's encoder (`registry.fingerprints`), or None
-    when that encoder has no item table. Reads the models table: get it once per search or audit."""
-    from registry.fingerprints import load_item_table, pool_fingerprints
-
-    table = load_item_table(store, models.index.encoder_id)
-    return None if table is None else pool_fingerprints(store, table)
-
-
-def _fingerprint_distances(prints: "PoolFingerprints | None", models: EmbeddedModels, query: str,
-                           where: str | None, limit: int) -> tuple[dict[str, float], dict[str, float]]:
-    """(identity, behaviour): embedded model -> fingerprint distance from `query` (registry.fingerprints:
-    RMS logit difference; expected disagreement), for the models passing `where` that share a task with
-    it, at least the `limit` nearest by identity; empty without fingerprints or when the model has none."""
-    if prints is None or query not in prints.versions:
-        return {}, {}
-    rows = models.allowed_rows(where)
-    allowed = set(models.index.names) if rows is None else {models.index.names[i] for i in rows}
-    identity = prints.identity_to(query)
-    order = [i for i in np.argsort(identity, kind="stable") if prints.names[i] != query and prints.names[i] in allowed]
-    # the behaviour distance (and whether the pair shares a task) only for the nearest by identity, in
-    # growing slices until enough share one: an (N x probe) product per search is what a large pool cannot pay
-    identities, behaviours, start, size = {}, {}, 0, 4 * limit
-    while start < len(order) and len(identities) < limit:
-        chunk = np.asarray(order[start:start + size], dtype=np.int64)
-        behaviour = prints.behaviour_to(query, chunk)
-        for i, d in zip(chunk, behaviour):
-            if np.isfinite(d):
-                identities[prints.names[i]], behaviours[prints.names[i]] = float(identity[i]), float(d)
-        start, size = start + size, size * 4
-    return identities, behaviours
-
-
-def fingerprint_neighbours(prints: "PoolFingerprints | None", models: EmbeddedModels, name: str, k: int) -> list[str]:
-    """The k models nearest to `name` by behaviour fingerprint (identity distance, among those sharing
-    a task with it), nearest first; empty without fingerprints (`index_fingerprints`) or for a model
-    that has none."""
-    identity, _ = _fingerprint_distances(prints, models, name, None, k)
-    return sorted(identity, key=lambda n: (identity[n], n))[:k]
+def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
+    """The k models nearest to `name` in the fingerprint index (identity distance, exact), nearest
+    first; empty when the model has no fingerprint."""
+    prints = open_index(store, by="fingerprint").index
+    if name not in prints.names:
+        return []
+    return [n for n, _ in prints.neighbours(name, k, metric="euclidean")]
 
 
 def behaviour_order(hits: list, kappas: list[float | None]) -> list:
@@ -266,10 +321,36 @@ def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def distance(store: "Store | str | Path", a: str, b: str, *, metric: str = "cosine") -> float:
+def _behaviour_distances(store: "Store", models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
+    """name -> expected disagreement with `query` over the item table's probe queries of the tasks both
+    were evaluated on (`ItemTable.behaviour_distances`), from the fingerprints in the index (theta is the
+    stored identity vector un-whitened); empty when the index's item table is not the active one."""
+    from indexing.store import QUERIES
+    from registry.fingerprint_store import load_item_table
+    from registry.rows import read_evaluations
+
+    table = load_item_table(store)
+    if table is None or table.table_id != models.index.encoder_id:
+        return {}
+    every = [query, *names]
+    thetas = np.linalg.solve(table._whiten.T, np.stack([models.vector(n) for n in every]).astype(np.float64).T).T
+    owners, qids, _ = read_evaluations(store, every)
+    tasks = store.read(QUERIES, ["query_id", "task"])
+    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    held: dict[str, set] = {n: set() for n in every}
+    for owner, q in zip(owners.tolist(), qids.tolist()):
+        held[owner].add(task_of.get(q) or "")
+    coverage = table.coverage([held[n] for n in every])
+    d = table.behaviour_distances(thetas[:1], thetas[1:], coverage=coverage[:1], other_coverage=coverage[1:])[0]
+    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
+
+
+def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:
+    by = canonical_by(by) or "locus"
+    metric = metric or DEFAULT_METRIC[by]
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    return embedding_distance(open_index(store), a, b, metric)
+    return embedding_distance(open_index(store, by=by), a, b, metric)
 
 
 def check_consistency(store: "Store") -> list[str]:
@@ -277,7 +358,7 @@ def check_consistency(store: "Store") -> list[str]:
     names a stored query."""
     from indexing.store import EVALUATIONS, QUERIES
 
-    problems = open_index(store).index.problems(store)
+    problems = open_index(store).index.problems(store) + open_index(store, by="fingerprint").index.problems(store)
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q

@@ -1,4 +1,5 @@
-"""Cost of behaviour fingerprints (encoder/fingerprint.py) on large synthetic registries.
+"""Cost of behaviour fingerprints (encoder/fingerprint.py) on large synthetic registries, and search speed
+by vector kind (the LOCUS index and the fingerprint index).
 
     .venv/bin/python scripts/bench_fingerprints.py [--sizes 1000,10000] [--evals-per-model 200] [--queries 2000]
 
@@ -6,14 +7,14 @@ For each size N: the synthetic registry of scripts/bench_audit.py (N models, eac
 `--evals-per-model` random queries of `--queries`, vectors written directly under a stand-in encoder
 id), then:
 1. the item table is fitted on the pool and written beside that encoder, as `registry train` does;
-2. every model's fingerprint is computed (`pool_fingerprints`, nothing cached: what the first
-   `search --by behaviour` on such a home pays) and saved in <home>/fingerprints/;
-3. the same read back by a process that has not seen them (the in-process cache cleared: the on-disk
-   cache answers);
-4. one model is added (a copy of model 17 with 5% of answers changed) and the fingerprints brought up
-   to date (only the new model is solved);
-5. `similar(NAME, by="behaviour")` in-process (5 runs after a warm-up: p50) and as a fresh
-   `python -m cli.main search NAME --by behaviour --json` process (imports included).
+2. every model's fingerprint column is written in one transaction (`rewrite_fingerprints`: what
+   `registry train`, `fit-fingerprints` and the format-2 migration pay);
+3. one model is added (a copy of model 17 with 5% of answers changed) and its column written (as
+   add-model does for one model);
+4. search speed by vector kind: the FAISS index alone (`ModelIndex.neighbours`, k = 5, p50 over 50 models
+   after a warm-up), `similar(NAME, by=...)` in-process (p50 of 5 runs after a warm-up; by="fingerprint"
+   includes the agreement re-ranking of its 20 candidates) and a fresh
+   `python -m cli.main search NAME --by KIND --json` process (imports included).
 """
 from __future__ import annotations
 
@@ -38,9 +39,11 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
     from bench_audit import add_endpoint, set_vectors, write_pool
 
     from encoder.fingerprint import fit_on_data, save_item_table
+    from indexing.model_index import ModelIndex
     from registry import Registry
     from registry import fingerprints as fp
     from registry.dataset import load_eval_data
+    from registry.fingerprint_store import fingerprint_columns, rewrite_fingerprints
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -63,35 +66,56 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
 
         table = fp.load_item_table(reg.store)
         started = time.perf_counter()
-        fp.pool_fingerprints(reg.store, table)
-        cold_s = time.perf_counter() - started
-        fp._pool_cache.clear()
-        started = time.perf_counter()
-        fp.pool_fingerprints(reg.store, table)
-        disk_s = time.perf_counter() - started
+        written = rewrite_fingerprints(reg.store, table)
+        column_s = time.perf_counter() - started
 
         add_endpoint(reg, scratch, orig, vectors[17], ENCODER_ID, seed)
         started = time.perf_counter()
-        fp.pool_fingerprints(reg.store, table)
+        columns = fingerprint_columns(reg.store, table, ["new-endpoint"])
+        _write_columns(reg.store, columns)
         added_s = time.perf_counter() - started
 
-        times, hits = [], None
-        for _ in range(6):
-            t = time.perf_counter()
-            hits = reg.similar("new-endpoint", k=5, by="behaviour").neighbours
-            times.append(time.perf_counter() - t)
+        out = {"models": n_models, "evals": n_models * per_model, "build": built, "fit": fit_s,
+               "column": column_s, "written": written, "added": added_s, "original": names[17]}
         env = dict(os.environ, HF_HUB_OFFLINE="1")
-        t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "cli.main", "--home", str(scratch / "home"), "search",
-                              "new-endpoint", "--by", "behaviour", "-k", "5", "--json"],
-                             cwd=ROOT, env=env, capture_output=True, text=True)
-        fresh = time.perf_counter() - t
-        if out.returncode != 0:
-            raise SystemExit(out.stderr)
-        cache_mb = sum(f.stat().st_size for f in (reg.home / "fingerprints").iterdir()) / 1e6
-        return {"models": n_models, "evals": n_models * per_model, "build": built, "fit": fit_s, "cold": cold_s,
-                "disk": disk_s, "added": added_s, "p50": float(np.median(times[1:])), "fresh": fresh,
-                "first": hits[0].name, "original": names[17], "cache_mb": cache_mb}
+        rng = np.random.default_rng(seed)
+        for kind in ("locus", "fingerprint"):
+            index = ModelIndex.open(reg.store, by=kind)
+            metric = "euclidean" if kind == "fingerprint" else "cosine"
+            probes = [index.names[i] for i in rng.choice(len(index.names), 50, replace=False)]
+            index.neighbours(probes[0], 5, metric=metric)
+            times = []
+            for name in probes:
+                t = time.perf_counter()
+                index.neighbours(name, 5, metric=metric)
+                times.append(time.perf_counter() - t)
+            out[f"{kind}_index"] = float(np.median(times))
+            times, hits = [], None
+            for _ in range(6):
+                t = time.perf_counter()
+                hits = reg.similar("new-endpoint", k=5, by=kind).neighbours
+                times.append(time.perf_counter() - t)
+            out[f"{kind}_similar"] = float(np.median(times[1:]))
+            out[f"{kind}_first"] = hits[0].name
+            t = time.perf_counter()
+            run = subprocess.run([sys.executable, "-m", "cli.main", "--home", str(scratch / "home"), "search",
+                                  "new-endpoint", "--by", kind, "-k", "5", "--json"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True)
+            out[f"{kind}_fresh"] = time.perf_counter() - t
+            if run.returncode != 0:
+                raise SystemExit(run.stderr)
+        return out
+
+
+def _write_columns(store, columns: dict) -> None:
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA, MODELS
+
+    with store.transaction():
+        rows = [dict(r, **columns[r["name"]]) for r in store.read(MODELS).to_pylist() if r["name"] in columns]
+        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
+            pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
 
 
 def main() -> None:
@@ -101,15 +125,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    print("| models | evaluations | build registry s | fit item table s | every fingerprint, cold s | read back "
-          "(disk cache) s | after one add-model s | search --by behaviour p50 ms | fresh CLI process s | "
-          "cache MB | copy's first neighbour is its original |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| models | evaluations | fit item table s | every fingerprint column, one transaction s | one add-model's "
+          "column s | index p50 ms: locus / fingerprint | similar() p50 ms: locus / fingerprint | fresh CLI search s: "
+          "locus / fingerprint | copy's first neighbour is its original: locus / fingerprint |")
+    print("|---:|---:|---:|---:|---:|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         r = one(n, args.evals_per_model, args.queries)
-        print(f"| {r['models']} | {r['evals']} | {r['build']:.1f} | {r['fit']:.1f} | {r['cold']:.1f} | {r['disk']:.2f} | "
-              f"{r['added']:.2f} | {1000 * r['p50']:.0f} | {r['fresh']:.1f} | {r['cache_mb']:.1f} | "
-              f"{r['first'] == r['original']} |", flush=True)
+        print(f"| {r['models']} | {r['evals']} | {r['fit']:.1f} | {r['column']:.1f} ({r['written']} models) | "
+              f"{r['added']:.2f} | {1000 * r['locus_index']:.2f} / {1000 * r['fingerprint_index']:.2f} | "
+              f"{1000 * r['locus_similar']:.0f} / {1000 * r['fingerprint_similar']:.0f} | "
+              f"{r['locus_fresh']:.1f} / {r['fingerprint_fresh']:.1f} | "
+              f"{r['locus_first'] == r['original']} / {r['fingerprint_first'] == r['original']} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@
    families and fine-tunes are; uniformly random 128-d vectors are a harder case for HNSW.
 2. Wall time of `registry search` and `registry --help` in a fresh process, against a registry
    built by `registry demo` (given with --home; skipped without it).
+2b. With --kinds: search latency by vector kind through `ModelIndex` as `registry search` uses it, at
+   each size: the LOCUS index (64-d, the recommended encoder width; cosine) and the fingerprint index
+   (17-d: rank 16 + 1; Euclidean), k = 5 neighbours of a named model (p50, p99 over --queries models),
+   index build time, and the time to open the saved index from disk (what a fresh CLI process pays).
 3. With --evals FILE (evaluations whose query texts the registry has already encoded): add-model wall
    time, from a fresh process (`registry add-model`, which loads torch and the encoder) and in-process
    (`Registry.add_model` after a first call), on a throwaway copy of --home. --sizes 0 skips part 1.
@@ -61,6 +65,48 @@ def latency_table(sizes: list[int], n_queries: int) -> None:
             p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
             print(f"| {n:,} | FAISS {kind} | {build:.1f} | {p50:.3f} | {p99:.3f} | {recall:.3f} |", flush=True)
         lance_row(n, x, queries, exact)
+
+
+KINDS = {"locus": (64, "cosine"), "fingerprint": (17, "euclidean")}
+
+
+def kinds_table(sizes: list[int], n_queries: int) -> None:
+    """Search by vector kind through ModelIndex on a synthetic models table of each size."""
+    import json
+
+    from indexing.home import GENERATION_FILE
+    from indexing.model_index import ModelIndex, _current_file, _file_id
+    from indexing.vector_index import VectorIndex
+
+    print("| models | vector kind | dims | metric | build s | open saved s | p50 ms | p99 ms |")
+    print("|---:|---|---:|---|---:|---:|---:|---:|")
+    for n in sizes:
+        names = [f"m{i:06d}" for i in range(n)]
+        for kind, (dims, metric) in KINDS.items():
+            x = clustered(n, dims)
+            with tempfile.TemporaryDirectory() as tmp:
+                home = Path(tmp)
+                (home / GENERATION_FILE).write_text("bench")
+                started = time.perf_counter()
+                vector_index = VectorIndex.build(_file_id(kind, "bench"), names, x, table_version=1)
+                rows = {name: {"name": name} for name in names}
+                index = ModelIndex(home, "bench", rows, {"bench"}, vector_index, kind)
+                build = time.perf_counter() - started
+                index._save("bench")
+                started = time.perf_counter()
+                loaded = ModelIndex._load_current(home, kind)
+                opened = time.perf_counter() - started
+                assert loaded is not None and loaded.names == names, json.dumps(_current_file(kind))
+                probes = np.random.default_rng(1).choice(n, min(n_queries, n), replace=False)
+                loaded.neighbours(names[probes[0]], 5, metric=metric)
+                times = []
+                for i in probes:
+                    t = time.perf_counter()
+                    loaded.neighbours(names[i], 5, metric=metric)
+                    times.append(time.perf_counter() - t)
+                p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
+                print(f"| {n:,} | {kind} | {dims} | {metric} | {build:.2f} | {opened:.2f} | {p50:.3f} | {p99:.3f} |",
+                      flush=True)
 
 
 def lance_row(n: int, x: np.ndarray, queries: np.ndarray, exact) -> None:
@@ -134,12 +180,19 @@ def main() -> None:
     parser.add_argument("--home", default=None, help="a registry with embedded models, for the cold-process table")
     parser.add_argument("--model", default=None, help="model name to search for in --home")
     parser.add_argument("--evals", default=None, help="an evaluations file for the add-model timing (with --home)")
+    parser.add_argument("--kinds", action="store_true", help="search by vector kind (locus, fingerprint) only")
+    parser.add_argument("--faiss-threads", type=int, default=2,
+                        help="FAISS OpenMP threads (1 on a machine busy with other work: OpenMP waits dominate)")
     args = parser.parse_args()
     import faiss
 
-    faiss.omp_set_num_threads(2)
-    print(f"# index benchmark ({os.cpu_count()} CPUs)\n")
+    faiss.omp_set_num_threads(args.faiss_threads)
+    print(f"# index benchmark ({os.cpu_count()} CPUs, FAISS threads {args.faiss_threads}, load average "
+          f"{os.getloadavg()[0]:.1f})\n")
     sizes = [int(s) for s in args.sizes.split(",") if int(s) > 0]
+    if args.kinds:
+        kinds_table(sizes, args.queries)
+        return
     if sizes:
         latency_table(sizes, args.queries)
     if args.home and args.model:

@@ -21,6 +21,10 @@ Parts (letters for --parts):
      --max-seconds), with a paired test per seed (McNemar's exact test on the test queries)
   f  onboarding: ~10% of a dataset's models held out of training, then embedded from 64/128/1024
      evaluations (one seed)
+  i  the index's default likeness vector: the fingerprint column as stored in the models table, searched
+     through its FAISS index (self-retrieval, NN among the 3 behaviourally nearest, clusters vs family
+     against raw disagreement), with the fingerprint rows of (a)-(c) and the held-out folds; no LOCUS
+     training or copies, so it can be regenerated alone
 Parts a-c and e read the trained registries; d and f train (slow: --max-seconds per LOCUS run).
 
 To measure another trainer: build fresh registries (`--work NEW_DIR`, trained with the defaults of the
@@ -169,7 +173,23 @@ def part_f(reg, setup: str, args) -> dict:
     return out
 
 
-PARTS = {"abc": part_abc, "e": part_e, "f": part_f}
+def part_i(reg, setup: str, args) -> dict:
+    """The fingerprint rows alone, with the index's: the stored fingerprint column searched through its
+    FAISS index (the default likeness vector), also for models held out of the item table's fit."""
+    from registry.geometry import fingerprint_view_card
+
+    out = {}
+    for view, where in views_of(setup):
+        started = time.perf_counter()
+        card = fingerprint_view_card(reg.store, where=where, copy_evals=512, draws=3, seed=0,
+                                     holdout_folds=args.holdout_folds)
+        out[view] = {"view": column(setup, view), "fingerprint": card.model_dump() if card else None,
+                     "seconds": round(time.perf_counter() - started, 1)}
+        print(f"  {column(setup, view)}: (i) in {out[view]['seconds']} s", flush=True)
+    return out
+
+
+PARTS = {"abc": part_abc, "e": part_e, "f": part_f, "i": part_i}
 
 
 # ----------------------------------------------------------------------------- the page
@@ -324,6 +344,69 @@ def onboarding_table(results: dict) -> list[str]:
     return lines
 
 
+def index_table(results: dict) -> list[str]:
+    """Part (i): the index's default likeness vector (the stored fingerprint column through FAISS)."""
+    cols = [(setup, view, results[setup]["i"]["data"][view])
+            for setup in SETUPS if "i" in results.get(setup, {}) for view, _ in views_of(setup)
+            if view in results[setup]["i"]["data"] and results[setup]["i"]["data"][view].get("fingerprint")]
+    cols = [(s, v, c) for s, v, c in cols if c["fingerprint"].get("index")]
+    if not cols:
+        return []
+    lines = ["| metric | " + " | ".join(c["view"] for _, _, c in cols) + " | target |",
+             "|---|" + "---:|" * len(cols) + "---|"]
+
+    def row(name, fn, ref=""):
+        lines.append(f"| {name} | " + " | ".join(fn(c["fingerprint"], c["fingerprint"]["index"]) for _, _, c in cols)
+                     + f" | {ref} |")
+
+    def ari(a):
+        return f"{_num(a['ari'], 2)} (k={a['k']}) / {_num(a['ari_at_label_count'], 2)}"
+
+    row("item table (rank r) / models in the index", lambda f, i: f"`{i['table_id'][:8]}`, r={f['rank']} / {i['models']} of {i['of']}")
+    row("**index** self-retrieval top-1 @512", lambda f, i: _pct(i["self_top1"]), ">= 90%")
+    row("index self-retrieval top-3 @512", lambda f, i: _pct(i["self_top3"]))
+    row("**index** NN among 3 behaviourally nearest", lambda f, i: f"{_pct(i['behavioural_nn'])} "
+        f"({i['behavioural_nn_hits']}/{i['models']})", ">= 70%")
+    row("held out of the item table's fit: self-retrieval top-1",
+        lambda f, i: _pct(f["held_out"]["self_top1"]) if f.get("held_out") else "-", ">= 90%")
+    row("held out: index NN among 3 behaviourally nearest",
+        lambda f, i: (f"{_pct(f['held_out']['index_behavioural_nn'])} ({int(f['held_out']['index_behavioural_nn_hits'])}"
+                      f"/{i['models']}, {int(f['held_out']['folds'])} folds)") if f.get("held_out") and "index_behavioural_nn" in f["held_out"]
+        else "-", ">= 70%")
+    row("held out: NN by behaviour distance (refinement)",
+        lambda f, i: (f"{_pct(f['held_out']['behavioural_nn'])} ({int(f['held_out']['behavioural_nn_hits'])}/{i['models']})"
+                      if f.get("held_out") else "-"))
+    row("clusters vs family, ARI silhouette k / k = #families: **index**", lambda f, i: ari(i["ari"]), ">= raw")
+    row("clusters vs family, ARI: raw disagreement", lambda f, i: ari(i["ari_raw"]))
+    row("fingerprint by behaviour distance (search's refinement): NN among 3",
+        lambda f, i: f"{_pct(f['behavioural_nn'])} ({f['behavioural_nn_hits']})")
+    return lines
+
+
+def index_targets(results: dict) -> list[str]:
+    lines = []
+    for setup in SETUPS:
+        part = results.get(setup, {}).get("i")
+        if not part:
+            continue
+        for view, c in part["data"].items():
+            f = c.get("fingerprint") or {}
+            i = f.get("index")
+            if not i:
+                lines.append(f"- {c['view']}: no fingerprint index")
+                continue
+            held = f.get("held_out") or {}
+            checks = [("index self-retrieval top-1 >= 90%", i["self_top1"] >= TARGETS["self_top1"]),
+                      ("index NN among 3 behaviourally nearest >= 70%", i["behavioural_nn"] >= TARGETS["behavioural_nn"])]
+            if held:
+                checks += [("held out: self-retrieval top-1 >= 90%", held["self_top1"] >= TARGETS["self_top1"]),
+                           ("held out: index NN >= 70%", held.get("index_behavioural_nn", 0) >= TARGETS["behavioural_nn"])]
+            checks.append(("clusters (k = #families) agree with family at least as well as raw disagreement",
+                           (i["ari"]["ari_at_label_count"] or -1) >= (i["ari_raw"]["ari_at_label_count"] or -1) - 1e-12))
+            lines.append(f"- {c['view']}: " + "; ".join(f"{name}: {'met' if ok else '**not met**'}" for name, ok in checks))
+    return lines
+
+
 def targets(results: dict) -> list[str]:
     lines = []
     for setup in SETUPS:
@@ -367,7 +450,31 @@ def write_page(results: dict, path: Path) -> None:
               "(c) uses embeddings built without the test queries and disagreement on them.", "",
               "## (a)-(c) identity, behaviour, distance vs disagreement", ""]
     lines += geometry_table(results) or ["(not run yet: `--parts abc`)"]
-    lines += ["", "## Targets of issue 16 (moonshot) against this page", ""]
+    lines += ["", "## (i) the index's default likeness vector", "",
+              "The fingerprint column of the models table (store format 2), in its whitened identity form, "
+              "searched through its own FAISS index exactly as `registry search` does (Euclidean = RMS logit "
+              "difference over the item table's probe queries). Registries of part (i): built with `registry "
+              "train` capped at the --max-seconds of its command; the item table and the fingerprints do not "
+              "depend on how long LOCUS trained. Its LOCUS rows were **not** regenerated with this part: the "
+              "LOCUS figures above are the earlier runs listed at the top of the page.", ""]
+    lines += index_table(results) or ["(not run yet: `--parts i`)"]
+    lines += ["", "Targets (issue 22, \"Done when\"):", ""]
+    lines += index_targets(results) or ["(no index results yet)"]
+    lines += ["", "### Which vector each operation reads by default", "",
+              "- Likeness — `search`, `audit` candidates (both indexes), `clusters`, `map`, `compare`, `route` "
+              "fallbacks: **fingerprint** (`--by fingerprint`), whenever the home holds fingerprints (else LOCUS). "
+              "Measured: the index rows above against LOCUS's (a)/(b) rows (self-retrieval 17-38%, NN among 3 "
+              "behaviourally nearest 18-56%). Where the index's own order falls short (BFCL's NN among 3, and "
+              "models held out of the item table's fit), `search` from a model re-ranks the index's 20 nearest "
+              "by agreement on shared queries; the behaviour-distance row shows what such evidence reaches. "
+              "The joint setup was not measured for part (i) (its registry was not built in time).",
+              "- Skill on unseen queries — `route`'s ranking, onboarding (`add-model`'s embedding), `profile`: "
+              "**LOCUS**; a fingerprint predicts only queries the item table knows or maps by text, and (d)/(f) "
+              "measure LOCUS there.",
+              "- Portfolio: **LOCUS** (part (e) measured LOCUS only; k-medoids beats random subsets at k = 3, 5, "
+              "10 on MMLU-Pro but not on BFCL). A fingerprint portfolio was not measured: `portfolio` has no "
+              "`--by` yet.", ""]
+    lines += ["## Targets of issue 16 (moonshot) against this page", ""]
     lines += targets(results) or ["(no geometry results yet)"]
     lines += ["", "## (d) routing and correctness: LOCUS vs the baselines", ""]
     lines += routing_table(results) or ["(not run yet: `--parts d`)"]
@@ -401,7 +508,7 @@ def write_page(results: dict, path: Path) -> None:
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="abc", help="letters of the parts to run: abc, d, e, f (default abc)")
+    parser.add_argument("--parts", default="abc", help="letters of the parts to run: abc, d, e, f, i (default abc)")
     parser.add_argument("--setups", default="mmlu-pro,bfcl,joint", help="comma-separated: mmlu-pro, bfcl, joint")
     parser.add_argument("--work", type=Path, default=Path("/tmp/locus-scorecard"),
                         help="where registries are built (<work>/<setup>) or reused")
@@ -419,9 +526,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; write neither json nor page")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    unknown = set(args.parts) - set("abcdef")
+    unknown = set(args.parts) - set("abcdefi")
     if unknown:
-        parser.error(f"--parts: unknown part(s) {''.join(sorted(unknown))}; use letters of abcdef")
+        parser.error(f"--parts: unknown part(s) {''.join(sorted(unknown))}; use letters of abcdefi")
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     bad = [s for s in setups if s not in SETUPS]
     if bad:
@@ -439,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # the cheap parts first; then (d) one seed at a time over the setups, with (f) after the first
     # seed, so that a run cut short has saved whole seeds of every dataset
-    jobs = [(setup, part, None) for setup in setups for part in ("abc", "e") if set(part) & set(args.parts)]
+    jobs = [(setup, part, None) for setup in setups for part in ("abc", "e", "i") if set(part) & set(args.parts)]
     seeds = args.seeds if "d" in args.parts else []
     for i, seed in enumerate(seeds):
         jobs += [(setup, "d", seed) for setup in setups]
@@ -480,6 +587,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_write:  # after every job: a long run cut short keeps what it finished
             results = _save(produced, args)
     print("\n".join(geometry_table(results)))
+    print("\n".join(index_table(results)))
     print("\n".join(targets(results)))
     for table in (routing_table, portfolio_table, onboarding_table):
         text = table(results)

@@ -192,6 +192,9 @@ def test_without_an_item_table_the_embedding_alone_proposes(reg):
     encoder_dir = reg.store.home / "encoders" / reg.store.config["active_encoder"]
     for name in (ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS):
         (encoder_dir / name).unlink()  # an encoder trained before item tables
+    from registry.fingerprint_store import rewrite_fingerprints
+
+    rewrite_fingerprints(reg.store, None)  # ... whose models therefore have no fingerprint column
     one = reg.audit(model="mirror-of-13b", k=3)
     judged = one.flags + one.cleared + one.untested
     assert not one.by_fingerprint and one.candidates == 3
@@ -270,12 +273,13 @@ def test_search_by_behaviour_puts_a_copy_first(reg):
     reg.add_model("endpoint-x", changed)
     by_behaviour = reg.similar("endpoint-x", k=3, by="behaviour")
     first = by_behaviour.neighbours[0]
-    assert by_behaviour.by == "behaviour" and first.name == "syn-synfam1-7b"
+    assert by_behaviour.by == "fingerprint" and first.name == "syn-synfam1-7b"
     assert first.shared_queries == len(evals) and first.agreement_kappa > 0.7
     assert all(n.agreement_kappa < first.agreement_kappa for n in by_behaviour.neighbours[1:])
-    assert reg.similar("endpoint-x", k=3).neighbours[0].agreement_kappa is None  # embedding order: no evidence read
+    assert reg.similar("endpoint-x", k=3, by="locus").neighbours[0].agreement_kappa is None  # no evidence read
     text = _run(reg.home, "search", "endpoint-x", "--by", "behaviour", "-k", "2")
-    assert "kappa" in text.splitlines()[0] and "syn-synfam1-7b" in text.splitlines()[1]
+    assert text.splitlines()[0] == "by fingerprint (euclidean)"
+    assert "kappa" in text.splitlines()[1] and "syn-synfam1-7b" in text.splitlines()[2]
     with pytest.raises(InputError, match="field 'by'"):
         reg.similar(np.zeros(4, dtype=np.float32), by="behaviour")
     with pytest.raises(InputError, match="field 'by'"):

@@ -127,7 +127,7 @@ def test_vectors_from_another_encoder_never_meet(reg):
         reg.store.table("models").merge_insert("name").when_matched_update_all().execute(
             pa.Table.from_pylist(rows[:1], schema=MODEL_SCHEMA))
     with pytest.raises(RegistryError, match="embed --all"):
-        reg.similar(rows[1]["name"])
+        reg.similar(rows[1]["name"], by="locus")
 
 
 def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
@@ -141,9 +141,12 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     assert out["version"] == 1
     found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
     assert found["query"] == "dup-endpoint" and found["neighbours"][0]["name"] == "syn-synfam0-13b"
-    assert set(found["neighbours"][0]) == {"name", "distance", "metric", "metadata", "agreement_kappa", "behaviour_distance",
-                                           "shared_queries"}
-    assert found["by"] == "embedding" and found["neighbours"][0]["agreement_kappa"] is None
+    assert set(found["neighbours"][0]) == {"name", "distance", "metric", "vector", "metadata", "agreement_kappa",
+                                           "behaviour_distance", "shared_queries"}
+    # likeness by default from the fingerprint index, re-ranked by agreement: the copy agrees on every query
+    assert found["by"] == "fingerprint" and found["neighbours"][0]["agreement_kappa"] > 0.9
+    by_locus = json.loads(run("search", "dup-endpoint", "-k", "2", "--by", "embedding", "--json"))
+    assert by_locus["by"] == "locus" and by_locus["neighbours"][0]["agreement_kappa"] is None
     assert json.loads(run("show", "dup-endpoint", "--json"))["record"]["provider"] == "reseller"
     assert json.loads(run("history", "dup-endpoint", "--json"))["versions"][0]["event"] == "add"
     assert json.loads(run("check", "--json")) == {"ok": True, "problems": []}

@@ -75,7 +75,8 @@ def _keys(s3, prefix="registry/") -> list[str]:
 
 def test_everything_the_home_holds_is_in_the_bucket_and_nothing_on_local_disk(s3, trained, workdir):
     reg = trained
-    reg.similar(reg.models()[0].name, k=2)  # saves the FAISS index beside the tables
+    reg.similar(reg.models()[0].name, k=2)  # saves the fingerprint index beside the tables
+    reg.similar(reg.models()[0].name, k=2, by="locus")  # and the LOCUS one
     keys = _keys(s3)
     tops = {k.split("/")[1] for k in keys}
     assert {"config.json", "generation", "db", "encoders", "index"} <= tops
@@ -86,6 +87,7 @@ def test_everything_the_home_holds_is_in_the_bucket_and_nothing_on_local_disk(s3
     assert not any(".staging-" in k for k in keys)
     assert any(k.startswith("registry/db/models.lance/") for k in keys)
     assert any(k.endswith(".cosine.faiss") for k in keys) and "registry/index/current.json" in keys
+    assert "registry/index/current-fingerprint.json" in keys
     assert list(workdir.iterdir()) == []  # no ./s3: directory, no stray temporary files
     assert not Path("s3:").exists() and not Path(HOME).exists()
 
@@ -94,14 +96,15 @@ def test_search_from_the_saved_index_agrees_with_the_table(s3, trained):
     from indexing.model_index import ModelIndex
 
     name = trained.models()[0].name
-    first = trained.similar(name, k=3)
-    saved = ModelIndex._load_current(as_path(HOME))  # what a fresh process searches without LanceDB
-    assert saved is not None
-    rebuilt = ModelIndex.open(trained.store, rebuild=True)
-    assert saved.names == rebuilt.names and np.allclose(saved.vectors, rebuilt.vectors)
-    again = Registry.open(HOME, create=False).similar(name, k=3)
-    assert [h.name for h in again.neighbours] == [h.name for h in first.neighbours]
-    assert not rebuilt.problems(trained.store)
+    for by in ("locus", "fingerprint"):
+        first = trained.similar(name, k=3, by=by)
+        saved = ModelIndex._load_current(as_path(HOME), by)  # what a fresh process searches without LanceDB
+        assert saved is not None and saved.by == by
+        rebuilt = ModelIndex.open(trained.store, rebuild=True, by=by)
+        assert saved.names == rebuilt.names and np.allclose(saved.vectors, rebuilt.vectors)
+        again = Registry.open(HOME, create=False).similar(name, k=3, by=by)
+        assert [h.name for h in again.neighbours] == [h.name for h in first.neighbours]
+        assert not rebuilt.problems(trained.store)
 
 
 def test_add_model_lands_on_s3_and_a_new_reader_finds_the_copy_first(s3, trained):
@@ -110,16 +113,17 @@ def test_add_model_lands_on_s3_and_a_new_reader_finds_the_copy_first(s3, trained
     result = trained.add_model("copy-on-s3", evals, {"provider": "someone"})
     assert result.version == 1 and result.encoded_texts == 0  # the query vectors came from the s3 cache
     reader = Registry.open(HOME, create=False)
-    hits = reader.similar("copy-on-s3", k=2).neighbours
+    hits = reader.similar("copy-on-s3", k=2, by="locus").neighbours
     assert hits[0].name == source and hits[0].distance < 1e-5
     assert JOURNAL_FILE not in {k.split("/")[1] for k in _keys(s3)}
-    # behaviour fingerprints: the item table train wrote into the bucket, the per-model cache beside it
+    # behaviour fingerprints: the item table train wrote into the bucket, the column in the models table
     by_behaviour = reader.similar("copy-on-s3", k=2, by="behaviour").neighbours
     assert by_behaviour[0].name == source and by_behaviour[0].behaviour_distance is not None
     active = reader.store.config["active_encoder"]
     keys = _keys(s3)
     assert f"registry/encoders/{active}/item_table.json" in keys
-    assert any(k.startswith("registry/fingerprints/") and k.endswith(".safetensors") for k in keys)
+    row = next(r for r in reader.store.read("models").to_pylist() if r["name"] == "copy-on-s3")
+    assert row["fingerprint"] is not None and row["table_id"]  # written with the LOCUS vector
 
 
 def test_read_only_commands_through_the_cli_with_an_s3_home(s3, trained, workdir, monkeypatch):

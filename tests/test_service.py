@@ -66,11 +66,14 @@ def test_add_refine_search_route_audit(server, texts):
         assert refined["encoded_texts"] == 1
         assert [h["event"] for h in c.get("/v1/models/svc-a/history").json()["versions"]] == ["add", "refine"]
 
-        near = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()["neighbours"]
+        near = c.get("/v1/similar", params={"name": "svc-a", "k": 3, "by": "locus"}).json()["neighbours"]
         assert len(near) == 3 and all(n["name"] != "svc-a" for n in near)
         assert [n["distance"] for n in near] == sorted(n["distance"] for n in near)
         behaviour = c.get("/v1/similar", params={"name": "svc-a", "k": 3, "by": "behaviour"}).json()
-        assert behaviour["by"] == "behaviour" and all(n["shared_queries"] is not None for n in behaviour["neighbours"])
+        assert behaviour["by"] == "fingerprint" and all(n["shared_queries"] is not None for n in behaviour["neighbours"])
+        default = c.get("/v1/similar", params={"name": "svc-a", "k": 3}).json()
+        assert default["by"] == "fingerprint" and [n["name"] for n in default["neighbours"]] == \
+            [n["name"] for n in behaviour["neighbours"]]
         assert c.get("/v1/similar", params={"name": "svc-a", "by": "ability"}).status_code == 422
 
         routed = c.post("/v1/route", json={"queries": [texts[0][0], "Something never seen before?"], "k": 2,

@@ -453,11 +453,14 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     @app.get("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar(name: str = Query(min_length=1, max_length=limits.max_name_chars),
                 k: int = Query(default=5, ge=1, le=limits.max_k),
-                metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
+                metric: str | None = Query(default=None, pattern="^(cosine|euclidean)$",
+                                           description="default: cosine for locus, euclidean for fingerprint"),
                 where: str | None = Query(default=None, max_length=limits.max_where_chars),
-                by: str = Query(default="embedding", pattern="^(embedding|behaviour)$")):
-        """The k models nearest to NAME in embedding space (NAME itself excluded); by=behaviour
-        re-ranks the embedding's nearest by agreement with NAME on shared queries."""
+                by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+                                       description="the vector searched (default: fingerprint when NAME has "
+                                                   "one, else locus; embedding/behaviour: the old names)")):
+        """The k models nearest to NAME (NAME itself excluded), by behaviour fingerprint or LOCUS
+        embedding; the result's `by` says which answered."""
         return state.similar(name, None, k=k, metric=metric, where=where, by=by)
 
     @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
@@ -469,7 +472,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     async def route(body: s.RouteRequest):
         """Rank models by predicted P(correct) for one or many texts (one batched pass); fallbacks
         are the top model's nearest candidates. Encoded texts are cached."""
-        options = dict(k=body.k, exclude=list(body.exclude), where=body.where, fallback=body.fallback)
+        options = dict(k=body.k, exclude=list(body.exclude), where=body.where, fallback=body.fallback, by=body.by)
         # Texts already in memory on a loaded snapshot take well under a millisecond: answered on the
         # event loop, since a hop to the thread pool cost more than the routing. Anything that may
         # encode, read the store or reload goes to the pool.
@@ -484,10 +487,12 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
               metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
               k: int = Query(default=10, ge=1, le=1000),
               alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
-              max_noise: float = Query(default=0.12, gt=0.0, lt=1.0)):
+              max_noise: float = Query(default=0.12, gt=0.0, lt=1.0),
+              by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+                                     description="the index proposing candidates (default: both)")):
         """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
         call), judged against the pool's cached calibration."""
-        return reader.audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise)
+        return reader.audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise, by=by)
 
     @app.post("/v1/profile", response_model=r.ProfileResult, responses=_ERRORS, tags=["analytics"])
     def profile(body: s.ProfileRequest):

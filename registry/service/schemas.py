@@ -89,6 +89,9 @@ class RouteRequest(_Strict):
     exclude: list[str] = Field(default_factory=list, max_length=LIMITS.max_k)
     where: str | None = Where
     fallback: int = Field(default=3, ge=0, le=LIMITS.max_k)
+    by: Literal["locus", "fingerprint", "embedding", "behaviour"] | None = Field(
+        default=None, description="the index the fallbacks come from (default: fingerprint when the top model "
+                                  "has one, else locus); the ranking is always LOCUS")
 
     @model_validator(mode="after")
     def _one_of(self):

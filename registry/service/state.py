@@ -43,6 +43,7 @@ class Snapshot:
     models: Any  # registry.search.EmbeddedModels or None
     problem: str | None  # why search/route cannot answer (no encoder, mixed encoders), else None
     loaded_at: float = field(default_factory=time.time)
+    prints: Any = None  # the fingerprint index (registry.search.EmbeddedModels) or None
 
     def require_models(self):
         if self.models is None:
@@ -186,7 +187,11 @@ class WarmState:
             models = open_index(self.store)
         except RegistryError as err:
             models, problem = None, str(err)
-        return Snapshot(key, encoder_id, active, models, problem)
+        try:
+            prints = open_index(self.store, by="fingerprint")
+        except RegistryError:
+            prints = None
+        return Snapshot(key, encoder_id, active, models, problem, prints=prints)
 
     def current(self) -> Snapshot | None:
         """The loaded snapshot when two small local file reads show nothing changed; None when a
@@ -256,19 +261,26 @@ class WarmState:
         return len(self._texts)
 
     # ---------------------------------------------------------------- queries
-    def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
-                where: str | None, by: str = "embedding"):
-        """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
-        from registry.results import SearchResult
-        from registry.search import neighbours
+    def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str | None,
+                where: str | None, by: str | None = None):
+        """`Registry.similar` on the warm index (same rules: the model itself excluded; the same default
+        vector; a fingerprint search opens the saved fingerprint index)."""
+        from registry.search import search_result
 
-        models = self.snapshot().require_models()
+        snap = self.snapshot()
+        models = snap.require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
-        return SearchResult(query=name, metric=metric, where=where, by=by, neighbours=hits)
+        from registry.search import canonical_by
+
+        wanted = canonical_by(by)
+        if snap.prints is not None and (wanted == "fingerprint" or (
+                wanted is None and isinstance(query, str) and query in snap.prints.index.names)):
+            models = snap.prints  # the warm fingerprint index
+        return search_result(self.store, query, k=k, metric=metric, where=where, by=by,
+                             open_store=lambda: self.store, warm=models)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int):
+              fallback: int, by: str | None = None):
         """`Registry.route` on the warm state, every text in one batched pass; returns the
         decisions and how many texts were encoded now."""
         from registry.routing import candidate_rows, decide
@@ -278,10 +290,13 @@ class WarmState:
         active = snap.require_active()
         rows = candidate_rows(models, active, exclude, where)
         phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D), cached texts not re-encoded
-        return decide(models, active, rows, phi, texts, k=k, fallback=fallback), encoded
+        from registry.search import canonical_by
+
+        return decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
+                      prints=snap.prints), encoded
 
     def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-                          fallback: int):
+                          fallback: int, by: str | None = None):
         """`route`'s decisions when that needs no reload, store read, encoding or filter (the snapshot
         is current, every text is cached in memory, no `where`), else None."""
         from registry.routing import candidate_rows, decide
@@ -294,5 +309,8 @@ class WarmState:
         phi = self._memory_vectors(snap.active.query_encoder, texts)
         if phi is None:
             return None
+        from registry.search import canonical_by
+
         rows = candidate_rows(snap.models, snap.active, exclude, where)
-        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback)
+        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
+                      prints=snap.prints)

@@ -179,16 +179,18 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
 
     @router.get("/v1/map", response_model=browse.MapView, responses=_ERRORS, tags=["analytics"])
     def map_points(color_by: str | None = Query(default=None, max_length=limits.max_name_chars),
-                   where: str | None = Query(default=None, max_length=limits.max_where_chars)):
+                   where: str | None = Query(default=None, max_length=limits.max_where_chars),
+                   by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$")):
         """Every embedded model as a point of `registry map`'s projection, with its colour field's value."""
-        return cached(("map", color_by or None, where or None),
-                      lambda: browse.map_view(reader.store, color_by=color_by or None, where=where or None))
+        return cached(("map", color_by or None, where or None, by),
+                      lambda: browse.map_view(reader.store, color_by=color_by or None, where=where or None, by=by))
 
     @router.get("/v1/compare", response_model=Comparison, responses=_ERRORS, tags=["analytics"])
     def compare(a: str = Query(min_length=1, max_length=limits.max_name_chars),
-                b: str = Query(min_length=1, max_length=limits.max_name_chars)):
+                b: str = Query(min_length=1, max_length=limits.max_name_chars),
+                by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$")):
         """Two models task by task with the paired tests, as `registry compare`."""
-        return cached(("compare", reader.resolve(a), reader.resolve(b)), lambda: reader.compare(a, b))
+        return cached(("compare", reader.resolve(a), reader.resolve(b), by), lambda: reader.compare(a, b, by=by))
 
     @router.get("/v1/aliases", response_model=list[Alias], tags=["aliases"])
     def aliases():

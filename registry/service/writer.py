@@ -189,6 +189,7 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
     from encoder.data import EvalData
     from encoder.inference import embed_models
     from registry.catalog import _sql_literal
+    from registry.fingerprint_store import fingerprint_columns, load_item_table
     from registry.ingest import model_row
     from registry.results import ModelChange
     from registry.rows import next_versions, version_row
@@ -263,7 +264,7 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
 
     now = now_utc()
     numbers = next_versions(store, [p.spec.name for p in prepared])  # removed versions count too
-    model_rows, version_rows, job_rows, results = [], [], [], {}
+    model_rows, events, job_rows, results = [], [], [], {}
     for p, zm, evals in zip(prepared, z, per_model):
         existing = p.existing
         event = p.spec.kind if p.spec.kind == "refine" else ("replace" if existing else "add")
@@ -272,7 +273,7 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
         row.update(vector=zm.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
                    embedded_at=now, version=version)
         model_rows.append(row)
-        version_rows.append(version_row(row, event, now))
+        events.append(event)
         result = ModelChange(name=p.spec.name, version=version, event=event, encoder_id=active.encoder_id,
                              n_evals=int(len(evals)), new_evaluations=p.new_evaluations,
                              encoded_texts=sum(1 for q, d in p.new_queries if d in encoded),
@@ -310,9 +311,14 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
                     .when_not_matched_insert_all().execute(rows)
             else:
                 evaluations.add(rows)
+        # the fingerprints from the evaluations just written, in this transaction with the LOCUS vectors
+        prints = fingerprint_columns(store, load_item_table(store, active.encoder_id), [r["name"] for r in model_rows])
+        for row in model_rows:
+            row.update(prints[row["name"]])
         store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all() \
             .when_not_matched_insert_all().execute(pa.Table.from_pylist(model_rows, schema=MODEL_SCHEMA))
-        store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(version_rows, schema=VERSION_SCHEMA))
+        store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
+            [version_row(row, event, now) for row, event in zip(model_rows, events)], schema=VERSION_SCHEMA))
         store.table(JOBS_TABLE, JOB_SCHEMA).add(pa.Table.from_pylist(job_rows, schema=JOB_SCHEMA))
     state.remember(active.query_encoder, encoded)
     outcomes.update(results)

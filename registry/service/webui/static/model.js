@@ -128,7 +128,7 @@ async function versions(name, el, refresh) {
 
 async function neighbours(name, el) {
   const [byLocus, byBehaviour] = await Promise.allSettled([
-    api("/v1/similar", { params: { name, k: 10 } }), api("/v1/similar", { params: { name, k: 10, by: "behaviour" } })]);
+    api("/v1/similar", { params: { name, k: 10, by: "locus" } }), api("/v1/similar", { params: { name, k: 10, by: "fingerprint" } })]);
   const compare = (other) => h("a", { href: compareHref(name, other), "aria-label": `compare ${name} with ${other}` }, "compare");
   const locus = byLocus.status === "fulfilled" ? h("table", { id: "near-locus" },
     h("thead", {}, h("tr", {}, ["model", "cosine d", "family", ""].map((c) => h("th", { scope: "col" }, c)))),

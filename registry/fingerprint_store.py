@@ -1,0 +1,140 @@
+"""The fingerprint column of the models table: computed from a model's stored evaluations and the item
+table beside the active encoder, written in the same transaction as the LOCUS vector.
+
+Stored in the identity form (`ItemTable.identity_vectors`: theta whitened by the probe rows), so the
+Euclidean distance of two stored fingerprints is their RMS logit difference over the probe queries and
+the FAISS index over the column (`indexing.model_index.ModelIndex`, by="fingerprint") is exact for it.
+Tagged with the item table's id: fingerprints of two tables are never compared. A model with fewer than
+`MIN_FINGERPRINT_EVALS` usable evaluations gets none (null): r + 1 numbers from a handful of answers
+would be mostly the ridge prior, and would sit near every other thin model.
+
+Kept apart from `registry.fingerprints` (which needs the active encoder) so that embedding and the
+catalog can write the column without importing each other.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from encoder.fingerprint import ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS, ItemTable
+from registry.errors import RegistryError
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+
+__all__ = ["MIN_FINGERPRINT_EVALS", "load_item_table", "compute", "fingerprint_columns", "rewrite_fingerprints"]
+
+MIN_FINGERPRINT_EVALS = 16  # as many as training asks of a model (registry.embedding.MIN_EVALS_PER_MODEL)
+
+_cache: dict[tuple[str, float], ItemTable] = {}
+
+
+def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | None:
+    """The item table beside the active encoder (or `encoder_id`), or None when it has none (an encoder
+    trained before them). Reads two files; loads no encoder weights."""
+    encoder_id = encoder_id or store.config.get("active_encoder")
+    if not encoder_id:
+        return None
+    directory = store.home / "encoders" / encoder_id
+    config_file = directory / ITEM_TABLE_CONFIG
+    if not config_file.is_file():
+        return None
+    # keyed by the file's mtime: a table refitted by another process (the CLI beside the service) is reread
+    stat = config_file.stat()
+    key = (str(directory), getattr(stat, "st_mtime_ns", None) or stat.st_mtime)
+    if key in _cache:
+        return _cache[key]
+    try:
+        table = ItemTable.from_files((directory / ITEM_TABLE_WEIGHTS).read_bytes(), config_file.read_text("utf-8"))
+    except (ValueError, KeyError, OSError) as err:
+        raise RegistryError(f"{config_file}: {err}") from err
+    _cache[key] = table
+    return table
+
+
+def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
+    """name -> (theta, coverage, evaluations used) from the stored evaluations of these models."""
+    if not names:
+        return {}
+    from indexing.store import QUERIES
+    from registry.dataset import load_query_vectors
+    from registry.rows import read_evaluations
+
+    wanted = set(names)
+    # a long IN list is slower than one scan of the table
+    models, qids, scores = read_evaluations(store, names if len(names) <= 500 else None)
+    if len(names) > 500:
+        keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
+        models, qids, scores = models[keep], qids[keep], scores[keep]
+    ids = sorted(set(qids.tolist()))
+    unknown = [q for q in ids if q not in table._row]
+    vectors = np.zeros((len(ids), 1), np.float32)
+    placeable = set(ids) - set(unknown)
+    if unknown:  # queries the table has not seen are placed by their vectors
+        qv = load_query_vectors(store, store.query_encoder)
+        pos = {q: i for i, q in enumerate(qv.query_ids)}
+        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
+        for i, q in enumerate(ids):
+            if q in pos:
+                vectors[i] = qv.vectors[pos[q]]
+                placeable.add(q)
+    ids_kept = [q for q in ids if q in placeable]
+    id_pos = {q: i for i, q in enumerate(ids_kept)}
+    if not ids_kept:
+        return {}
+    at = {q: i for i, q in enumerate(ids)}
+    f, b = table.item_params(ids_kept, vectors[[at[q] for q in ids_kept]] if unknown else None)
+    tasks = store.read(QUERIES, ["query_id", "task"])
+    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    task_at = np.asarray([task_of.get(q) or "" for q in ids_kept], dtype=object)
+    usable = np.fromiter((q in id_pos for q in qids), dtype=bool, count=len(qids))
+    models, scores = models[usable], scores[usable]
+    q_all = np.fromiter((id_pos[q] for q in qids[usable]), dtype=np.int64, count=int(usable.sum()))
+    order = np.argsort(models, kind="stable")  # one pass over the rows, grouped by model
+    owners, starts = np.unique(models[order], return_index=True)
+    out = {}
+    for name, lo, hi in zip(owners, starts, [*starts[1:], len(order)]):
+        sel = order[lo:hi]
+        q = q_all[sel]
+        out[str(name)] = (table.fingerprint(f[q], b[q], scores[sel]), table.coverage([set(task_at[q].tolist())])[0],
+                          int(len(sel)))
+    return out
+
+
+def fingerprint_columns(store: "Store", table: "ItemTable | None", names: list[str]) -> dict[str, dict]:
+    """name -> {"fingerprint": list (identity form) or None, "table_id": str or None} for these models,
+    from their evaluations as stored now (call it inside the transaction that writes them)."""
+    empty = {"fingerprint": None, "table_id": None}
+    if table is None or not names:
+        return {n: dict(empty) for n in names}
+    made = compute(store, table, list(names))
+    out = {}
+    for name in names:
+        got = made.get(name)
+        if got is None or got[2] < MIN_FINGERPRINT_EVALS or not np.isfinite(got[0]).all():
+            out[name] = dict(empty)
+        else:
+            vector = table.identity_vectors(got[0][None, :])[0].astype(np.float32)
+            out[name] = {"fingerprint": vector.tolist(), "table_id": table.table_id}
+    return out
+
+
+def rewrite_fingerprints(store: "Store", table: "ItemTable | None", *, migrating: bool = False) -> int:
+    """Recompute every model's fingerprint column with `table` (a new item table: `registry train`,
+    `fit-fingerprints`, the format-2 migration) in one transaction; returns how many models got one.
+    No history rows: the evaluations did not change, only the table that reads them."""
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA, MODELS
+
+    with store.transaction(migrating=migrating):
+        rows = store.read(MODELS).to_pylist()
+        if not rows:
+            return 0
+        columns = fingerprint_columns(store, table, [r["name"] for r in rows])
+        for row in rows:
+            row.update(columns[row["name"]])
+        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
+            pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
+    return sum(1 for c in columns.values() if c["fingerprint"] is not None)

@@ -1,0 +1,167 @@
+"""The behaviour fingerprint as a vector column of the models table with its own FAISS index (issue 22,
+parts 1-2): written with the LOCUS vector by every write path, exact in the index, read by `--by`."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def built_home(tmp_path_factory):
+    from tests.helpers import synthetic_registry
+
+    home = tmp_path_factory.mktemp("fpindex") / "home"
+    synthetic_registry(home, train_epochs=3, n_families=3, models_per_family=3, queries_per_task=25,
+                       tasks=("math", "law", "code"), n_duplicates=1, seed=4)
+    return home
+
+
+@pytest.fixture
+def reg(built_home, tmp_path):
+    from registry import Registry
+
+    shutil.copytree(built_home, tmp_path / "home")
+    return Registry.open(tmp_path / "home")
+
+
+def _rows(reg) -> dict[str, dict]:
+    return {r["name"]: r for r in reg.store.read("models").to_pylist()}
+
+
+def test_training_and_embedding_fill_both_columns_tagged_with_their_ids(reg):
+    from registry.fingerprint_store import load_item_table
+
+    table = load_item_table(reg.store)
+    rows = _rows(reg)
+    assert rows and all(r["vector"] is not None and r["fingerprint"] is not None for r in rows.values())
+    assert {r["table_id"] for r in rows.values()} == {table.table_id}
+    assert {len(r["fingerprint"]) for r in rows.values()} == {table.rank + 1}
+    assert json_format(reg) == 2
+
+
+def json_format(reg) -> int:
+    return reg.store.config["format"]
+
+
+def test_index_distance_is_the_rms_logit_difference_over_the_probe_queries(reg):
+    from indexing.model_index import ModelIndex
+    from registry.fingerprint_store import compute, load_item_table
+
+    table = load_item_table(reg.store)
+    index = ModelIndex.open(reg.store, by="fingerprint")
+    assert index.encoder_id == table.table_id and index.by == "fingerprint"
+    a = index.names[0]
+    thetas = compute(reg.store, table, list(index.names))
+    f = table.factors[table.probe].astype(np.float64)
+    for b, dist in index.neighbours(a, 4, metric="euclidean"):
+        ta, tb = thetas[a][0], thetas[b][0]
+        rms = np.sqrt(np.mean((f @ (ta[:-1] - tb[:-1]) + ta[-1] - tb[-1]) ** 2))  # the bias b_i cancels
+        assert dist == pytest.approx(rms, rel=1e-4)
+
+
+def test_add_model_writes_both_vectors_in_the_same_version(reg):
+    from tests.helpers import own_evaluations
+
+    reg.add_model("copy-endpoint", own_evaluations(reg, "syn-synfam1-7b"))
+    row = _rows(reg)["copy-endpoint"]
+    assert row["vector"] is not None and row["fingerprint"] is not None
+    last = reg.store.read("model_versions").to_pylist()
+    mine = [r for r in last if r["name"] == "copy-endpoint"][-1]
+    assert mine["fingerprint"] == row["fingerprint"] and mine["table_id"] == row["table_id"]
+    # the copy is its original's nearest in the fingerprint index, and the search says so
+    result = reg.similar("copy-endpoint", k=3)
+    assert result.by == "fingerprint" and result.metric == "euclidean"
+    assert result.neighbours[0].name == "syn-synfam1-7b" and result.neighbours[0].vector == "fingerprint"
+
+
+def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
+    from registry.errors import RegistryError
+    from registry.fingerprint_store import MIN_FINGERPRINT_EVALS
+    from tests.helpers import own_evaluations
+
+    reg.add_model("thin", own_evaluations(reg, "syn-synfam0-7b")[:MIN_FINGERPRINT_EVALS - 1])
+    row = _rows(reg)["thin"]
+    assert row["vector"] is not None and row["fingerprint"] is None and row["table_id"] is None
+    assert reg.similar("thin", k=2).by == "locus"  # the default falls back, and says so
+    with pytest.raises(RegistryError, match="--by locus"):
+        reg.similar("thin", k=2, by="fingerprint")
+    # and it is never a fingerprint neighbour of anyone
+    assert all(h.name != "thin" for h in reg.similar("syn-synfam0-7b", k=10, by="fingerprint").neighbours)
+
+
+def test_fingerprint_candidates_come_exactly_from_the_index(reg):
+    from indexing.model_index import ModelIndex
+    from registry.search import BEHAVIOUR_CANDIDATES
+
+    index = ModelIndex.open(reg.store, by="fingerprint")
+    name = index.names[0]
+    proposed = {n for n, _ in index.neighbours(name, BEHAVIOUR_CANDIDATES, metric="euclidean")}
+    hits = reg.similar(name, k=4, by="fingerprint").neighbours
+    assert {h.name for h in hits} <= proposed
+    for h in hits:  # the distance reported is the index's own
+        assert h.distance == pytest.approx(dict(index.neighbours(name, len(index.names), metric="euclidean"))[h.name],
+                                          rel=1e-5)
+
+
+def test_by_takes_the_old_names_and_refuses_others(reg):
+    from registry.errors import InputError
+
+    name = reg.models()[0].name
+    assert reg.similar(name, k=3, by="behaviour").by == "fingerprint"
+    assert [h.name for h in reg.similar(name, k=3, by="behaviour").neighbours] == \
+        [h.name for h in reg.similar(name, k=3, by="fingerprint").neighbours]
+    old = reg.similar(name, k=3, by="embedding")
+    assert old.by == "locus" and old.metric == "cosine" and all(h.vector == "locus" for h in old.neighbours)
+    with pytest.raises(InputError, match="by must be one of"):
+        reg.similar(name, k=3, by="vibes")
+
+
+def test_a_new_item_table_rewrites_every_fingerprint_and_embed_all_writes_them(reg):
+    from registry.fingerprint_store import rewrite_fingerprints
+
+    rewrite_fingerprints(reg.store, None)  # as if no table had ever read them
+    assert all(r["fingerprint"] is None for r in _rows(reg).values())
+    assert reg.similar(reg.models()[0].name, k=2).by == "locus"
+    report = reg.fit_fingerprints()
+    rows = _rows(reg)
+    assert all(r["fingerprint"] is not None and r["table_id"] == report.table_id for r in rows.values())
+    rewrite_fingerprints(reg.store, None)
+    reg.embed_all()
+    assert all(r["fingerprint"] is not None for r in _rows(reg).values())
+
+
+def test_restore_brings_back_the_fingerprint_of_the_same_table(reg):
+    name = reg.models()[0].name
+    before = _rows(reg)[name]
+    reg.remove(name)
+    reg.restore(name)
+    after = _rows(reg)[name]
+    assert after["fingerprint"] == before["fingerprint"] and after["table_id"] == before["table_id"]
+
+
+def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
+    a, b = reg.models()[0].name, reg.models()[1].name
+    assert reg.clusters().by == "fingerprint" and reg.clusters().metric == "euclidean"
+    assert reg.clusters(by="locus").by == "locus"
+    cmp = reg.compare(a, b)
+    assert cmp.by == "fingerprint" and cmp.distance > 0
+    assert reg.compare(a, b, by="locus").by == "locus"
+    assert reg.map(tmp_path / "m.png").by == "fingerprint"
+    decision = reg.route("What is 7 times 8?", fallback=2)
+    assert decision.fallbacks and {f.by for f in decision.fallbacks} == {"fingerprint"}
+    assert {f.by for f in reg.route("What is 7 times 8?", fallback=2, by="locus").fallbacks} == {"locus"}
+
+
+def test_the_cli_search_says_which_vector_answered(reg):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    name = reg.models()[0].name
+    out = CliRunner().invoke(cli, ["--home", str(reg.store.home), "search", name, "-k", "2"])
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines()[0] == "by fingerprint (euclidean)"
+    out = CliRunner().invoke(cli, ["--home", str(reg.store.home), "search", name, "--by", "locus", "--json"])
+    assert '"by": "locus"' in out.output
