@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _registry, emit, json_option
+from cli._common import _registry, echo_evidence_note, emit, json_option, min_evals_option
 
 PLOT = click.Path(dir_okay=False, path_type=Path)
 WHERE_HELP = "Metadata filter on the models, e.g. 'access == open and params_b <= 70'."
@@ -23,11 +23,13 @@ def _pct(value) -> str:
 @click.option("-k", "k", type=click.IntRange(min=1), default=None,
               help="Cut into this many clusters (default: the mean-silhouette maximum).")
 @click.option("--where", default=None, help=WHERE_HELP)
+@min_evals_option("are left out of the clustering (a note names them)")
 @json_option
 @click.pass_context
-def clusters(ctx, plot, linkage, k, where, as_json) -> None:
+def clusters(ctx, plot, linkage, k, where, min_evals, as_json) -> None:
     """Model families: hierarchical clusters of the models' embeddings (cosine distance)."""
-    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k)
+    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k, min_evals=min_evals)
+    echo_evidence_note(result.evidence_note)
     emit(result, as_json, _echo_clusters)
 
 

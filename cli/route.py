@@ -5,7 +5,8 @@ import math
 
 import click
 
-from cli._common import _backend, _echo_neighbour, _registry, echo_neighbour_header, emit, json_option
+from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
+                         json_option, min_evals_option)
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -60,22 +61,29 @@ def _echo_profile(result) -> None:
 @click.option("--exclude", multiple=True, metavar="NAME", help="A model that must not be used; repeatable.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
 @click.option("--fallback", default=3, show_default=True, help="How many fallback models (neighbours of the top one).")
+@min_evals_option("come after the others, in the ranking and among the fallbacks (marked; a note names any pushed out)")
 @json_option
 @click.pass_context
-def route(ctx, query, k, exclude, where, fallback, as_json) -> None:
+def route(ctx, query, k, exclude, where, fallback, min_evals, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
-    result = _backend(ctx, names=tuple(exclude)).route(query, k=k, exclude=exclude, where=where, fallback=fallback)
+    result = _backend(ctx, names=tuple(exclude)).route(query, k=k, exclude=exclude, where=where, fallback=fallback,
+                                                       min_evals=min_evals)
+    echo_evidence_note(result.evidence_note)
     emit(result, as_json, _echo_route)
+
+
+def _mark(item) -> str:
+    return " (low evidence)" if item.low_evidence else ""
 
 
 def _echo_route(result) -> None:
     click.echo("P(correct)  model")
     for r in result.ranking:
-        click.echo(f"{r.p_correct:.4f}      {r.name}")
+        click.echo(f"{r.p_correct:.4f}      {r.name}{_mark(r)}")
     if result.fallbacks:
         top = result.ranking[0].name
         click.echo(f"if {top} is unavailable (cosine distance to it): " +
-                   ", ".join(f"{f.name} (d {f.distance_cosine:.4f})" for f in result.fallbacks))
+                   ", ".join(f"{f.name} (d {f.distance_cosine:.4f}){_mark(f)}" for f in result.fallbacks))
 
 
 COMMANDS: list[click.Command] = [profile, route]

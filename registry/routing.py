@@ -67,22 +67,26 @@ def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndar
 
 
 def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3) -> "RouteDecision | list[RouteDecision]":
+          where: str | None = None, fallback: int = 3, min_evals: int | None = None) -> "RouteDecision | list[RouteDecision]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction): the
     top k models by P(correct), most likely first, and the top model's nearest candidates (cosine
     distance, up to `fallback`). Candidates are the embedded models that pass `where` and are not in
-    `exclude`; an excluded model never appears."""
+    `exclude`; an excluded model never appears. Models embedded from fewer than `min_evals`
+    evaluations (default: the documented minimum, registry.evidence) come after the others, in the
+    ranking and among the fallbacks."""
     from registry.embedding import active_encoder
+    from registry.evidence import MIN_EVALS, check_min_evals
     from registry.search import open_index
 
     texts, single = _texts(queries)
     k = _check_int(k, "k", 1)
     fallback = _check_int(fallback, "fallback", 0)
+    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     models = open_index(store)
     active = active_encoder(store)
     rows = candidate_rows(models, active, exclude, where)
     phi, _ = query_vectors(store, active.query_encoder, texts)
-    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback)
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, min_evals=min_evals)
     return out[0] if single else out
 
 
@@ -112,11 +116,18 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
 
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
-           fallback: int) -> "list[RouteDecision]":
+           fallback: int, min_evals: int = 0) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
-    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks."""
+    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks; in both,
+    models embedded from fewer than `min_evals` evaluations come after the others."""
     from encoder.training import predict
+    from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
+
+    thin = thin_names(models.index.rows, min_evals)
+
+    def low(name: str) -> bool:
+        return is_thin(models.index.rows.get(name, {}).get("n_evals"))
 
     if phi.shape[1] != active.config.query_dim:
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
@@ -126,12 +137,22 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
-        ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
+        order = np.lexsort((row_names, -p[:, j])).tolist()  # most likely first, ties by name
+        # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
+        order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
+        ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),
+                               low_evidence=low(str(row_names[i]))) for i in order]
+        left_out = [str(row_names[i]) for i in pushed]
         top = rows[order[0]]
         others = rows[rows != top]
-        hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
-            if fallback and len(others) else []
+        hits = models.index.search(models.index.vectors[top], fallback + len(thin), metric="cosine",
+                                   allowed=others) if fallback and len(others) else []
+        hits, pushed = demote_thin(hits, lambda hit: names[hit[0]] in thin, fallback)
+        left_out += [names[r] for r, _ in pushed if names[r] not in left_out]
         out.append(RouteDecision(query=text, ranking=ranking,
-                                 fallbacks=[Fallback(name=names[r], distance_cosine=d) for r, d in hits]))
+                                 fallbacks=[Fallback(name=names[r], distance_cosine=d, low_evidence=low(names[r]))
+                                            for r, d in hits], min_evals=min_evals,
+                                 evidence_note=evidence_note(left_out, min_evals, what="ranked after the "
+                                                             "well-evidenced models and so left out of this "
+                                                             "ranking or its fallbacks")))
     return out

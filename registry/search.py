@@ -85,10 +85,15 @@ def open_embedded(store: "Store") -> EmbeddedModels:
     return models
 
 
-def embedded_subset(store: "Store", where: str | None, *, need: int,
-                    what: str) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
-    """(names, (n, d) float32 vectors, records) of the embedded models that match `where`; refuses
-    fewer than `need` of them, saying `what` needs them."""
+def embedded_subset(store: "Store", where: str | None, *, need: int, what: str, min_evals: int = 0,
+                    left_out: list[str] | None = None,
+                    kept_thin: list[str] | None = None) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+    """(names, (n, d) float32 vectors, records) of the embedded models that match `where`, less those
+    embedded from fewer than `min_evals` evaluations (appended to `left_out`) when at least `need`
+    others remain (else they stay, appended to `kept_thin`: with no well-evidenced models to rank
+    before, they outrank none); refuses fewer than `need`, saying `what` needs them."""
+    from registry.evidence import thin_names
+
     models = open_embedded(store)
     names, z = list(models.index.names), models.index.vectors
     rows = models.allowed_rows(where)
@@ -96,6 +101,15 @@ def embedded_subset(store: "Store", where: str | None, *, need: int,
         if not len(rows):
             raise InputError(f"no embedded model matches {where!r} ({len(names)} embedded models)", field="where")
         names, z = [names[i] for i in rows], z[rows]
+    thin = thin_names(models.index.rows, min_evals)
+    keep = [i for i, n in enumerate(names) if n not in thin]
+    if len(keep) < len(names):
+        dropped = [n for n in names if n in thin]
+        if len(keep) >= need:
+            names, z = [names[i] for i in keep], z[keep]
+        target = left_out if len(keep) >= need else kept_thin
+        if target is not None:
+            target.extend(dropped)
     if len(names) < need:
         scope = f" matching {where!r}" if where is not None else ""
         raise RegistryError(f"{what} needs at least {need} embedded models; the registry has {len(names)}{scope}")
@@ -108,7 +122,8 @@ BY = ("embedding", "behaviour")
 
 def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str = "cosine",
             where: str | None = None, by: str = "embedding",
-            open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
+            open_store: "Callable[[], Store] | None" = None, min_evals: int = 0,
+            left_out: list[str] | None = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
     by="behaviour" (a model name only): the max(4k, 20) nearest by behaviour fingerprint (identity
@@ -116,7 +131,8 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
     item table), then the embedding's nearest of as many that it did not propose, re-ranked by their
     excess agreement with the model on the queries both answered (`audit_stats.task_kappa`), so that a re-served copy comes before models
     of merely similar ability; a candidate with too few shared queries keeps its place. The vectors
-    propose, the evaluations order."""
+    propose, the evaluations order. Models embedded from fewer than `min_evals` evaluations come after
+    the others (registry.evidence); those that this pushed out of the k are appended to `left_out`."""
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -127,7 +143,8 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
         raise InputError("by='behaviour' needs a model name: a vector has no evaluations", field="by")
     models = open_index(store, store=open_store)
     return neighbours(models, query, k=int(k), metric=metric, where=where, by=by,
-                      open_store=open_store if open_store is not None else lambda: _as_store(store))
+                      open_store=open_store if open_store is not None else lambda: _as_store(store),
+                      min_evals=min_evals, left_out=left_out)
 
 
 MAX_VECTOR_ABS = 1e6  # LOCUS embeddings are of order 1; far beyond this is a mistake (1e39 overflows float32)
@@ -150,17 +167,21 @@ def check_query_vector(vector, dim: int, metric: str) -> np.ndarray:
 
 
 def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str, where: str | None,
-               by: str, open_store: "Callable[[], Store]") -> "list[Neighbour]":
+               by: str, open_store: "Callable[[], Store]", min_evals: int = 0,
+               left_out: list[str] | None = None) -> "list[Neighbour]":
     """`similar` on an open index (the service keeps one warm); arguments already checked."""
+    from registry.evidence import thin_names
     from registry.results import Neighbour
 
     if not isinstance(query, str):
         query = check_query_vector(query, models.index.vectors.shape[1], metric)
+    thin = thin_names(models.index.rows, min_evals)
     wanted = k if by == "embedding" else max(4 * k, BEHAVIOUR_CANDIDATES)
-    hits = models.index.neighbours(query, wanted, metric=metric, allowed=models.allowed_rows(where))
+    # as many more as there are thin models: ranked after the others, they must not shorten the k
+    hits = models.index.neighbours(query, wanted + len(thin), metric=metric, allowed=models.allowed_rows(where))
     if by == "embedding":
-        return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata())
-                for name, dist in hits]
+        return _thin_last([Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
+                                     **_evidence(models, name)) for name, dist in hits], thin, k, left_out)
     store = open_store()
     identity, behaviour = _fingerprint_distances(index_fingerprints(store, models), models, query, where, wanted)
     if identity:
@@ -174,10 +195,28 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
                 for name in nearest_prints] + [(name, dist) for name, dist in hits if name not in proposed]
     agreement = _agreement(store, query, [name for name, _ in hits])
     ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
-    return [Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
-                      agreement_kappa=agreement[name][0], shared_queries=agreement[name][1],
-                      behaviour_distance=behaviour.get(name))
-            for name, dist in ranked[:k]]
+    return _thin_last([Neighbour(name=name, distance=dist, metric=metric, metadata=models.records[name].metadata(),
+                                 agreement_kappa=agreement[name][0], shared_queries=agreement[name][1],
+                                 behaviour_distance=behaviour.get(name), **_evidence(models, name))
+                       for name, dist in ranked], thin, k, left_out)
+
+
+def _evidence(models: EmbeddedModels, name: str) -> dict:
+    """A neighbour's evidence fields (registry.evidence): its n_evals and the low-evidence mark."""
+    from registry.evidence import is_thin
+
+    n = models.index.rows.get(name, {}).get("n_evals")
+    return {"n_evals": n, "low_evidence": is_thin(n)}
+
+
+def _thin_last(found: list, thin: set[str], k: int, left_out: list[str] | None) -> list:
+    """The first k of `found` with the `thin` models after the others; those pushed out go to `left_out`."""
+    from registry.evidence import demote_thin
+
+    kept, pushed = demote_thin(found, lambda hit: hit.name in thin, k)
+    if left_out is not None:
+        left_out.extend(hit.name for hit in pushed)
+    return kept
 
 
 def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:

@@ -257,18 +257,23 @@ class WarmState:
 
     # ---------------------------------------------------------------- queries
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str,
-                where: str | None, by: str = "embedding"):
-        """`Registry.similar` on the warm index (same rules: the model itself excluded)."""
+                where: str | None, by: str = "embedding", min_evals: int | None = None):
+        """`Registry.similar` on the warm index (same rules: the model itself excluded, thin models after)."""
+        from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
         from registry.results import SearchResult
         from registry.search import neighbours
 
+        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
         models = self.snapshot().require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store)
-        return SearchResult(query=name, metric=metric, where=where, by=by, neighbours=hits)
+        left_out: list[str] = []
+        hits = neighbours(models, query, k=k, metric=metric, where=where, by=by, open_store=lambda: self.store,
+                          min_evals=min_evals, left_out=left_out)
+        return SearchResult(query=name, metric=metric, where=where, by=by, neighbours=hits, min_evals=min_evals,
+                            evidence_note=evidence_note(left_out, min_evals))
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int):
+              fallback: int, min_evals: int = 0):
         """`Registry.route` on the warm state, every text in one batched pass; returns the
         decisions and how many texts were encoded now."""
         from registry.routing import candidate_rows, decide
@@ -278,10 +283,10 @@ class WarmState:
         active = snap.require_active()
         rows = candidate_rows(models, active, exclude, where)
         phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D), cached texts not re-encoded
-        return decide(models, active, rows, phi, texts, k=k, fallback=fallback), encoded
+        return decide(models, active, rows, phi, texts, k=k, fallback=fallback, min_evals=min_evals), encoded
 
     def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-                          fallback: int):
+                          fallback: int, min_evals: int = 0):
         """`route`'s decisions when that needs no reload, store read, encoding or filter (the snapshot
         is current, every text is cached in memory, no `where`), else None."""
         from registry.routing import candidate_rows, decide
@@ -295,4 +300,4 @@ class WarmState:
         if phi is None:
             return None
         rows = candidate_rows(snap.models, snap.active, exclude, where)
-        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback)
+        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback, min_evals=min_evals)
