@@ -7,7 +7,7 @@ model sits, so it would be ranked by noise. Such a model is
 
 - warned about when it is added, refined, replaced, imported or embedded (`thin_warning`);
 - marked `low_evidence` in its record (`show`, `models list`, HTTP, the web table);
-- ranked after the well-evidenced models in `search`, route fallbacks and clusters unless asked
+- ranked after the well-evidenced models in `search`, `route` (ranking and fallbacks) and clusters unless asked
   (`min_evals=0`): "do not outrank" means *listed after, with the mark*; when that pushes it past the
   k asked for, or out of a clustering, the result names it (`evidence_note`) and says how to include it.
 
@@ -46,7 +46,7 @@ def thin_warning(name: str, n_evals: int | None) -> str | None:
         return None
     return (f"{name} is embedded from {n_evals} evaluation{'s' if n_evals != 1 else ''}, fewer than the documented "
             f"minimum of {MIN_EVALS}: it is marked low evidence and ranked after well-evidenced models in search, "
-            f"route fallbacks and clusters (--min-evals 0 ranks it with them); add evaluations with `registry refine`")
+            f"route and clusters (--min-evals 0 ranks it with them); add evaluations with `registry refine`")
 
 
 def thin_models_warning(counts: dict[str, int]) -> str | None:
@@ -56,8 +56,8 @@ def thin_models_warning(counts: dict[str, int]) -> str | None:
         return None
     shown = ", ".join(f"{n} ({counts[n]})" for n in thin[:10]) + (f" and {len(thin) - 10} more" if len(thin) > 10 else "")
     return (f"{len(thin)} model{'s' if len(thin) != 1 else ''} with fewer than the documented minimum of {MIN_EVALS} "
-            f"evaluations: {shown}; marked low evidence and ranked after well-evidenced models in search, route "
-            "fallbacks and clusters (--min-evals 0 ranks them with them)")
+            f"evaluations: {shown}; once embedded they are marked low evidence and ranked after well-evidenced "
+            "models in search, route and clusters (--min-evals 0 ranks them with the others)")
 
 
 def warn_if_thin(change: T) -> T:

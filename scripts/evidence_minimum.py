@@ -112,6 +112,9 @@ def fingerprint_rows(name: str, data, split, own, test, draws: int) -> list[dict
     return measure(name, data, split, own, test, embed, predict, distances, "fingerprint", draws)
 
 
+ENCODERS: list[str] = []  # one line per LOCUS encoder measured, for the page
+
+
 def locus_rows(name: str, home: str, draws: int) -> list[dict]:
     """The LOCUS embedding of a trained registry's active encoder, its own data and split."""
     import torch
@@ -147,7 +150,11 @@ def locus_rows(name: str, home: str, draws: int) -> list[dict]:
     def distances(a, c):
         return 1.0 - _unit(a) @ _unit(c).T
 
-    print(f"  LOCUS encoder {active.encoder_id} of {home}: {data.n_models} models", flush=True)
+    line = (f"{name}: LOCUS encoder {active.encoder_id} ({data.n_models} models; trained {info.get('epochs_run')} "
+            f"epochs, best {info.get('best_epoch')}, stopped by {info.get('stopped')}, "
+            f"{float(info.get('seconds') or 0):.0f} s, validation routing {info.get('val_routing_accuracy', 0):.4f})")
+    ENCODERS.append(line)
+    print("  " + line, flush=True)
     return measure(name, data, None, own, test, embed, pred, distances, "LOCUS", draws)
 
 
@@ -174,6 +181,9 @@ def page(rows: list[dict], command: str, seconds: float) -> str:
              "- **P(correct) MAE excess**: mean absolute error of the thin vector's P(correct) on the model's test "
              "queries, minus that of the reference vector.",
              "- **accuracy error**: |mean predicted P(correct) - observed accuracy| on the test queries (median).", ""]
+    if ENCODERS:
+        lines += ["LOCUS encoders measured (the registries given with `--home`, trained by `registry train`'s "
+                  "defaults with the `--max-seconds` cap noted):", ""] + [f"- {e}" for e in ENCODERS] + [""]
     for (dataset, vector) in dict.fromkeys((r["dataset"], r["vector"]) for r in rows):
         lines += [f"## {dataset}, {vector}", "",
                   "| n evaluations | moved / NN (median) | p90 | self top-1 | P(correct) MAE excess | accuracy error |",

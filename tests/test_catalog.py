@@ -142,7 +142,7 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
     assert found["query"] == "dup-endpoint" and found["neighbours"][0]["name"] == "syn-synfam0-13b"
     assert set(found["neighbours"][0]) == {"name", "distance", "metric", "metadata", "agreement_kappa", "behaviour_distance",
-                                           "shared_queries"}
+                                           "shared_queries", "n_evals", "low_evidence"}
     assert found["by"] == "embedding" and found["neighbours"][0]["agreement_kappa"] is None
     assert json.loads(run("show", "dup-endpoint", "--json"))["record"]["provider"] == "reseller"
     assert json.loads(run("history", "dup-endpoint", "--json"))["versions"][0]["event"] == "add"
