@@ -202,7 +202,13 @@ def page(rows: list[dict], command: str, seconds: float) -> str:
               f"**{found if found is not None else 'none of the grid'}**. The registry's documented minimum "
               f"(`registry.evidence.MIN_EVALS`) is **{MIN_EVALS}**: a model embedded from fewer evaluations is "
               "marked low evidence, warned about on add/refine/replace/import/embed, and ranked after the "
-              "well-evidenced models in search, route fallbacks and clusters unless `--min-evals 0`.", ""]
+              "well-evidenced models in search, route (ranking and fallbacks) and clusters unless `--min-evals 0`.",
+              "",
+              "The rule reads the fingerprint, the vector that tells models apart. LOCUS rows, where measured, "
+              "are beside it: its vectors share one dominant direction, so distinct models sit closer together "
+              "(in cosine distance) than any thin vector lands from its own model, and its moved / NN stays far "
+              "above 1 at every n; its P(correct) error, what routing reads, shrinks with n as the fingerprint's does.",
+              ""]
     return "\n".join(lines)
 
 
@@ -214,7 +220,17 @@ def main() -> None:
                         help="a trained registry of that dataset: measure its LOCUS embeddings too")
     parser.add_argument("--page", default=str(ROOT / "docs" / "results" / "evidence.md"))
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--from-json", default=None, metavar="JSON",
+                        help="rewrite the page from a run's saved rows (the JSON beside the page) without measuring")
     args = parser.parse_args()
+    if args.from_json:
+        import json
+
+        saved = json.loads(Path(args.from_json).read_text("utf-8"))
+        ENCODERS.extend(saved["encoders"])
+        Path(args.page).write_text(page(saved["rows"], saved["command"], saved["seconds"]), encoding="utf-8")
+        print(f"rewrote {args.page} from {args.from_json}: minimum {minimum_of(saved['rows'])}")
+        return
     from encoder.data import load_triple_dir, split_queries
     from encoder.training import evals_by_model
 
