@@ -3,6 +3,7 @@
 name the option the user typed."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +30,33 @@ def json_option(command=None, *, help: str = JSON_HELP):
         return click.option("--json", "as_json", is_flag=True, callback=_json_flag, help=help)(command)
 
     return decorate if command is None else decorate(command)
+
+
+def min_evals_option(what: str):
+    """`--min-evals N` of search, route and clusters (registry.evidence): None when not given, so that
+    the API applies the documented minimum; click refuses a negative or non-integer value naming it."""
+    return click.option(
+        "--min-evals", "min_evals", type=click.IntRange(min=0), default=None, metavar="N",
+        help=f"Models embedded from fewer than N evaluations {what} (default: the documented minimum, "
+             "registry.evidence.MIN_EVALS, see README; 0: every model as it ranks).")
+
+
+@contextlib.contextmanager
+def quiet_thin_warnings():
+    """The API's ThinEvidenceWarning silenced: the CLI prints the result's `warnings` itself, once."""
+    import warnings
+
+    from registry.evidence import ThinEvidenceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ThinEvidenceWarning)
+        yield
+
+
+def echo_evidence_note(note: str | None) -> None:
+    """A thin-evidence note on stderr (stdout keeps the table): a model is never dropped unsaid."""
+    if note:
+        click.echo(f"note: {note}", err=True)
 
 
 def _registry(ctx: click.Context, *, create: bool = True):
@@ -125,7 +153,8 @@ def _echo_neighbour(hit) -> None:
         kappa = f"{hit.agreement_kappa:.3f}" if hit.agreement_kappa is not None else "-"
         behaviour = f"{hit.behaviour_distance:.4f}" if hit.behaviour_distance is not None else "-"
         agreement = f"{behaviour:>9} {kappa:>7} {hit.shared_queries:>7}  "
-    click.echo(f"{hit.distance:>8.4f}  {agreement}{hit.name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+    name = hit.name + (" *" if getattr(hit, "low_evidence", False) else "")
+    click.echo(f"{hit.distance:>8.4f}  {agreement}{name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
 
 
 def echo_neighbour_header(metric: str, *, agreement: bool = False) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import EXISTING_FILE, _registry, echo_warnings, emit, json_option
+from cli._common import EXISTING_FILE, _registry, echo_warnings, emit, json_option, quiet_thin_warnings
 
 
 @click.command()
@@ -17,7 +17,8 @@ def refine(ctx, name, evals_file, as_json) -> None:
 
     The model keeps its earlier evaluations and metadata; a repeated (query, model) pair takes the new
     score. Every earlier version stays in `registry history NAME` and `registry restore NAME --version V`."""
-    result = _registry(ctx, create=False).refine(name, evals_file)
+    with quiet_thin_warnings():  # the result's warnings are printed below, once
+        result = _registry(ctx, create=False).refine(name, evals_file)
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"refine {r.name} (version {r.version}): {r.new_evaluations} new evaluations; embedded from {r.n_evals} "

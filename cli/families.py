@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _registry, emit, json_option
+from cli._common import _registry, echo_evidence_note, emit, json_option, min_evals_option
 
 PLOT = click.Path(dir_okay=False, path_type=Path)
 WHERE_HELP = "Metadata filter on the models, e.g. 'access == open and params_b <= 70'."
@@ -30,11 +30,14 @@ BY_LIKENESS = click.option(
               help="Cut into this many clusters (default: the mean-silhouette maximum).")
 @click.option("--where", default=None, help=WHERE_HELP)
 @BY_LIKENESS
+@min_evals_option("are left out of the clustering (a note names them)")
 @json_option
 @click.pass_context
-def clusters(ctx, plot, linkage, k, where, by, as_json) -> None:
+def clusters(ctx, plot, linkage, k, where, by, min_evals, as_json) -> None:
     """Model families: hierarchical clusters of the models' fingerprints or LOCUS embeddings."""
-    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k, by=by)
+    result = _registry(ctx, create=False).clusters(where=where, plot=plot, linkage=linkage, k=k, by=by,
+                                                   min_evals=min_evals)
+    echo_evidence_note(result.evidence_note)
     emit(result, as_json, _echo_clusters)
 
 

@@ -16,8 +16,11 @@ from cli._common import (
     _backend,
     _echo_neighbour,
     _registry,
+    echo_evidence_note,
     echo_neighbour_header,
     echo_warnings,
+    min_evals_option,
+    quiet_thin_warnings,
     emit,
     error_payload,
     json_option,
@@ -269,10 +272,21 @@ def _echo_models(listed, where: str | None) -> None:
         click.echo(f"no model matches {where!r}" if where else "no models yet (registry import PATH)")
         return
     width = max(4, max(len(r.name) for r in records))
-    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} provider")
+    click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} {'evals':>7}  provider")
     for r in records:
         size = f"{r.params_b:g}B" if r.params_b is not None else "-"
-        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<6} {r.provider or ''}")
+        evals = "-" if r.n_evals is None else f"{r.n_evals}" + ("*" if r.low_evidence else "")
+        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<6} {evals:>7}  "
+                   f"{r.provider or ''}")
+    _echo_low_evidence_key(any(r.low_evidence for r in records))
+
+
+def _echo_low_evidence_key(shown: bool) -> None:
+    if shown:
+        from registry.evidence import MIN_EVALS
+
+        click.echo(f"* low evidence: embedded from fewer than {MIN_EVALS} evaluations (the documented minimum); "
+                   "ranked after the others in search, route fallbacks and clusters unless --min-evals 0")
 
 
 def _evals_option(value: str) -> int | None:
@@ -402,8 +416,9 @@ def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
         limit = _evals_option(max_evals)
     except ValueError:
         raise click.BadParameter(f"{max_evals!r} is not a number or 'all'", param_hint="--max-evals") from None
-    emit(_registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers),
-         as_json, lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
+    report = _registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers)
+    echo_warnings(report.warnings)
+    emit(report, as_json, lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
                                        + (f" on Ray ({r.workers} workers, {r.seconds:.1f} s)" if r.engine == "ray" else "")))
 
 
@@ -471,7 +486,8 @@ def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.pass_context
 def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
     """Onboard model NAME from its evaluations: one forward pass of the active encoder, no training."""
-    result = _backend(ctx).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
+    with quiet_thin_warnings():  # the result's warnings are printed below, once
+        result = _backend(ctx).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"{r.event} {r.name} (version {r.version}): embedded from {r.n_evals} evaluations with encoder "
@@ -488,13 +504,16 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
               help="The vector searched. fingerprint (default when NAME has one): the behaviour-fingerprint "
                    "index, its 20 nearest re-ranked by agreement with NAME on the queries both answered; locus: "
                    "the LOCUS embedding. embedding/behaviour: the old names of locus/fingerprint.")
+@min_evals_option("come after the others (marked *; a note names any pushed out of the k)")
 @json_option
 @click.pass_context
-def search(ctx, name, k, metric, where, by, as_json) -> None:
+def search(ctx, name, k, metric, where, by, min_evals, as_json) -> None:
     """The models nearest to NAME (NAME itself excluded); says which vector answered."""
     # A current saved index answers without opening LanceDB or importing torch: faster than asking a
     # running service, so search never looks for one.
-    emit(_backend(ctx).similar(name, k=k, metric=metric, where=where, by=by), as_json, _echo_search)
+    result = _backend(ctx).similar(name, k=k, metric=metric, where=where, by=by, min_evals=min_evals)
+    echo_evidence_note(result.evidence_note)
+    emit(result, as_json, _echo_search)
 
 
 def _echo_search(result) -> None:
@@ -505,6 +524,7 @@ def _echo_search(result) -> None:
     echo_neighbour_header(result.metric, agreement=result.by == "fingerprint" and result.query is not None)
     for hit in result.neighbours:
         _echo_neighbour(hit)
+    _echo_low_evidence_key(any(hit.low_evidence for hit in result.neighbours))
 
 
 @cli.command()
@@ -522,8 +542,9 @@ def show(ctx, name, as_json) -> None:
 def _echo_show(info) -> None:
     fields = {**info.record.model_dump(), **info.model_dump(exclude={"record"})}
     for key, value in fields.items():
-        if value not in (None, [], {}):
+        if value not in (None, [], {}) and not (key == "low_evidence" and not value):
             click.echo(f"{key:<12} {value}")
+    _echo_low_evidence_key(info.low_evidence)
 
 
 @cli.command()

@@ -5,7 +5,8 @@ import math
 
 import click
 
-from cli._common import _backend, _echo_neighbour, _registry, echo_neighbour_header, emit, json_option
+from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
+                         json_option, min_evals_option)
 
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
@@ -63,26 +64,32 @@ def _echo_profile(result) -> None:
 @click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
               help="The index the fallbacks come from: fingerprint (default when the top model has one: models "
                    "that answer as it does) or locus. The ranking always reads LOCUS.")
+@min_evals_option("come after the others, in the ranking and among the fallbacks (marked; a note names any pushed out)")
 @json_option
 @click.pass_context
-def route(ctx, query, k, exclude, where, fallback, by, as_json) -> None:
+def route(ctx, query, k, exclude, where, fallback, by, min_evals, as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
     backend = _backend(ctx, names=tuple(exclude))
     options = {"by": by} if by is not None else {}  # an older running service takes no `by`
-    result = backend.route(query, k=k, exclude=exclude, where=where, fallback=fallback, **options)
+    result = backend.route(query, k=k, exclude=exclude, where=where, fallback=fallback, min_evals=min_evals, **options)
+    echo_evidence_note(result.evidence_note)
     emit(result, as_json, _echo_route)
+
+
+def _mark(item) -> str:
+    return " (low evidence)" if item.low_evidence else ""
 
 
 def _echo_route(result) -> None:
     click.echo("P(correct)  model")
     for r in result.ranking:
-        click.echo(f"{r.p_correct:.4f}      {r.name}")
+        click.echo(f"{r.p_correct:.4f}      {r.name}{_mark(r)}")
     if result.fallbacks:
         top = result.ranking[0].name
         by = result.fallbacks[0].by
         what = "fingerprint distance" if by == "fingerprint" else "cosine distance"
         click.echo(f"if {top} is unavailable ({what} to it): " +
-                   ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f})"
+                   ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f}){_mark(f)}"
                              for f in result.fallbacks))
 
 

@@ -26,6 +26,7 @@ from registry.results import (
     EvaluationReport,
     HomeInfo,
     ImportReport,
+    ListedModel,
     MapResult,
     ModelChange,
     ModelHistory,
@@ -168,6 +169,9 @@ class Registry:
             # next `train` would look for vectors from the default encoder and find none.
             self.store.update_config(query_encoder=encoder_name)
             report.query_encoder_set = encoder_name
+        thin = _thin_import_warning(self.store, sorted(set(batch.eval_models)))
+        if thin:
+            report.warnings.append(thin)
         log(f"done in {time.monotonic() - started:.1f} s")
         return report
 
@@ -286,13 +290,17 @@ class Registry:
         pass, no training. An existing name is refused unless `replace`."""
         from registry.catalog import add_model
 
-        return add_model(self.store, name, evaluations, metadata, replace=replace, max_evals=max_evals)
+        from registry.evidence import warn_if_thin
+
+        return warn_if_thin(add_model(self.store, name, evaluations, metadata, replace=replace, max_evals=max_evals))
 
     def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
         from registry.catalog import refine
 
-        return refine(self.store, self.resolve(name), more_evaluations, max_evals=max_evals)
+        from registry.evidence import warn_if_thin
+
+        return warn_if_thin(refine(self.store, self.resolve(name), more_evaluations, max_evals=max_evals))
 
     def remove(self, name: str) -> RemoveResult:
         """Remove a model (its history stays: `restore` brings it back)."""
@@ -313,27 +321,36 @@ class Registry:
 
         return history(self.store, self.resolve(name))
 
-    def list(self, where: str | None = None) -> list[ModelRecord]:  # noqa: A003
-        """Model records, optionally filtered (see `registry.filters`)."""
+    def list(self, where: str | None = None) -> list[ListedModel]:  # noqa: A003
+        """Model records, optionally filtered (see `registry.filters`), each with the evaluations its
+        embedding was built from and the low-evidence mark (registry.evidence)."""
+        from indexing.store import MODELS
         from registry.filters import matching
+        from registry.rows import record_of
 
-        records = self.models()
-        keep = set(matching(where, records))
-        return [r for r in records if r.name in keep]
+        rows = self.store.read(MODELS).to_pylist()
+        listed = sorted((ListedModel(**record_of(row).model_dump(), n_evals=row.get("n_evals")) for row in rows),
+                        key=lambda r: r.name)
+        keep = set(matching(where, listed))
+        return [r for r in listed if r.name in keep]
 
     def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
-                by: str | None = None) -> SearchResult:
+                by: str | None = None, min_evals: int | None = None) -> SearchResult:
         """The k nearest models to a model (itself excluded) or to a vector, nearest first. A current
         saved index answers without opening the store. by: "fingerprint" (behaviour fingerprint index,
         the default for a model that has one; its nearest re-ranked by agreement on shared queries) or
         "locus" (the LOCUS embedding; the default for a vector); "embedding"/"behaviour" are accepted
-        as the old names. The result's `by` says which vector answered."""
+        as the old names. The result's `by` says which vector answered. Models embedded from fewer than
+        `min_evals` evaluations (default: the documented minimum, registry.evidence.MIN_EVALS) come after
+        the others; 0 ranks every model by distance."""
+        from registry.evidence import MIN_EVALS, check_min_evals
         from registry.search import search_result
 
+        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
         source = self._store if self._store is not None else self._home
         name_or_vector = self.resolve(name_or_vector)
         return search_result(source, name_or_vector, k=k, metric=metric, where=where, by=by,
-                             open_store=lambda: self.store)
+                             open_store=lambda: self.store, min_evals=min_evals)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""
@@ -374,23 +391,27 @@ class Registry:
                          include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3, by: str | None = None) -> RouteDecision | list[RouteDecision]:
+              fallback: int = 3, by: str | None = None,
+              min_evals: int | None = None) -> RouteDecision | list[RouteDecision]:
         """Rank models by predicted P(correct) (LOCUS) for a query text (one decision) or a list of texts
         (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
         model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
-        one) or locus."""
+        one) or locus; in both, models embedded from fewer than `min_evals` evaluations (default: the
+        documented minimum) come after the others."""
         from registry.routing import route
 
         exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
-        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by)
+        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by,
+                     min_evals=min_evals)
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
-                 k: int | None = None, by: str | None = None) -> ClustersResult:
+                 k: int | None = None, by: str | None = None, min_evals: int | None = None) -> ClustersResult:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
-        the number of clusters by silhouette unless `k` is given."""
+        the number of clusters by silhouette unless `k` is given. Models embedded from fewer than
+        `min_evals` evaluations (default: the documented minimum) are left out and named (0: none)."""
         from registry.clusters import clusters
 
-        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by)
+        return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by, min_evals=min_evals)
 
     def map(self, plot, *, color_by: str | None = None, where: str | None = None,  # noqa: A003
             by: str | None = None) -> MapResult:
@@ -548,6 +569,25 @@ def _check_count(value: Any, field: str, minimum: int, *, optional: bool = False
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
+
+
+def _thin_import_warning(store: "Store", names: list[str]) -> str | None:
+    """The thin-evidence warning of an import: its models holding fewer than MIN_EVALS evaluations
+    after it (counted in the store, so an import that tops up a model counts what it had)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from indexing.store import EVALUATIONS
+    from registry.evidence import thin_models_warning
+
+    if not names:
+        return None
+    owners = store.read(EVALUATIONS, ["model"]).column("model")
+    owners = owners.filter(pc.is_in(owners, value_set=pa.array(names, pa.string())))
+    counts = {n: 0 for n in names}
+    for entry in pc.value_counts(owners).to_pylist():
+        counts[entry["values"]] = int(entry["counts"])
+    return thin_models_warning(counts)
 
 
 def _load_query_encoder(name: str):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from registry.errors import InputError, NotFoundError
+from registry.evidence import MIN_EVALS, is_thin
 from registry.records import ModelRecord
 
 if TYPE_CHECKING:
@@ -24,9 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["LOW_EVIDENCE_EVALS", "TaskAccuracy", "ModelRow", "ModelTable", "MapPointView", "MapView",
            "TableData", "evaluation_summary", "table_data", "model_table", "model_row", "map_view"]
 
-# A task accuracy measured on fewer evaluations than this is marked "low evidence": with n < 30 a
-# binomial accuracy's standard error can exceed 0.09 (at p = 0.5), too wide to rank models by.
-LOW_EVIDENCE_EVALS = 30
+# A task accuracy measured on fewer evaluations than this is marked "low evidence", and so is a model whose
+# embedding was built from fewer: the registry's one documented minimum (registry.evidence,
+# docs/results/evidence.md). At n < 64 a binomial accuracy's standard error exceeds 0.06 (at p = 0.5).
+LOW_EVIDENCE_EVALS = MIN_EVALS
 MAX_PAGE = 500
 
 
@@ -50,6 +52,10 @@ class ModelRow(_Result):
     accuracy: float | None = Field(description="mean score over every stored evaluation")
     tasks: dict[str, TaskAccuracy]
     low_evidence: list[str] = Field(description=f"tasks measured on fewer than {LOW_EVIDENCE_EVALS} evaluations")
+    low_evidence_below: int = LOW_EVIDENCE_EVALS
+    embedded_from: int | None = Field(None, description="evaluations the embedding was built from (None: not embedded)")
+    thin_evidence: bool = Field(False, description=f"embedded from fewer than {LOW_EVIDENCE_EVALS} evaluations: "
+                                                   "ranked after well-evidenced models unless min_evals=0")
 
 
 class ModelTable(_Result):
@@ -133,12 +139,15 @@ class _Entry:
     n_evals: int
     accuracy: float | None
     tasks: dict[str, tuple[float, int]]  # task -> (accuracy, evaluations)
+    embedded_from: int | None = None
 
     def row(self) -> ModelRow:
         tasks = {t: TaskAccuracy(accuracy=a, n=n) for t, (a, n) in self.tasks.items()}
         return ModelRow(name=self.name, record=self.record, version=self.version, embedded=self.embedded,
                         n_evals=self.n_evals, accuracy=self.accuracy, tasks=tasks,
-                        low_evidence=[t for t, (_, n) in self.tasks.items() if n < LOW_EVIDENCE_EVALS])
+                        low_evidence=[t for t, (_, n) in self.tasks.items() if n < LOW_EVIDENCE_EVALS],
+                        embedded_from=self.embedded_from,
+                        thin_evidence=self.embedded and is_thin(self.embedded_from))
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,8 @@ def table_data(store: "Store") -> TableData:
         per_task = {t: (total / n, n) for t, (n, total) in sorted(got["tasks"].items()) if n}
         tasks.update(per_task)
         rows[name] = _Entry(name=name, record=record_of(row), version=row.get("version"), embedded=is_embedded,
-                            n_evals=got["n"], accuracy=(got["sum"] / got["n"]) if got["n"] else None, tasks=per_task)
+                            n_evals=got["n"], accuracy=(got["sum"] / got["n"]) if got["n"] else None, tasks=per_task,
+                            embedded_from=row.get("n_evals") if is_embedded else None)
     records = [r.record for r in rows.values()]
     return TableData(rows=rows, records=records, tasks=sorted(tasks), fields=available_fields(records))
 

@@ -230,9 +230,12 @@ def _land(store, active, batch, record, *, event, replace, replace_evaluations, 
                    version=version)
         row.update(fingerprint_columns(store, load_item_table(store, active.encoder_id), [record.name])[record.name])
         write_model(store, row, event)
+    from registry.evidence import thin_warning
+
+    thin = thin_warning(record.name, n_evals)
     return ModelChange(name=record.name, version=version, event=event, encoder_id=active.encoder_id,
                        n_evals=n_evals, new_evaluations=report.new_evaluations, encoded_texts=encoded,
-                       warnings=report.warnings)
+                       warnings=report.warnings + ([thin] if thin else []))
 
 
 def _sql_literal(value: str) -> str:

@@ -20,6 +20,7 @@ import httpx
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
+    ListedModel,
     AuditReport,
     ModelChange,
     ModelHistory,
@@ -100,7 +101,9 @@ class RegistryClient:
         else:
             data = self._call("POST", "/v1/models", json={"name": name, "evaluations": _rows(evaluations),
                                                            "metadata": metadata, "replace": replace})
-        return ModelChange.model_validate(data)
+        from registry.evidence import warn_if_thin
+
+        return warn_if_thin(ModelChange.model_validate(data))
 
     def refine(self, name: str, more_evaluations) -> ModelChange:
         if isinstance(more_evaluations, (str, Path)):
@@ -111,7 +114,9 @@ class RegistryClient:
         else:
             data = self._call("POST", f"/v1/models/{_quote(name)}/refine",
                               json={"evaluations": _rows(more_evaluations)})
-        return ModelChange.model_validate(data)
+        from registry.evidence import warn_if_thin
+
+        return warn_if_thin(ModelChange.model_validate(data))
 
     def remove(self, name: str) -> RemoveResult:
         return RemoveResult.model_validate(self._call("DELETE", f"/v1/models/{_quote(name)}"))
@@ -121,9 +126,9 @@ class RegistryClient:
         return RestoreResult.model_validate(self._call("POST", f"/v1/models/{_quote(name)}/restore", params=params))
 
     # --------------------------------------------------------------------- reads
-    def list(self, where: str | None = None) -> list[ModelRecord]:  # noqa: A003
+    def list(self, where: str | None = None) -> list[ListedModel]:  # noqa: A003
         params = {"where": where} if where is not None else {}
-        return [ModelRecord.model_validate(r) for r in self._call("GET", "/v1/models", params=params)]
+        return [ListedModel.model_validate(r) for r in self._call("GET", "/v1/models", params=params)]
 
     def models(self) -> list[ModelRecord]:
         return self.list()
@@ -138,9 +143,12 @@ class RegistryClient:
         return ModelHistory.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/history"))
 
     def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
-                by: str | None = None) -> SearchResult:
+                by: str | None = None, min_evals: int | None = None) -> SearchResult:
+        from registry.evidence import MIN_EVALS, check_min_evals
+
+        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
         if isinstance(name_or_vector, str):
-            params = {"name": name_or_vector, "k": k}
+            params = {"name": name_or_vector, "k": k, "min_evals": min_evals}
             for key, value in (("metric", metric), ("by", by), ("where", where)):
                 if value is not None:
                     params[key] = value
@@ -149,13 +157,16 @@ class RegistryClient:
             raise InputError("a vector is searched in the LOCUS index (by='locus')", field="by")
         vector = [float(x) for x in name_or_vector]
         return SearchResult.model_validate(self._call("POST", "/v1/similar", json={
-            "vector": vector, "k": k, "metric": metric or "cosine", "where": where}))
+            "vector": vector, "k": k, "metric": metric or "cosine", "where": where, "min_evals": min_evals}))
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3, by: str | None = None) -> RouteDecision | list[RouteDecision]:
+              fallback: int = 3, by: str | None = None, min_evals: int | None = None) -> RouteDecision | list[RouteDecision]:
+        from registry.evidence import MIN_EVALS, check_min_evals
+
         single = isinstance(queries, str)
         body = {"k": k, "exclude": [exclude] if isinstance(exclude, str) else list(exclude), "where": where,
-                "fallback": fallback, **({"query": queries} if single else {"queries": list(queries)})}
+                "fallback": fallback, "min_evals": check_min_evals(MIN_EVALS if min_evals is None else min_evals),
+                **({"query": queries} if single else {"queries": list(queries)})}
         if by is not None:
             body["by"] = by
         decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]

@@ -209,19 +209,27 @@ def family_agreement(z: np.ndarray, labels: np.ndarray, families: list[str | Non
 
 # --------------------------------------------------------------------------- the registry part
 def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: str = "average",
-             k: int | None = None, by: str | None = None) -> "ClustersResult":
+             k: int | None = None, by: str | None = None, min_evals: int | None = None) -> "ClustersResult":
     """Hierarchical clusters of the models (see the module docstring for the rules), on `by`: the
     behaviour fingerprint (Euclidean: the identity distance; the default when the home has them) or
-    the LOCUS embedding (cosine)."""
+    the LOCUS embedding (cosine). Models embedded from fewer than `min_evals` evaluations (default: the
+    documented minimum) are left out, named in the result: a vector that noisy would join, and
+    reshape, whichever cluster it fell near."""
+    from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
     from registry.results import ClustersResult
     from registry.search import embedded_subset, likeness_kind, pairwise_distances
+
+    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
+    left_out: list[str] = []
 
     if linkage not in LINKAGES:
         raise InputError(f"linkage must be one of {', '.join(LINKAGES)}, not {linkage!r}", field="linkage")
     if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
     by = likeness_kind(store, by)
-    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by)
+    kept_thin: list[str] = []
+    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by, min_evals=min_evals,
+                                        left_out=left_out, kept_thin=kept_thin)
     d = cosine_distances(z) if by == "locus" else pairwise_distances(z, by)
     metric = "cosine" if by == "locus" else "euclidean"
     tree = cluster_distances(d, linkage=linkage, k=k)
@@ -251,7 +259,10 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
         "cophenetic_correlation": tree["cophenetic_correlation"], "cut_height": tree["cut_height"],
         "clusters": groups, "order": [names[i] for i in order], "merges": _merges(tree["Z"], names),
         "family_agreement": family_agreement(tree["Z"], labels, families),
-        "plot": None,
+        "plot": None, "min_evals": min_evals, "left_out": left_out,
+        "evidence_note": evidence_note(left_out, min_evals, what="left out of the clustering") or evidence_note(
+            kept_thin, min_evals, what=f"clustered all the same (fewer than {MIN_MODELS} models have more), so "
+                                       "these clusters rest on thin evidence", how="refine them with more evaluations"),
     }
     if plot is not None:
         from registry.plots import dendrogram_heatmap, plot_path

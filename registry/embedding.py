@@ -226,5 +226,10 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
                 pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
             store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
                 [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
-    return EmbedReport(encoder_id=encoder_id, n_embedded=len(updated),
-                       n_evals={r["name"]: int(r["n_evals"]) for r in updated})
+    from registry.evidence import is_thin, thin_models_warning
+
+    counts = {r["name"]: int(r["n_evals"]) for r in updated}
+    warning = thin_models_warning(counts)
+    return EmbedReport(encoder_id=encoder_id, n_embedded=len(updated), n_evals=counts,
+                       low_evidence=sorted(n for n, c in counts.items() if is_thin(c)),
+                       warnings=[warning] if warning else [])

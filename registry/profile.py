@@ -166,6 +166,8 @@ class ProfileSpace:
         z = self.embed(rows, scores)
         if not np.isfinite(z).all():
             raise RegistryError("the encoder produced a non-finite embedding for this profile")
+        from registry.evidence import is_thin  # the mark only: profile ranks by distance, as the paper does
+
         hits = self.models.index.search(z, int(k), metric="cosine",
                                         allowed=None if where is None else rows_allowed)
         names = self.models.index.names
@@ -178,7 +180,10 @@ class ProfileSpace:
             targets=targets, n_evals=len(rows), seed=seed, allocation=allocation, per_task=per_task,
             encoder_id=self.active.encoder_id, pool_size=pool_size,
             neighbours=[Neighbour(name=names[row], distance=dist, metric="cosine",
-                                  metadata=self.models.records[names[row]].metadata()) for row, dist in hits],
+                                  metadata=self.models.records[names[row]].metadata(),
+                                  n_evals=self.models.index.rows[names[row]].get("n_evals"),
+                                  low_evidence=is_thin(self.models.index.rows[names[row]].get("n_evals")))
+                        for row, dist in hits],
         )
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
+from registry.evidence import MIN_EVALS, is_thin
 from registry.records import ModelRecord
 
 __all__ = [
-    "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
+    "Result", "HomeInfo", "ImportReport", "Stats", "ListedModel", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
     "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport",
     "OnboardingRow", "BlendWeights", "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult",
     "RankedModel", "Fallback", "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut",
@@ -104,8 +105,33 @@ class Stats(Result):
     query_vectors: dict[str, int] = Field(description="stored query vectors per query encoder")
 
 
-class ModelList(RootModel[list[ModelRecord]]):
-    """`models list`: the model records, by name."""
+LOW_EVIDENCE_HELP = (f"embedded from fewer than the documented minimum of {MIN_EVALS} evaluations "
+                     "(registry.evidence): its vector is ranked after well-evidenced ones unless min_evals=0")
+
+
+class ListedModel(ModelRecord):
+    """A model record as `models list` shows it: its metadata, and the evidence behind its embedding."""
+
+    n_evals: int | None = Field(None, description="evaluations the embedding was built from (None: not embedded)")
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
+
+    @model_validator(mode="after")
+    def _mark(self) -> "ListedModel":
+        self.low_evidence = is_thin(self.n_evals)  # always from the constant, never a stale stored flag
+        return self
+
+    def metadata(self) -> dict[str, Any]:
+        flat = super().metadata()
+        flat.pop("n_evals", None)
+        flat.pop("low_evidence", None)
+        return flat
+
+    def record(self) -> ModelRecord:
+        return ModelRecord.model_validate(self.model_dump(exclude={"n_evals", "low_evidence"}))
+
+
+class ModelList(RootModel[list[ListedModel]]):
+    """`models list`: the model records, by name, each with the evidence behind its embedding."""
 
 
 class ModelInfo(Result):
@@ -115,9 +141,15 @@ class ModelInfo(Result):
     version: int | None = Field(None, description="1 on add, +1 on every refine, replace or restore")
     encoder_id: str | None = Field(None, description="LOCUS encoder of the embedding (None: not embedded)")
     n_evals: int | None = Field(None, description="evaluations the embedding was built from")
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
     embedded: bool
     embedded_at: datetime | None = None
     added: datetime | None = None
+
+    @model_validator(mode="after")
+    def _mark(self) -> "ModelInfo":
+        self.low_evidence = is_thin(self.n_evals)
+        return self
 
 
 class HistoryEntry(Result):
@@ -146,7 +178,14 @@ class ModelChange(Result):
     n_evals: int = Field(description="evaluations the embedding was built from")
     new_evaluations: int
     encoded_texts: int = Field(description="query texts encoded now (the rest were stored)")
-    warnings: list[str] = Field(default_factory=list)
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
+    warnings: list[str] = Field(default_factory=list, description="e.g. embedded from fewer evaluations than "
+                                                                  "the documented minimum")
+
+    @model_validator(mode="after")
+    def _mark(self) -> "ModelChange":
+        self.low_evidence = is_thin(self.n_evals)
+        return self
 
 
 class RemoveResult(Result):
@@ -202,6 +241,9 @@ class EmbedReport(Result):
     workers: int | None = Field(None, description="Ray actors that embedded (the ray engine)")
     seconds: float | None = Field(None, description="wall time of the embedding pass, reads included, write excluded")
     worker_seconds: float | None = Field(None, description="ray: time inside the workers' forward passes, summed over workers")
+    low_evidence: list[str] = Field(default_factory=list, description=f"models embedded from fewer than {MIN_EVALS} "
+                                                                      "evaluations (the documented minimum)")
+    warnings: list[str] = Field(default_factory=list)
 
 
 class MigrationReport(Result):
@@ -284,6 +326,8 @@ class Neighbour(Result):
     behaviour_distance: float | None = Field(
         None, description="by='behaviour' only: expected disagreement of the two models' behaviour fingerprints "
                           "over the item table's probe queries of their common tasks (None: no fingerprint)")
+    n_evals: int | None = Field(None, description="evaluations its embedding was built from")
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 
 
 class SearchResult(Result):
@@ -296,6 +340,9 @@ class SearchResult(Result):
         "locus", description="the vector that answered: locus (LOCUS embedding) or fingerprint (behaviour "
                              "fingerprint index; from a model, its nearest re-ranked by agreement on shared queries)")
     neighbours: list[Neighbour]
+    min_evals: int = Field(MIN_EVALS, description="models embedded from fewer evaluations are ranked after the others")
+    evidence_note: str | None = Field(None, description="thin models that ranking after the others pushed out of "
+                                                        "these k, and how to include them (None: none)")
 
 
 class TaskSample(Result):
@@ -319,6 +366,7 @@ class ProfileResult(Result):
 class RankedModel(Result):
     name: str
     p_correct: float = Field(description="predicted probability of answering the query correctly")
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 
 
 class Fallback(Result):
@@ -327,6 +375,7 @@ class Fallback(Result):
     by: Literal["locus", "fingerprint"] = Field("locus", description="the index that found it")
     distance: float | None = Field(None, description="in that index's metric (fingerprint: Euclidean identity "
                                                      "distance; locus: cosine)")
+    low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 
 
 class RouteDecision(Result):
@@ -335,6 +384,10 @@ class RouteDecision(Result):
     query: str
     ranking: list[RankedModel]
     fallbacks: list[Fallback]
+    min_evals: int = Field(MIN_EVALS, description="models embedded from fewer evaluations come after the others, "
+                                                  "in the ranking and among the fallbacks")
+    evidence_note: str | None = Field(None, description="thin models pushed out of the ranking or the fallbacks, "
+                                                        "and how to include them (None: none)")
 
 
 # ------------------------------------------------------------------------------- portfolio
@@ -444,6 +497,9 @@ class ClustersResult(Result):
     family_agreement: FamilyAgreement | None
     plot: str | None = None
     plot_layout: str | None = None
+    min_evals: int = Field(MIN_EVALS, description="models embedded from fewer evaluations are left out of the clustering")
+    left_out: list[str] = Field(default_factory=list, description="models left out as thin evidence")
+    evidence_note: str | None = Field(None, description="what was left out and how to include it (None: nothing)")
 
 
 class ExplainedVariance(Result):

@@ -67,25 +67,30 @@ def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndar
 
 
 def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3, by: str | None = None) -> "RouteDecision | list[RouteDecision]":
+          where: str | None = None, fallback: int = 3, by: str | None = None,
+          min_evals: int | None = None) -> "RouteDecision | list[RouteDecision]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction): the
     top k models by P(correct) (LOCUS: skill on an unseen query), most likely first, and the top
     model's nearest candidates (up to `fallback`) by `by`: the behaviour fingerprint (the default when
     the top model has one: the models that answer as it does) or LOCUS (cosine). Candidates are the
-    embedded models that pass `where` and are not in `exclude`; an excluded model never appears."""
+    embedded models that pass `where` and are not in `exclude`; an excluded model never appears.
+    Models embedded from fewer than `min_evals` evaluations (default: the documented minimum,
+    registry.evidence) come after the others, in the ranking and among the fallbacks."""
     from registry.embedding import active_encoder
+    from registry.evidence import MIN_EVALS, check_min_evals
     from registry.search import canonical_by, open_index
 
     texts, single = _texts(queries)
     k = _check_int(k, "k", 1)
     fallback = _check_int(fallback, "fallback", 0)
+    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     models = open_index(store)
     active = active_encoder(store)
     rows = candidate_rows(models, active, exclude, where)
     phi, _ = query_vectors(store, active.query_encoder, texts)
     by = canonical_by(by)
     prints = open_index(store, by="fingerprint") if fallback and by != "locus" else None
-    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints)
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals)
     return out[0] if single else out
 
 
@@ -115,12 +120,19 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
 
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
-           fallback: int, by: str | None = None, prints=None) -> "list[RouteDecision]":
+           fallback: int, by: str | None = None, prints=None, min_evals: int = 0) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
     vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks, from the
-    fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS."""
+    fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS;
+    in both, models embedded from fewer than `min_evals` evaluations come after the others."""
     from encoder.inference import predict
+    from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
+
+    thin = thin_names(models.index.rows, min_evals)
+
+    def low(name: str) -> bool:
+        return is_thin(models.index.rows.get(name, {}).get("n_evals"))
 
     if phi.shape[1] != active.config.query_dim:
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
@@ -131,8 +143,12 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = np.lexsort((row_names, -p[:, j]))  # most likely first, ties by name
-        ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6)) for i in order[:k]]
+        order = np.lexsort((row_names, -p[:, j])).tolist()  # most likely first, ties by name
+        # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
+        order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
+        ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),
+                               low_evidence=low(str(row_names[i]))) for i in order]
+        left_out = [str(row_names[i]) for i in pushed]
         top = rows[order[0]]
         others = rows[rows != top]
         if fallback and len(others) and _by_fingerprint(by, prints, names[top]):
@@ -141,15 +157,24 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                 candidates = {names[r] for r in rows} - {names[top]}
                 allowed = np.asarray([i for i, n in enumerate(prints.index.names) if n in candidates], np.int64)
                 prints_rows[names[top]] = allowed
-            hits = prints.index.search(prints.index.vector(names[top]), fallback, metric="euclidean",
+            hits = prints.index.search(prints.index.vector(names[top]), fallback + len(thin), metric="euclidean",
                                        allowed=allowed) if len(allowed) else []
+            hits, pushed = demote_thin(hits, lambda hit: prints.index.names[hit[0]] in thin, fallback)
+            left_out += [prints.index.names[r] for r, _ in pushed if prints.index.names[r] not in left_out]
             fallbacks = [Fallback(name=prints.index.names[r], by="fingerprint", distance=d,
-                                  distance_cosine=_cosine(models, names[top], prints.index.names[r])) for r, d in hits]
+                                  distance_cosine=_cosine(models, names[top], prints.index.names[r]),
+                                  low_evidence=low(prints.index.names[r])) for r, d in hits]
         else:
-            hits = models.index.search(models.index.vectors[top], fallback, metric="cosine", allowed=others) \
-                if fallback and len(others) else []
-            fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d) for r, d in hits]
-        out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks))
+            hits = models.index.search(models.index.vectors[top], fallback + len(thin), metric="cosine",
+                                       allowed=others) if fallback and len(others) else []
+            hits, pushed = demote_thin(hits, lambda hit: names[hit[0]] in thin, fallback)
+            left_out += [names[r] for r, _ in pushed if names[r] not in left_out]
+            fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d, low_evidence=low(names[r]))
+                         for r, d in hits]
+        out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks, min_evals=min_evals,
+                                 evidence_note=evidence_note(left_out, min_evals, what="ranked after the "
+                                                             "well-evidenced models and so left out of this "
+                                                             "ranking or its fallbacks")))
     return out
 
 

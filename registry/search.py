@@ -114,10 +114,16 @@ def pairwise_distances(z: np.ndarray, by: str) -> np.ndarray:
     return d
 
 
-def embedded_subset(store: "Store", where: str | None, *, need: int, what: str,
-                    by: str | None = "locus") -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+def embedded_subset(store: "Store", where: str | None, *, need: int, what: str, by: str | None = "locus",
+                    min_evals: int = 0, left_out: list[str] | None = None,
+                    kept_thin: list[str] | None = None) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
     """(names, (n, d) float32 vectors, records) of the models that match `where` and have the `by`
-    vector (None: the likeness default); refuses fewer than `need` of them, saying `what` needs them."""
+    vector (None: the likeness default), less those embedded from fewer than `min_evals` evaluations
+    (appended to `left_out`) when at least `need` others remain (else they stay, appended to
+    `kept_thin`: with no well-evidenced models to rank before, they outrank none); refuses fewer than
+    `need` of them, saying `what` needs them."""
+    from registry.evidence import thin_names
+
     models = open_embedded(store, by)
     names, z = list(models.index.names), models.index.vectors
     rows = models.allowed_rows(where)
@@ -125,6 +131,15 @@ def embedded_subset(store: "Store", where: str | None, *, need: int, what: str,
         if not len(rows):
             raise InputError(f"no embedded model matches {where!r} ({len(names)} embedded models)", field="where")
         names, z = [names[i] for i in rows], z[rows]
+    thin = thin_names(models.index.rows, min_evals)
+    keep = [i for i, n in enumerate(names) if n not in thin]
+    if len(keep) < len(names):
+        dropped = [n for n in names if n in thin]
+        if len(keep) >= need:
+            names, z = [names[i] for i in keep], z[keep]
+        target = left_out if len(keep) >= need else kept_thin
+        if target is not None:
+            target.extend(dropped)
     if len(names) < need:
         scope = f" matching {where!r}" if where is not None else ""
         raise RegistryError(f"{what} needs at least {need} embedded models; the registry has {len(names)}{scope}")
@@ -170,7 +185,8 @@ def likeness_index(source: "Store | str | Path", by: str | None, *, query: str |
 
 def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str | None = None,
             where: str | None = None, by: str | None = None,
-            open_store: "Callable[[], Store] | None" = None) -> "list[Neighbour]":
+            open_store: "Callable[[], Store] | None" = None, min_evals: int = 0,
+            left_out: list[str] | None = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
     by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
@@ -179,7 +195,9 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
     queries both answered (`audit_stats.task_kappa`): the index's distance counts the probe queries of
     tasks a model never answered (a function-calling model's extrapolated maths answers), the shared
     queries do not; a candidate with no shared query keeps its index place. by="locus": the LOCUS
-    embedding (cosine by default). Each neighbour says which vector answered (`vector`)."""
+    embedding (cosine by default). Each neighbour says which vector answered (`vector`). Models
+    embedded from fewer than `min_evals` evaluations come after the others (registry.evidence); those
+    that this pushed out of the k are appended to `left_out`."""
     if metric is not None and metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -191,14 +209,17 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
         raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")  # a vector given by hand is a LOCUS embedding unless said otherwise
     models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
     return neighbours(models, query, k=int(k), metric=metric, where=where, by=models.index.by,
-                      open_store=open_store if open_store is not None else lambda: _as_store(store))
+                      open_store=open_store if open_store is not None else lambda: _as_store(store),
+                      min_evals=min_evals, left_out=left_out)
 
 
 def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str | None = None,
                   where: str | None = None, by: str | None = None, open_store: "Callable[[], Store] | None" = None,
-                  warm: "EmbeddedModels | None" = None):
-    """`similar` as a `SearchResult` that says which vector answered (`by`) and in which metric. `warm`: an
+                  warm: "EmbeddedModels | None" = None, min_evals: int = 0):
+    """`similar` as a `SearchResult` that says which vector answered (`by`) and in which metric, and which
+    thin models ranking after the others (`min_evals`, registry.evidence) pushed out of the k. `warm`: an
     index already open (the service's), used when it is of the kind asked."""
+    from registry.evidence import evidence_note
     from registry.results import SearchResult
 
     if metric is not None and metric not in METRICS:
@@ -215,10 +236,13 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
     else:
         models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
     used = models.index.by
+    left_out: list[str] = []
     hits = neighbours(models, query, k=int(k), metric=metric, where=where, by=used,
-                      open_store=open_store if open_store is not None else lambda: _as_store(store))
+                      open_store=open_store if open_store is not None else lambda: _as_store(store),
+                      min_evals=min_evals, left_out=left_out)
     return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
-                        where=where, by=used, neighbours=hits)
+                        where=where, by=used, neighbours=hits, min_evals=min_evals,
+                        evidence_note=evidence_note(left_out, min_evals))
 
 
 MAX_VECTOR_ABS = 1e6  # LOCUS embeddings are of order 1; far beyond this is a mistake (1e39 overflows float32)
@@ -241,8 +265,10 @@ def check_query_vector(vector, dim: int, metric: str) -> np.ndarray:
 
 
 def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metric: str | None, where: str | None,
-               by: str | None, open_store: "Callable[[], Store]") -> "list[Neighbour]":
+               by: str | None, open_store: "Callable[[], Store]", min_evals: int = 0,
+               left_out: list[str] | None = None) -> "list[Neighbour]":
     """`similar` on an open index of kind `by` (the service keeps one warm); arguments already checked."""
+    from registry.evidence import thin_names
     from registry.results import Neighbour
 
     by = canonical_by(by) or models.index.by
@@ -251,20 +277,42 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
     metric = metric or DEFAULT_METRIC[by]
     if not isinstance(query, str):
         query = check_query_vector(query, models.index.vectors.shape[1], metric)
+    thin = thin_names(models.index.rows, min_evals)
     refine = by == "fingerprint" and isinstance(query, str)
     wanted = max(4 * k, BEHAVIOUR_CANDIDATES) if refine else k
-    hits = models.index.neighbours(query, wanted, metric=metric, allowed=models.allowed_rows(where))
+    # as many more as there are thin models: ranked after the others, they must not shorten the k
+    hits = models.index.neighbours(query, wanted + len(thin), metric=metric, allowed=models.allowed_rows(where))
     if not refine:
-        return [Neighbour(name=name, distance=dist, metric=metric, vector=by, metadata=models.records[name].metadata())
-                for name, dist in hits]
+        return _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
+                                     metadata=models.records[name].metadata(), **_evidence(models, name))
+                           for name, dist in hits], thin, k, left_out)
     store = open_store()
     agreement = _agreement(store, query, [name for name, _ in hits])
-    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])[:k]
-    behaviour = _behaviour_distances(store, models, query, [name for name, _ in ranked])
-    return [Neighbour(name=name, distance=dist, metric=metric, vector=by, metadata=models.records[name].metadata(),
-                      agreement_kappa=agreement[name][0], shared_queries=agreement[name][1],
-                      behaviour_distance=behaviour.get(name))
-            for name, dist in ranked]
+    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
+    kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
+                                 metadata=models.records[name].metadata(), agreement_kappa=agreement[name][0],
+                                 shared_queries=agreement[name][1], **_evidence(models, name))
+                       for name, dist in ranked], thin, k, left_out)
+    behaviour = _behaviour_distances(store, models, query, [hit.name for hit in kept])
+    return [hit.model_copy(update={"behaviour_distance": behaviour.get(hit.name)}) for hit in kept]
+
+
+def _evidence(models: EmbeddedModels, name: str) -> dict:
+    """A neighbour's evidence fields (registry.evidence): its n_evals and the low-evidence mark."""
+    from registry.evidence import is_thin
+
+    n = models.index.rows.get(name, {}).get("n_evals")
+    return {"n_evals": n, "low_evidence": is_thin(n)}
+
+
+def _thin_last(found: list, thin: set[str], k: int, left_out: list[str] | None) -> list:
+    """The first k of `found` with the `thin` models after the others; those pushed out go to `left_out`."""
+    from registry.evidence import demote_thin
+
+    kept, pushed = demote_thin(found, lambda hit: hit.name in thin, k)
+    if left_out is not None:
+        left_out.extend(hit.name for hit in pushed)
+    return kept
 
 
 def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:

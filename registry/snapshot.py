@@ -103,7 +103,7 @@ def model_list(home):
     """Every live model's record, by name (a `ModelList`, as `Registry.list()`)."""
     from registry.results import ModelList
 
-    return ModelList.model_validate([m["record"] for m in load(home)["models"]])
+    return ModelList.model_validate([{**m["record"], "n_evals": m.get("n_evals")} for m in load(home)["models"]])
 
 
 def live_versions(home) -> dict[str, int]:

@@ -142,7 +142,7 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
     assert found["query"] == "dup-endpoint" and found["neighbours"][0]["name"] == "syn-synfam0-13b"
     assert set(found["neighbours"][0]) == {"name", "distance", "metric", "vector", "metadata", "agreement_kappa",
-                                           "behaviour_distance", "shared_queries"}
+                                           "behaviour_distance", "shared_queries", "n_evals", "low_evidence"}
     # likeness by default from the fingerprint index, re-ranked by agreement: the copy agrees on every query
     assert found["by"] == "fingerprint" and found["neighbours"][0]["agreement_kappa"] > 0.9
     by_locus = json.loads(run("search", "dup-endpoint", "-k", "2", "--by", "embedding", "--json"))

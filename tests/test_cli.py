@@ -36,7 +36,7 @@ def test_stats_on_a_missing_home_is_an_error(tmp_path):
 
 def test_import_stats_and_models_list(home, tmp_path):
     data = write_triple(tmp_path / "d")
-    report = json.loads(run("--home", str(home), "import", str(data), "--json").output)
+    report = json.loads(run("--home", str(home), "import", str(data), "--json").stdout)  # warnings (thin models) go to stderr
     assert report["new_evaluations"] == 10 and report["encoded_texts"] == 5
     stats = json.loads(run("--home", str(home), "stats", "--json").output)
     assert {k: stats[k] for k in ("n_models", "n_queries", "n_evaluations", "coverage")} == {

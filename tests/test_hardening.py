@@ -426,10 +426,10 @@ while not Path(stop).exists():
     name = f"soak-c-{i}"
     out = run(cli, ["--home", home, "add-model", name, "--evals", evals, "--json"], env={"LOCUS_SERVER": ""})
     if out.exit_code == 0:
-        print("ACK add", name, json.loads(out.output)["version"], flush=True)
+        print("ACK add", name, json.loads(out.stdout)["version"], flush=True)
     out = run(cli, ["--home", home, "refine", "soak-r", "--evals", more, "--json"], env={"LOCUS_SERVER": ""})
     if out.exit_code == 0:
-        print("ACK refine soak-r", json.loads(out.output)["version"], flush=True)
+        print("ACK refine soak-r", json.loads(out.stdout)["version"], flush=True)
     out = run(cli, ["--home", home, "show", "soak-r", "--json"], env={"LOCUS_SERVER": ""})
     print("READ", out.exit_code, flush=True)
     i += 1

@@ -53,7 +53,7 @@ def test_lm_eval_run_directory(home, tmp_path):
     results = {"model_name": "EleutherAI/pythia-160m", "config": {"model_args": "pretrained=EleutherAI/pythia-160m"}}
     lines = [sample(i, f"Question {i}: what is {i} + {i}?", acc=float(i % 2)) for i in range(4)]
     write_run(tmp_path / "out" / "pythia", results, {"arith": lines})
-    out = run(home, "import", str(tmp_path / "out"), "--json").output
+    out = run(home, "import", str(tmp_path / "out"), "--json").stdout  # a thin-model warning goes to stderr
     assert json.loads(out)["new_evaluations"] == 4
     listed = json.loads(run(home, "models", "list", "--json").output)
     assert [m["name"] for m in listed] == ["EleutherAI/pythia-160m"]

@@ -18,7 +18,7 @@ PUBLIC = {
 }
 
 RESULTS = {
-    "Result", "HomeInfo", "ImportReport", "Stats", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
+    "Result", "HomeInfo", "ImportReport", "Stats", "ListedModel", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
     "ModelChange", "RemoveResult", "RestoreResult", "CheckResult", "TrainReport", "EmbedReport", "FingerprintReport", "OnboardingRow", "BlendWeights",
     "EvaluationReport", "Neighbour", "SearchResult", "TaskSample", "ProfileResult", "RankedModel", "Fallback",
     "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
@@ -32,7 +32,7 @@ RETURNS = {
     "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
     "select_models": "list[str]", "train": "TrainReport", "embed_all": "EmbedReport", "fit_fingerprints": "FingerprintReport",
     "evaluate": "EvaluationReport", "add_model": "ModelChange", "refine": "ModelChange", "remove": "RemoveResult",
-    "restore": "RestoreResult", "history": "ModelHistory", "list": "list[ModelRecord]", "similar": "SearchResult",
+    "restore": "RestoreResult", "history": "ModelHistory", "list": "list[ListedModel]", "similar": "SearchResult",
     "distance": "float", "audit": "AuditReport", "profile": "ProfileResult", "portfolio": "PortfolioResult",
     "route": "RouteDecision | list[RouteDecision]", "clusters": "ClustersResult", "map": "MapResult",
     "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",

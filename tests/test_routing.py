@@ -50,7 +50,8 @@ def names(entries) -> list[str]:
 
 def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_encoder):
     result = reg.route(stored["math"], k=4, fallback=3)
-    assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks"}
+    assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks",
+                                                                                 "min_evals", "evidence_note"}
     p = [r.p_correct for r in result.ranking]
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
     top = result.ranking[0].name
@@ -159,7 +160,8 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
     payload = json.loads(result.stdout)
     assert payload == reg.route(stored["math"], k=2, fallback=4,
                                 exclude=["syn-synfam1-13b", "syn-synfam0-13b"]).model_dump(mode="json")
-    assert set(payload) == {"query", "ranking", "fallbacks"} and len(payload["ranking"]) == 2
+    assert set(payload) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note"}
+    assert len(payload["ranking"]) == 2
     assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallbacks"]))
     text = run(reg.home, stored["law"], "--where", "family == synfam2")
     assert text.exit_code == 0, text.output

@@ -275,12 +275,12 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
     missing_home = str(tmp_path / "nowhere")  # everything goes through the server, not a local home
     out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals), "--json"])
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output)["n_evals"] == 12
+    assert json.loads(out.stdout)["n_evals"] == 12
     out = run(cli, ["--home", missing_home, "route", texts[0][0], "-k", "2", "--json"])
     assert out.exit_code == 0, out.output
-    assert len(json.loads(out.output)["ranking"]) == 2
+    assert len(json.loads(out.stdout)["ranking"]) == 2
     out = run(cli, ["--home", missing_home, "search", "cli-a", "-k", "2", "--json"])
-    assert out.exit_code == 0 and len(json.loads(out.output)["neighbours"]) == 2
+    assert out.exit_code == 0 and len(json.loads(out.stdout)["neighbours"]) == 2
     out = run(cli, ["--home", missing_home, "audit", "--model", "cli-a", "--json"])
     assert out.exit_code == 0, out.output
     out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals)])

@@ -36,7 +36,7 @@ def test_train_then_embed_writes_vectors_with_the_encoder_id(home):
     assert not list(encoder_dir.glob("*.pt")) and not list(encoder_dir.glob("*.pkl"))
     assert Registry.open(home).store.config["active_encoder"] == report["encoder_id"]
 
-    summary = json.loads(run(home, "embed", "--all", "--json").output)
+    summary = json.loads(run(home, "embed", "--all", "--json").stdout)
     assert summary["n_embedded"] == 10 and summary["encoder_id"] == report["encoder_id"]
     rows = Registry.open(home).store.read("models").to_pylist()
     d = json.loads((encoder_dir / "config.json").read_text())["config"]["d"]
@@ -155,4 +155,4 @@ def test_a_checkpoint_from_the_old_trainer_still_loads(home):
     info.pop("train_config")
     info["settings"] = {"epochs": 4000, "patience": 1000, "ema": None, "select_window": 1, "noise": [0.1, 0.1]}
     info_path.write_text(json.dumps(info))
-    assert json.loads(run(home, "embed", "--all", "--json").output)["n_embedded"] == 10
+    assert json.loads(run(home, "embed", "--all", "--json").stdout)["n_embedded"] == 10

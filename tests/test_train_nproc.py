@@ -109,7 +109,7 @@ def test_cli_trains_with_two_processes_and_the_checkpoint_embeds(pool_home, tmp_
     assert Registry.open(home).store.config["active_encoder"] == report["encoder_id"]
     embedded = run(home, "embed", "--all", "--json")
     assert embedded.exit_code == 0, embedded.output
-    assert json.loads(embedded.output)["n_embedded"] == 10
+    assert json.loads(embedded.stdout)["n_embedded"] == 10
     rows = Registry.open(home).store.read("models").to_pylist()
     assert all(r["encoder_id"] == report["encoder_id"] and np.isfinite(r["vector"]).all() for r in rows)
 

@@ -64,7 +64,8 @@ def test_add_model_on_an_existing_name_points_at_refine_and_refine_makes_a_new_v
     assert f"refine {name} (version 2)" in out and "embedded from" in out
     history = _run(home, "history", name)
     assert "v2" in history and "refine" in history
-    assert json.loads(_run(home, "refine", name, "--evals", str(evals), "--json"))["version"] == 3
+    refined = CliRunner().invoke(cli, ["--home", str(home), "refine", name, "--evals", str(evals), "--json"])
+    assert json.loads(refined.stdout)["version"] == 3  # stdout: a thin model's warning goes to stderr
     assert "no model named 'nobody'" in _run(home, "refine", "nobody", "--evals", str(evals), code=1)
 
 

@@ -20,9 +20,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.evidence import MIN_EVALS
 from registry.catalog import record_from_metadata
 from registry.limits import check_model_name
-from registry.records import ModelRecord
 from registry import results as r
 from registry.service import schemas as s
 from registry.service.settings import CLIENT_HEADER, ServiceSettings
@@ -435,7 +435,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
         return Registry.open(settings.home, create=False).restore(name, version)
 
     # ------------------------------------------------------------ reads
-    @app.get("/v1/models", response_model=list[ModelRecord], responses=_ERRORS, tags=["models"])
+    @app.get("/v1/models", response_model=list[r.ListedModel], responses=_ERRORS, tags=["models"])
     def list_models(where: str | None = Query(default=None, max_length=limits.max_where_chars)):
         """Model records, optionally filtered by a metadata expression."""
         return reader.list(where)
@@ -458,21 +458,26 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
                 where: str | None = Query(default=None, max_length=limits.max_where_chars),
                 by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
                                        description="the vector searched (default: fingerprint when NAME has "
-                                                   "one, else locus; embedding/behaviour: the old names)")):
+                                                   "one, else locus; embedding/behaviour: the old names)"),
+                min_evals: int = Query(default=MIN_EVALS, ge=0, le=2**31 - 1,
+                                       description="models embedded from fewer evaluations are ranked after "
+                                                   "the others (0: every model by distance)")):
         """The k models nearest to NAME (NAME itself excluded), by behaviour fingerprint or LOCUS
         embedding; the result's `by` says which answered."""
-        return state.similar(name, None, k=k, metric=metric, where=where, by=by)
+        return state.similar(name, None, k=k, metric=metric, where=where, by=by, min_evals=min_evals)
 
     @app.post("/v1/similar", response_model=r.SearchResult, responses=_ERRORS, tags=["search"])
     def similar_vector(body: s.SimilarByVector):
         """The k models nearest to a LOCUS vector."""
-        return state.similar(None, body.vector, k=body.k, metric=body.metric, where=body.where)
+        return state.similar(None, body.vector, k=body.k, metric=body.metric, where=body.where,
+                             min_evals=body.min_evals)
 
     @app.post("/v1/route", response_model=s.RouteResponse, responses=_ERRORS, tags=["route"])
     async def route(body: s.RouteRequest):
         """Rank models by predicted P(correct) for one or many texts (one batched pass); fallbacks
         are the top model's nearest candidates. Encoded texts are cached."""
-        options = dict(k=body.k, exclude=list(body.exclude), where=body.where, fallback=body.fallback, by=body.by)
+        options = dict(k=body.k, exclude=list(body.exclude), where=body.where, fallback=body.fallback, by=body.by,
+                       min_evals=body.min_evals)
         # Texts already in memory on a loaded snapshot take well under a millisecond: answered on the
         # event loop, since a hop to the thread pool cost more than the routing. Anything that may
         # encode, read the store or reload goes to the pool.

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
+from registry.evidence import MIN_EVALS
 from registry.results import ErrorDetail, ModelChange, RouteDecision
 from registry.service.settings import Limits
 
@@ -92,6 +93,9 @@ class RouteRequest(_Strict):
     by: Literal["locus", "fingerprint", "embedding", "behaviour"] | None = Field(
         default=None, description="the index the fallbacks come from (default: fingerprint when the top model "
                                   "has one, else locus); the ranking is always LOCUS")
+    min_evals: int = Field(default=MIN_EVALS, ge=0, le=2**31 - 1,
+                           description="models embedded from fewer evaluations come after the others, in the ranking "
+                                       "and among the fallbacks (0: none)")
 
     @model_validator(mode="after")
     def _one_of(self):
@@ -115,6 +119,8 @@ class SimilarByVector(_Strict):
     k: int = Field(default=5, ge=1, le=LIMITS.max_k)
     metric: Literal["cosine", "euclidean"] = "cosine"
     where: str | None = Where
+    min_evals: int = Field(default=MIN_EVALS, ge=0, le=2**31 - 1,
+                           description="models embedded from fewer evaluations are ranked after the others (0: none)")
 
 
 class ProfileRequest(_Strict):

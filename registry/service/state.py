@@ -262,25 +262,25 @@ class WarmState:
 
     # ---------------------------------------------------------------- queries
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str | None,
-                where: str | None, by: str | None = None):
+                where: str | None, by: str | None = None, min_evals: int | None = None):
         """`Registry.similar` on the warm index (same rules: the model itself excluded; the same default
-        vector; a fingerprint search opens the saved fingerprint index)."""
-        from registry.search import search_result
+        vector; a fingerprint search opens the saved fingerprint index; thin models after)."""
+        from registry.evidence import MIN_EVALS, check_min_evals
+        from registry.search import canonical_by, search_result
 
+        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
         snap = self.snapshot()
         models = snap.require_models()
         query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        from registry.search import canonical_by
-
         wanted = canonical_by(by)
         if snap.prints is not None and (wanted == "fingerprint" or (
                 wanted is None and isinstance(query, str) and query in snap.prints.index.names)):
             models = snap.prints  # the warm fingerprint index
         return search_result(self.store, query, k=k, metric=metric, where=where, by=by,
-                             open_store=lambda: self.store, warm=models)
+                             open_store=lambda: self.store, warm=models, min_evals=min_evals)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int, by: str | None = None):
+              fallback: int, by: str | None = None, min_evals: int = 0):
         """`Registry.route` on the warm state, every text in one batched pass; returns the
         decisions and how many texts were encoded now."""
         from registry.routing import candidate_rows, decide
@@ -293,10 +293,10 @@ class WarmState:
         from registry.search import canonical_by
 
         return decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
-                      prints=snap.prints), encoded
+                      prints=snap.prints, min_evals=min_evals), encoded
 
     def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-                          fallback: int, by: str | None = None):
+                          fallback: int, by: str | None = None, min_evals: int = 0):
         """`route`'s decisions when that needs no reload, store read, encoding or filter (the snapshot
         is current, every text is cached in memory, no `where`), else None."""
         from registry.routing import candidate_rows, decide
@@ -313,4 +313,4 @@ class WarmState:
 
         rows = candidate_rows(snap.models, snap.active, exclude, where)
         return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
-                      prints=snap.prints)
+                      prints=snap.prints, min_evals=min_evals)

@@ -277,7 +277,7 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
         result = ModelChange(name=p.spec.name, version=version, event=event, encoder_id=active.encoder_id,
                              n_evals=int(len(evals)), new_evaluations=p.new_evaluations,
                              encoded_texts=sum(1 for q, d in p.new_queries if d in encoded),
-                             warnings=list(p.batch.warnings)).model_dump(mode="json")
+                             warnings=list(p.batch.warnings) + _thin(p.spec.name, len(evals))).model_dump(mode="json")
         results[p.spec.id] = result
         job_rows.append({"id": p.spec.id, "kind": p.spec.kind, "name": p.spec.name, "result": json.dumps(result),
                          "time": now})
@@ -322,6 +322,13 @@ def _land(state, specs: list[JobSpec], outcomes) -> None:
         store.table(JOBS_TABLE, JOB_SCHEMA).add(pa.Table.from_pylist(job_rows, schema=JOB_SCHEMA))
     state.remember(active.query_encoder, encoded)
     outcomes.update(results)
+
+
+def _thin(name: str, n_evals: int) -> list[str]:
+    from registry.evidence import thin_warning
+
+    warning = thin_warning(name, n_evals)
+    return [warning] if warning else []
 
 
 def _evaluation_rows(group: list[_Prepared], now) -> pa.Table:

@@ -37,7 +37,8 @@ async function record(name, s) {
     replace(el, h("h2", { id: "h-record" }, "Record"), h("dl", { class: "kv" },
       rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, fmt.value(v))]),
       h("dt", {}, "version"), h("dd", { id: "live-version" }, fmt.value(info.version)),
-      h("dt", {}, "embedded"), h("dd", {}, info.embedded ? `yes, by encoder ${info.encoder_id} from ${info.n_evals} evaluations` : "no"),
+      h("dt", {}, "embedded"), h("dd", {}, info.embedded ? `yes, by encoder ${info.encoder_id} from ${info.n_evals} evaluations` : "no",
+        info.low_evidence ? h("span", { class: "tag low", id: "low-evidence", title: "fewer evaluations than the documented minimum: ranked after well-evidenced models in search, route fallbacks and clusters unless min_evals=0" }, " low evidence") : ""),
       h("dt", {}, "embedded at"), h("dd", {}, fmt.time(info.embedded_at)),
       h("dt", {}, "added"), h("dd", {}, fmt.time(info.added))));
   } catch (err) {
@@ -54,8 +55,8 @@ async function accuracy(name, el) {
       h("table", { id: "accuracy-table" }, h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "task"), h("th", { scope: "col" }, "accuracy"),
         h("th", { scope: "col", class: "num" }, "evaluations"))),
       h("tbody", {}, tasks.map(([task, a]) => h("tr", {}, h("td", {}, task), h("td", {}, accuracyBar(a.accuracy)),
-        h("td", { class: "num" }, a.n, row.low_evidence.includes(task) ? h("span", { class: "low", title: "low evidence: fewer than 30 evaluations" }, " *") : ""))))),
-      row.low_evidence.length ? h("p", { class: "muted small" }, "* low evidence: fewer than 30 evaluations in the task.") : "");
+        h("td", { class: "num" }, a.n, row.low_evidence.includes(task) ? h("span", { class: "low", title: `low evidence: fewer than ${row.low_evidence_below} evaluations` }, " *") : ""))))),
+      row.low_evidence.length ? h("p", { class: "muted small" }, `* low evidence: fewer than ${row.low_evidence_below} evaluations in the task.`) : "");
   } catch (err) {
     replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"), errorBox(err));
   }

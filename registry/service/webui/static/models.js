@@ -63,7 +63,8 @@ export async function render(root) {
         t.suggestions.map((name, i) => [i ? ", " : "", h("a", { href: modelHref(name) }, name)]), "?"));
     }
     const columns = [
-      { key: "name", label: "Name", cell: (r) => [modelLink(r.name), r.embedded ? "" : h("span", { class: "tag", title: "not embedded yet" }, "not embedded")] },
+      { key: "name", label: "Name", cell: (r) => [modelLink(r.name), r.embedded ? "" : h("span", { class: "tag", title: "not embedded yet" }, "not embedded"),
+        r.thin_evidence ? h("span", { class: "tag low", title: `embedded from ${r.embedded_from} evaluations, fewer than ${t.low_evidence_below}: ranked after well-evidenced models in search, route fallbacks and clusters unless min_evals=0` }, "low evidence") : ""] },
       ...t.fields.map((f) => ({ key: f, label: f, cell: (r) => fmt.value(f in r.record.extra ? r.record.extra[f] : r.record[f]),
         num: f === "params_b" })),
       { key: "version", label: "Version", num: true, cell: (r) => fmt.value(r.version) },
