@@ -24,7 +24,7 @@ RESULTS = {
     "RouteDecision", "Kernel", "PortfolioResult", "Cluster", "Merge", "FamilyCut", "FamilySpread",
     "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
     "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse", "RESULT_TYPES",
-    "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport", "Alias", "AliasList",
+    "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport", "Alias", "AliasList", "QueryList",
 }
 
 # Registry's public methods and what they return.
@@ -37,7 +37,7 @@ RETURNS = {
     "route": "RouteDecision | list[RouteDecision]", "clusters": "ClustersResult", "map": "MapResult",
     "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",
     "get": "ModelRecord", "show": "ModelInfo", "resolve": "str", "set_alias": "Alias", "delete_alias": "Alias",
-    "aliases": "list[Alias]",
+    "aliases": "list[Alias]", "queries": "QueryList",
 }
 
 
