@@ -666,9 +666,9 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json:
 
 
 def _register_analytics() -> None:
-    from cli import catalog_commands, families, portfolio, route, serve
+    from cli import catalog_commands, families, portfolio, queries, route, serve
 
-    for module in (route, portfolio, families, catalog_commands, serve):
+    for module in (route, portfolio, families, catalog_commands, queries, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
     _add_global_options(cli)

@@ -33,6 +33,7 @@ from registry.results import (
     ModelInfo,
     PortfolioResult,
     ProfileResult,
+    QueryList,
     RemoveResult,
     RestoreResult,
     RouteDecision,
@@ -468,6 +469,26 @@ class Registry:
 
         rows = self.store.read(MODELS).to_pylist()
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
+
+    def queries(self, *, task: str | None = None, limit: int | None = None) -> QueryList:
+        """Stored queries (id, text, task) by id, of one task or all; `limit` caps how many are returned
+        (`total` still counts every match). Where the ids a `query_id` column or POST /v1/models refers to
+        come from."""
+        from indexing.store import QUERIES
+        from registry.records import Query
+
+        _check_count(limit, "limit", 0, optional=True)
+        rows = self.store.read(QUERIES, ["query_id", "text", "task"]).to_pylist()
+        if task is not None:
+            tasks = sorted({row["task"] for row in rows})
+            if task not in tasks:
+                raise InputError(f"no task {task!r} in the registry; tasks: {', '.join(tasks) or '(none yet)'}",
+                                 field="task")
+            rows = [row for row in rows if row["task"] == task]
+        rows.sort(key=lambda row: row["query_id"])
+        shown = rows if limit is None else rows[:limit]
+        return QueryList(task=task, total=len(rows),
+                         queries=[Query(id=row["query_id"], text=row["text"], task=row["task"]) for row in shown])
 
     def get(self, name: str) -> ModelRecord:
         """One model's record."""

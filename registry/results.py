@@ -17,7 +17,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from registry.evidence import MIN_EVALS, is_thin
-from registry.records import ModelRecord
+from registry.records import ModelRecord, Query
 
 __all__ = [
     "Result", "HomeInfo", "ImportReport", "Stats", "ListedModel", "ModelList", "ModelInfo", "HistoryEntry", "ModelHistory",
@@ -29,6 +29,7 @@ __all__ = [
     "Alias",
     "AliasList",
     "MigrationReport",
+    "QueryList",
     "AuditEvidence",
     "AuditPair",
     "AuditCalibration",
@@ -132,6 +133,15 @@ class ListedModel(ModelRecord):
 
 class ModelList(RootModel[list[ListedModel]]):
     """`models list`: the model records, by name, each with the evidence behind its embedding."""
+
+
+class QueryList(Result):
+    """`queries`: stored queries (id, text, task), by id; `total` counts every match, `queries` holds the
+    first `limit` of them. The ids are what `query_id` means in an add-model file or a POST /v1/models."""
+
+    task: str | None = Field(None, description="the task filter, None: every task")
+    total: int = Field(description="queries matching the filter (before the limit)")
+    queries: list[Query]
 
 
 class ModelInfo(Result):
@@ -708,7 +718,7 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
     "evaluate": EvaluationReport, "search": SearchResult, "profile": ProfileResult, "route": RouteDecision,
     "portfolio": PortfolioResult, "clusters": ClustersResult, "map": MapResult, "compare": Comparison,
     "demo": DemoReport, "audit": AuditReport,
-    "alias set": Alias, "alias delete": Alias, "alias list": AliasList,
+    "alias set": Alias, "alias delete": Alias, "alias list": AliasList, "queries": QueryList,
 }
 
 DemoReport.model_rebuild()  # its audit field names AuditReport, defined after it

@@ -25,6 +25,7 @@ RESULTS = {
     "FamilyAgreement", "ClustersResult", "ExplainedVariance", "MapPoint", "MapResult", "TaskComparison",
     "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse", "RESULT_TYPES",
     "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport", "Alias", "AliasList", "MigrationReport",
+    "QueryList",
 }
 
 # Registry's public methods and what they return.
@@ -37,7 +38,7 @@ RETURNS = {
     "route": "RouteDecision | list[RouteDecision]", "clusters": "ClustersResult", "map": "MapResult",
     "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",
     "get": "ModelRecord", "show": "ModelInfo", "resolve": "str", "set_alias": "Alias", "delete_alias": "Alias",
-    "aliases": "list[Alias]", "migrate": "MigrationReport",
+    "aliases": "list[Alias]", "migrate": "MigrationReport", "queries": "QueryList",
 }
 
 
