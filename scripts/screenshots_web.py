@@ -6,7 +6,7 @@ Builds the demo home first when HOME holds no registry (`registry --home HOME de
 minute), starts `registry serve` on a free loopback port, opens each page in Debian's headless
 Chromium (Playwright, /usr/bin/chromium), waits for its /v1 calls, and saves one PNG per page:
 models.png, model.png (the first model the audit flags), map.png, audit.png, route.png (two of the
-home's questions routed, a profile asked), compare.png (the flagged pair). README's "Web UI" shows two.
+home's questions routed, a profile asked), compare.png (the flagged pair). docs/service.md's "Web UI" and the README show them.
 """
 from __future__ import annotations
 

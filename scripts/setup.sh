@@ -7,7 +7,7 @@
 #      the CPU build, a download of about 190 MB;
 #   2. otherwise a CPU build that pip's configured sources hold (a local wheel, a mirror), if any;
 #   3. otherwise whatever the package index serves: on Linux x86_64 PyPI's torch is the CUDA build with
-#      its nvidia-* libraries (about 2.7 GB of wheels; README, "Set-up"), on macOS and Windows the CPU build.
+#      its nvidia-* libraries (about 2.7 GB of wheels; docs/setup.md, "Set-up"), on macOS and Windows the CPU build.
 # LOCUS_TORCH_INDEX=URL picks another CPU index (LOCUS_TORCH_INDEX= skips to step 2).
 # `bash scripts/setup.sh --dry-run` prints the plan (which torch source is reachable) and installs nothing.
 set -euo pipefail
@@ -52,7 +52,7 @@ else
     echo "    PyTorch's CPU index ${TORCH_INDEX:-(none)} is unreachable from here."
     echo "    torch from: a CPU build ($TORCH_CPU_PIN) if pip's configured sources hold one (a local wheel or"
     echo "    mirror), else the package index: on Linux x86_64 PyPI serves the CUDA build, about 2.7 GB of"
-    echo "    wheels with its nvidia-* libraries (README, Set-up)."
+    echo "    wheels with its nvidia-* libraries (docs/setup.md, Set-up)."
     if [ "$DRY_RUN" = 1 ]; then
         run "${PIP[@]}" "$TORCH_CPU_PIN"
         echo "    (if no such build is found:)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's tour on real data (MMLU-Pro, ../shared), from an empty home; it prints every command
-# before its output, as pasted in README.md.
+# The MMLU-Pro tour (docs/tour-mmlu-pro.md) on real data (MMLU-Pro, ../shared), from an empty home; it prints every command
+# before its output, as pasted in docs/tour-mmlu-pro.md.
 #   bash scripts/tour_mmlu_pro.sh [HOME]      (default /tmp/locus-tour; about 15 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
