@@ -159,7 +159,7 @@ def write_markdown(result: dict, path: Path) -> None:
         "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
         "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
         "queries, each routed among the models scored on it. **registry** is the router `registry evaluate` "
-        "reports: LOCUS, the item table (encoder/fingerprint.py, fitted on the training evaluations only) and kNN "
+        "reports (`route` still ranks by LOCUS alone): LOCUS, the item table (encoder/fingerprint.py, fitted on the training evaluations only) and kNN "
         "over the stored queries (encoder/baselines.py KNNRouter) mixed by `encoder.blend.fit_routing_blend` on the "
         "validation queries (non-negative mixing weights and a temperature chosen by the validation routing "
         "likelihood, then calibrated). **locus+item** is the same fit without kNN; **locus+item (logistic)** the "
