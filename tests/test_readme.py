@@ -109,7 +109,9 @@ EXPECTED = [
     ("registry stats", r"models:\s+1\d\b", "stats counts the demo's models"),
     ("registry models list", r"syn-synfam0-13b-mirror\s+synfam0", "the demo's models are listed"),
     ("registry queries", r"^syn-math-0000\s+math\s", "query ids are listed"),
-    ("registry search syn-synfam0-13b", r"cosine d\s+model.*(\n\s+\d\.\d{4}\s+syn-\S+.*){3}", "three neighbours"),
+    # the default likeness vector (the fingerprint, Euclidean) or LOCUS (cosine), whichever answered
+    ("registry search syn-synfam0-13b", r"^by (fingerprint|locus) \((euclidean|cosine)\)\n(cosine|euclidean) d\s.*model.*"
+                                        r"(\n\s+\d+\.\d{4}\s.*syn-\S+.*){3}", "three neighbours"),
     ("registry route", r"P\(correct\)\s+model\n0\.\d{4}\s+syn-", "a ranking by P(correct)"),
     ("--exclude syn-synfam2-7b", r"P\(correct\)\s+model(\n0\.\d{4}\s+(?!syn-synfam2-7b\b)syn-\S+){3}\n",
      "a ranking without the excluded model"),
@@ -121,7 +123,7 @@ EXPECTED = [
     ("/v1/route", r'"ranking":\s*\[\{"name":\s*"syn-', "the service routed"),
     ("/v1/models", r'"name":\s*"my-model",\s*"version":\s*\d+,\s*"event":\s*"(add|replace)"', "the service added"),
     ("RegistryClient", r"my-client-model version \d+\n\[\('syn-\S+', 0\.\d+\)", "the client added and routed"),
-    ("--server http://127.0.0.1:", r"cosine d\s+model.*\n\s+\d\.\d{4}\s+\S+", "a search through the service"),
+    ("--server http://127.0.0.1:", r"(cosine|euclidean) d\s.*model.*\n\s+\d+\.\d{4}\s.*\S+", "a search through the service"),
     ("Registry.open(", r"\d+ models; syn-law-0000\n[\s\S]*\d flagged pair", "the Python API answered"),
 ]
 
