@@ -121,9 +121,14 @@ def test_alias_errors_name_the_problem(home):
 def test_search_prints_a_header_and_route_labels_its_fallback_distances(home):
     reg = Registry.open(home)
     name = reg.models()[0].name
-    out = _run(home, "search", name, "-k", "2").splitlines()
-    assert out[0].split() == ["cosine", "d", "model", "family", "access"]
+    out = _run(home, "search", name, "-k", "2").splitlines()  # the default likeness vector: the fingerprint
+    assert out[0] == "by fingerprint (euclidean)" and out[1].split()[:2] == ["euclidean", "d"]
+    out = _run(home, "search", name, "-k", "2", "--by", "locus").splitlines()
+    assert out[0] == "by locus (cosine)" and out[1].split() == ["cosine", "d", "model", "family", "access"]
     routed = _run(home, "route", "Solve for x: 3x + 1 = 10.", "-k", "2", "--fallback", "2")
+    line = [x for x in routed.splitlines() if x.startswith("if ")][0]
+    assert "is unavailable (fingerprint distance to it):" in line and "(d " in line
+    routed = _run(home, "route", "Solve for x: 3x + 1 = 10.", "-k", "2", "--fallback", "2", "--by", "locus")
     line = [x for x in routed.splitlines() if x.startswith("if ")][0]
     assert "is unavailable (cosine distance to it):" in line and "(d 0." in line
 
