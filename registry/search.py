@@ -198,19 +198,8 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
     embedding (cosine by default). Each neighbour says which vector answered (`vector`). Models
     embedded from fewer than `min_evals` evaluations come after the others (registry.evidence); those
     that this pushed out of the k are appended to `left_out`."""
-    if metric is not None and metric not in METRICS:
-        raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
-    by = canonical_by(by)
-    if by is None and not isinstance(query, str):
-        by = "locus"
-    if by == "fingerprint" and not isinstance(query, str):
-        raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")  # a vector given by hand is a LOCUS embedding unless said otherwise
-    models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
-    return neighbours(models, query, k=int(k), metric=metric, where=where, by=models.index.by,
-                      open_store=open_store if open_store is not None else lambda: _as_store(store),
-                      min_evals=min_evals, left_out=left_out)
+    return _answer(store, query, k=k, metric=metric, where=where, by=by, open_store=open_store,
+                   min_evals=min_evals, left_out=left_out)[1]
 
 
 def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5, metric: str | None = None,
@@ -222,13 +211,25 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
     from registry.evidence import evidence_note
     from registry.results import SearchResult
 
+    left_out: list[str] = []
+    used, hits = _answer(store, query, k=k, metric=metric, where=where, by=by, open_store=open_store,
+                         warm=warm, min_evals=min_evals, left_out=left_out)
+    return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
+                        where=where, by=used, neighbours=hits, min_evals=min_evals,
+                        evidence_note=evidence_note(left_out, min_evals))
+
+
+def _answer(store, query, *, k, metric, where, by, open_store, warm=None, min_evals=0,
+            left_out: list[str] | None = None) -> tuple[str, "list[Neighbour]"]:
+    """The one search behind `similar` and `search_result`: checks the arguments, picks the index (`warm`
+    when it is of the kind asked), and returns which kind answered with the neighbours."""
     if metric is not None and metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
     by = canonical_by(by)
     if by is None and not isinstance(query, str):
-        by = "locus"
+        by = "locus"  # a vector given by hand is a LOCUS embedding unless said otherwise
     if by == "fingerprint" and not isinstance(query, str):
         raise InputError("by='fingerprint' needs a model name: a vector is searched in the LOCUS index", field="by")
     if warm is not None and by == warm.index.by:
@@ -236,13 +237,10 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
     else:
         models = likeness_index(store, by, query=query if isinstance(query, str) else None, store=open_store)
     used = models.index.by
-    left_out: list[str] = []
     hits = neighbours(models, query, k=int(k), metric=metric, where=where, by=used,
                       open_store=open_store if open_store is not None else lambda: _as_store(store),
                       min_evals=min_evals, left_out=left_out)
-    return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
-                        where=where, by=used, neighbours=hits, min_evals=min_evals,
-                        evidence_note=evidence_note(left_out, min_evals))
+    return used, hits
 
 
 MAX_VECTOR_ABS = 1e6  # LOCUS embeddings are of order 1; far beyond this is a mistake (1e39 overflows float32)
