@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["routing_accuracy", "correctness_accuracy", "best_single_accuracy", "oracle_accuracy", "route"]
+__all__ = ["paired_test", "routing_accuracy", "correctness_accuracy", "best_single_accuracy", "oracle_accuracy", "route"]
 
 
 def route(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -45,3 +45,14 @@ def oracle_accuracy(truth: np.ndarray) -> float:
     """1 where some scored model was right (the best score, for real-valued scores)."""
     scored_any = ~np.isnan(truth).all(axis=0)
     return float(np.nanmax(truth[:, scored_any], axis=0).mean())
+
+
+def paired_test(a, b) -> dict:
+    """Two routers on the same test queries (the score of the model each routed each query to): mean
+    difference, and McNemar's exact test (two-sided binomial on the discordant queries; scores rounded at 0.5)."""
+    from scipy.stats import binomtest
+
+    x, y = np.asarray(a) >= 0.5, np.asarray(b) >= 0.5
+    wins, losses = int((x & ~y).sum()), int((~x & y).sum())
+    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}

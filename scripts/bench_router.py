@@ -32,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from encoder.metrics import paired_test  # noqa: E402
 
 DATA_ROOT = ROOT.parent / "shared" / "data"
 ENCODER = "all-mpnet-base-v2"
@@ -51,17 +52,6 @@ def load(dataset: str, data_root: Path):
             open_models = [row["name"] for row in csv.DictReader(handle) if row["access"] == "open"]
         data = data.select_models(open_models)
     return data
-
-
-def mcnemar(a, b) -> dict:
-    """Paired comparison on the same test queries: mean difference and McNemar's exact test (two-sided
-    binomial on the discordant queries; scores rounded at 0.5)."""
-    from scipy.stats import binomtest
-
-    x, y = np.asarray(a) >= 0.5, np.asarray(b) >= 0.5
-    wins, losses = int((x & ~y).sum()), int((~x & y).sum())
-    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
-    return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p}
 
 
 def one_run(job: tuple) -> dict:
@@ -92,7 +82,7 @@ def one_run(job: tuple) -> dict:
 
 def with_paired(r: dict) -> dict:
     routed = r.pop("routed")
-    r["paired"] = {m: mcnemar(routed["registry"], routed[m]) for m in routed if m != "registry"}
+    r["paired"] = {m: paired_test(routed["registry"], routed[m]) for m in routed if m != "registry"}
     return r
 
 

@@ -49,6 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+from encoder.metrics import paired_test  # noqa: E402
 
 OUT = ROOT / "docs" / "results"
 SETUPS = {"mmlu-pro": ("mmlu-pro",), "bfcl": ("bfcl",), "joint": ("mmlu-pro", "bfcl")}
@@ -113,17 +114,6 @@ def part_e(reg, setup: str, args) -> dict:
     return out
 
 
-def _mcnemar(a: list[float], b: list[float]) -> dict:
-    """Paired comparison of two routers on the same test queries: mean difference, and McNemar's exact
-    test (two-sided binomial on the discordant queries; scores rounded at 0.5)."""
-    from scipy.stats import binomtest
-
-    x, y = np.asarray(a) >= 0.5, np.asarray(b) >= 0.5
-    wins, losses = int((x & ~y).sum()), int((~x & y).sum())
-    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
-    return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}
-
-
 def part_d(reg, setup: str, args, seed: int) -> dict:
     """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
     from registry.dataset import load_eval_data
@@ -142,8 +132,8 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
         routed = r.pop("routed")
         baselines = [m for m in routed if m != "locus"]
         best = max(baselines, key=lambda m: r["routing_accuracy"][m])
-        r["paired_vs_best"] = {"baseline": best, **_mcnemar(routed["locus"], routed[best])}
-        r["paired"] = {m: _mcnemar(routed["locus"], routed[m]) for m in baselines}
+        r["paired_vs_best"] = {"baseline": best, **paired_test(routed["locus"], routed[best])}
+        r["paired"] = {m: paired_test(routed["locus"], routed[m]) for m in baselines}
         r.pop("pool", None)
         print(f"  {LABEL[view]} seed {seed}: LOCUS {r['routing_accuracy']['locus']:.4f} (best epoch "
               f"{r['locus_best_epoch']}) vs {best} {r['routing_accuracy'][best]:.4f} (p {r['paired_vs_best']['p']:.3f}) "

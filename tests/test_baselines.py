@@ -168,3 +168,16 @@ def test_rejects_validation_queries_in_training(setup):
     leaky = np.concatenate([train_evals, np.flatnonzero(np.isin(data.query_index, split.val))[:5]])
     with pytest.raises(ValueError):
         KNNRouter().fit(data, leaky, split.val, seed=0)
+
+
+def test_the_paired_test_counts_discordant_queries_and_is_symmetric():
+    from encoder.metrics import paired_test
+
+    a = [1, 1, 1, 1, 1, 1, 0, 0, 1, 0]
+    b = [0, 0, 0, 0, 0, 0, 1, 0, 1, 0]  # a wins 6, loses 1
+    out = paired_test(a, b)
+    assert (out["wins"], out["losses"], out["n"]) == (6, 1, 10) and abs(out["diff"] - 0.5) < 1e-12
+    assert 0.1 < out["p"] < 0.2  # two-sided binomial, 7 discordant, 6 one way: p = 0.125
+    back = paired_test(b, a)
+    assert (back["wins"], back["losses"]) == (1, 6) and back["p"] == out["p"]
+    assert paired_test(a, a)["p"] == 1.0  # no discordant query
