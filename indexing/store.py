@@ -35,7 +35,7 @@ from indexing.home import GENERATION_FILE, HomePath, as_path, is_remote, write_t
 from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
 from indexing.errors import InputError, NotFoundError, RegistryError  # noqa: E402
 
-__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name"]
+__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name", "sql_literal", "sql_in"]
 
 QUERIES = "queries"
 EVALUATIONS = "evaluations"
@@ -128,6 +128,19 @@ def vector_schema(encoder: str, dim: int) -> pa.Schema:
         ],
         metadata={b"encoder": encoder.encode("utf-8")},
     )
+
+
+def sql_literal(value: str) -> str:
+    """A quoted SQL string literal for LanceDB filters (the one quoting rule: double the quotes)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_in(column: str, values) -> str:
+    """`column IN ('a', 'b')` over these values, quoted; a filter matching nothing when empty."""
+    values = list(values)
+    if not values:
+        return "false"
+    return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
 
 
 def now_utc() -> datetime:
@@ -289,6 +302,44 @@ class Store:
         if direct is _ABSENT or not self.has_table(name):
             return self.read(name, columns)
         return self._db.open_table(name).search().where(where).select(columns).limit(None).to_arrow()
+
+    def read_in(self, name: str, columns: list[str], column: str, values) -> pa.Table:
+        """The rows whose `column` is one of `values` (quoted here: the one place that builds such a filter)."""
+        return self.read_where(name, columns, sql_in(column, values))
+
+    # Typed writes: the only way code outside `indexing` changes a table, each inside `transaction()`.
+    def append(self, name: str, rows: "pa.Table | list[dict[str, Any]]", schema: pa.Schema) -> None:
+        """Add rows to table `name` (created with `schema` when missing)."""
+        self._require_transaction()
+        data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+        if data.num_rows:
+            self.table(name, schema).add(data)
+
+    def upsert(self, name: str, rows: "pa.Table | list[dict[str, Any]]", schema: pa.Schema, on: str | list[str],
+               *, insert: bool = True) -> None:
+        """Update the rows matching on `on` and (unless `insert=False`) add the others."""
+        self._require_transaction()
+        data = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+        if not data.num_rows:
+            return
+        merge = self.table(name, schema).merge_insert(on).when_matched_update_all()
+        (merge.when_not_matched_insert_all() if insert else merge).execute(data)
+
+    def delete_in(self, name: str, column: str, values) -> None:
+        """Delete the rows whose `column` is one of `values`."""
+        self._require_transaction()
+        values = list(values)
+        if values and self.has_table(name):
+            self._db.open_table(name).delete(sql_in(column, values))
+
+    def replace_table(self, name: str, data: pa.Table) -> None:
+        """Rewrite a whole table as `data` (a new version of it: the transaction's rollback restores the old)."""
+        self._require_transaction()
+        self._db.create_table(name, data, mode="overwrite")
+
+    def table_uri(self, name: str) -> str:
+        """Where a table's Lance files are (for readers in other processes, e.g. Ray workers)."""
+        return self.table(name).uri
 
     def count(self, name: str) -> int:
         direct = self._direct(name)

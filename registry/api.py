@@ -59,8 +59,10 @@ class Registry:
     def __init__(self, store: "Store | None" = None, *, home: Path | None = None) -> None:
         if store is None and home is None:
             raise TypeError("Registry needs a store or a home (Registry.open(home) opens one)")
-        self._store = store
-        self._home = as_path(home) if home is not None else store.home
+        from registry.operations import StoreView
+
+        # every operation reads through this view (registry.operations): the store, opened on first use
+        self._view = StoreView(as_path(home) if home is not None else store.home, store)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
@@ -80,16 +82,12 @@ class Registry:
 
     @property
     def home(self) -> Path:
-        return self._home
+        return self._view.home
 
     @property
     def store(self) -> "Store":
         """The LanceDB store (opened on first use). For scripts and tests; the API is the contract."""
-        if self._store is None:
-            from indexing.store import Store
-
-            self._store = Store(self._home, create=False)
-        return self._store
+        return self._view.store
 
     @property
     def query_encoder(self) -> str:
@@ -289,32 +287,29 @@ class Registry:
         """Onboard a model: store its evaluations (query texts or known query ids with scores; a
         CSV/JSONL/Parquet path or an iterable) and embed it with the active encoder in one forward
         pass, no training. An existing name is refused unless `replace`."""
-        from registry.catalog import add_model
-
         from registry.evidence import warn_if_thin
+        from registry.operations import add_model
 
-        return warn_if_thin(add_model(self.store, name, evaluations, metadata, replace=replace, max_evals=max_evals))
+        return warn_if_thin(add_model(self._view, name, evaluations, metadata, replace=replace, max_evals=max_evals))
 
     def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
         """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
-        from registry.catalog import refine
-
         from registry.evidence import warn_if_thin
+        from registry.operations import refine
 
-        return warn_if_thin(refine(self.store, self.resolve(name), more_evaluations, max_evals=max_evals))
+        return warn_if_thin(refine(self._view, name, more_evaluations, max_evals=max_evals))
 
     def remove(self, name: str) -> RemoveResult:
         """Remove a model (its history stays: `restore` brings it back)."""
-        from registry.catalog import remove
+        from registry.operations import remove
 
-        return remove(self.store, self.resolve(name))
+        return remove(self._view, name)
 
     def restore(self, name: str, version: int | None = None) -> RestoreResult:
         """Bring back a removed model, or an older version of a live one, from its history."""
-        from registry.catalog import restore
+        from registry.operations import restore
 
-        _check_count(version, "version", 1, optional=True)
-        return restore(self.store, self.resolve(name), version)
+        return restore(self._view, name, version)
 
     def history(self, name: str) -> ModelHistory:
         """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
@@ -344,14 +339,9 @@ class Registry:
         as the old names. The result's `by` says which vector answered. Models embedded from fewer than
         `min_evals` evaluations (default: the documented minimum, registry.evidence.MIN_EVALS) come after
         the others; 0 ranks every model by distance."""
-        from registry.evidence import MIN_EVALS, check_min_evals
-        from registry.search import search_result
+        from registry.operations import similar
 
-        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
-        source = self._store if self._store is not None else self._home
-        name_or_vector = self.resolve(name_or_vector)
-        return search_result(source, name_or_vector, k=k, metric=metric, where=where, by=by,
-                             open_store=lambda: self.store, min_evals=min_evals)
+        return similar(self._view, name_or_vector, k=k, metric=metric, where=where, by=by, min_evals=min_evals)
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""
@@ -399,11 +389,10 @@ class Registry:
         model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
         one) or locus; in both, models embedded from fewer than `min_evals` evaluations (default: the
         documented minimum) come after the others."""
-        from registry.routing import route
+        from registry.operations import route
 
-        exclude = [self.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
-        return route(self.store, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by,
-                     min_evals=min_evals)
+        return route(self._view, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by,
+                     min_evals=min_evals)[0]
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
                  k: int | None = None, by: str | None = None, min_evals: int | None = None) -> ClustersResult:
@@ -514,21 +503,7 @@ class Registry:
         """The stored model name that `name` (a model name or an alias) stands for; a pinned alias whose
         version is no longer live is refused, saying what to do. Unknown names pass through unchanged so
         that the operation's own "no model named ..." error (with suggestions) still speaks."""
-        from registry.aliases import read_aliases, resolve
-
-        if not isinstance(name, str) or name not in read_aliases(self.home):
-            return name
-        return resolve(self.home, name, live=_live_versions(self.store), same=self._same_content)
-
-    def _same_content(self, name: str, live: int, pinned: int) -> bool:
-        """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
-        number, MLflow's rule, but holds the pinned version's record and vector)."""
-        from registry.catalog import history_rows
-
-        key = ("record", "vector", "encoder_id", "n_evals")
-        rows = history_rows(self.store, name)
-        now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
-        return bool(now) and any(r["version"] == pinned and all(r[k] == now[-1][k] for k in key) for r in rows)
+        return self._view.resolve(name)
 
     def set_alias(self, alias: str, target: str) -> Alias:
         """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must
@@ -537,7 +512,9 @@ class Registry:
         from registry.catalog import history
 
         check_alias_name(alias)
-        live = _live_versions(self.store)
+        from registry.operations import live_versions
+
+        live = live_versions(self.store)
         if alias in live:
             raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
         name, version = split_version(target, set(live))
@@ -615,10 +592,3 @@ def _load_query_encoder(name: str):
     from encoder.query_encoder import load_query_encoder
 
     return load_query_encoder(name)
-
-
-def _live_versions(store: "Store") -> dict[str, int]:
-    from indexing.store import MODELS
-
-    rows = store.read(MODELS, ["name", "version"]).to_pylist()
-    return {r["name"]: int(r["version"] or 1) for r in rows}

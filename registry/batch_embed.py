@@ -135,7 +135,7 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
     # What the vectors are computed from; the write checks these did not move meanwhile.
     versions = store.versions()
     watched = {t: versions[t] for t in (EVALUATIONS, QUERIES, vector_table_name(active.query_encoder)) if t in versions}
-    uri = store.table(EVALUATIONS).uri
+    uri = store.table_uri(EVALUATIONS)
     checkpoint = {name: (active.directory / name).read_bytes() for name in _CHECKPOINT_FILES}
 
     started = not ray.is_initialized()

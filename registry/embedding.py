@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import pyarrow as pa
 
 from encoder.data import EvalData, sample_per_model, split_queries
 from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
@@ -222,10 +221,8 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
         for row in updated:
             row.update(prints[row["name"]])
         if updated:
-            store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
-                pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
-            store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist(
-                [version_row(row, "embed", now) for row in updated], schema=VERSION_SCHEMA))
+            store.upsert(MODELS, updated, MODEL_SCHEMA, "name", insert=False)
+            store.append(VERSIONS, [version_row(row, "embed", now) for row in updated], VERSION_SCHEMA)
     from registry.evidence import is_thin, thin_models_warning
 
     counts = {r["name"]: int(r["n_evals"]) for r in updated}

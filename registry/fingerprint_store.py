@@ -124,8 +124,6 @@ def rewrite_fingerprints(store: "Store", table: "ItemTable | None", *, migrating
     """Recompute every model's fingerprint column with `table` (a new item table: `registry train`,
     `fit-fingerprints`, the format-2 migration) in one transaction; returns how many models got one.
     No history rows: the evaluations did not change, only the table that reads them."""
-    import pyarrow as pa
-
     from indexing.store import MODEL_SCHEMA, MODELS
 
     with store.transaction(migrating=migrating):
@@ -135,6 +133,5 @@ def rewrite_fingerprints(store: "Store", table: "ItemTable | None", *, migrating
         columns = fingerprint_columns(store, table, [r["name"] for r in rows])
         for row in rows:
             row.update(columns[row["name"]])
-        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
-            pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
+        store.upsert(MODELS, rows, MODEL_SCHEMA, "name", insert=False)
     return sum(1 for c in columns.values() if c["fingerprint"] is not None)

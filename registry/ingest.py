@@ -237,23 +237,19 @@ def ingest(
         f"{len(new_rows) + len(changed_rows):,} evaluations in one transaction ...")
     now = now_utc()
     with store.transaction():
-        if new_queries:
-            store.table(QUERIES, QUERY_SCHEMA).add(pa.Table.from_pylist(
-                [{"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d} for q, d in new_queries],
-                schema=QUERY_SCHEMA))
+        store.append(QUERIES, [{"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d}
+                               for q, d in new_queries], QUERY_SCHEMA)
         if insert_models:
             # A name that was removed keeps its history: the re-imported model continues its numbers.
             numbers = next_versions(store, [r.name for r in insert_models])
-            store.table(MODELS, MODEL_SCHEMA).add(pa.Table.from_pylist(
-                [{**model_row(r, now), "version": numbers[r.name]} for r in insert_models], schema=MODEL_SCHEMA))
+            store.append(MODELS, [{**model_row(r, now), "version": numbers[r.name]} for r in insert_models],
+                         MODEL_SCHEMA)
         if update_models:
-            table = store.table(MODELS, MODEL_SCHEMA)
             # New metadata, same embedding: a metadata change does not touch the vector.
             embedding = ("vector", "encoder_id", "n_evals", "embedded_at", "version", "fingerprint", "table_id")
             rows = [{**model_row(r, stored_models[r.name]["added"]),
                      **{k: stored_models[r.name][k] for k in embedding}} for r in update_models]
-            table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
-                pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
+            store.upsert(MODELS, rows, MODEL_SCHEMA, "name")
         for rows, upsert in ((new_rows, False), (changed_rows, True)):
             if not rows:
                 continue
@@ -264,11 +260,10 @@ def ingest(
                 "source": pa.array([batch.source] * len(rows), pa.string()),
                 "time": pa.array([now] * len(rows), pa.timestamp("us", tz="UTC")),
             }, schema=EVALUATION_SCHEMA)
-            table = store.table(EVALUATIONS, EVALUATION_SCHEMA)
             if upsert:
-                table.merge_insert(["model", "query_id"]).when_matched_update_all().execute(data)
+                store.upsert(EVALUATIONS, data, EVALUATION_SCHEMA, ["model", "query_id"], insert=False)
             else:
-                table.add(data)
+                store.append(EVALUATIONS, data, EVALUATION_SCHEMA)
         for name, by_hash in vectors_to_store.items():
             # Another writer may have cached some of these while we encoded outside the lock.
             already = store.cached_vectors(name, list(by_hash))

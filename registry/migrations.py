@@ -28,14 +28,15 @@ def _conform(store: Store, name: str, schema: pa.Schema) -> bool:
     version of the same table, so the transaction's rollback restores the old one."""
     if not store.has_table(name):
         return False
-    table = store.table(name)
-    present = set(table.schema.names)
+    if not store.has_table(name):
+        return False
+    data = store.read(name)
+    present = set(data.schema.names)
     if all(f.name in present for f in schema):
         return False
-    data = table.to_arrow()
     columns = [data.column(f.name).cast(f.type) if f.name in present else pa.nulls(data.num_rows, f.type)
                for f in schema]
-    store._db.create_table(name, pa.Table.from_arrays(columns, schema=schema), mode="overwrite")
+    store.replace_table(name, pa.Table.from_arrays(columns, schema=schema))
     return True
 
 

@@ -1,9 +1,8 @@
 """Routing a query text to the models most likely to answer it, with nearest-neighbour fallback
-(paper, section 2.3 and appendix E.2).
+(paper, section 2.3 and appendix E.2): the decision, given the query vectors (registry.operations.route
+finds those, by text hash in the view's caches and the store, encoding only new texts).
 
-Each text gets a query vector from the active encoder's query encoder: a text already stored (same
-text hash) reuses its stored vector and is not re-encoded; a new text is encoded (nothing is written
-to the store). One batched prediction P(correct) = sigmoid(G(z_m, phi(x))) over every candidate
+One batched prediction P(correct) = sigmoid(G(z_m, phi(x))) over every candidate
 model (embedded, passing `where`, not excluded) and every text ranks the models. `fallback` lists the
 top model's nearest candidates in embedding space (cosine distance, as `registry search`): the
 models to try when the routed one is unavailable.
@@ -18,19 +17,18 @@ import numpy as np
 from registry.errors import InputError, NotFoundError, RegistryError
 
 if TYPE_CHECKING:
-    from indexing.store import Store
     from registry.results import RouteDecision
 
-__all__ = ["query_vectors", "route", "candidate_rows", "decide"]
+__all__ = ["query_texts", "check_int", "candidate_rows", "decide"]
 
 
-def _check_int(value: Any, name: str, minimum: int) -> int:
+def check_int(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise InputError(f"{name} must be an integer of at least {minimum}, not {value!r}", field=name)
     return int(value)
 
 
-def _texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:
+def query_texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:
     single = isinstance(queries, str)
     texts = [queries] if single else list(queries) if isinstance(queries, (list, tuple)) else None
     if texts is None:
@@ -46,52 +44,6 @@ def _texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:
 
         check_query_text(text, line=None if single else i + 1, field="query")
     return texts, single
-
-
-def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
-    """(len(texts), D) vectors: stored ones by text hash, the rest encoded now (not stored); and how
-    many texts were encoded."""
-    from registry.importers._common import text_hash
-
-    hashes = [text_hash(t) for t in texts]
-    cached = store.cached_vectors(encoder, hashes)
-    missing = sorted({t for t, h in zip(texts, hashes) if h not in cached})
-    encoded: dict[str, np.ndarray] = {}
-    if missing:
-        from encoder import query_encoder
-
-        vectors = query_encoder.load_query_encoder(encoder).encode(missing, progress=False)
-        encoded = dict(zip(missing, vectors))
-    rows = [cached[h] if h in cached else encoded[t] for t, h in zip(texts, hashes)]
-    return np.stack(rows).astype(np.float32), len(missing)
-
-
-def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3, by: str | None = None,
-          min_evals: int | None = None) -> "RouteDecision | list[RouteDecision]":
-    """For one text a decision, for a list of texts a list of decisions (one batched prediction): the
-    top k models by P(correct) (LOCUS: skill on an unseen query), most likely first, and the top
-    model's nearest candidates (up to `fallback`) by `by`: the behaviour fingerprint (the default when
-    the top model has one: the models that answer as it does) or LOCUS (cosine). Candidates are the
-    embedded models that pass `where` and are not in `exclude`; an excluded model never appears.
-    Models embedded from fewer than `min_evals` evaluations (default: the documented minimum,
-    registry.evidence) come after the others, in the ranking and among the fallbacks."""
-    from registry.embedding import active_encoder
-    from registry.evidence import MIN_EVALS, check_min_evals
-    from registry.search import canonical_by, open_index
-
-    texts, single = _texts(queries)
-    k = _check_int(k, "k", 1)
-    fallback = _check_int(fallback, "fallback", 0)
-    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
-    models = open_index(store)
-    active = active_encoder(store)
-    rows = candidate_rows(models, active, exclude, where)
-    phi, _ = query_vectors(store, active.query_encoder, texts)
-    by = canonical_by(by)
-    prints = open_index(store, by="fingerprint") if fallback and by != "locus" else None
-    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals)
-    return out[0] if single else out
 
 
 def candidate_rows(models, active, exclude: Iterable[str], where: str | None) -> np.ndarray:

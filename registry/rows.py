@@ -43,13 +43,8 @@ def next_versions(store: "Store", names) -> dict[str, int]:
     highest = {n: 0 for n in names}
     if not names:
         return {}
-    listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)  # stored/validated names, quoted
     for table in (VERSIONS, MODELS):
-        if not store.has_table(table):
-            continue
-        column = "name"
-        rows = store.table(table).search().where(f"{column} IN ({listed})").select(["name", "version"]) \
-            .limit(None).to_arrow()
+        rows = store.read_in(table, ["name", "version"], "name", names)
         for name, version in zip(rows.column("name").to_pylist(), rows.column("version").to_pylist()):
             if name in highest and version is not None:
                 highest[name] = max(highest[name], int(version))
@@ -66,15 +61,10 @@ def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
 
 def write_model(store: "Store", row: dict[str, Any], event: str) -> None:
     """Upsert the model row and append its history row (inside the caller's transaction)."""
-    import pyarrow as pa
-
     from indexing.store import MODEL_SCHEMA, MODELS, VERSION_SCHEMA, VERSIONS, now_utc
 
-    table = store.table(MODELS, MODEL_SCHEMA)
-    table.merge_insert("name").when_matched_update_all().when_not_matched_insert_all().execute(
-        pa.Table.from_pylist([row], schema=MODEL_SCHEMA))
-    store.table(VERSIONS, VERSION_SCHEMA).add(pa.Table.from_pylist([version_row(row, event, now_utc())],
-                                                                    schema=VERSION_SCHEMA))
+    store.upsert(MODELS, [row], MODEL_SCHEMA, "name")
+    store.append(VERSIONS, [version_row(row, event, now_utc())], VERSION_SCHEMA)
 
 
 def info_of_row(record, row: dict[str, Any]):
@@ -100,8 +90,7 @@ def read_evaluations(store: "Store", names: list[str] | None):
     if names is None:
         table = store.read(EVALUATIONS, cols)
     else:
-        listed = ", ".join("'" + n.replace("'", "''") + "'" for n in names)
-        table = store.read_where(EVALUATIONS, cols, f"model IN ({listed})")
+        table = store.read_in(EVALUATIONS, cols, "model", names)
     return (np.asarray(table.column("model").to_pylist(), dtype=object),
             np.asarray(table.column("query_id").to_pylist(), dtype=object),
             table.column("score").to_numpy(zero_copy_only=False).astype(np.float64))

@@ -80,8 +80,6 @@ def write_pool(directory: Path, n_models: int, per_model: int, n_queries: int, s
 
 def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
     """Write these models' vectors into the models table, as `registry embed` would."""
-    import pyarrow as pa
-
     from indexing.store import MODEL_SCHEMA, MODELS, now_utc
 
     rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
@@ -92,8 +90,7 @@ def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
         row.update(vector=z.astype(np.float32).tolist(), encoder_id=encoder_id, n_evals=0, embedded_at=now)
         updated.append(row)
     with store.transaction():
-        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
-            pa.Table.from_pylist(updated, schema=MODEL_SCHEMA))
+        store.upsert(MODELS, updated, MODEL_SCHEMA, "name", insert=False)
 
 
 def add_endpoint(reg, scratch: Path, orig: dict, vector: np.ndarray, encoder_id: str, seed: int) -> None:

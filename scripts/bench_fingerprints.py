@@ -108,14 +108,11 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
 
 
 def _write_columns(store, columns: dict) -> None:
-    import pyarrow as pa
-
     from indexing.store import MODEL_SCHEMA, MODELS
 
     with store.transaction():
         rows = [dict(r, **columns[r["name"]]) for r in store.read(MODELS).to_pylist() if r["name"] in columns]
-        store.table(MODELS, MODEL_SCHEMA).merge_insert("name").when_matched_update_all().execute(
-            pa.Table.from_pylist(rows, schema=MODEL_SCHEMA))
+        store.upsert(MODELS, rows, MODEL_SCHEMA, "name", insert=False)
 
 
 def main() -> None:

@@ -74,13 +74,13 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
     # worst moment to die. The parent kills it there with SIGKILL.
     child = _child(f"""
         import time, pathlib
-        import registry.catalog as catalog
-        real = catalog.embed_model_rows
+        import registry.landing as landing
+        real = landing.fingerprint_columns
         def pause(*args, **kwargs):
             pathlib.Path({str(marker)!r}).write_text("x")
             time.sleep(120)
             return real(*args, **kwargs)
-        catalog.embed_model_rows = pause
+        landing.fingerprint_columns = pause
         from registry import Registry
         Registry.open({str(home)!r}).add_model("doomed", {str(evals)!r})
     """)

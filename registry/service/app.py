@@ -427,12 +427,16 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
                 tags=["models"])
     def remove(name: Name):
         """Remove a model (its history stays: restore brings it back)."""
-        return Registry.open(settings.home, create=False).remove(name)
+        from registry.operations import remove as remove_model
+
+        return remove_model(state, name)
 
     @app.post("/v1/models/{name}/restore", dependencies=write, response_model=r.RestoreResult, responses=_ERRORS,
               tags=["models"])
     def restore(name: Name, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
-        return Registry.open(settings.home, create=False).restore(name, version)
+        from registry.operations import restore as restore_model
+
+        return restore_model(state, name, version)
 
     # ------------------------------------------------------------ reads
     @app.get("/v1/models", response_model=list[r.ListedModel], responses=_ERRORS, tags=["models"])

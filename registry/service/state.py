@@ -29,7 +29,7 @@ import numpy as np
 from indexing.home import GENERATION_FILE, JOURNAL_FILE, as_path, is_remote
 from indexing.store import Store
 from registry.errors import RegistryError
-from registry.importers._common import text_hash
+from registry.operations import StoreView
 from registry.service.settings import ServiceSettings
 
 __all__ = ["Snapshot", "WarmState", "TextEncoder"]
@@ -105,11 +105,14 @@ class TextEncoder:
                 job["done"].set()
 
 
-class WarmState:
+class WarmState(StoreView):
+    """The operations' view (registry.operations) kept warm: the snapshot's encoder and indexes, and
+    encoded texts in memory; the service runs the library's operations on it."""
+
     def __init__(self, settings: ServiceSettings) -> None:
+        home = as_path(settings.home)
+        super().__init__(home, Store(home, create=False))
         self.settings = settings
-        self.home = as_path(settings.home)
-        self.store = Store(self.home, create=False)
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._texts: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
@@ -155,7 +158,7 @@ class WarmState:
                 return current  # a write is under way: keep answering from the last whole state
             if not self._writer_alive():
                 with self._lock:
-                    self.store = Store(self.home, create=False)  # recovers a dead writer's journal
+                    self._store = Store(self.home, create=False)  # recovers a dead writer's journal
         key = self._key()
         if current is not None and current.key == key:
             return current
@@ -205,47 +208,73 @@ class WarmState:
         with self._lock:
             self._snapshot = None
 
+    # ------------------------------------------------- the view the operations read
+    def active(self):
+        return self.snapshot().require_active()
+
+    def index(self, by: str = "locus"):
+        snap = self.snapshot()
+        if by == "fingerprint":
+            if snap.prints is None:
+                raise RegistryError("no model has a behaviour fingerprint")
+            return snap.prints
+        return snap.require_models()
+
+    def fingerprints(self):
+        return self.snapshot().prints
+
+    def _likeness(self, by: str | None, query):
+        """The warm index a search reads: the fingerprint index when asked, or by default for a model
+        that has a fingerprint; else LOCUS (registry.search's default rule, on what is loaded)."""
+        from registry.search import canonical_by
+
+        snap = self.snapshot()
+        models = snap.require_models()
+        wanted = canonical_by(by)
+        if snap.prints is not None and (wanted == "fingerprint" or (
+                wanted is None and isinstance(query, str) and query in snap.prints.index.names)):
+            return snap.prints
+        return models
+
     # ---------------------------------------------------------------- encodings
     def query_encoder(self, name: str):
         from encoder.query_encoder import load_query_encoder
 
         return load_query_encoder(name, device=self.settings.device, backend=self.settings.query_backend)
 
-    def _memory_vectors(self, encoder: str, texts: list[str]) -> np.ndarray | None:
-        """(len(texts), D) when every text is in the in-memory cache, else None (nothing counted)."""
-        keys = [(encoder, text_hash(t)) for t in texts]
-        with self._texts_lock:
-            vectors = [self._texts.get(key) for key in keys]
-            if any(v is None for v in vectors):
-                return None
-            for key in keys:
-                self._texts.move_to_end(key)
-        self.text_hits += len(keys)
-        return np.stack(vectors)
+    def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
+        # A write's texts (thousands, perhaps) are encoded directly, not through the routes' encoding
+        # thread, so that routes do not wait behind them.
+        if bulk:
+            vectors = self.query_encoder(encoder).encode(texts, progress=False)
+        else:
+            vectors = self.encoder.encode(encoder, texts)
+        self.texts_encoded += len(texts)
+        return vectors
 
-    def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
-        """(len(texts), D) float32: from memory, else the store's cache, else encoded in one batch.
-        Returns the vectors and how many texts were encoded now."""
-        hashes = [text_hash(t) for t in texts]
-        found: dict[str, np.ndarray] = {}
+    def _from_memory(self, encoder: str, hashes) -> dict[str, np.ndarray]:
+        found = {}
         with self._texts_lock:
             for h in hashes:
                 vector = self._texts.get((encoder, h))
                 if vector is not None:
                     self._texts.move_to_end((encoder, h))
                     found[h] = vector
-        self.text_hits += sum(1 for h in hashes if h in found)
-        missing = sorted({h for h in hashes if h not in found})
-        if missing:
-            found.update(self.store.cached_vectors(encoder, missing))
-        todo = sorted({t for t, h in zip(texts, hashes) if h not in found})
-        if todo:
-            vectors = self.encoder.encode(encoder, todo)
-            found.update({text_hash(t): v for t, v in zip(todo, vectors)})
-            self.texts_encoded += len(todo)
-        self.text_misses += len(missing)
-        self.remember(encoder, {h: found[h] for h in missing})
-        return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False), len(todo)
+        self.text_hits += len(found)
+        return found
+
+    def text_vectors(self, encoder: str, wanted, *, bulk: bool = False):
+        """Memory first, then the store's cache, then encoding (StoreView); what was not in memory is
+        remembered."""
+        found = self._from_memory(encoder, wanted)
+        rest = {h: t for h, t in wanted.items() if h not in found}
+        encoded: dict[str, np.ndarray] = {}
+        if rest:
+            more, encoded = super().text_vectors(encoder, rest, bulk=bulk)
+            self.text_misses += len(rest)
+            self.remember(encoder, more)
+            found.update(more)
+        return found, encoded
 
     def remember(self, encoder: str, vectors: dict[str, np.ndarray]) -> None:
         limit = self.settings.text_cache_size
@@ -263,54 +292,69 @@ class WarmState:
     # ---------------------------------------------------------------- queries
     def similar(self, name: str | None, vector: list[float] | None, *, k: int, metric: str | None,
                 where: str | None, by: str | None = None, min_evals: int | None = None):
-        """`Registry.similar` on the warm index (same rules: the model itself excluded; the same default
-        vector; a fingerprint search opens the saved fingerprint index; thin models after)."""
-        from registry.evidence import MIN_EVALS, check_min_evals
-        from registry.search import canonical_by, search_result
+        """`registry.operations.similar` on the warm indexes."""
+        from registry.operations import similar
 
-        min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
-        snap = self.snapshot()
-        models = snap.require_models()
-        query = name if name is not None else np.asarray(vector, dtype=np.float32)
-        wanted = canonical_by(by)
-        if snap.prints is not None and (wanted == "fingerprint" or (
-                wanted is None and isinstance(query, str) and query in snap.prints.index.names)):
-            models = snap.prints  # the warm fingerprint index
-        return search_result(self.store, query, k=k, metric=metric, where=where, by=by,
-                             open_store=lambda: self.store, warm=models, min_evals=min_evals)
+        return similar(self, name if name is not None else vector, k=k, metric=metric, where=where, by=by,
+                       min_evals=min_evals, warm=self._likeness)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int, by: str | None = None, min_evals: int = 0):
-        """`Registry.route` on the warm state, every text in one batched pass; returns the
+              fallback: int, by: str | None = None, min_evals: int | None = None):
+        """`registry.operations.route` on the warm state, every text in one batched pass; returns the
         decisions and how many texts were encoded now."""
-        from registry.routing import candidate_rows, decide
+        from registry.operations import route
 
-        snap = self.snapshot()
-        models = snap.require_models()
-        active = snap.require_active()
-        rows = candidate_rows(models, active, exclude, where)
-        phi, encoded = self.query_vectors(active.query_encoder, texts)  # (Q, D), cached texts not re-encoded
-        from registry.search import canonical_by
-
-        return decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
-                      prints=snap.prints, min_evals=min_evals), encoded
+        return route(self, texts, k=k, exclude=exclude, where=where, fallback=fallback, by=by, min_evals=min_evals)
 
     def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-                          fallback: int, by: str | None = None, min_evals: int = 0):
-        """`route`'s decisions when that needs no reload, store read, encoding or filter (the snapshot
-        is current, every text is cached in memory, no `where`), else None."""
-        from registry.routing import candidate_rows, decide
-
+                          fallback: int, by: str | None = None, min_evals: int | None = None):
+        """`route`'s decisions when that needs no reload, store read, encoding, alias or filter (the
+        snapshot is current, every text is in memory, no `where`), else None."""
         if where is not None:  # a filter is evaluated over every record: not on the event loop
             return None
         snap = self.current()
         if snap is None or snap.models is None or snap.active is None:
             return None
-        phi = self._memory_vectors(snap.active.query_encoder, texts)
-        if phi is None:
-            return None
-        from registry.search import canonical_by
+        from registry.operations import route
 
-        rows = candidate_rows(snap.models, snap.active, exclude, where)
-        return decide(snap.models, snap.active, rows, phi, texts, k=k, fallback=fallback, by=canonical_by(by),
-                      prints=snap.prints, min_evals=min_evals)
+        try:
+            return route(_FromMemory(self, snap), texts, k=k, exclude=exclude, where=None, fallback=fallback,
+                         by=by, min_evals=min_evals)[0]
+        except _NotInMemory:
+            return None
+
+
+class _NotInMemory(Exception):
+    """The memory-only view was asked for something it would have to read or compute."""
+
+
+class _FromMemory(StoreView):
+    """One loaded snapshot and the in-memory texts, nothing else: for answers on the event loop."""
+
+    def __init__(self, state: WarmState, snap: Snapshot) -> None:
+        super().__init__(state.home, state._store)
+        self._state, self._snap = state, snap
+
+    def active(self):
+        return self._snap.active
+
+    def index(self, by: str = "locus"):
+        if by == "fingerprint" and self._snap.prints is not None:
+            return self._snap.prints
+        return self._snap.models
+
+    def fingerprints(self):
+        return self._snap.prints
+
+    def text_vectors(self, encoder: str, wanted, *, bulk: bool = False):
+        found = self._state._from_memory(encoder, wanted)
+        if len(found) < len(wanted):
+            raise _NotInMemory()
+        return found, {}
+
+    def resolve(self, name):
+        from registry.aliases import read_aliases
+
+        if isinstance(name, str) and name in read_aliases(self.home):
+            raise _NotInMemory()
+        return name

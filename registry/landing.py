@@ -1,0 +1,310 @@
+"""Landing adds and refines: the one write path of `Registry.add_model` / `refine` and the service's writer.
+
+A batch of changes (distinct model names) lands in one forward pass and one store transaction. Each
+change is checked on its own first (its name against the models table, its query ids against the stored
+queries, the evaluations-per-model limit), so that one bad change fails alone with its file/line/field.
+The texts no encoder has seen are encoded in one batch (outside the writer lock); one LOCUS forward pass
+embeds every model of the batch from its evaluations; then the queries, query vectors, evaluations, model
+rows (LOCUS vector and behaviour fingerprint) and history rows land in one transaction: all or none (a
+crash inside it is rolled back from the journal by the next process to open the store).
+
+Concurrency is optimistic: everything is decided from one state of the tables, and the transaction checks
+that no other writer (a second CLI, the service) changed them meanwhile; if one did, the batch is decided
+again from what is there, and the last attempt holds the writer lock throughout. Should the whole batch
+fail, each change is retried alone, so that only the change at fault fails.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from indexing.store import (
+    EVALUATION_SCHEMA,
+    EVALUATIONS,
+    MODEL_SCHEMA,
+    MODELS,
+    QUERIES,
+    QUERY_SCHEMA,
+    VERSION_SCHEMA,
+    VERSIONS,
+    now_utc,
+)
+import registry.limits as limits
+from registry.errors import InputError, NotFoundError, RegistryError
+from registry.fingerprint_store import fingerprint_columns, load_item_table
+from registry.importers._common import ImportBatch, text_hash
+from registry.records import ModelRecord
+from registry.results import ModelChange
+
+__all__ = ["Change", "land", "land_one"]
+
+_ATTEMPTS = 4
+
+
+@dataclass
+class Change:
+    """One add or refine: `batch` holds the model's evaluations (and the texts of queries it brings)."""
+
+    id: str  # the key of its outcome (the service's job id)
+    kind: str  # "add" or "refine"
+    name: str
+    batch: ImportBatch
+    record: ModelRecord | None = None  # add: the model's record (refine keeps the stored one)
+    replace: bool = False  # add over an existing model of that name
+    max_evals: int | None = None  # embed from at most this many evaluations (a sample seeded by the name)
+    source: str | None = None  # the evaluations' `source` column (default: the batch's)
+
+
+@dataclass
+class _Prepared:
+    change: Change
+    record: ModelRecord
+    existing: dict[str, Any] | None
+    new_queries: list[tuple[Any, str]]  # (Query, text hash) not yet stored
+    hashes: list[str] = field(default_factory=list)  # per final evaluation: its query's text hash
+    scores: np.ndarray | None = None  # per final evaluation
+    new_evaluations: int = 0
+
+
+class _Moved(Exception):
+    """Another writer changed the store between reading it and landing: land again from what is there."""
+
+
+def land_one(view, change: Change) -> ModelChange:
+    """Land one change; its error is raised."""
+    outcome = land(view, [change])[change.id]
+    if isinstance(outcome, RegistryError):
+        raise outcome
+    return outcome
+
+
+def land(view, changes: list[Change], *,
+         on_commit: Callable[[Any, dict[str, ModelChange]], None] | None = None
+         ) -> dict[str, ModelChange | RegistryError]:
+    """Land these changes (distinct names); per change id its `ModelChange`, or the error that failed it.
+    `view` gives the store, the active encoder and query vectors (registry.operations.StoreView, or the
+    service's warm state); `on_commit(store, results)` runs inside the transaction (the service writes its
+    jobs' completion rows there, so a job and its model land together)."""
+    outcomes: dict[str, ModelChange | RegistryError] = {}
+    try:
+        for attempt in range(_ATTEMPTS):
+            try:
+                # The last attempt holds the writer lock throughout (encoding included), so that a busy
+                # writer elsewhere cannot starve this one; the first ones leave other writers free.
+                if attempt == _ATTEMPTS - 1:
+                    with view.store.transaction():
+                        _land(view, changes, outcomes, on_commit)
+                else:
+                    _land(view, changes, outcomes, on_commit)
+                break
+            except _Moved:
+                outcomes.clear()
+    except RegistryError as err:
+        if len(changes) == 1:
+            outcomes[changes[0].id] = err
+        else:
+            for change in changes:  # one change spoilt the batch: find it by landing each alone
+                if change.id not in outcomes:
+                    outcomes.update(land(view, [change], on_commit=on_commit))
+    return outcomes
+
+
+def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
+             claimed: dict[str, str]) -> _Prepared:
+    from registry.rows import record_of
+
+    existing = stored_models.get(change.name)
+    if change.kind == "add":
+        if existing is not None and not change.replace:
+            raise RegistryError(f"a model named {change.name!r} exists: `registry refine {change.name} --evals FILE` "
+                                "(HTTP: POST /v1/models/NAME/refine) adds evaluations to it as a new version; "
+                                "--replace (replace: true) starts it afresh")
+        record = change.record if change.record is not None else ModelRecord(name=change.name)
+    elif change.kind == "refine":
+        if existing is None:
+            raise NotFoundError.model(change.name, list(stored_models))
+        record = record_of(existing)
+    else:
+        raise InputError(f"unknown change kind {change.kind!r}", field="kind")
+    batch = change.batch
+    # Evaluations given by text land on the stored query with that text, rather than on a second query.
+    renamed, new_queries, batch_hash = {}, [], {}
+    for query, (file, line) in zip(batch.queries, batch.query_origins):
+        digest = text_hash(query.text)
+        known = by_hash.get(digest)
+        if known is not None and query.id.startswith("t:"):
+            renamed[query.id] = known
+            continue
+        stored = by_id.get(query.id)
+        if stored is not None and stored != digest:
+            raise InputError(f"query id {query.id!r} is already stored with a different text", file=file, line=line,
+                             field="query_id")
+        other = claimed.get(query.id)
+        if other is not None and other != digest:
+            raise InputError(f"query id {query.id!r} is given with a different text by another model landing now",
+                             file=file, line=line, field="query_id")
+        batch_hash[query.id] = digest
+        if stored is None:
+            new_queries.append((query, digest))
+    if renamed:
+        batch.eval_queries = [renamed.get(q, q) for q in batch.eval_queries]
+        batch.drop_duplicate_evaluations()
+    for i, query_id in enumerate(batch.eval_queries):
+        if query_id not in batch_hash and query_id not in by_id:
+            file, line = batch.where(i)
+            raise InputError(f"query id {query_id!r} is neither in these evaluations nor in the store",
+                             file=file, line=line, field="query_id")
+    return _Prepared(change, record, existing, new_queries)
+
+
+def _land(view, changes: list[Change], outcomes, on_commit) -> None:
+    from encoder.data import EvalData
+    from encoder.inference import embed_models
+    from registry.ingest import model_row
+    from registry.rows import next_versions, version_row
+
+    store = view.store
+    seen = store.versions()  # everything below is decided from this state of the tables
+    active = view.active()
+    stored_models = {row["name"]: row for row in store.read(MODELS).to_pylist()}
+    queries = store.read(QUERIES, ["query_id", "text_hash"])
+    by_id = dict(zip(queries.column("query_id").to_pylist(), queries.column("text_hash").to_pylist()))
+    by_hash = {h: q for q, h in by_id.items()}
+
+    prepared: list[_Prepared] = []
+    claimed: dict[str, str] = {}
+    for change in changes:
+        try:
+            job = _prepare(change, stored_models, by_id, by_hash, claimed)
+        except RegistryError as err:
+            outcomes[change.id] = err
+            continue
+        claimed.update({q.id: d for q, d in job.new_queries})
+        prepared.append(job)
+    if not prepared:
+        return
+
+    # Each model's evaluations after the write: an add holds exactly what it brings (a removed model of
+    # that name kept its evaluations, for restore, and they must not leak into the new one); a refine
+    # holds what is stored plus what it brings (a new score for a stored query replaces the old).
+    refined = [p.change.name for p in prepared if p.change.kind == "refine"]
+    stored_evals: dict[str, dict[str, float]] = {n: {} for n in refined}
+    if refined:
+        table = store.read_in(EVALUATIONS, ["model", "query_id", "score"], "model", refined)
+        for m, q, s in zip(table.column("model").to_pylist(), table.column("query_id").to_pylist(),
+                           table.column("score").to_pylist()):
+            stored_evals[m][q] = s
+    new_hash = {q.id: d for p in prepared for q, d in p.new_queries}
+    texts: dict[str, str | None] = {d: q.text for p in prepared for q, d in p.new_queries}
+    for p in list(prepared):
+        given = dict(zip(p.change.batch.eval_queries, p.change.batch.scores_array().tolist()))
+        final = dict(stored_evals.get(p.change.name, {})) if p.change.kind == "refine" else {}
+        p.new_evaluations = sum(1 for q, s in given.items() if final.get(q) != s)
+        final.update(given)
+        if len(final) > limits.MAX_EVALS_PER_MODEL:
+            outcomes[p.change.id] = InputError(
+                f"model {p.change.name!r} would hold more than {limits.MAX_EVALS_PER_MODEL:,} evaluations "
+                f"({len(final):,}); see docs/service.md for the limits", field="evaluations")
+            prepared.remove(p)
+            continue
+        p.hashes = [new_hash.get(q) or by_id[q] for q in final]
+        p.scores = np.asarray(list(final.values()), dtype=np.float32)
+    if not prepared:
+        return
+
+    # Query vectors: the view's caches, then the store's, then one encoding batch for the rest.
+    wanted = sorted({h for p in prepared for h in p.hashes})
+    vectors, encoded = view.text_vectors(active.query_encoder, {h: texts.get(h) for h in wanted}, bulk=True)
+
+    # One forward pass of F over every model of the batch (padded sets, see embed_models).
+    position = {h: i for i, h in enumerate(wanted)}
+    model_index = np.concatenate([np.full(len(p.hashes), m, dtype=np.int64) for m, p in enumerate(prepared)])
+    query_index = np.concatenate([np.array([position[h] for h in p.hashes], dtype=np.int64) for p in prepared])
+    data = EvalData(models=[p.change.name for p in prepared], query_ids=wanted, tasks=[""] * len(wanted),
+                    query_vectors=np.stack([vectors[h] for h in wanted]).astype(np.float32),  # (Q, D)
+                    model_index=model_index, query_index=query_index,
+                    scores=np.concatenate([p.scores for p in prepared]))
+    if data.query_vectors.shape[1] != active.config.query_dim:
+        raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
+                            f"{active.query_encoder} gives {data.query_vectors.shape[1]}-d")
+    per_model, start = [], 0
+    for p in prepared:
+        evals = np.arange(start, start + len(p.hashes))
+        start += len(p.hashes)
+        limit = p.change.max_evals
+        if limit is not None and len(evals) > limit:  # a sample seeded by the name: re-embedding reproduces it
+            rng = np.random.default_rng(zlib.crc32(p.change.name.encode("utf-8")))
+            evals = np.sort(rng.choice(evals, size=limit, replace=False))
+        per_model.append(evals)
+    z = embed_models(active.locus, data, per_model)  # (M, d)
+
+    now = now_utc()
+    model_rows, events, results = [], [], {}
+    for p, zm, evals in zip(prepared, z, per_model):
+        event = p.change.kind if p.change.kind == "refine" else ("replace" if p.existing else "add")
+        row = model_row(p.record, p.existing["added"] if p.existing else now)
+        row.update(vector=zm.astype(np.float32).tolist(), encoder_id=active.encoder_id, n_evals=int(len(evals)),
+                   embedded_at=now)
+        model_rows.append(row)
+        events.append(event)
+
+    with store.transaction():
+        if store.versions() != seen:  # another writer changed the tables meanwhile
+            raise _Moved()
+        numbers = next_versions(store, [p.change.name for p in prepared])  # removed versions count too
+        fresh = {}
+        for p in prepared:
+            for q, d in p.new_queries:
+                fresh.setdefault(q.id, {"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d})
+        store.append(QUERIES, list(fresh.values()), QUERY_SCHEMA)
+        if encoded:
+            already = store.cached_vectors(active.query_encoder, list(encoded))
+            keep = [h for h in encoded if h not in already]
+            if keep:
+                store.add_vectors(active.query_encoder, keep, np.stack([encoded[h] for h in keep]))
+        added = [p for p in prepared if p.change.kind == "add"]
+        store.delete_in(EVALUATIONS, "model", [p.change.name for p in added])
+        store.append(EVALUATIONS, _evaluation_rows(added, now), EVALUATION_SCHEMA)
+        store.upsert(EVALUATIONS, _evaluation_rows([p for p in prepared if p.change.kind == "refine"], now),
+                     EVALUATION_SCHEMA, ["model", "query_id"])
+        # the fingerprints from the evaluations just written, in this transaction with the LOCUS vectors
+        prints = fingerprint_columns(store, load_item_table(store, active.encoder_id), [r["name"] for r in model_rows])
+        for p, row, event in zip(prepared, model_rows, events):
+            row.update(prints[row["name"]], version=numbers[row["name"]])
+            results[p.change.id] = ModelChange(
+                name=p.change.name, version=row["version"], event=event,
+                encoder_id=active.encoder_id, n_evals=row["n_evals"], new_evaluations=p.new_evaluations,
+                encoded_texts=sum(1 for _, d in p.new_queries if d in encoded),
+                warnings=list(p.change.batch.warnings) + _thin(p.change.name, row["n_evals"]))
+        store.upsert(MODELS, model_rows, MODEL_SCHEMA, "name")
+        store.append(VERSIONS, [version_row(row, event, now) for row, event in zip(model_rows, events)],
+                     VERSION_SCHEMA)
+        if on_commit is not None:
+            on_commit(store, results)
+    outcomes.update(results)
+
+
+def _thin(name: str, n_evals: int) -> list[str]:
+    from registry.evidence import thin_warning
+
+    warning = thin_warning(name, n_evals)
+    return [warning] if warning else []
+
+
+def _evaluation_rows(group: list[_Prepared], now) -> pa.Table:
+    models, queries, scores, sources = [], [], [], []
+    for p in group:
+        given = dict(zip(p.change.batch.eval_queries, p.change.batch.scores_array().tolist()))
+        models.extend([p.change.name] * len(given))
+        queries.extend(given)
+        scores.extend(given.values())
+        sources.extend([p.change.source or p.change.batch.source] * len(given))
+    return pa.table({
+        "model": pa.array(models, pa.string()), "query_id": pa.array(queries, pa.string()),
+        "score": pa.array(scores, pa.float32()), "source": pa.array(sources, pa.string()),
+        "time": pa.array([now] * len(models), pa.timestamp("us", tz="UTC")),
+    }, schema=EVALUATION_SCHEMA)

@@ -1,0 +1,239 @@
+"""The registry's operations, written once: add, refine, remove, restore, route and search.
+
+`Registry` (the Python API and so the CLI) and the service run the same functions here; what differs is
+the *view* they pass: what an operation reads besides the store (the active encoder, the indexes, query
+vectors) and how it finds names. `StoreView` reads everything afresh from the home (a CLI process lives
+for one command); the service's `WarmState` is a `StoreView` that keeps them loaded between requests
+(a snapshot of the encoder and the indexes, an LRU of encoded texts). Aliases are resolved by the view,
+here, for every operation that takes a model name, so a name means the same thing on every path.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from registry.errors import RegistryError
+
+if TYPE_CHECKING:
+    from indexing.store import Store
+    from registry.landing import Change
+    from registry.results import ModelChange, RemoveResult, RestoreResult, RouteDecision, SearchResult
+
+__all__ = ["StoreView", "add_change", "refine_change", "add_model", "refine", "remove", "restore", "route",
+           "similar", "live_versions"]
+
+
+class StoreView:
+    """What operations read, read afresh from the home: the store (opened on first use, so that a search
+    answered by the saved index never opens it), the active encoder, the indexes, query vectors (stored
+    ones by text hash, the rest encoded now), and aliases."""
+
+    def __init__(self, home: Path, store: "Store | None" = None) -> None:
+        self.home = home
+        self._store = store
+
+    @property
+    def store(self) -> "Store":
+        if self._store is None:
+            from indexing.store import Store
+
+            self._store = Store(self.home, create=False)
+        return self._store
+
+    @property
+    def source(self) -> "Store | Path":
+        """The store when it is open, else the home (readers of the saved index need no store)."""
+        return self._store if self._store is not None else self.home
+
+    # -------------------------------------------------------------- encoders and indexes
+    def active(self):
+        """The active encoder (registry.embedding.ActiveEncoder); RegistryError when there is none."""
+        from registry.embedding import active_encoder
+
+        return active_encoder(self.store)
+
+    def index(self, by: str = "locus"):
+        """The index of one vector kind with the models' records (registry.search.EmbeddedModels)."""
+        from registry.search import open_index
+
+        return open_index(self.source, store=lambda: self.store, by=by)
+
+    def fingerprints(self):
+        """The fingerprint index, or None when no model has a fingerprint."""
+        try:
+            prints = self.index("fingerprint")
+        except RegistryError:
+            return None
+        return prints if prints.index.names else None
+
+    # ----------------------------------------------------------------------- query vectors
+    def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
+        """(len(texts), D) float32 vectors of these texts, and how many had to be encoded now."""
+        from registry.importers._common import text_hash
+
+        hashes = [text_hash(t) for t in texts]
+        found, encoded = self.text_vectors(encoder, dict(zip(hashes, texts)))
+        return np.stack([found[h] for h in hashes]).astype(np.float32, copy=False), len(encoded)
+
+    def text_vectors(self, encoder: str, wanted: Mapping[str, str | None], *, bulk: bool = False
+                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Vectors by text hash for `wanted` (hash -> text, or None for a stored query's text): from the
+        store's cache, the rest encoded now. Returns (all found, those encoded now); nothing is written.
+        `bulk`: a write's many texts (the service encodes those apart from its routes)."""
+        found = self.store.cached_vectors(encoder, list(wanted))
+        todo = [h for h in wanted if h not in found]
+        encoded: dict[str, np.ndarray] = {}
+        if todo:
+            texts = {h: wanted[h] for h in todo if wanted[h] is not None}
+            unknown = [h for h in todo if h not in texts]
+            if unknown:  # a stored query never encoded with this encoder: read its text
+                from indexing.store import QUERIES
+
+                stored = self.store.read_in(QUERIES, ["text_hash", "text"], "text_hash", unknown)
+                texts.update(zip(stored.column("text_hash").to_pylist(), stored.column("text").to_pylist()))
+            lost = [h for h in todo if h not in texts]
+            if lost:
+                raise RegistryError(f"{len(lost)} stored queries have no text to encode (text hash {lost[0]})")
+            vectors = self.encode(encoder, [texts[h] for h in todo], bulk=bulk)
+            encoded = {h: np.asarray(v, dtype=np.float32) for h, v in zip(todo, vectors)}
+            found.update(encoded)
+        return found, encoded
+
+    def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
+        from encoder.query_encoder import load_query_encoder
+
+        return load_query_encoder(encoder).encode(texts, progress=False)
+
+    # ----------------------------------------------------------------------------- names
+    def resolve(self, name: Any) -> Any:
+        """The stored model name that `name` (a model name or an alias) stands for; a pinned alias whose
+        version is no longer live is refused, saying what to do. Anything else passes through unchanged,
+        so that the operation's own "no model named ..." error (with suggestions) still speaks."""
+        from registry.aliases import read_aliases, resolve
+
+        if not isinstance(name, str) or name not in read_aliases(self.home):
+            return name
+        return resolve(self.home, name, live=live_versions(self.store), same=self._same_content)
+
+    def _same_content(self, name: str, live: int, pinned: int) -> bool:
+        """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
+        number, MLflow's rule, but holds the pinned version's record and vector)."""
+        from registry.catalog import history_rows
+
+        key = ("record", "vector", "encoder_id", "n_evals")
+        rows = history_rows(self.store, name)
+        now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
+        return bool(now) and any(r["version"] == pinned and all(r[k] == now[-1][k] for k in key) for r in rows)
+
+
+def live_versions(store: "Store") -> dict[str, int]:
+    """name -> its live version number."""
+    from indexing.store import MODELS
+
+    rows = store.read(MODELS, ["name", "version"]).to_pylist()
+    return {r["name"]: int(r["version"] or 1) for r in rows}
+
+
+# ================================================================================================ writes
+def add_change(name: str, evaluations, metadata=None, *, replace: bool = False, max_evals: int | None = None,
+               id: str = "add", source: str | None = None) -> "Change":  # noqa: A002
+    """The change that adds model `name`: its name and metadata checked, its evaluations parsed (a
+    CSV/JSONL/Parquet path, or an iterable: see registry.catalog.evaluations_batch)."""
+    from registry.catalog import evaluations_batch, record_from_metadata
+    from registry.landing import Change
+    from registry.limits import check_model_name
+    from registry.records import ModelRecord
+
+    name = check_model_name(name)
+    if isinstance(metadata, ModelRecord):
+        record = metadata.model_copy(update={"name": name})
+    else:
+        record = record_from_metadata(name, metadata)
+    batch = evaluations_batch(name, evaluations)
+    return Change(id=id, kind="add", name=name, batch=batch, record=record, replace=replace, max_evals=max_evals,
+                  source=source)
+
+
+def refine_change(view: StoreView, name: str, evaluations, *, max_evals: int | None = None, id: str = "refine",
+                  source: str | None = None) -> "Change":  # noqa: A002
+    """The change that adds evaluations to model `name` (or the model an alias names)."""
+    from registry.catalog import evaluations_batch
+    from registry.landing import Change
+
+    name = view.resolve(name)
+    return Change(id=id, kind="refine", name=name, batch=evaluations_batch(name, evaluations),
+                  max_evals=max_evals, source=source)
+
+
+def add_model(view: StoreView, name: str, evaluations, metadata=None, *, replace: bool = False,
+              max_evals: int | None = None) -> "ModelChange":
+    from registry.landing import land_one
+
+    return land_one(view, add_change(name, evaluations, metadata, replace=replace, max_evals=max_evals))
+
+
+def refine(view: StoreView, name: str, evaluations, *, max_evals: int | None = None) -> "ModelChange":
+    from registry.landing import land_one
+
+    return land_one(view, refine_change(view, name, evaluations, max_evals=max_evals))
+
+
+def remove(view: StoreView, name: str) -> "RemoveResult":
+    from registry.catalog import remove as remove_model
+
+    return remove_model(view.store, view.resolve(name))
+
+
+def restore(view: StoreView, name: str, version: int | None = None) -> "RestoreResult":
+    from registry.catalog import restore as restore_model
+
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        from registry.errors import InputError
+
+        raise InputError(f"version must be an integer of at least 1, not {version!r}", field="version")
+    return restore_model(view.store, view.resolve(name), version)
+
+
+# ================================================================================================= reads
+def similar(view: StoreView, query: "str | np.ndarray | Sequence[float]", *, k: int = 5, metric: str | None = None,
+            where: str | None = None, by: str | None = None, min_evals: int | None = None,
+            warm: Callable[[str | None, Any], Any] | None = None) -> "SearchResult":
+    """The k nearest models to a model (itself excluded; an alias names its model) or to a LOCUS vector,
+    nearest first (registry.search.search_result). `warm(by, query)`: an index the view holds loaded
+    for this search, or None (search_result then opens the saved one)."""
+    from registry.evidence import MIN_EVALS, check_min_evals
+    from registry.search import search_result
+
+    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
+    query = view.resolve(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
+    return search_result(view.source, query, k=k, metric=metric, where=where, by=by,
+                         open_store=lambda: view.store, warm=warm(by, query) if warm else None,
+                         min_evals=min_evals)
+
+
+def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclude: Iterable[str] = (),
+          where: str | None = None, fallback: int = 3, by: str | None = None, min_evals: int | None = None
+          ) -> "tuple[RouteDecision | list[RouteDecision], int]":
+    """For one text a decision, for a list of texts a list of decisions (one batched prediction), and how
+    many texts were encoded now: the top k models by P(correct) (LOCUS: skill on an unseen query) and the
+    top model's nearest candidates (registry.routing.decide). Excluded names may be aliases."""
+    from registry.evidence import MIN_EVALS, check_min_evals
+    from registry.routing import candidate_rows, check_int, decide, query_texts
+    from registry.search import canonical_by
+
+    texts, single = query_texts(queries)
+    k = check_int(k, "k", 1)
+    fallback = check_int(fallback, "fallback", 0)
+    min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
+    by = canonical_by(by)
+    exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
+    models = view.index("locus")
+    active = view.active()
+    rows = candidate_rows(models, active, exclude, where)
+    phi, encoded = view.query_vectors(active.query_encoder, texts)  # (Q, D)
+    prints = view.fingerprints() if fallback and by != "locus" else None
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals)
+    return (out[0] if single else out), encoded
