@@ -456,8 +456,9 @@ def write_page(results: dict, path: Path) -> None:
               "Measured: the index rows above against LOCUS's (a)/(b) rows (self-retrieval 17-38%, NN among 3 "
               "behaviourally nearest 18-56%). Where the index's own order falls short (BFCL's NN among 3, and "
               "models held out of the item table's fit), `search` from a model re-ranks the index's 20 nearest "
-              "by agreement on shared queries; the behaviour-distance row shows what such evidence reaches. "
-              "The joint setup was not measured for part (i) (its registry was not built in time).",
+              "by agreement on shared queries; the behaviour-distance row shows what such evidence reaches."
+              + ("" if "i" in results.get("joint", {}) else
+                 " The joint setup was not measured for part (i) (its registry was not built in time)."),
               "- Skill on unseen queries — `route`'s ranking, onboarding (`add-model`'s embedding), `profile`: "
               "**LOCUS**; a fingerprint predicts only queries the item table knows or maps by text, and (d)/(f) "
               "measure LOCUS there.",
