@@ -1,0 +1,48 @@
+"""Analytics over the pool: duplicates (audit), the models nearest a hypothetical profile, and a
+small covering portfolio; from the reader."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+
+from registry import results as r
+from registry.service import schemas as s
+from registry.service.deps import Reader
+from registry.service.errors import ERRORS
+from registry.service.schemas import LIMITS
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/v1/audit", response_model=r.AuditReport, responses=ERRORS, tags=["audit"])
+def audit(reader: Reader,
+          model: str | None = Query(default=None, min_length=1, max_length=LIMITS.max_name_chars),
+          metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
+          k: int = Query(default=10, ge=1, le=1000),
+          alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
+          max_noise: float = Query(default=0.12, gt=0.0, lt=1.0),
+          by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+                                 description="the index proposing candidates (default: both)")):
+    """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
+    call), judged against the pool's cached calibration."""
+    return reader.audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise, by=by)
+
+
+@router.post("/v1/profile", response_model=r.ProfileResult, responses=ERRORS, tags=["analytics"])
+def profile(body: s.ProfileRequest, reader: Reader):
+    """Real models nearest to a hypothetical one with these task accuracies."""
+    return reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed, where=body.where)
+
+
+@router.get("/v1/portfolio", response_model=r.PortfolioResult, responses=ERRORS, tags=["analytics"])
+def portfolio(reader: Reader,
+              k: int | None = Query(default=None, ge=1, le=LIMITS.max_k),
+              budget_b: float | None = Query(default=None, gt=0, le=1e7),
+              method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget)$"),
+              where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
+              include_unknown_params: bool = False,
+              seed: int = Query(default=0, ge=0, le=2**31 - 1)):
+    """A small set of models that covers the pool, with routing accuracies."""
+    return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
+                            include_unknown_params=include_unknown_params, seed=seed)

@@ -1,0 +1,52 @@
+"""The server's own state: the store's counts, health (what is loaded, the queue), /metrics."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+
+from registry import results as r
+from registry.service import schemas as s
+from registry.service.deps import Metrics, Queue, Reader, Settings, State
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/v1/stats", response_model=r.Stats, tags=["health"])
+def stats(reader: Reader):
+    return reader.stats()
+
+
+@router.get("/v1/health", response_model=s.Health, tags=["health"])
+def health(settings: Settings, state: State, queue: Queue, reader: Reader):
+    return _health(settings, state, queue, reader)
+
+
+@router.get("/metrics", response_class=PlainTextResponse, tags=["health"])
+def prometheus(metrics: Metrics) -> PlainTextResponse:
+    return PlainTextResponse(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _health(settings, state, queue, reader) -> dict:
+    snap = state.snapshot()
+    models = snap.models
+    n_models = len(models.records) if models is not None else reader.stats().n_models
+    embedded = len(models.index.names) if models is not None else 0
+    return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
+            "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
+            "models": n_models, "embedded": embedded,
+            "dimension": int(models.index.vectors.shape[1]) if models is not None else None,
+            "encoder_id": snap.encoder_id,
+            "query_encoder": snap.active.query_encoder if snap.active is not None else None,
+            "queue_depth": queue.depth(), "reloads": state.reloads, "auth": settings.token is not None}
+
+
+def _backend(state, snap) -> str:
+    """The query encoder's engine as loaded (openvino under "auto" falls back to torch when it cannot
+    run the model), else what the settings resolve to."""
+    if snap.active is not None:
+        return state.query_encoder(snap.active.query_encoder).backend
+    from encoder.query_encoder import resolve_backend
+
+    return resolve_backend(state.settings.query_backend, state.settings.device)

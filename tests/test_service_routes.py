@@ -1,0 +1,83 @@
+"""The app's route table as the routers build it (issue 24): each method and path served once,
+every write behind the token check, OPTIONS seeing into every included router, and limits that the
+request schemas fix refused rather than silently ignored."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+# POSTs that only read (their arguments are too big or too structured for a query string).
+POST_READS = {("POST", "/v1/similar"), ("POST", "/v1/route"), ("POST", "/v1/profile")}
+
+
+def _flat(routes):
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        yield from (_flat(inner.routes) if inner is not None else (route,))
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    from registry import Registry
+    from registry.service.app import create_app
+    from registry.service.settings import Limits, ServiceSettings
+
+    home = tmp_path_factory.mktemp("routes") / "home"
+    Registry.open(home)
+    app = create_app(ServiceSettings(home=home, token="t" * 24, limits=Limits(max_body_bytes=4096)))
+    yield app
+    app.state.jobs.stop()
+
+
+def _api_routes(app):
+    from fastapi.routing import APIRoute
+
+    return [route for route in _flat(app.routes) if isinstance(route, APIRoute)]
+
+
+def test_each_method_and_path_is_served_by_one_route(app):
+    from registry.service.routes import ROUTERS
+
+    served = Counter((method, route.path) for route in _api_routes(app) for method in route.methods)
+    assert served and not [key for key, n in served.items() if n > 1]
+    included = Counter(id(route.original_router) for route in app.routes if hasattr(route, "original_router"))
+    assert all(included[id(router)] == 1 for router in ROUTERS)
+    # every area's routes reach the app (a router left out of ROUTERS would drop its paths)
+    assert {("GET", "/v1/jobs/{job_id}"), ("GET", "/v1/models/{name}/history"), ("POST", "/v1/route"),
+            ("GET", "/v1/portfolio"), ("GET", "/metrics"), ("GET", "/v1/table")} <= set(served)
+    ids = Counter(op["operationId"] for item in app.openapi()["paths"].values() for op in item.values())
+    assert not [op for op, n in ids.items() if n > 1]
+
+
+def test_every_write_and_no_read_asks_for_the_token(app):
+    from registry.service.deps import require_token
+
+    guarded = {(method, route.path): any(d.call is require_token for d in route.dependant.dependencies)
+               for route in _api_routes(app) for method in route.methods}
+    writes = {key for key in guarded if key[0] in ("POST", "PUT", "PATCH", "DELETE")} - POST_READS
+    assert writes and POST_READS <= set(guarded)
+    assert [key for key in writes if not guarded[key]] == []
+    assert [key for key, needs in guarded.items() if needs and key not in writes] == []
+
+
+def test_options_lists_the_methods_of_every_router_on_a_path(app):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)
+    cases = {"/v1/models/some-model": "DELETE, GET, OPTIONS",  # the writes' router and the reads'
+             "/v1/similar": "GET, OPTIONS, POST", "/v1/aliases/fast": "DELETE, OPTIONS, PUT",  # the web UI's
+             "/metrics": "GET, OPTIONS"}
+    for path, allow in cases.items():
+        r = client.options(path)
+        assert (r.status_code, r.headers.get("allow")) == (204, allow), path
+    assert client.post("/v1/models", content=b"x" * 5000).status_code == 413  # the settings' body limit
+
+
+def test_a_limit_the_schemas_fix_is_refused_not_ignored(tmp_path):
+    from registry.service.app import create_app
+    from registry.service.settings import Limits, ServiceSettings
+
+    with pytest.raises(ValueError, match="limits.max_k"):
+        create_app(ServiceSettings(home=tmp_path / "never-opened", limits=Limits(max_k=5)))
+    assert not (tmp_path / "never-opened").exists()
