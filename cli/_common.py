@@ -111,7 +111,7 @@ def _local_service(home, names: tuple[str, ...]) -> str | None:
         os.kill(pid, 0)  # raises when that process is gone
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    from registry.aliases import read_aliases
+    from registry.catalog.aliases import read_aliases
 
     if set(names) & set(read_aliases(home)):
         return None

@@ -335,7 +335,7 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     """Train the LOCUS encoder and predictor; the checkpoint becomes the active encoder.
 
     Progress (epoch, validation loss, best so far, elapsed time) goes to stderr."""
-    from registry.embedding import progress_printer
+    from registry.catalog.embedding import progress_printer
 
     config = _train_config(epochs=epochs, max_seconds=max_seconds, no_time_limit=no_time_limit, patience=patience,
                            select=select, view_weight=view_weight)
@@ -366,7 +366,7 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
 def migrate(ctx, as_json) -> None:
     """Upgrade the registry home to this version's store format, in place.
 
-    Each numbered migration (registry/migrations.py) lands whole or not at all; a home already at the
+    Each numbered migration (registry/catalog/migrations.py) lands whole or not at all; a home already at the
     current format is left as it is. Write commands refuse an older home until this has run; reads
     work on it meanwhile."""
     report = _registry(ctx, create=False).migrate()
@@ -438,7 +438,7 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
     except ValueError:
         raise click.BadParameter(f"{onboard_evals!r} is not a comma-separated list of numbers",
                                  param_hint="--onboard-evals") from None
-    from registry.embedding import progress_printer
+    from registry.catalog.embedding import progress_printer
 
     try:
         per_model = _evals_option(evals_per_model)
@@ -657,7 +657,7 @@ def check(ctx, as_json) -> None:
 @click.pass_context
 def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json: bool) -> None:
     """The main job: build a registry (synthetic pool unless --data), train, embed, search, audit."""
-    from registry.demo import run_demo
+    from registry.lab.demo import run_demo
 
     home = ctx.obj["home"] or Path("locus-demo")
     report = run_demo(home, data=data, seed=seed, echo=(lambda line: None) if as_json else click.echo,

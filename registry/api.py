@@ -136,7 +136,7 @@ class Registry:
 
         from encoder.query_encoder import canonical_encoder_name
         from registry.importers import read_batch
-        from registry.ingest import ingest, load_precomputed
+        from registry.catalog.ingest import ingest, load_precomputed
 
         log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
@@ -201,12 +201,12 @@ class Registry:
         """Train the LOCUS encoder and predictor on the training split; the checkpoint becomes the
         active encoder. `models` is a pool ("all", "open" or a filter); `config` an
         encoder.training.TrainConfig (None: the defaults); `progress` a callback per validation
-        (registry.embedding.progress_printer writes lines); `nproc` training processes
+        (registry.catalog.embedding.progress_printer writes lines); `nproc` training processes
         (torch.distributed; None: the config's, 1 by default)."""
         import dataclasses
 
         from encoder.training import TrainConfig
-        from registry.embedding import train_encoder
+        from registry.catalog.embedding import train_encoder
 
         _check_count(nproc, "nproc", 1, optional=True)
         config = config or TrainConfig()
@@ -217,9 +217,9 @@ class Registry:
                              seed=seed, config=config, progress=progress)
 
     def migrate(self) -> MigrationReport:
-        """Upgrade the home to this version's store format in place (`registry.migrations`); a
+        """Upgrade the home to this version's store format in place (`registry.catalog.migrations`); a
         `MigrationReport` (empty `applied` when it was current)."""
-        from registry.migrations import migrate
+        from registry.catalog.migrations import migrate
 
         return migrate(self.store)
 
@@ -230,7 +230,7 @@ class Registry:
         trained before item tables, or after the pool has grown."""
         import time
 
-        from registry.fingerprints import fit_item_table
+        from registry.analytics.fingerprints import fit_item_table
 
         started = time.perf_counter()
         table = fit_item_table(self.store)
@@ -245,7 +245,7 @@ class Registry:
         the cluster at `address`); the same vectors either way."""
         _check_count(max_evals, "max_evals", 1, optional=True)
         if engine == "ray":
-            from registry.batch_embed import embed_all_ray
+            from registry.catalog.batch_embed import embed_all_ray
 
             _check_count(workers, "workers", 1)
             return embed_all_ray(self.store, address=address, num_workers=workers, max_evals=max_evals)
@@ -253,7 +253,7 @@ class Registry:
             raise InputError(f"unknown engine {engine!r}; choose local or ray", field="engine")
         if address is not None:
             raise InputError("an address is for the ray engine (--engine ray)", field="address")
-        from registry.embedding import embed_all
+        from registry.catalog.embedding import embed_all
 
         return embed_all(self.store, max_evals=max_evals)
 
@@ -269,9 +269,9 @@ class Registry:
         log: Callable[[str], None] = lambda message: None,
         train_config=None,
     ) -> EvaluationReport:
-        """LOCUS against the baselines on this registry's evaluations (see `registry.evaluation`)."""
-        from registry.dataset import load_eval_data
-        from registry.evaluation import run_evaluation
+        """LOCUS against the baselines on this registry's evaluations (see `registry.lab.evaluation`)."""
+        from registry.catalog.dataset import load_eval_data
+        from registry.lab.evaluation import run_evaluation
 
         _check_count(evals_per_model, "evals_per_model", 1, optional=True)
         _check_count(holdout_models, "holdout_models", 0)
@@ -313,7 +313,7 @@ class Registry:
 
     def history(self, name: str) -> ModelHistory:
         """Every version of a model, oldest first (add, refine, replace, embed, remove, restore)."""
-        from registry.catalog import history
+        from registry.catalog.models import history
 
         return history(self.store, self.resolve(name))
 
@@ -322,7 +322,7 @@ class Registry:
         embedding was built from and the low-evidence mark (registry.evidence)."""
         from indexing.store import MODELS
         from registry.filters import matching
-        from registry.rows import record_of
+        from registry.catalog.rows import record_of
 
         rows = self.store.read(MODELS).to_pylist()
         listed = sorted((ListedModel(**record_of(row).model_dump(), n_evals=row.get("n_evals")) for row in rows),
@@ -345,7 +345,7 @@ class Registry:
 
     def distance(self, a: str, b: str, *, metric: str = "cosine") -> float:
         """The distance between two models' embeddings in `metric`."""
-        from registry.search import distance
+        from registry.analytics.search import distance
 
         return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
 
@@ -353,9 +353,9 @@ class Registry:
               max_noise: float = 0.12, by: str | None = None) -> AuditReport:
         """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
         in the index, judged on their evaluations against the pool's own distinct pairs (see
-        `registry.audit`). by: the index proposing candidates, "locus", "fingerprint" or None (both).
+        `registry.analytics.audit`). by: the index proposing candidates, "locus", "fingerprint" or None (both).
         Returns a typed `AuditReport`."""
-        from registry.audit import audit
+        from registry.analytics.audit import audit
 
         return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
@@ -366,7 +366,7 @@ class Registry:
         """Real models nearest to a hypothetical one with these task accuracies (paper, appendix E.1):
         `evals` stored queries are sampled over the named tasks, given synthetic scores whose task
         means match `targets` in expectation, and embedded."""
-        from registry.profile import profile
+        from registry.analytics.profile import profile
 
         return profile(self.store, targets, k=k, evals=evals, seed=seed, where=where)
 
@@ -376,7 +376,7 @@ class Registry:
         """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
         under a parameter budget in billions (the default method: greedy-budget with a budget, else
         kmedoids); with routing accuracies on held-out test queries."""
-        from registry.portfolio import portfolio
+        from registry.analytics.portfolio import portfolio
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
                          include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
@@ -399,26 +399,26 @@ class Registry:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
         the number of clusters by silhouette unless `k` is given. Models embedded from fewer than
         `min_evals` evaluations (default: the documented minimum) are left out and named (0: none)."""
-        from registry.clusters import clusters
+        from registry.analytics.clusters import clusters
 
         return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by, min_evals=min_evals)
 
     def map(self, plot, *, color_by: str | None = None, where: str | None = None,  # noqa: A003
             by: str | None = None) -> MapResult:
         """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
-        from registry.embedding_map import embedding_map
+        from registry.analytics.embedding_map import embedding_map
 
         return embedding_map(self.store, plot, color_by=color_by, where=where, by=by)
 
     def compare(self, a: str, b: str, *, by: str | None = None) -> Comparison:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
-        from registry.compare import compare
+        from registry.analytics.compare import compare
 
         return compare(self.store, self.resolve(a), self.resolve(b), by=by)
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
-        from registry.search import check_consistency
+        from registry.analytics.search import check_consistency
 
         problems = check_consistency(self.store)
         return CheckResult(ok=not problems, problems=problems)
@@ -454,7 +454,7 @@ class Registry:
     def models(self) -> list[ModelRecord]:
         """Every model record, by name."""
         from indexing.store import MODELS
-        from registry.rows import record_of
+        from registry.catalog.rows import record_of
 
         rows = self.store.read(MODELS).to_pylist()
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
@@ -485,13 +485,13 @@ class Registry:
 
     def show(self, name: str) -> ModelInfo:
         """One model's record with its version and embedding state."""
-        from registry.rows import model_rows, record_of
+        from registry.catalog.rows import model_rows, record_of
 
         name = self.resolve(name)
         rows = model_rows(self.store)
         if name not in rows:
             raise NotFoundError.model(name, list(rows))
-        from registry.rows import info_of_row
+        from registry.catalog.rows import info_of_row
 
         return info_of_row(record_of(rows[name]), rows[name])
 
@@ -508,8 +508,8 @@ class Registry:
     def set_alias(self, alias: str, target: str) -> Alias:
         """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must
         be in the model's history). Setting an existing alias re-points it."""
-        from registry.aliases import check_alias_name, split_version
-        from registry.catalog import history
+        from registry.catalog.aliases import check_alias_name, split_version
+        from registry.catalog.models import history
 
         check_alias_name(alias)
         from registry.operations import live_versions
@@ -556,7 +556,7 @@ class Registry:
 
     def aliases(self) -> list[Alias]:
         """Every alias and its target, by alias."""
-        from registry.aliases import read_aliases
+        from registry.catalog.aliases import read_aliases
 
         return [Alias(alias=a, **entry) for a, entry in sorted(read_aliases(self.home).items())]
 

@@ -11,7 +11,7 @@ model sits, so it would be ranked by noise. Such a model is
   (`min_evals=0`): "do not outrank" means *listed after, with the mark*; when that pushes it past the
   k asked for, or out of a clustering, the result names it (`evidence_note`) and says how to include it.
 
-One constant, here; the web table's per-task "low evidence" mark uses it too (registry.browse).
+One constant, here; the web table's per-task "low evidence" mark uses it too (registry.analytics.browse).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from indexing.store import Store
-    from registry.landing import Change
+    from registry.catalog.landing import Change
     from registry.results import ModelChange, RemoveResult, RestoreResult, RouteDecision, SearchResult
 
 __all__ = ["StoreView", "add_change", "refine_change", "add_model", "refine", "remove", "restore", "route",
@@ -50,14 +50,14 @@ class StoreView:
 
     # -------------------------------------------------------------- encoders and indexes
     def active(self):
-        """The active encoder (registry.embedding.ActiveEncoder); RegistryError when there is none."""
-        from registry.embedding import active_encoder
+        """The active encoder (registry.catalog.embedding.ActiveEncoder); RegistryError when there is none."""
+        from registry.catalog.embedding import active_encoder
 
         return active_encoder(self.store)
 
     def index(self, by: str = "locus"):
-        """The index of one vector kind with the models' records (registry.search.EmbeddedModels)."""
-        from registry.search import open_index
+        """The index of one vector kind with the models' records (registry.analytics.search.EmbeddedModels)."""
+        from registry.analytics.search import open_index
 
         return open_index(self.source, store=lambda: self.store, by=by)
 
@@ -112,7 +112,7 @@ class StoreView:
         """The stored model name that `name` (a model name or an alias) stands for; a pinned alias whose
         version is no longer live is refused, saying what to do. Anything else passes through unchanged,
         so that the operation's own "no model named ..." error (with suggestions) still speaks."""
-        from registry.aliases import read_aliases, resolve
+        from registry.catalog.aliases import read_aliases, resolve
 
         if not isinstance(name, str) or name not in read_aliases(self.home):
             return name
@@ -121,7 +121,7 @@ class StoreView:
     def _same_content(self, name: str, live: int, pinned: int) -> bool:
         """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
         number, MLflow's rule, but holds the pinned version's record and vector)."""
-        from registry.catalog import history_rows
+        from registry.catalog.models import history_rows
 
         key = ("record", "vector", "encoder_id", "n_evals")
         rows = history_rows(self.store, name)
@@ -141,9 +141,9 @@ def live_versions(store: "Store") -> dict[str, int]:
 def add_change(name: str, evaluations, metadata=None, *, replace: bool = False, max_evals: int | None = None,
                id: str = "add", source: str | None = None) -> "Change":  # noqa: A002
     """The change that adds model `name`: its name and metadata checked, its evaluations parsed (a
-    CSV/JSONL/Parquet path, or an iterable: see registry.catalog.evaluations_batch)."""
-    from registry.catalog import evaluations_batch, record_from_metadata
-    from registry.landing import Change
+    CSV/JSONL/Parquet path, or an iterable: see registry.catalog.models.evaluations_batch)."""
+    from registry.catalog.models import evaluations_batch, record_from_metadata
+    from registry.catalog.landing import Change
     from registry.limits import check_model_name
     from registry.records import ModelRecord
 
@@ -160,8 +160,8 @@ def add_change(name: str, evaluations, metadata=None, *, replace: bool = False, 
 def refine_change(view: StoreView, name: str, evaluations, *, max_evals: int | None = None, id: str = "refine",
                   source: str | None = None) -> "Change":  # noqa: A002
     """The change that adds evaluations to model `name` (or the model an alias names)."""
-    from registry.catalog import evaluations_batch
-    from registry.landing import Change
+    from registry.catalog.models import evaluations_batch
+    from registry.catalog.landing import Change
 
     name = view.resolve(name)
     return Change(id=id, kind="refine", name=name, batch=evaluations_batch(name, evaluations),
@@ -170,25 +170,25 @@ def refine_change(view: StoreView, name: str, evaluations, *, max_evals: int | N
 
 def add_model(view: StoreView, name: str, evaluations, metadata=None, *, replace: bool = False,
               max_evals: int | None = None) -> "ModelChange":
-    from registry.landing import land_one
+    from registry.catalog.landing import land_one
 
     return land_one(view, add_change(name, evaluations, metadata, replace=replace, max_evals=max_evals))
 
 
 def refine(view: StoreView, name: str, evaluations, *, max_evals: int | None = None) -> "ModelChange":
-    from registry.landing import land_one
+    from registry.catalog.landing import land_one
 
     return land_one(view, refine_change(view, name, evaluations, max_evals=max_evals))
 
 
 def remove(view: StoreView, name: str) -> "RemoveResult":
-    from registry.catalog import remove as remove_model
+    from registry.catalog.models import remove as remove_model
 
     return remove_model(view.store, view.resolve(name))
 
 
 def restore(view: StoreView, name: str, version: int | None = None) -> "RestoreResult":
-    from registry.catalog import restore as restore_model
+    from registry.catalog.models import restore as restore_model
 
     if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
         from registry.errors import InputError
@@ -202,10 +202,10 @@ def similar(view: StoreView, query: "str | np.ndarray | Sequence[float]", *, k: 
             where: str | None = None, by: str | None = None, min_evals: int | None = None,
             warm: Callable[[str | None, Any], Any] | None = None) -> "SearchResult":
     """The k nearest models to a model (itself excluded; an alias names its model) or to a LOCUS vector,
-    nearest first (registry.search.search_result). `warm(by, query)`: an index the view holds loaded
+    nearest first (registry.analytics.search.search_result). `warm(by, query)`: an index the view holds loaded
     for this search, or None (search_result then opens the saved one)."""
     from registry.evidence import MIN_EVALS, check_min_evals
-    from registry.search import search_result
+    from registry.analytics.search import search_result
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     query = view.resolve(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
@@ -219,10 +219,10 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
           ) -> "tuple[RouteDecision | list[RouteDecision], int]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction), and how
     many texts were encoded now: the top k models by P(correct) (LOCUS: skill on an unseen query) and the
-    top model's nearest candidates (registry.routing.decide). Excluded names may be aliases."""
+    top model's nearest candidates (registry.analytics.routing.decide). Excluded names may be aliases."""
     from registry.evidence import MIN_EVALS, check_min_evals
-    from registry.routing import candidate_rows, check_int, decide, query_texts
-    from registry.search import canonical_by
+    from registry.analytics.routing import candidate_rows, check_int, decide, query_texts
+    from registry.analytics.search import canonical_by
 
     texts, single = query_texts(queries)
     k = check_int(k, "k", 1)

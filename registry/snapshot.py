@@ -51,7 +51,7 @@ def _build(home: Path) -> dict[str, Any]:
     from indexing.store import VERSIONS
     from registry.api import Registry
     from registry.records import ModelRecord
-    from registry.rows import info_of_row, model_rows, record_of
+    from registry.catalog.rows import info_of_row, model_rows, record_of
 
     generation = _generation(home)  # read before the tables: a write in between leaves it stale, not wrong
     reg = Registry.open(home, create=False)
@@ -112,7 +112,7 @@ def live_versions(home) -> dict[str, int]:
 
 def model_info(home, name: str):
     """One live model (name or alias) as `Registry.show` returns it (a `ModelInfo`)."""
-    from registry.aliases import resolve
+    from registry.catalog.aliases import resolve
     from registry.results import ModelInfo
 
     home = as_path(home)
@@ -127,7 +127,7 @@ def model_info(home, name: str):
 
 def history(home, name: str):
     """Every version of a model (name or alias), oldest first (a `ModelHistory`)."""
-    from registry.aliases import resolve
+    from registry.catalog.aliases import resolve
     from registry.results import ModelHistory
 
     home = as_path(home)

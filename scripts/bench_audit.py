@@ -113,7 +113,7 @@ def add_endpoint(reg, scratch: Path, orig: dict, vector: np.ndarray, encoder_id:
 
 def one(n_models: int, per_model: int, n_queries: int, seed: int = 0, keep: Path | None = None) -> dict:
     from registry import Registry
-    from registry.audit import audit
+    from registry.analytics.audit import audit
 
     with (contextlib.nullcontext(str(keep / f"n{n_models}")) if keep else tempfile.TemporaryDirectory()) as scratch:
         scratch = Path(scratch)

@@ -11,7 +11,7 @@ encoder from those evaluations alone.
 
 Per pool:
 1. The audit of the real pool as it is: each model's k nearest neighbours in embedding space, judged
-   by the calibrated evidence (registry.audit_stats). Every flag here is a pair of distinct models.
+   by the calibrated evidence (registry.analytics.audit_stats). Every flag here is a pair of distinct models.
 2. For every real model, a planted copy, one variant at a time:
    - overlap-R: re-answers a random half of the queries, R of its answers changed as re-sampling
      would (a right answer turns wrong with probability c (1-p), a wrong one right with c p, p the
@@ -60,8 +60,8 @@ VARIANTS = [("overlap", 0.03), ("overlap", 0.05), ("overlap", 0.08), ("overlap",
 
 def load(home: Path, skewed: bool):
     from registry import Registry
-    from registry.dataset import load_eval_data
-    from registry.embedding import active_encoder
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import active_encoder
 
     reg = Registry.open(home, create=False)
     active = active_encoder(reg.store)
@@ -105,7 +105,7 @@ class Fingerprints:
 
     def __init__(self, active, data) -> None:
         from encoder.fingerprint import fit_on_data
-        from registry.heldout import test_queries
+        from registry.analytics.heldout import test_queries
 
         test, _ = test_queries(active, data)
         self.table = fit_on_data(data, exclude={data.query_ids[i] for i in test})
@@ -160,9 +160,9 @@ def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray
 
 def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int,
              fingerprint_candidates: bool = False) -> dict:
-    from registry.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
+    from registry.analytics.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
                                       task_kappa)
-    from registry.search import behaviour_order
+    from registry.analytics.search import behaviour_order
 
     started = time.perf_counter()
     active, data = load(home, skewed=name == "skewed")
@@ -316,7 +316,7 @@ def render(results: list[dict], args) -> str:
 
 
 def main() -> None:
-    from registry.audit_stats import RELATIVES_MARGIN_SE
+    from registry.analytics.audit_stats import RELATIVES_MARGIN_SE
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", action="append", default=[], help="POOL=HOME (mmlu-pro, bfcl); skewed uses mmlu-pro's")

@@ -29,8 +29,8 @@ def main() -> None:
     from encoder.data import evals_by_model
     from encoder.inference import embed_models
     from registry import Registry
-    from registry.dataset import load_eval_data
-    from registry.embedding import active_encoder, embedding_evals
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import active_encoder, embedding_evals
 
     reg = Registry.open(args.home, create=False)
     active = active_encoder(reg.store)

@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from registry import Registry
-    from registry.synthetic import synthetic_pool
+    from registry.lab.synthetic import synthetic_pool
 
     scratch = tempfile.TemporaryDirectory()
     home = args.home or Path(scratch.name) / "home"

@@ -103,7 +103,7 @@ def training_cost() -> None:
 
 
 def evaluate_cost() -> None:
-    from registry.evaluation import run_evaluation
+    from registry.lab.evaluation import run_evaluation
 
     data = _open_pool("all-mpnet-base-v2")
     started = time.perf_counter()

@@ -41,9 +41,9 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
     from encoder.fingerprint import fit_on_data, save_item_table
     from indexing.model_index import ModelIndex
     from registry import Registry
-    from registry import fingerprints as fp
-    from registry.dataset import load_eval_data
-    from registry.fingerprint_store import fingerprint_columns, rewrite_fingerprints
+    from registry.analytics import fingerprints as fp
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.fingerprint_store import fingerprint_columns, rewrite_fingerprints
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

@@ -29,7 +29,7 @@ def _texts(n: int) -> list[str]:
         with open(DATA, newline="", encoding="utf-8") as handle:
             rows = [r["text"] for _, r in zip(range(n), csv.DictReader(handle))]
         return rows
-    from registry.synthetic import synthetic_pool
+    from registry.lab.synthetic import synthetic_pool
 
     return [q.text for q in synthetic_pool().queries][:n]
 

@@ -84,7 +84,7 @@ def robustness_pools(seed: int = 0) -> dict:
 
 def robustness(args) -> None:
     from encoder.training import TrainConfig
-    from registry.evaluation import run_evaluation, truth_on
+    from registry.lab.evaluation import run_evaluation, truth_on
     from encoder.data import split_queries
 
     config = TrainConfig(max_seconds=args.max_seconds)

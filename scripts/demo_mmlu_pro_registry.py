@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--strict", action="store_true", help="Also run the variant with no shared query.")
     args = parser.parse_args()
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
 
     started = time.perf_counter()
     reg, _ = mmlu_pro_registry(Path(args.home) / "home" if args.home else None, threads=args.threads)

@@ -125,8 +125,8 @@ def locus_rows(name: str, home: str, draws: int) -> list[dict]:
     from encoder.data import split_queries
     from encoder.training import embed_models, evals_by_model, predict
     from registry import Registry
-    from registry.dataset import load_eval_data
-    from registry.embedding import active_encoder
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import active_encoder
 
     reg = Registry.open(home, create=False)
     active = active_encoder(reg.store)

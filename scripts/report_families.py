@@ -38,7 +38,7 @@ def reference_distances(reg, names: list[str]) -> dict[str, np.ndarray]:
     """Distances computed from the evaluations, not the embeddings: the normalised Hamming
     disagreement on shared queries (the paper's section 3.4 measure) and the Euclidean distance
     between per-task accuracy profiles."""
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
 
     data = load_eval_data(reg.store, reg.query_encoder, models=names)
     dense = data.dense()
@@ -71,8 +71,8 @@ def main() -> None:
     reg, built = mmlu_pro_registry(Path(args.home) if args.home else None, threads=args.threads)
     from scipy.stats import pearsonr, spearmanr
 
-    from registry.clusters import adjusted_rand_index, cluster_distances, cosine_distances, family_agreement
-    from registry.search import open_index
+    from registry.analytics.clusters import adjusted_rand_index, cluster_distances, cosine_distances, family_agreement
+    from registry.analytics.search import open_index
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     out: list[str] = []

@@ -62,7 +62,7 @@ def _job(key: str):
     """One run, in a worker process: `eval/<pool>/N<n>/seed<s>[/locus-only]`, `onboard/...`, or the
     robustness/geometry study."""
     global _POOLS
-    from registry.evaluation import run_evaluation
+    from registry.lab.evaluation import run_evaluation
 
     if _POOLS is None:
         _POOLS = load_pools()[0]
@@ -218,7 +218,7 @@ def _robustness_and_geometry(pools):
     from encoder.metrics import correctness_accuracy, routing_accuracy
     from encoder.data import evals_by_model
     from encoder.inference import embed_models, predict
-    from registry.evaluation import truth_on
+    from registry.lab.evaluation import truth_on
 
     data = pools["open"]
     locus, split, train = _trained(data)

@@ -8,7 +8,7 @@ imported with its precomputed all-mpnet-base-v2 query vectors, `registry train`'
 model embedded).
 Without --home the registry is built in a temporary directory.
 
-Every number on the page comes from `registry.portfolio` (one `PortfolioSpace` loaded per pool and
+Every number on the page comes from `registry.analytics.portfolio` (one `PortfolioSpace` loaded per pool and
 `space.run(...)`, exactly what `Registry.portfolio` returns), printed here as markdown too:
 routing accuracy vs k (k-center, k-medoids, random k-subsets, full pool) and vs a parameter budget
 (greedy, random feasible subsets, the pool of models with a known size).
@@ -164,7 +164,7 @@ def above(runs: list[dict]) -> str:
 
 def missing_scores(reg, space) -> list[str]:
     """Pool models without a score on some held-out test query."""
-    from registry.heldout import held_out
+    from registry.analytics.heldout import held_out
 
     held = held_out(reg.store, models=space.names)
     truth = held.truth()
@@ -186,7 +186,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from registry.portfolio import PortfolioSpace
+    from registry.analytics.portfolio import PortfolioSpace
 
     started = time.perf_counter()
     reg, built = mmlu_pro_registry(args.home, threads=1)
@@ -216,7 +216,7 @@ def main() -> None:
         f"Written by `{command}`" + (" (the registry was built by the script first)" if built else "")
         + f" in {seconds:.0f} s. Registry: {full.size} models from `../shared/data/mmlu-pro` "
         f"(query vectors all-mpnet-base-v2), active encoder `{encoder}`. Method and definitions: "
-        "`registry/portfolio.py`; the same numbers come from `registry portfolio --k K [--method M]` and "
+        "`registry/analytics/portfolio.py`; the same numbers come from `registry portfolio --k K [--method M]` and "
         "`registry portfolio --budget B`. " + encoder_note(reg, encoder),
         "",
         "Protocol. Portfolios are chosen from the model embeddings only (RBF kernel on Euclidean distance, "
@@ -296,7 +296,7 @@ def main() -> None:
         "",
     ]
     for warning in sorted({w for r in (k5, budgets[0]) for w in r.warnings}):
-        page.append(f"Note from `registry.portfolio`: {warning}.")
+        page.append(f"Note from `registry.analytics.portfolio`: {warning}.")
         page.append("")
     text = "\n".join(page)
     print(text)

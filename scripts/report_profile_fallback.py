@@ -14,7 +14,7 @@ rank of the model among all real embeddings. recall@1/5/10 against the number of
 mean over seeds. References: the same number of the model's REAL evaluations (true labels, random
 queries) embedded the same way; chance (k / pool).
 
-(b) Fallback. On the active encoder's held-out test queries (`registry.heldout`: embeddings built
+(b) Fallback. On the active encoder's held-out test queries (`registry.analytics.heldout`: embeddings built
 without them), each query goes to the model with the highest predicted P(correct) among the models
 scored on it; then that model is unavailable and its k-th nearest neighbour (cosine, held-out
 embeddings, among the models scored on the query) answers instead. Routing accuracy (real scores) as
@@ -46,8 +46,8 @@ FALLBACK_KS = (1, 2, 3, 4, 5)
 
 # ------------------------------------------------------------------------------ (a) profile recall
 def profile_recall(store, evals_list, seeds):
-    from registry.dataset import load_eval_data
-    from registry.profile import ProfileSpace
+    from registry.catalog.dataset import load_eval_data
+    from registry.analytics.profile import ProfileSpace
 
     space = ProfileSpace(store)
     names = space.models.index.names
@@ -105,7 +105,7 @@ def recall_table(result, kind, evals_list, seeds):
 # ------------------------------------------------------------------------------------ (b) fallback
 def fallback_curves(store, models, label):
     from encoder.inference import predict
-    from registry.heldout import held_out
+    from registry.analytics.heldout import held_out
 
     ho = held_out(store, models=models)
     truth = ho.truth()  # (M, T), NaN = not scored

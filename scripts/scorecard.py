@@ -75,9 +75,9 @@ def column(setup: str, view: str) -> str:
 
 # ----------------------------------------------------------------------------- parts
 def part_abc(reg, setup: str, args) -> dict:
-    from registry.geometry import view_card
+    from registry.lab.geometry import view_card
 
-    from registry.fingerprints import fit_item_table, load_item_table
+    from registry.analytics.fingerprints import fit_item_table, load_item_table
 
     if load_item_table(reg.store) is None:  # an encoder trained before item tables: fit one (seconds)
         started = time.perf_counter()
@@ -95,7 +95,7 @@ def part_abc(reg, setup: str, args) -> dict:
 
 
 def part_e(reg, setup: str, args) -> dict:
-    from registry.portfolio import PortfolioSpace
+    from registry.analytics.portfolio import PortfolioSpace
 
     out = {}
     for view, where in views_of(setup):
@@ -116,9 +116,9 @@ def part_e(reg, setup: str, args) -> dict:
 
 def part_d(reg, setup: str, args, seed: int) -> dict:
     """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
     from encoder.training import TrainConfig
-    from registry.evaluation import run_evaluation
+    from registry.lab.evaluation import run_evaluation
 
     out = {}
     for view, _ in views_of(setup):
@@ -143,9 +143,9 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
 
 
 def part_f(reg, setup: str, args) -> dict:
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
     from encoder.training import TrainConfig
-    from registry.evaluation import run_evaluation
+    from registry.lab.evaluation import run_evaluation
 
     out = {}
     for view, _ in views_of(setup):
@@ -166,7 +166,7 @@ def part_f(reg, setup: str, args) -> dict:
 def part_i(reg, setup: str, args) -> dict:
     """The fingerprint rows alone, with the index's: the stored fingerprint column searched through its
     FAISS index (the default likeness vector), also for models held out of the item table's fit."""
-    from registry.geometry import fingerprint_view_card
+    from registry.lab.geometry import fingerprint_view_card
 
     out = {}
     for view, where in views_of(setup):
@@ -436,7 +436,7 @@ def write_page(results: dict, path: Path) -> None:
               "encoder on that dataset only; \"joint\": one registry and one encoder trained on all 103 models, seen "
               "per dataset (`--where 'dataset == X'`) and whole. Encoders: `registry train` defaults of the commit "
               "(seed 0, 1024 evaluations per model), capped at the --max-seconds named in the command. Definitions: "
-              "the docstring of `registry/geometry.py`. Stored vectors are built from all of a model's evaluations; "
+              "the docstring of `registry/lab/geometry.py`. Stored vectors are built from all of a model's evaluations; "
               "(c) uses embeddings built without the test queries and disagreement on them.", "",
               "## (a)-(c) identity, behaviour, distance vs disagreement", ""]
     lines += geometry_table(results) or ["(not run yet: `--parts abc`)"]
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
     command = "nice -n 10 .venv/bin/python scripts/scorecard.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     results = json.loads(args.results.read_text("utf-8")) if args.results.is_file() else {}
     from _datasets import build_registry
-    from registry.embedding import active_encoder
+    from registry.catalog.embedding import active_encoder
 
     # the cheap parts first; then (d) one seed at a time over the setups, with (f) after the first
     # seed, so that a run cut short has saved whole seeds of every dataset

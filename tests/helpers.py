@@ -41,7 +41,7 @@ def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_op
     import tempfile
 
     from registry import Registry
-    from registry.synthetic import synthetic_pool
+    from registry.lab.synthetic import synthetic_pool
 
     reg = Registry.open(home)
     reg.set_query_encoder("all-MiniLM-L6-v2")

@@ -92,5 +92,36 @@ def test_the_graph_sees_known_edges():
     """The parser finds imports at module level and inside functions (a test that cannot fail is none)."""
     graph = _graph()
     assert "indexing.errors" in graph["indexing.store"]
-    assert "registry.catalog" in graph["registry.api"]  # imported inside a method
+    assert "registry.catalog.models" in graph["registry.api"]  # imported inside a method
     assert "registry.results" in graph["registry"]
+
+
+# Rooms inside registry/: the catalog (what is stored and how it changes) is below the analytics (queries
+# over it); both are below the faces (api, operations, the service, the client); the lab (evaluation,
+# geometry, synthetic pools, the demo) measures the product and is imported only by the API's `evaluate`
+# and the CLI's `demo`, never by the product's own rooms.
+_FACES = ("registry.api", "registry.operations", "registry.client", "registry.snapshot", "registry.service")
+
+
+def _inside(module: str, *rooms: str) -> bool:
+    return any(module == room or module.startswith(room + ".") for room in rooms)
+
+
+def test_registry_rooms_import_downwards():
+    graph = _graph()
+    rules = [
+        ("registry.catalog", ("registry.analytics", "registry.lab", *_FACES)),
+        ("registry.analytics", ("registry.lab", *_FACES)),
+        ("registry.importers", ("registry.catalog", "registry.analytics", "registry.lab", *_FACES)),
+    ]
+    bad = [f"{m} imports {t}" for room, banned in rules for m, ts in graph.items() if _inside(m, room)
+           for t in ts if _inside(t, *banned)]
+    assert not bad, bad
+
+
+def test_only_evaluate_and_demo_reach_the_lab():
+    graph = _graph()
+    bad = [f"{m} imports {t}" for m, ts in graph.items() for t in ts
+           if _inside(t, "registry.lab") and not _inside(m, "registry.lab", "registry.api", "cli.main")]
+    assert not bad, bad
+    assert "registry.lab.evaluation" in graph["registry.api"]  # the rule sees the one edge it allows

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from helpers import own_evaluations, synthetic_registry
 from registry import Registry
-from registry.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
+from registry.analytics.audit_stats import MIN_EVIDENCE, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 
 
 # ------------------------------------------------------------------ the decision, from evaluations alone
@@ -157,7 +157,7 @@ def _run(home, *args, code=0):
 
 
 def test_audit_flags_a_planted_copy_and_says_why(reg):
-    from registry.audit import AuditReport
+    from registry.analytics.audit import AuditReport
 
     evals = own_evaluations(reg, "syn-synfam2-13b")
     reg.add_model("mirror-of-13b", evals)
@@ -192,7 +192,7 @@ def test_without_an_item_table_the_embedding_alone_proposes(reg):
     encoder_dir = reg.store.home / "encoders" / reg.store.config["active_encoder"]
     for name in (ITEM_TABLE_CONFIG, ITEM_TABLE_WEIGHTS):
         (encoder_dir / name).unlink()  # an encoder trained before item tables
-    from registry.fingerprint_store import rewrite_fingerprints
+    from registry.catalog.fingerprint_store import rewrite_fingerprints
 
     rewrite_fingerprints(reg.store, None)  # ... whose models therefore have no fingerprint column
     one = reg.audit(model="mirror-of-13b", k=3)
@@ -205,7 +205,7 @@ def test_without_an_item_table_the_embedding_alone_proposes(reg):
 
 
 def test_cli_json_validates_and_fail_flags(reg):
-    from registry.audit import AuditReport
+    from registry.analytics.audit import AuditReport
 
     reg.add_model("mirror-of-13b", own_evaluations(reg, "syn-synfam2-13b"))
     out = _run(reg.home, "audit", "--json")
@@ -287,7 +287,7 @@ def test_search_by_behaviour_puts_a_copy_first(reg):
 
 
 def test_behaviour_order_moves_only_hits_with_evidence():
-    from registry.search import behaviour_order
+    from registry.analytics.search import behaviour_order
 
     hits = ["a", "b", "c", "d"]
     assert behaviour_order(hits, [0.1, None, 0.9, 0.5]) == ["c", "b", "d", "a"]

@@ -16,7 +16,7 @@ from helpers import synthetic_registry
 from indexing.home import GENERATION_FILE
 from indexing.store import EVALUATIONS, MODELS, VERSIONS
 from registry import Registry
-from registry.embedding import write_embeddings
+from registry.catalog.embedding import write_embeddings
 from registry.errors import RegistryError
 from registry.results import EmbedReport
 

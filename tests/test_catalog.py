@@ -78,7 +78,7 @@ def test_refine_makes_a_new_version_and_keeps_the_old(reg):
     versions = reg.history("growing").versions
     assert [(v.version, v.event) for v in versions] == [(1, "add"), (2, "refine")]
     assert versions[0].n_evals == 30 and versions[1].n_evals == 100
-    from registry.catalog import history_rows
+    from registry.catalog.models import history_rows
 
     rows = history_rows(reg.store, "growing")
     assert rows[0]["vector"] != rows[1]["vector"]
@@ -190,7 +190,7 @@ def test_search_before_any_embedding_says_what_to_run(home, tmp_path):
 
 
 def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
-    from registry.heldout import held_out
+    from registry.analytics.heldout import held_out
 
     reg.remove("syn-synfam1-13b")
     assert "syn-synfam1-13b" not in held_out(reg.store).data.models

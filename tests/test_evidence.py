@@ -57,7 +57,7 @@ def _well(reg: Registry) -> list[str]:
 
 
 def test_the_minimum_is_one_constant_used_by_the_web_table_and_stated_in_the_readme_and_results_page():
-    from registry import browse
+    from registry.analytics import browse
 
     assert browse.LOW_EVIDENCE_EVALS == MIN_EVALS
     readme = (ROOT / "README.md").read_text("utf-8")

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from cli.main import cli
 from helpers import synthetic_registry
 from registry import InputError, NotFoundError, Registry, RegistryError
-from registry.clusters import adjusted_rand_index, cluster_distances, cosine_distances, purity, silhouette
-from registry.compare import holm, paired_test, two_proportion_test
-from registry.embedding_map import pca_2d
+from registry.analytics.clusters import adjusted_rand_index, cluster_distances, cosine_distances, purity, silhouette
+from registry.analytics.compare import holm, paired_test, two_proportion_test
+from registry.analytics.embedding_map import pca_2d
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

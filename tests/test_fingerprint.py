@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from encoder.fingerprint import FingerprintConfig, ItemTable, fit_item_table
-from registry.geometry import disagreement_matrix, distance_correlations, self_retrieval_ranks
+from registry.lab.geometry import disagreement_matrix, distance_correlations, self_retrieval_ranks
 
 FAST = FingerprintConfig(rank=4, steps=300)
 
@@ -128,7 +128,7 @@ def test_train_writes_an_item_table_without_the_test_queries(reg):
     import json
 
     from encoder.fingerprint import ITEM_TABLE_CONFIG
-    from registry.fingerprints import load_item_table
+    from registry.analytics.fingerprints import load_item_table
 
     active = reg.store.config["active_encoder"]
     table = load_item_table(reg.store)
@@ -139,7 +139,7 @@ def test_train_writes_an_item_table_without_the_test_queries(reg):
 
 
 def test_fingerprints_are_cached_per_model_version(reg, monkeypatch):
-    from registry import fingerprints as fp
+    from registry.analytics import fingerprints as fp
     from tests.helpers import own_evaluations
 
     table = fp.load_item_table(reg.store)
@@ -205,7 +205,7 @@ def test_fit_fingerprints_without_an_encoder_says_so(tmp_path):
 def test_a_damaged_cache_is_rebuilt_and_a_damaged_table_is_named(reg):
     from encoder.fingerprint import ITEM_TABLE_WEIGHTS
     from registry import RegistryError
-    from registry import fingerprints as fp
+    from registry.analytics import fingerprints as fp
 
     table = fp.load_item_table(reg.store)
     first = fp.pool_fingerprints(reg.store, table)

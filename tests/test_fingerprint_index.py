@@ -31,7 +31,7 @@ def _rows(reg) -> dict[str, dict]:
 
 
 def test_training_and_embedding_fill_both_columns_tagged_with_their_ids(reg):
-    from registry.fingerprint_store import load_item_table
+    from registry.catalog.fingerprint_store import load_item_table
 
     table = load_item_table(reg.store)
     rows = _rows(reg)
@@ -47,7 +47,7 @@ def json_format(reg) -> int:
 
 def test_index_distance_is_the_rms_logit_difference_over_the_probe_queries(reg):
     from indexing.model_index import ModelIndex
-    from registry.fingerprint_store import compute, load_item_table
+    from registry.catalog.fingerprint_store import compute, load_item_table
 
     table = load_item_table(reg.store)
     index = ModelIndex.open(reg.store, by="fingerprint")
@@ -78,7 +78,7 @@ def test_add_model_writes_both_vectors_in_the_same_version(reg):
 
 def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
     from registry.errors import RegistryError
-    from registry.fingerprint_store import MIN_FINGERPRINT_EVALS
+    from registry.catalog.fingerprint_store import MIN_FINGERPRINT_EVALS
     from tests.helpers import own_evaluations
 
     reg.add_model("thin", own_evaluations(reg, "syn-synfam0-7b")[:MIN_FINGERPRINT_EVALS - 1])
@@ -93,7 +93,7 @@ def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
 
 def test_fingerprint_candidates_come_exactly_from_the_index(reg):
     from indexing.model_index import ModelIndex
-    from registry.search import BEHAVIOUR_CANDIDATES
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES
 
     index = ModelIndex.open(reg.store, by="fingerprint")
     name = index.names[0]
@@ -119,7 +119,7 @@ def test_by_takes_the_old_names_and_refuses_others(reg):
 
 
 def test_a_new_item_table_rewrites_every_fingerprint_and_embed_all_writes_them(reg):
-    from registry.fingerprint_store import rewrite_fingerprints
+    from registry.catalog.fingerprint_store import rewrite_fingerprints
 
     rewrite_fingerprints(reg.store, None)  # as if no table had ever read them
     assert all(r["fingerprint"] is None for r in _rows(reg).values())

@@ -1,4 +1,4 @@
-"""The scorecard's metrics (registry/geometry.py) on tiny hand-made data whose answers are known."""
+"""The scorecard's metrics (registry/lab/geometry.py) on tiny hand-made data whose answers are known."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from registry import geometry as g
-from registry.clusters import cosine_distances
+from registry.lab import geometry as g
+from registry.analytics.clusters import cosine_distances
 
 
 def test_disagreement_counts_only_common_queries():
@@ -103,7 +103,7 @@ def test_cluster_ari_recovers_clear_families():
 def test_view_card_on_a_small_trained_registry(tmp_path):
     """The registry side end to end on a synthetic pool: the card reads the view only, and its
     figures are what the pure functions give on the same matrices."""
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
     from tests.helpers import synthetic_registry
 
     reg = synthetic_registry(tmp_path / "home", train_epochs=5, n_families=3, models_per_family=3,

@@ -141,7 +141,7 @@ def test_progress_is_called_after_every_validation():
     assert seen[-1].best_epoch == result.best_epoch and result.stopped == "epochs"
     assert all(p.seconds > 0 and p.validation.loss > 0 for p in seen)
 
-    from registry.embedding import progress_printer
+    from registry.catalog.embedding import progress_printer
 
     lines = []
     printer = progress_printer(lines.append, every_seconds=1e9)

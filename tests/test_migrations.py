@@ -60,7 +60,7 @@ def test_migrate_keeps_the_data_and_fills_fingerprints(old_home):
     assert [{k: r[k] for k in versions_before[0]} for r in versions_after] == versions_before
     assert Store(old_home, create=False).read("evaluations").num_rows == evals_before
     # the fixture's encoder has an item table: every live model (40 evaluations each) got a fingerprint
-    from registry.fingerprint_store import load_item_table
+    from registry.catalog.fingerprint_store import load_item_table
 
     table = load_item_table(Store(old_home, create=False))
     assert report.fingerprints == len(models_after) > 0

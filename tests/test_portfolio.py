@@ -16,7 +16,7 @@ from cli.main import cli
 from cli.portfolio import parse_budget
 from helpers import synthetic_registry
 from registry import InputError, Registry, RegistryError
-from registry.portfolio import (PortfolioSpace, coverage, greedy_budget, kcenter, kmedoids, pairwise_distances,
+from registry.analytics.portfolio import (PortfolioSpace, coverage, greedy_budget, kcenter, kmedoids, pairwise_distances,
                                 random_feasible, rbf_kernel)
 
 torch.set_num_threads(1)
@@ -142,7 +142,7 @@ def space(trained_home) -> PortfolioSpace:
 def extended(trained_home, tmp_path_factory) -> Registry:
     """A copy with two more models: 'no-size' (no params_b) and 'train-only' (evaluated only outside
     the held-out test queries)."""
-    from registry.heldout import held_out
+    from registry.analytics.heldout import held_out
 
     copy = tmp_path_factory.mktemp("portfolio-extended") / "home"
     shutil.copytree(trained_home, copy)

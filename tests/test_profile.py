@@ -12,7 +12,7 @@ from helpers import synthetic_registry
 
 from cli.main import cli
 from registry import InputError, Registry, RegistryError
-from registry.profile import ProfileSpace, _allocate
+from registry.analytics.profile import ProfileSpace, _allocate
 
 TASKS = ("math", "law", "biology", "code")
 

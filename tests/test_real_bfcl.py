@@ -66,8 +66,8 @@ def test_bfcl_and_mmlu_pro_share_a_registry_and_keep_their_views(bfcl, tmp_path)
 
     # the per-dataset view reads only its own queries, and the raw evidence gives the figures
     from registry import Registry
-    from registry.dataset import load_eval_data
-    from registry.geometry import disagreement_matrix, nn_shares_label, sibling_rate
+    from registry.catalog.dataset import load_eval_data
+    from registry.lab.geometry import disagreement_matrix, nn_shares_label, sibling_rate
 
     reg = Registry.open(home, create=False)
     view = reg.list("dataset == bfcl")

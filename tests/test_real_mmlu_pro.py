@@ -50,7 +50,7 @@ def test_audit_evidence_on_mmlu_pro_clears_every_distinct_pair_and_keeps_copies(
     no two distinct MMLU-Pro models are flagged at all (neither duplicate nor same product line?),
     while a copy of Mistral-7B-v0.1 with 5% of its answers re-sampled on half the queries, and a
     copy that shares no query with it, are flagged as duplicates."""
-    from registry.audit_stats import PoolEvals, _sigmoid, calibrate, evidence, holm_level, label
+    from registry.analytics.audit_stats import PoolEvals, _sigmoid, calibrate, evidence, holm_level, label
 
     with open(mmlu_pro / "models.csv", encoding="utf-8") as f:
         names = {row["model_id"]: row["name"] for row in csv.DictReader(f)}

@@ -74,7 +74,7 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
     # worst moment to die. The parent kills it there with SIGKILL.
     child = _child(f"""
         import time, pathlib
-        import registry.landing as landing
+        import registry.catalog.landing as landing
         real = landing.fingerprint_columns
         def pause(*args, **kwargs):
             pathlib.Path({str(marker)!r}).write_text("x")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from registry.synthetic import synthetic_pool
+from registry.lab.synthetic import synthetic_pool
 
 
 def _scores(pool):

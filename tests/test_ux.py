@@ -253,7 +253,7 @@ class _FailingEncoder:
 
 def test_an_interrupted_import_keeps_the_encoded_texts_and_writes_no_table_rows(tmp_path):
     from registry.importers import read_batch
-    from registry.ingest import ingest
+    from registry.catalog.ingest import ingest
 
     reg = Registry.open(tmp_path / "h")
     batch = read_batch(write_triple(tmp_path / "d"), format="triple")
@@ -352,7 +352,7 @@ def _points(seed: int = 0) -> tuple[list[str], np.ndarray, list[str]]:
 def test_map_labels_do_not_overlap(tmp_path, monkeypatch):
     from matplotlib.text import Text
 
-    from registry import plots
+    from registry.analytics import plots
 
     names, coords, families = _points()
     kept = {}
@@ -379,8 +379,8 @@ def test_clusters_figure_keeps_family_colours_for_families_and_runs_the_diagonal
     from matplotlib.collections import LineCollection
     from matplotlib.colors import to_hex
 
-    from registry import plots
-    from registry.clusters import cluster_distances, cosine_distances
+    from registry.analytics import plots
+    from registry.analytics.clusters import cluster_distances, cosine_distances
 
     names, coords, families = _points(1)
     z = np.concatenate([coords, np.ones((len(coords), 1))], axis=1)
@@ -411,8 +411,8 @@ def demo_registry(tmp_path_factory) -> Registry:
     import tempfile
 
     from encoder.training import TrainConfig
-    from registry.demo import DEMO_ENCODER, DEMO_POOL
-    from registry.synthetic import synthetic_pool
+    from registry.lab.demo import DEMO_ENCODER, DEMO_POOL
+    from registry.lab.synthetic import synthetic_pool
 
     reg = Registry.open(tmp_path_factory.mktemp("demo") / "h")
     reg.set_query_encoder(DEMO_ENCODER)

@@ -39,7 +39,7 @@ def home(tmp_path_factory) -> Path:
 
     from encoder.training import TrainConfig
     from registry import Registry
-    from registry.synthetic import synthetic_pool
+    from registry.lab.synthetic import synthetic_pool
 
     path = tmp_path_factory.mktemp("web") / "home"
     pool = synthetic_pool(n_families=3, models_per_family=2, queries_per_task=12, tasks=("math", "law", "biology"),

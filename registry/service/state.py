@@ -39,11 +39,11 @@ __all__ = ["Snapshot", "WarmState", "TextEncoder"]
 class Snapshot:
     key: tuple[str | None, str]  # (generation token, config text)
     encoder_id: str | None
-    active: Any  # registry.embedding.ActiveEncoder or None
-    models: Any  # registry.search.EmbeddedModels or None
+    active: Any  # registry.catalog.embedding.ActiveEncoder or None
+    models: Any  # registry.analytics.search.EmbeddedModels or None
     problem: str | None  # why search/route cannot answer (no encoder, mixed encoders), else None
     loaded_at: float = field(default_factory=time.time)
-    prints: Any = None  # the fingerprint index (registry.search.EmbeddedModels) or None
+    prints: Any = None  # the fingerprint index (registry.analytics.search.EmbeddedModels) or None
 
     def require_models(self):
         if self.models is None:
@@ -170,8 +170,8 @@ class WarmState(StoreView):
             return self._snapshot
 
     def _load(self, key, previous: Snapshot | None) -> Snapshot:
-        from registry.embedding import active_encoder
-        from registry.search import open_index
+        from registry.catalog.embedding import active_encoder
+        from registry.analytics.search import open_index
 
         config = json.loads(key[1])
         encoder_id = config.get("active_encoder")
@@ -225,8 +225,8 @@ class WarmState(StoreView):
 
     def _likeness(self, by: str | None, query):
         """The warm index a search reads: the fingerprint index when asked, or by default for a model
-        that has a fingerprint; else LOCUS (registry.search's default rule, on what is loaded)."""
-        from registry.search import canonical_by
+        that has a fingerprint; else LOCUS (registry.analytics.search's default rule, on what is loaded)."""
+        from registry.analytics.search import canonical_by
 
         snap = self.snapshot()
         models = snap.require_models()
@@ -353,7 +353,7 @@ class _FromMemory(StoreView):
         return found, {}
 
     def resolve(self, name):
-        from registry.aliases import read_aliases
+        from registry.catalog.aliases import read_aliases
 
         if isinstance(name, str) and name in read_aliases(self.home):
             raise _NotInMemory()

@@ -3,7 +3,7 @@
 the map's points, compare, aliases).
 
 No registry logic lives here: the pages are a shell that the browser fills by calling `/v1` (the
-same endpoints a script calls), and the `/v1` routes below call the library (`registry.browse`,
+same endpoints a script calls), and the `/v1` routes below call the library (`registry.analytics.browse`,
 `Registry.compare`, `Registry.set_alias`, ...). Templates, JavaScript and CSS ship inside the
 package (`registry/service/webui/`), so the UI works offline and without a build step.
 """
@@ -96,7 +96,7 @@ class _ByGeneration:
 
 def web_router(settings, *, reader, state, write: list) -> APIRouter:
     """The UI's pages and static files, and its `/v1` reads; `write` is the app's token dependency."""
-    from registry import browse
+    from registry.analytics import browse
     from registry.api import Registry
 
     limits = settings.limits

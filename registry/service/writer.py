@@ -1,8 +1,8 @@
-"""The service's writer: jobs in, `registry.landing` underneath.
+"""The service's writer: jobs in, `registry.catalog.landing` underneath.
 
 The job queue hands over every job waiting (distinct model names, up to a batch size). Each job becomes
 a change (its evaluations parsed here, so that a bad upload fails alone, naming the file as the client
-sent it), and the batch lands through `registry.landing.land` on the warm state: the same write as the
+sent it), and the batch lands through `registry.catalog.landing.land` on the warm state: the same write as the
 library's add/refine, one forward pass and one store transaction for the batch, with each job's own
 completion row written in that transaction (so a job and its model land together, or neither does).
 """
@@ -53,7 +53,7 @@ def done_job_ids(store) -> dict[str, dict[str, Any]]:
 
 def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | RegistryError]:
     """Land these jobs (distinct model names); per job id its result (JSON), or the error that failed it."""
-    from registry.landing import land
+    from registry.catalog.landing import land
 
     outcomes: dict[str, dict[str, Any] | RegistryError] = {}
     changes = []
@@ -76,7 +76,7 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
 
 
 def _change(state, spec: JobSpec):
-    """The job as a `registry.landing.Change` (names resolved and checked, evaluations parsed)."""
+    """The job as a `registry.catalog.landing.Change` (names resolved and checked, evaluations parsed)."""
     from registry.operations import add_change, refine_change
 
     evaluations = _parse(spec) if spec.file is not None else (spec.evaluations or [])

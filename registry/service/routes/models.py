@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from registry import operations, results as r
-from registry.catalog import record_from_metadata
+from registry.catalog.models import record_from_metadata
 from registry.errors import InputError, NotFoundError
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Queue, Settings, State, Uploads

@@ -5,7 +5,7 @@ the start), groups the rows by model (a hash shuffle), and hands each model's ev
 that loaded the LOCUS checkpoint once. The actor runs the same forward pass as the single-process
 engine (`encoder.inference.embed_models`), so the vectors agree within float tolerance (padding and
 batching differ). The driver collects the (M, d) vectors and writes them through the registry's own
-transaction (`registry.embedding.write_embeddings`): one writer, the journal, the generation token the
+transaction (`registry.catalog.embedding.write_embeddings`): one writer, the journal, the generation token the
 FAISS index watches. If another writer changed the evaluations, the queries or the query vectors while
 Ray was working, the write is refused and nothing is stored.
 
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store, vector_table_name
-from registry.embedding import active_encoder, write_embeddings
-from registry.dataset import load_query_vectors
+from registry.catalog.embedding import active_encoder, write_embeddings
+from registry.catalog.dataset import load_query_vectors
 from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport
 

@@ -15,7 +15,7 @@ import numpy as np
 from indexing.errors import InputError, RegistryError
 from indexing.model_index import METRICS, ModelIndex
 from registry.records import ModelRecord
-from registry.rows import record_of
+from registry.catalog.rows import record_of
 
 if TYPE_CHECKING:
     from indexing.store import Store
@@ -348,8 +348,8 @@ def _as_store(store: "Store | str | Path") -> "Store":
 def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[float | None, int]]:
     """name -> (task_kappa with `query`, shared queries), from the evaluations of these models only."""
     from indexing.store import QUERIES
-    from registry.audit_stats import task_kappa
-    from registry.rows import read_evaluations
+    from registry.analytics.audit_stats import task_kappa
+    from registry.catalog.rows import read_evaluations
 
     models, qids, scores = read_evaluations(store, [query, *names])
     tasks = store.read(QUERIES, ["query_id", "task"])
@@ -372,8 +372,8 @@ def _behaviour_distances(store: "Store", models: EmbeddedModels, query: str, nam
     were evaluated on (`ItemTable.behaviour_distances`), from the fingerprints in the index (theta is the
     stored identity vector un-whitened); empty when the index's item table is not the active one."""
     from indexing.store import QUERIES
-    from registry.fingerprint_store import load_item_table
-    from registry.rows import read_evaluations
+    from registry.catalog.fingerprint_store import load_item_table
+    from registry.catalog.rows import read_evaluations
 
     table = load_item_table(store)
     if table is None or table.table_id != models.index.encoder_id:

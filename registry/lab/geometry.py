@@ -17,7 +17,7 @@ reads a registry view (the models passing a `--where` filter, with the active en
     the same figure with raw disagreement as the distance. Sibling rate (BFCL: `base_model`): among
     models that have a sibling (another model with the same value), how often the nearest neighbour
     is one. ARI: scikit-learn's adjusted Rand index between the family and the hierarchical clusters
-    of `registry.clusters.cluster_distances` (average linkage, k by silhouette, and k = number of
+    of `registry.analytics.clusters.cluster_distances` (average linkage, k by silhouette, and k = number of
     families), on the embedding distances and on raw disagreement.
 (c) distance vs disagreement on held-out queries: over model pairs with common test queries,
     Pearson / Spearman / Kendall between embedding distance (cosine and Euclidean; embeddings built
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from registry.clusters import cluster_distances, cosine_distances
+from registry.analytics.clusters import cluster_distances, cosine_distances
 
 __all__ = ["disagreement_matrix", "nearest", "self_retrieval_ranks", "mutual_pair_rate",
            "behavioural_nn_rate", "label_purity", "nn_shares_label", "sibling_rate", "distance_correlations",
@@ -280,10 +280,10 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
     from encoder.inference import embed_models
     from indexing.store import MODELS
     from registry.api import Registry
-    from registry.dataset import load_eval_data
-    from registry.embedding import active_encoder
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import active_encoder
     from registry.errors import RegistryError
-    from registry.heldout import held_out
+    from registry.analytics.heldout import held_out
 
     reg = Registry(store)
     records = reg.list(where)
@@ -375,9 +375,9 @@ def fingerprint_view_card(store, *, where: str | None = None, copy_evals: int = 
     scorecard's part (i) regenerates when the LOCUS rows are not rerun."""
     from encoder.data import evals_by_model
     from registry.api import Registry
-    from registry.dataset import load_eval_data
-    from registry.embedding import active_encoder
-    from registry.heldout import held_out
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import active_encoder
+    from registry.analytics.heldout import held_out
 
     records = Registry(store).list(where)
     active = active_encoder(store)
@@ -401,7 +401,7 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
                       siblings, datasets, holdout_folds=0) -> FingerprintCard | None:
     """`view_card`'s parts for the fingerprints, on the same copies, pairs and held-out split."""
     from encoder.data import evals_by_model
-    from registry.fingerprints import load_item_table
+    from registry.analytics.fingerprints import load_item_table
 
     table = load_item_table(store, active.encoder_id)
     if table is None:

@@ -1,7 +1,7 @@
 """Rows of the models table and of its history (`model_versions`) <-> `ModelRecord`.
 
 One place for the conversions that adding, embedding, searching and restoring all need (they lived in
-`registry.catalog`, which made `catalog` and `embedding` import each other).
+`registry.catalog.models`, which made `catalog` and `embedding` import each other).
 """
 from __future__ import annotations
 

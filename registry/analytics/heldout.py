@@ -15,7 +15,7 @@ import numpy as np
 
 from encoder.data import EvalData, split_queries
 from indexing.store import Store
-from registry.embedding import DEFAULT_MAX_EMBED_EVALS, ActiveEncoder, active_encoder, embedding_evals
+from registry.catalog.embedding import DEFAULT_MAX_EMBED_EVALS, ActiveEncoder, active_encoder, embedding_evals
 
 __all__ = ["HeldOut", "held_out", "test_queries"]
 
@@ -48,7 +48,7 @@ def test_queries(active: ActiveEncoder, data: EvalData) -> tuple[np.ndarray, int
 def held_out(store: Store, *, models: list[str] | None = None, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS,
              seed: int = 0) -> HeldOut:
     from encoder.inference import embed_models
-    from registry.dataset import load_eval_data
+    from registry.catalog.dataset import load_eval_data
 
     active = active_encoder(store)
     data = load_eval_data(store, active.query_encoder, models=models)

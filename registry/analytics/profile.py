@@ -76,8 +76,8 @@ class ProfileSpace:
 
     def __init__(self, store: Store) -> None:
         from indexing.store import QUERIES
-        from registry.embedding import active_encoder
-        from registry.search import open_index
+        from registry.catalog.embedding import active_encoder
+        from registry.analytics.search import open_index
 
         self.store = store
         self.active = active_encoder(store)

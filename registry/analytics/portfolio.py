@@ -35,7 +35,7 @@ adds coverage first; `total_params_b` then counts only known sizes and is a lowe
 lower bound when a chosen model has no size.
 
 Routing accuracy (what a portfolio is worth). Measured on the active encoder's held-out test queries
-(`registry.heldout`): queries that neither trained the encoder nor built the embeddings. The embeddings
+(`registry.analytics.heldout`): queries that neither trained the encoder nor built the embeddings. The embeddings
 used here, for the choice and for routing, are the held-out ones (each model embedded from up to 1024
 evaluations outside the test queries), so they differ slightly from the stored vectors. Each test query
 goes to the portfolio model with the highest predicted P(correct); its score is that model's actual
@@ -249,7 +249,7 @@ class PortfolioSpace:
              include_unknown_params: bool = False) -> "PortfolioSpace":
         """The pool: embedded models passing `where`; for a budget, without models lacking params_b
         unless `include_unknown_params`."""
-        from registry.search import open_index
+        from registry.analytics.search import open_index
 
         models = open_index(store)
         records = sorted(models.records.values(), key=lambda r: r.name)
@@ -293,7 +293,7 @@ class PortfolioSpace:
     @classmethod
     def _from_store(cls, store, names, params, models, warnings, excluded, where) -> "PortfolioSpace":
         from encoder.inference import predict
-        from registry.heldout import held_out
+        from registry.analytics.heldout import held_out
 
         held = held_out(store, models=names)
         embeddings = np.array(held.embeddings, dtype=np.float64)

@@ -35,7 +35,7 @@ from indexing.store import (
 )
 import registry.limits as limits
 from registry.errors import InputError, NotFoundError, RegistryError
-from registry.fingerprint_store import fingerprint_columns, load_item_table
+from registry.catalog.fingerprint_store import fingerprint_columns, load_item_table
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ModelChange
@@ -115,7 +115,7 @@ def land(view, changes: list[Change], *,
 
 def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
              claimed: dict[str, str]) -> _Prepared:
-    from registry.rows import record_of
+    from registry.catalog.rows import record_of
 
     existing = stored_models.get(change.name)
     if change.kind == "add":
@@ -164,8 +164,8 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
 def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     from encoder.data import EvalData
     from encoder.inference import embed_models
-    from registry.ingest import model_row
-    from registry.rows import next_versions, version_row
+    from registry.catalog.ingest import model_row
+    from registry.catalog.rows import next_versions, version_row
 
     store = view.store
     seen = store.versions()  # everything below is decided from this state of the tables

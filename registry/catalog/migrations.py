@@ -43,7 +43,7 @@ def _conform(store: Store, name: str, schema: pa.Schema) -> bool:
 def _m002_fingerprints(store: Store, report: MigrationReport) -> None:
     """2: `fingerprint` + `table_id` on the models table and its history; every live model's fingerprint
     filled from its evaluations when the active encoder has an item table (else null until one is fitted)."""
-    from registry.fingerprint_store import load_item_table, rewrite_fingerprints
+    from registry.catalog.fingerprint_store import load_item_table, rewrite_fingerprints
 
     _conform(store, MODELS, MODEL_SCHEMA)
     _conform(store, VERSIONS, VERSION_SCHEMA)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from registry.clusters import cosine_distances
+from registry.analytics.clusters import cosine_distances
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _scores_by_task(store: "Store", a: str, b: str):
 
 def _predicted(store: "Store", models, za: np.ndarray, zb: np.ndarray, queries) -> tuple[dict, str | None]:
     """Mean predicted P(correct) per task over the task's stored queries with vectors."""
-    from registry.embedding import active_encoder
+    from registry.catalog.embedding import active_encoder
 
     try:
         active = active_encoder(store)
@@ -138,7 +138,7 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
     """How two models differ: embedding distance and neighbour ranks, and per task their measured
     accuracies with the test behind each difference (largest difference first), plus predicted ones."""
     from registry.results import Comparison
-    from registry.search import likeness_kind, open_embedded, open_index, pairwise_distances
+    from registry.analytics.search import likeness_kind, open_embedded, open_index, pairwise_distances
 
     models = open_embedded(store)
     za, zb = models.vector(a), models.vector(b)  # not-found errors name the closest models

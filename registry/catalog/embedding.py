@@ -17,7 +17,7 @@ import numpy as np
 
 from encoder.data import EvalData, sample_per_model, split_queries
 from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
-from registry.dataset import load_eval_data
+from registry.catalog.dataset import load_eval_data
 from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
 
@@ -132,7 +132,7 @@ def train_encoder(
     else:
         staging.rename(final)
     store.update_config(active_encoder=encoder_id)
-    from registry.fingerprint_store import load_item_table, rewrite_fingerprints
+    from registry.catalog.fingerprint_store import load_item_table, rewrite_fingerprints
 
     rewrite_fingerprints(store, load_item_table(store, encoder_id))  # its new item table reads every model afresh
     return TrainReport(
@@ -190,14 +190,14 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
 def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: np.ndarray,
                      n_evals: list[int], *, expect_versions: dict[str, int] | None = None) -> EmbedReport:
     """Write one vector per named model (rows of `vectors`, (M, d)) and its fingerprint (the item table
-    beside `encoder_id`, `registry.fingerprint_store`) to the models table and a version row each, in one
+    beside `encoder_id`, `registry.catalog.fingerprint_store`) to the models table and a version row each, in one
     transaction: the generation token changes with it, so the saved FAISS index is
     rebuilt. Every engine (single process, Ray) writes through here. Names no longer in the models
     table, and non-finite vectors, are skipped. `expect_versions` (table -> version the vectors were
     computed from) refuses the write when another writer changed one of those tables meanwhile."""
     from indexing.store import VERSION_SCHEMA, VERSIONS
-    from registry.fingerprint_store import fingerprint_columns, load_item_table
-    from registry.rows import version_row
+    from registry.catalog.fingerprint_store import fingerprint_columns, load_item_table
+    from registry.catalog.rows import version_row
 
     now = now_utc()
     with store.transaction():

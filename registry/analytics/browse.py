@@ -165,8 +165,8 @@ def table_data(store: "Store") -> TableData:
     import pyarrow.compute as pc
 
     from indexing.store import MODELS
-    from registry.embedding_map import available_fields
-    from registry.rows import record_of
+    from registry.analytics.embedding_map import available_fields
+    from registry.catalog.rows import record_of
 
     summary = evaluation_summary(store)
     models = store.read(MODELS)
@@ -262,7 +262,7 @@ def model_row(data: TableData, name: str) -> ModelRow:
 def map_view(store: "Store", *, color_by: str | None = None, where: str | None = None,
              by: str | None = None) -> MapView:
     """The points `registry map` draws (same projection, same colour values), as data."""
-    from registry.embedding_map import map_layout
+    from registry.analytics.embedding_map import map_layout
 
     layout = map_layout(store, color_by=color_by, where=where, by=by)
     values = layout["values"] or [None] * len(layout["names"])

@@ -33,7 +33,7 @@ from registry.limits import check_file_size, check_model_name
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ImportReport
-from registry.rows import next_versions
+from registry.catalog.rows import next_versions
 
 __all__ = ["ImportReport", "Precomputed", "ingest", "load_precomputed", "model_row"]
 

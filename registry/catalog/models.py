@@ -2,7 +2,7 @@
 restoring it (each one store transaction), and its history.
 
 Adding and refining (one forward pass of the active encoder, no training) land through
-`registry.landing`; `registry.operations` is where every path (the API, the service) runs them.
+`registry.catalog.landing`; `registry.operations` is where every path (the API, the service) runs them.
 """
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import Any, Iterable, Mapping
 
 from indexing.store import MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.errors import InputError, NotFoundError
-from registry.fingerprint_store import load_item_table
+from registry.catalog.fingerprint_store import load_item_table
 from registry.importers._common import ImportBatch, query_id_for_text
-from registry.ingest import model_row
+from registry.catalog.ingest import model_row
 from registry.limits import check_model_name
 from registry.records import ModelRecord, Query, check_score, validation_problem
 from registry.results import HistoryEntry, ModelHistory, RemoveResult, RestoreResult
-from registry.rows import model_rows, next_versions, record_of, version_row, write_model
+from registry.catalog.rows import model_rows, next_versions, record_of, version_row, write_model
 
-# version_row, model_rows and record_of live in registry.rows; imported here for callers that used them here.
+# version_row, model_rows and record_of live in registry.catalog.rows; imported here for callers that used them here.
 __all__ = ["evaluations_batch", "remove", "restore", "history", "history_rows", "check_model_name",
            "record_from_metadata", "version_row", "model_rows", "record_of"]
 

@@ -8,7 +8,7 @@ Tagged with the item table's id: fingerprints of two tables are never compared. 
 `MIN_FINGERPRINT_EVALS` usable evaluations gets none (null): r + 1 numbers from a handful of answers
 would be mostly the ridge prior, and would sit near every other thin model.
 
-Kept apart from `registry.fingerprints` (which needs the active encoder) so that embedding and the
+Kept apart from `registry.analytics.fingerprints` (which needs the active encoder) so that embedding and the
 catalog can write the column without importing each other.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MIN_FINGERPRINT_EVALS", "load_item_table", "compute", "fingerprint_columns", "rewrite_fingerprints"]
 
-MIN_FINGERPRINT_EVALS = 16  # as many as training asks of a model (registry.embedding.MIN_EVALS_PER_MODEL)
+MIN_FINGERPRINT_EVALS = 16  # as many as training asks of a model (registry.catalog.embedding.MIN_EVALS_PER_MODEL)
 
 _cache: dict[tuple[str, float], ItemTable] = {}
 
@@ -58,8 +58,8 @@ def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple
     if not names:
         return {}
     from indexing.store import QUERIES
-    from registry.dataset import load_query_vectors
-    from registry.rows import read_evaluations
+    from registry.catalog.dataset import load_query_vectors
+    from registry.catalog.rows import read_evaluations
 
     wanted = set(names)
     # a long IN list is slower than one scan of the table

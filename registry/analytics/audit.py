@@ -4,10 +4,10 @@ The embeddings propose, the evaluations decide.
 
 1. Candidates: each model's k nearest neighbours in the FAISS index (`k`, 10 by default), the same
    search `registry search` runs, and, when the encoder has an item table, its k nearest by
-   behaviour fingerprint (`registry.fingerprints`: the nearest by identity distance find a copy's
+   behaviour fingerprint (`registry.analytics.fingerprints`: the nearest by identity distance find a copy's
    original where the embedding misses it, e.g. a quantised copy or one sharing no query); no model
    is re-embedded. `--model NAME` audits one model against its own candidates only.
-2. Evidence (`registry.audit_stats`): the pool's IRT fit (per-query difficulty, per-model task
+2. Evidence (`registry.analytics.audit_stats`): the pool's IRT fit (per-query difficulty, per-model task
    abilities) gives the disagreement two *distinct* models of the pair's abilities would show if they
    were independent given the query; the pair's excess agreement kappa = 1 - observed / expected is
    compared with the pool's own pairs of similar accuracy (median and MAD), so strong pools (distinct
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from indexing.store import QUERIES, Store
-from registry.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
+from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
-from registry.rows import read_evaluations as _read_evals
+from registry.catalog.rows import read_evaluations as _read_evals
 
 __all__ = ["audit", "AuditReport", "AuditPair", "AuditEvidence", "AuditCalibration"]
 
@@ -99,7 +99,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     """by: which index proposes the candidate pairs: "locus", "fingerprint", or None for both (a
     copy is found by whichever sees it; the evidence then decides)."""
     from indexing.vector_index import METRICS
-    from registry.search import canonical_by, embedding_distance, open_index
+    from registry.analytics.search import canonical_by, embedding_distance, open_index
 
     started = time.perf_counter()
     if metric not in METRICS:

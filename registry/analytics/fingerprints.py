@@ -3,7 +3,7 @@
 `registry train` fits the table (encoder.fingerprint) on the same queries the encoder trained and
 validated on, never on its test queries, and writes it into the encoder's directory
 (item_table.safetensors + item_table.json). `fit_item_table` fits one for an encoder that predates it.
-Every model's fingerprint lives in the models table (`registry.fingerprint_store`, store format 2),
+Every model's fingerprint lives in the models table (`registry.catalog.fingerprint_store`, store format 2),
 written with its LOCUS vector, and the product (search, audit, clusters, route fallbacks) reads it there
 through its FAISS index. `pool_fingerprints` is for analyses that need the raw thetas and task coverage
 of the whole pool: it solves them from the stored evaluations and keeps them in
@@ -19,8 +19,8 @@ import numpy as np
 
 from encoder.fingerprint import FingerprintConfig, ItemTable, fit_on_data, save_item_table
 from indexing.store import Store
-from registry.embedding import active_encoder
-from registry.fingerprint_store import _cache, compute as _compute, load_item_table, rewrite_fingerprints
+from registry.catalog.embedding import active_encoder
+from registry.catalog.fingerprint_store import _cache, compute as _compute, load_item_table, rewrite_fingerprints
 
 __all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_fingerprints"]
 
@@ -29,8 +29,8 @@ __all__ = ["fit_item_table", "load_item_table", "PoolFingerprints", "pool_finger
 def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> ItemTable:
     """Fit the item table of the active encoder on the current pool (without the encoder's test
     queries) and store it beside the encoder; replaces an earlier one."""
-    from registry.dataset import load_eval_data
-    from registry.heldout import test_queries
+    from registry.catalog.dataset import load_eval_data
+    from registry.analytics.heldout import test_queries
 
     active = active_encoder(store)
     data = load_eval_data(store, active.query_encoder)

@@ -217,7 +217,7 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     reshape, whichever cluster it fell near."""
     from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
     from registry.results import ClustersResult
-    from registry.search import embedded_subset, likeness_kind, pairwise_distances
+    from registry.analytics.search import embedded_subset, likeness_kind, pairwise_distances
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     left_out: list[str] = []
@@ -265,7 +265,7 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
                                        "these clusters rest on thin evidence", how="refine them with more evaluations"),
     }
     if plot is not None:
-        from registry.plots import dendrogram_heatmap, plot_path
+        from registry.analytics.plots import dendrogram_heatmap, plot_path
 
         path = plot_path(plot)
         dendrogram_heatmap(path, names, d, tree, families=families, linkage=linkage, heights_label=heights,

@@ -13,7 +13,7 @@ from typing import Callable
 
 from registry.api import Registry
 from registry.results import DemoReport
-from registry.synthetic import synthetic_pool
+from registry.lab.synthetic import synthetic_pool
 
 # The demo's pool: four families that differ in what they are good at (family skill sd 2 against
 # size gains of 0.05-0.15 per doubling and model noise 0.1), so that the features have something to
@@ -62,7 +62,7 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
     trained = None
     if reg.store.config.get("active_encoder") is None:
         from encoder.training import TrainConfig
-        from registry.embedding import progress_printer
+        from registry.catalog.embedding import progress_printer
 
         # budgeted in epochs, never seconds: a busy machine takes longer but gets the same encoder
         echo(f"training the LOCUS encoder ({epochs} epochs at most, progress on "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from registry.clusters import MIN_MODELS
+from registry.analytics.clusters import MIN_MODELS
 from registry.errors import InputError
 from registry.records import METADATA_FIELDS, ModelRecord
 
@@ -72,7 +72,7 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
     from scipy.spatial.distance import pdist
     from scipy.stats import pearsonr
 
-    from registry.search import embedded_subset, likeness_kind
+    from registry.analytics.search import embedded_subset, likeness_kind
 
     by = likeness_kind(store, by)
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map", by=by)
@@ -107,7 +107,7 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
 
     layout = map_layout(store, color_by=color_by, where=where, by=by)
     names, coords, explained = layout["names"], layout["coords"], layout["explained"]
-    from registry.plots import plot_path, scatter_map
+    from registry.analytics.plots import plot_path, scatter_map
 
     path = plot_path(plot)
     colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where)

@@ -1,0 +1,1 @@
+"""Queries over the index: search, routing, audit, profile, portfolio, families, compare, maps."""
