@@ -44,7 +44,7 @@ VERSIONS = "model_versions"
 _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
 _LOCK = LOCK_FILE = ".lock"
-# 2: the models table and its history carry `fingerprint` + `table_id` (registry.migrations upgrades 1 -> 2).
+# 2: the models table and its history carry `fingerprint` + `table_id` (registry.catalog.migrations upgrades 1 -> 2).
 STORE_FORMAT = 2
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
@@ -92,7 +92,7 @@ MODEL_SCHEMA = pa.schema(
         # The behaviour fingerprint in its identity form (theta whitened by the item table's probe rows):
         # Euclidean distance between two of them is the RMS logit difference over the probe queries, so an
         # L2 index over this column answers "who behaves like this model" exactly. Null without an item
-        # table or without enough evaluations (registry.fingerprint_store.MIN_FINGERPRINT_EVALS).
+        # table or without enough evaluations (registry.catalog.fingerprint_store.MIN_FINGERPRINT_EVALS).
         pa.field("fingerprint", pa.list_(pa.float32())),
         pa.field("table_id", pa.string()),  # the item table that made `fingerprint`
     ]
