@@ -76,7 +76,6 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     embedded models that pass `where` and are not in `exclude`; an excluded model never appears.
     Models embedded from fewer than `min_evals` evaluations (default: the documented minimum,
     registry.evidence) come after the others, in the ranking and among the fallbacks."""
-    from registry.embedding import active_encoder
     from registry.evidence import MIN_EVALS, check_min_evals
     from registry.search import canonical_by, open_index
 
@@ -85,13 +84,35 @@ def route(store: Store, queries: str | Sequence[str], *, k: int = 3, exclude: It
     fallback = _check_int(fallback, "fallback", 0)
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     models = open_index(store)
-    active = active_encoder(store)
+    active = _active_predictor(store)
     rows = candidate_rows(models, active, exclude, where)
     phi, _ = query_vectors(store, active.query_encoder, texts)
     by = canonical_by(by)
     prints = open_index(store, by="fingerprint") if fallback and by != "locus" else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals)
     return out[0] if single else out
+
+
+def _active_predictor(store: Store):
+    """`registry.embedding.active_encoder` with the predictor G in numpy (`encoder.predictor`) in place
+    of the torch Locus: route reads only G, and importing torch cost a cold route about a second. The
+    checkpoint is verified as there (its id recomputed from its contents)."""
+    import json
+
+    from encoder.predictor import load_predictor
+    from registry.embedding import ActiveEncoder
+
+    encoder_id = store.config.get("active_encoder")
+    if not encoder_id:
+        raise RegistryError("no active encoder: run `registry train` first")
+    directory = store.home / "encoders" / encoder_id
+    if not directory.is_dir():
+        raise RegistryError(f"encoder {encoder_id} is not in {store.home / 'encoders'}")
+    predictor, config, loaded_id = load_predictor(directory)
+    if loaded_id != encoder_id:
+        raise RegistryError(f"checkpoint in {directory} has id {loaded_id}, not {encoder_id}")
+    info = json.loads((directory / "training.json").read_text("utf-8"))
+    return ActiveEncoder(encoder_id, predictor, config, info["query_encoder"], directory)
 
 
 def candidate_rows(models, active, exclude: Iterable[str], where: str | None) -> np.ndarray:
@@ -125,7 +146,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks, from the
     fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS;
     in both, models embedded from fewer than `min_evals` evaluations come after the others."""
-    from encoder.inference import predict
+    from encoder.predictor import predict  # a numpy G (route) or a torch Locus (the service's)
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -143,7 +164,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = np.lexsort((row_names, -p[:, j])).tolist()  # most likely first, ties by name
+        order = _rank(p[:, j], row_names)  # most likely first, near-ties by name
         # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
         order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
         ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),
@@ -176,6 +197,20 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                                                              "well-evidenced models and so left out of this "
                                                              "ranking or its fallbacks")))
     return out
+
+
+TIE = 1e-6  # P(correct) closer than this rank as equal: the prediction's float32 noise is ~1e-7
+
+
+def _rank(p: np.ndarray, row_names: np.ndarray) -> list[int]:
+    """Indices of `p` most likely first; a run of candidates each within TIE of the next ranks by name.
+    Two models with all but equal embeddings (a mirror, a new endpoint of one model) get P(correct)
+    a rounding apart, and which is ahead then depended on how the products were summed (torch's G or
+    numpy's, one CPU's kernels or another's): by name, the ranking is the same whichever computed it."""
+    order = np.lexsort((row_names, -p))
+    col = p[order].astype(np.float64)
+    group = np.concatenate([[0], np.cumsum(col[:-1] - col[1:] >= TIE)])
+    return order[np.lexsort((row_names[order], group))].tolist()
 
 
 def _by_fingerprint(by: str | None, prints, top: str) -> bool:
