@@ -60,7 +60,8 @@ def query_vectors(store: Store, encoder: str, texts: list[str]) -> tuple[np.ndar
     if missing:
         from encoder import query_encoder
 
-        vectors = query_encoder.load_query_encoder(encoder).encode(missing, progress=False)
+        # exported: a fresh process encoding a text or two need not import torch (encoder.query_encoder)
+        vectors = query_encoder.load_query_encoder(encoder, exported=True).encode(missing, progress=False)
         encoded = dict(zip(missing, vectors))
     rows = [cached[h] if h in cached else encoded[t] for t, h in zip(texts, hashes)]
     return np.stack(rows).astype(np.float32), len(missing)
