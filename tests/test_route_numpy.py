@@ -112,3 +112,28 @@ def test_route_of_a_stored_text_imports_no_torch(reg):
                          env=env, check=True, cwd=ROOT).stdout
     got = json.loads(out.strip().splitlines()[-1])
     assert got == {"torch": False, "top": reg.route(text, k=3).ranking[0].name}
+
+
+NEW_TEXTS = ["Write a Python function that counts the vowels in a string in linear time.",
+             "Is a verbal agreement to sell a house binding?", "Integrate x squared from 0 to 3."]
+
+
+def test_new_texts_route_alike_with_the_exported_query_encoder(reg, monkeypatch, tmp_path):
+    """A new text encoded by the exported copy (route's default once written) and by torch: the same
+    rankings and P(correct) within 1e-5."""
+    pytest.importorskip("openvino")
+    import encoder.query_encoder as qe
+
+    monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))
+    monkeypatch.setenv(qe.EXPORT_ENV, "0")
+    monkeypatch.setattr(qe, "_LOADED", {})
+    reference = reg.route(NEW_TEXTS, k=9)
+    monkeypatch.delenv(qe.EXPORT_ENV)
+    reg.route(NEW_TEXTS[:1])  # writes the copy
+    monkeypatch.setattr(qe, "_LOADED", {})
+    fast = reg.route(NEW_TEXTS, k=9)
+    assert qe.load_query_encoder("all-MiniLM-L6-v2", exported=True).exported  # the copy answered
+    for x, y in zip(fast, reference):
+        assert [r.name for r in x.ranking] == [r.name for r in y.ranking]
+        assert np.allclose([r.p_correct for r in x.ranking], [r.p_correct for r in y.ranking], atol=1e-5, rtol=0)
+        assert [f.name for f in x.fallbacks] == [f.name for f in y.fallbacks]
