@@ -383,7 +383,7 @@ class _ExportedRunner:
     on `_PROBES` when it was written, to `_EXPORT_TOLERANCE`) without importing torch, transformers or
     sentence-transformers, which cost a cold `registry route` of a new text about four seconds."""
 
-    def __init__(self, directory: Path, manifest: dict) -> None:
+    def __init__(self, directory: Path, manifest: dict, *, cache: bool = True) -> None:
         ov = _openvino()
         from tokenizers import Tokenizer
 
@@ -394,9 +394,12 @@ class _ExportedRunner:
         options = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}  # f32: bf16 CPUs too
         core = ov.Core()
         try:  # the compiled blob cached beside the IR: compiling the graph again cost more than loading it
-            core.set_property({"CACHE_DIR": str(directory / "compiled")})
+            if cache:
+                core.set_property({"CACHE_DIR": str(directory / "compiled")})
             self._compiled = core.compile_model(str(directory / "model.xml"), "CPU", options)
         except Exception:  # an unreadable blob (a crash while another process wrote it): compile afresh
+            if not cache:
+                raise
             self._compiled = ov.Core().compile_model(str(directory / "model.xml"), "CPU", options)
 
     def encode(self, texts: list[str], *, batch_size: int, progress: bool) -> np.ndarray:
@@ -493,7 +496,8 @@ def _export(reference: QueryEncoder, source: str) -> Path | None:
                     "pad_id": int(tokenizer.pad_token_id), "pad_token": str(tokenizer.pad_token),
                     "bin_size": (staged / "model.bin").stat().st_size,
                     "weights_sha256": {p.name: _sha256(p) for p in weights}}
-        copy = QueryEncoder(reference.name, None, "fp32", _ExportedRunner(staged, manifest))
+        # no compiled blob while checking: OpenVINO keys it by the path, and this one is renamed
+        copy = QueryEncoder(reference.name, None, "fp32", _ExportedRunner(staged, manifest, cache=False))
         for batch in (_PROBES, _PROBES[2:3]):
             gap = float(np.abs(copy.encode(batch) - reference.encode(batch)).max())
             if not gap <= _EXPORT_TOLERANCE:
