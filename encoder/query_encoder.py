@@ -549,6 +549,8 @@ def _load_or_export(name: str, canonical: str) -> QueryEncoder:
     key = (canonical, "", "fp32-exported")
     if key in _LOADED:
         return _LOADED[key]
+    if (canonical, "", "fp32") in _LOADED:  # the reference is loaded in this process already: nothing to save
+        return _LOADED[(canonical, "", "fp32")]
     source = resolve_encoder_source(name)
     with _LOADING:
         if key not in _LOADED:
@@ -563,7 +565,7 @@ def _load_or_export(name: str, canonical: str) -> QueryEncoder:
     except Exception as err:  # a model OpenVINO cannot convert, a full disk, a failed check
         warnings.warn(f"query encoder {canonical!r}: no exported copy ({err}); the next route loads torch again",
                       stacklevel=3)
-    return reference
+    return reference  # and this process keeps it (the reference is now loaded: see above)
 
 
 def _load(name: str, canonical: str, device: str | None, backend: str, asked_auto: bool) -> QueryEncoder:

@@ -84,6 +84,15 @@ def test_switched_off_by_the_environment(fresh, monkeypatch):
     assert not qe.load_query_encoder(NAME, exported=True).exported
 
 
+def test_a_process_with_the_reference_loaded_keeps_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))
+    monkeypatch.delenv(qe.EXPORT_ENV, raising=False)
+    monkeypatch.setattr(qe, "_LOADED", {})
+    reference = qe.load_query_encoder(NAME, backend="fp32")
+    assert qe.load_query_encoder(NAME, exported=True) is reference  # torch is paid for: no copy needed
+    assert not (tmp_path / "exported").exists()
+
+
 def test_the_key_follows_the_model_files(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
