@@ -288,11 +288,18 @@ def _convert(model):
 
     example = model.tokenizer(["a short example", "a somewhat longer example text"], padding=True,
                               return_tensors="pt")
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its notes on the traced config ("loss_type=None ..."): not the user's
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python branches (not taken)
-        return ov.convert_model(_Hidden(model[0].auto_model.float().eval()),
-                                example_input={"input_ids": example["input_ids"],
-                                               "attention_mask": example["attention_mask"]})
+        try:
+            return ov.convert_model(_Hidden(model[0].auto_model.float().eval()),
+                                    example_input={"input_ids": example["input_ids"],
+                                                   "attention_mask": example["attention_mask"]})
+        finally:
+            hf_logging.set_verbosity(verbosity)
 
 
 class _OpenVINORunner:
