@@ -25,14 +25,14 @@ difficulty=False, G is the paper's (release's) MLP over [z, U phi, z * U phi].
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from encoder.locus_config import LocusConfig  # torch-free, so that route can read a checkpoint without torch
 
 __all__ = [
     "LocusConfig",
@@ -50,45 +50,6 @@ __all__ = [
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@dataclass(frozen=True)
-class LocusConfig:
-    query_dim: int  # D, width of phi(x)
-    d: int = 128  # embedding and token width
-    latents: int = 64  # r, learned latents per ISAB block
-    blocks: int = 2  # L, ISAB blocks
-    heads: int = 4
-    predictor_hidden: int = 64
-    dropout: float = 0.1  # predictor MLP dropout (the release's)
-    encoder_dropout: float = 0.0  # dropout inside the encoder's attention and FFN
-    predictor_d: int | None = None  # width of G's query/model path (None: d)
-    difficulty: bool = True  # add the per-query bias b(phi) to G's logit
-    topics: int = 0  # > 0: add a soft-topic term sum_k softmax(T phi)_k (S z)_k to G's logit
-
-    def __post_init__(self) -> None:
-        if self.query_dim <= 0 or self.d <= 0 or self.latents <= 0 or self.blocks <= 0:
-            raise ValueError("query_dim, d, latents and blocks must be positive")
-        if self.d % self.heads:
-            raise ValueError(f"d={self.d} is not divisible by heads={self.heads}")
-        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.encoder_dropout < 1.0):
-            raise ValueError("dropout must lie in [0, 1)")
-
-    @property
-    def g_dim(self) -> int:
-        return self.predictor_d or self.d
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> "LocusConfig":
-        raw = json.loads(text)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown LocusConfig field(s): {', '.join(unknown)}")
-        return cls(**raw)
 
 
 class QueryProjection(NamedTuple):

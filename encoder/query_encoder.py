@@ -153,9 +153,10 @@ class QueryEncoder:
     def __init__(self, name: str, model, backend: str = "fp32", runner=None) -> None:
         self.name = name
         self.backend = backend
-        self._model = model  # the sentence-transformer (its tokenizer serves every engine)
+        self._model = model  # the sentence-transformer, or None for the exported copy (`_ExportedRunner`)
         self._runner = runner  # an engine other than torch, or None
-        self.dim = _dimension(model)
+        self.dim = _dimension(model) if model is not None else runner.dim
+        self.exported = isinstance(runner, _ExportedRunner)  # the verified fp32 copy, no torch loaded
         # One caller at a time: the service's warm-up, its writer (recovered jobs) and its text thread
         # share one loaded encoder, and two threads inside OpenVINO's engine (or one fast tokenizer)
         # at once hung a restart. Batching, not parallel calls, is what makes encoding fast.
@@ -223,6 +224,25 @@ def resolve_backend(backend: str | None, device: str | None) -> str:
     return backend
 
 
+def _openvino():
+    """The openvino module, imported without its usage telemetry: `import openvino` otherwise forks a
+    process to post an "import" event (openvino_telemetry, on by default without a consent file), which
+    cost a cold route time and printed LanceDB's fork-safety warning. Blocked only when openvino is
+    not imported yet; its own stub then stands in (openvino.tools.ovc.telemetry_utils)."""
+    import sys
+
+    if "openvino" not in sys.modules and "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # an ImportError for openvino's `import openvino_telemetry`
+        try:
+            import openvino
+        finally:
+            del sys.modules["openvino_telemetry"]
+        return openvino
+    import openvino
+
+    return openvino
+
+
 def _openvino_installed() -> bool:
     from importlib.util import find_spec
 
@@ -237,6 +257,51 @@ def _apply_backend(model, backend: str):
     return model
 
 
+def _check_mean_pooled(model) -> None:
+    """Refuse (by name) a model that is not Transformer + mean Pooling (+ Normalize): the engines other
+    than torch pool the transformer's output themselves, as mean pooling."""
+    kinds = [type(module).__name__ for module in model]
+    pooling = model[1].get_config_dict() if len(kinds) > 1 and kinds[1] == "Pooling" else {}
+    mode = pooling.get("pooling_mode")  # sentence-transformers >= 6; older ones set pooling_mode_* flags
+    modes = set([mode] if isinstance(mode, str) else mode or []) | \
+        {k[len("pooling_mode_"):].removesuffix("_tokens") for k, v in pooling.items()
+         if k.startswith("pooling_mode_") and v is True}
+    if kinds[:2] != ["Transformer", "Pooling"] or modes != {"mean"} or \
+            any(k != "Normalize" for k in kinds[2:]):
+        raise RegistryError(f"the openvino backend runs Transformer + mean Pooling (+ Normalize) models; "
+                            f"this one is {' + '.join(kinds)} ({', '.join(sorted(modes)) or 'no pooling'}): "
+                            "use --query-backend bf16 or fp32")
+
+
+def _convert(model):
+    """The OpenVINO model of `model`'s transformer: (input_ids, attention_mask) -> last hidden state."""
+    ov = _openvino()
+    import torch
+
+    class _Hidden(torch.nn.Module):  # (input_ids, attention_mask) -> last hidden state (B, T, D)
+        def __init__(self, transformer) -> None:
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, input_ids, attention_mask):
+            return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    example = model.tokenizer(["a short example", "a somewhat longer example text"], padding=True,
+                              return_tensors="pt")
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its notes on the traced config ("loss_type=None ..."): not the user's
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python branches (not taken)
+        try:
+            return ov.convert_model(_Hidden(model[0].auto_model.float().eval()),
+                                    example_input={"input_ids": example["input_ids"],
+                                                   "attention_mask": example["attention_mask"]})
+        finally:
+            hf_logging.set_verbosity(verbosity)
+
+
 class _OpenVINORunner:
     """The sentence-transformer's Transformer and mean Pooling run by OpenVINO on CPU.
 
@@ -244,19 +309,9 @@ class _OpenVINORunner:
     anything else is refused by name rather than pooled differently from the reference."""
 
     def __init__(self, model, source: str, threads: int | None = None) -> None:
-        import openvino as ov
+        ov = _openvino()
 
-        kinds = [type(module).__name__ for module in model]
-        pooling = model[1].get_config_dict() if len(kinds) > 1 and kinds[1] == "Pooling" else {}
-        mode = pooling.get("pooling_mode")  # sentence-transformers >= 6; older ones set pooling_mode_* flags
-        modes = set([mode] if isinstance(mode, str) else mode or []) | \
-            {k[len("pooling_mode_"):].removesuffix("_tokens") for k, v in pooling.items()
-             if k.startswith("pooling_mode_") and v is True}
-        if kinds[:2] != ["Transformer", "Pooling"] or modes != {"mean"} or \
-                any(k != "Normalize" for k in kinds[2:]):
-            raise RegistryError(f"the openvino backend runs Transformer + mean Pooling (+ Normalize) models; "
-                                f"this one is {' + '.join(kinds)} ({', '.join(sorted(modes)) or 'no pooling'}): "
-                                "use --query-backend bf16 or fp32")
+        _check_mean_pooled(model)
         self.precision = "bf16" if cpu_has_bf16() else "f32"
         self.dim = _dimension(model)
         self._tokenizer = model.tokenizer
@@ -292,7 +347,7 @@ class _OpenVINORunner:
 def _openvino_ir(model, source: str) -> Path:
     """The OpenVINO IR of `model`'s transformer, converted once per weights and library versions and
     cached (written in a scratch directory and renamed into place, as the joined mpnet is)."""
-    import openvino as ov
+    ov = _openvino()
     import torch
     import transformers
 
@@ -303,21 +358,7 @@ def _openvino_ir(model, source: str) -> Path:
     if (target / "model.xml").is_file():
         return target / "model.xml"
 
-    class _Hidden(torch.nn.Module):  # (input_ids, attention_mask) -> last hidden state (B, T, D)
-        def __init__(self, transformer) -> None:
-            super().__init__()
-            self.transformer = transformer
-
-        def forward(self, input_ids, attention_mask):
-            return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    example = model.tokenizer(["a short example", "a somewhat longer example text"], padding=True,
-                              return_tensors="pt")
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on shape-dependent Python branches (not taken)
-        converted = ov.convert_model(_Hidden(model[0].auto_model.float().eval()),
-                                     example_input={"input_ids": example["input_ids"],
-                                                    "attention_mask": example["attention_mask"]})
+    converted = _convert(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         # fp16 weights: the compiled model holds about half the memory and computes in bf16 (or fp32)
@@ -331,13 +372,177 @@ def _openvino_ir(model, source: str) -> Path:
     return target / "model.xml"
 
 
+# ------------------------------------------------------------ the exported fp32 copy (a cold route)
+EXPORT_ENV = "LOCUS_QUERY_EXPORT"  # "0": never build nor use the exported copy
+_EXPORT_FORMAT = 1
+_EXPORT_TOLERANCE = 1e-5  # largest difference allowed in any component of a unit vector, probes vs torch
+# Texts the copy is checked on before it is kept: one word, a sentence, digits and symbols, non-ASCII,
+# surrounding whitespace, and one past the longest input (truncated), in one padded batch and alone.
+_PROBES = ["Hi", "What is the capital of France?",
+           "A train leaves at 9:40 and arrives at 13:05. How long is the journey, in minutes? Options: (A) 205",
+           "Quelle est la dérivée de f(x) = x² · eˣ ? Ответ: 2x·eˣ + x²·eˣ", "   padded with spaces\t\n ",
+           "Summarise the following text. " + "The quick brown fox jumps over the lazy dog; " * 120]
+
+
+class _ExportedRunner:
+    """A sentence-transformer's Transformer exported to OpenVINO in fp32, its tokenizer read with
+    `tokenizers` alone, mean pooling and normalisation in numpy: the fp32 reference's vectors (checked
+    on `_PROBES` when it was written, to `_EXPORT_TOLERANCE`) without importing torch, transformers or
+    sentence-transformers, which cost a cold `registry route` of a new text about four seconds."""
+
+    def __init__(self, directory: Path, manifest: dict, *, cache: bool = True) -> None:
+        ov = _openvino()
+        from tokenizers import Tokenizer
+
+        self.dim = int(manifest["dim"])
+        self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self._tokenizer.enable_truncation(int(manifest["max_length"]))
+        self._tokenizer.enable_padding(pad_id=int(manifest["pad_id"]), pad_token=str(manifest["pad_token"]))
+        options = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}  # f32: bf16 CPUs too
+        core = ov.Core()
+        try:  # the compiled blob cached beside the IR: compiling the graph again cost more than loading it
+            if cache:
+                core.set_property({"CACHE_DIR": str(directory / "compiled")})
+            self._compiled = core.compile_model(str(directory / "model.xml"), "CPU", options)
+        except Exception:  # an unreadable blob (a crash while another process wrote it): compile afresh
+            if not cache:
+                raise
+            self._compiled = ov.Core().compile_model(str(directory / "model.xml"), "CPU", options)
+
+    def encode(self, texts: list[str], *, batch_size: int, progress: bool) -> np.ndarray:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # like lengths batched: less padding
+        request = self._compiled.create_infer_request()
+        batch_size = min(batch_size, 8)  # as _OpenVINORunner: larger batches were no faster on CPU
+        starts = range(0, len(texts), batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="Batches")
+        for start in starts:
+            rows = order[start:start + batch_size]
+            tokens = self._tokenizer.encode_batch([texts[i] for i in rows])
+            ids = np.asarray([t.ids for t in tokens], dtype=np.int64)
+            mask = np.asarray([t.attention_mask for t in tokens], dtype=np.int64)
+            hidden = request.infer({"input_ids": ids, "attention_mask": mask})[0]  # (B, T, D)
+            weights = mask[..., None].astype(np.float32)
+            out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def _export_key(source: str) -> str | None:
+    """What the exported copy of the model at `source` is valid for: every file of the model directory
+    (path, size, modification time: a changed or replaced weights file changes it) and the versions of
+    the libraries that made and read it. None for a hub name (no local files to key on)."""
+    path = Path(source)
+    if not path.is_dir():
+        return None
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    versions = []
+    for dist in ("torch", "transformers", "sentence-transformers", "openvino", "tokenizers"):
+        try:
+            versions.append(metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            return None  # a library missing: no copy is made or read
+    stats = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    key = json.dumps([str(path.resolve()), stats, versions, _EXPORT_FORMAT])
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _export_dir(key: str) -> Path:
+    return cache_dir() / "exported" / key
+
+
+def _load_exported(canonical: str, source: str) -> QueryEncoder | None:
+    """The exported copy of `source` when one was written and checked for exactly these files and
+    library versions, else None (the caller loads the reference)."""
+    key = _export_key(source)
+    if key is None:
+        return None
+    directory = _export_dir(key)
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text("utf-8"))
+        if manifest.get("key") != key or manifest.get("format") != _EXPORT_FORMAT or \
+                (directory / "model.bin").stat().st_size != manifest["bin_size"]:
+            return None
+        return QueryEncoder(canonical, None, "fp32", _ExportedRunner(directory, manifest))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    except Exception as err:  # OpenVINO refused the files: the reference still answers
+        warnings.warn(f"query encoder {canonical!r}: the exported copy in {directory} cannot run ({err}); "
+                      "using torch", stacklevel=3)
+        return None
+
+
+def _export(reference: QueryEncoder, source: str) -> Path | None:
+    """Write the exported copy of `reference` (the fp32 torch encoder loaded from `source`), keep it only
+    if it gives the reference's vectors on `_PROBES`; its directory, or None when no copy is made.
+    Written in a scratch directory and renamed into place: a crash or a failed check leaves none."""
+    ov = _openvino()
+
+    key = _export_key(source)
+    model = reference._model
+    if key is None or model is None or reference.backend != "fp32":
+        return None
+    target = _export_dir(key)
+    if (target / "manifest.json").is_file():
+        return target
+    _check_mean_pooled(model)
+    tokenizer = model.tokenizer
+    if not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token_id is None:
+        raise RegistryError(f"the tokenizer of {source} is not a fast tokenizer with a padding token")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        staged = Path(scratch) / "export"
+        ov.save_model(_convert(model), str(staged / "model.xml"), compress_to_fp16=False)  # fp32: the reference
+        (staged / "tokenizer.json").write_text(tokenizer.backend_tokenizer.to_str(), "utf-8")
+        weights = sorted(Path(source).rglob("*.safetensors")) or sorted(Path(source).rglob("*.bin"))
+        manifest = {"format": _EXPORT_FORMAT, "key": key, "source": str(source), "encoder": reference.name,
+                    "dim": reference.dim, "max_length": int(model.max_seq_length),
+                    "pad_id": int(tokenizer.pad_token_id), "pad_token": str(tokenizer.pad_token),
+                    "bin_size": (staged / "model.bin").stat().st_size,
+                    "weights_sha256": {p.name: _sha256(p) for p in weights}}
+        # no compiled blob while checking: OpenVINO keys it by the path, and this one is renamed
+        copy = QueryEncoder(reference.name, None, "fp32", _ExportedRunner(staged, manifest, cache=False))
+        gap = max(float(np.abs(copy.encode(batch) - reference.encode(batch)).max())
+                  for batch in (_PROBES, _PROBES[2:3]))  # padded in a batch, and alone as a route encodes
+        if not gap <= _EXPORT_TOLERANCE:
+            raise RegistryError(f"the exported copy of {source} differs from torch by {gap:.2e} (allowed "
+                                f"{_EXPORT_TOLERANCE:.0e}): not kept")
+        manifest["probe_max_difference"] = gap
+        (staged / "manifest.json").write_text(json.dumps(manifest, indent=2), "utf-8")
+        try:
+            os.replace(staged, target)
+        except OSError:
+            if not (target / "manifest.json").is_file():  # lost a race to another process: fine
+                raise
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None,
-                       backend: str | None = None) -> QueryEncoder:
+                       backend: str | None = None, exported: bool = False) -> QueryEncoder:
     """Load (once per process and precision) the encoder called `name`: a known name, a hub name
-    or a path; `backend` as in `resolve_backend`."""
+    or a path; `backend` as in `resolve_backend`.
+
+    `exported=True` (a few texts in a fresh process: `registry route`): when the backend is fp32 on CPU,
+    answer from the exported fp32 copy of the model (`_ExportedRunner`: no torch import) if one was
+    written and checked for these weights and library versions; else load the reference and write the
+    copy for the next process (once: seconds), falling back silently to the reference if that fails.
+    $LOCUS_QUERY_EXPORT=0 turns it off."""
     canonical = canonical_encoder_name(name)
     asked_auto = (backend or os.environ.get(BACKEND_ENV)) == "auto"
     backend = resolve_backend(backend, device)
+    if exported and backend == "fp32" and (device in (None, "cpu")) and os.environ.get(EXPORT_ENV) != "0":
+        return _load_or_export(name, canonical)
     key = (canonical, device or "", backend)
     if key in _LOADED:
         return _LOADED[key]
@@ -345,6 +550,29 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
         if key not in _LOADED:
             _LOADED[key] = _load(name, canonical, device, backend, asked_auto)
         return _LOADED[key]
+
+
+def _load_or_export(name: str, canonical: str) -> QueryEncoder:
+    key = (canonical, "", "fp32-exported")
+    if key in _LOADED:
+        return _LOADED[key]
+    if (canonical, "", "fp32") in _LOADED:  # the reference is loaded in this process already: nothing to save
+        return _LOADED[(canonical, "", "fp32")]
+    source = resolve_encoder_source(name)
+    with _LOADING:
+        if key not in _LOADED:
+            found = _load_exported(canonical, source)
+            if found is not None:
+                _LOADED[key] = found
+        if key in _LOADED:
+            return _LOADED[key]
+    reference = load_query_encoder(name, backend="fp32")  # outside the lock: it takes the lock itself
+    try:
+        _export(reference, source)
+    except Exception as err:  # a model OpenVINO cannot convert, a full disk, a failed check
+        warnings.warn(f"query encoder {canonical!r}: no exported copy ({err}); the next route loads torch again",
+                      stacklevel=3)
+    return reference  # and this process keeps it (the reference is now loaded: see above)
 
 
 def _load(name: str, canonical: str, device: str | None, backend: str, asked_auto: bool) -> QueryEncoder:

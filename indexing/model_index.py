@@ -22,6 +22,7 @@ index holds the table id most models carry: after a refit every model carries th
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -30,13 +31,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from indexing.errors import InputError, NotFoundError, RegistryError
-from indexing.home import as_path, generation, transaction_open, write_text_atomic
+from indexing.home import as_path, generation, is_remote, transaction_open, write_text_atomic
 from indexing.vector_index import METRICS, VectorIndex
 
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["ModelIndex", "METRICS", "VECTOR_KINDS"]
+__all__ = ["ModelIndex", "SavedEvaluations", "METRICS", "VECTOR_KINDS"]
 
 # vector kind -> (column of the models table, column naming what made it)
 VECTOR_KINDS = {"locus": ("vector", "encoder_id"), "fingerprint": ("fingerprint", "table_id")}
@@ -254,3 +255,130 @@ class ModelIndex:
             if name not in rows or not np.allclose(self.vectors[i], rows[name][column]):
                 problems.append(f"index vector of {name!r} differs from the table")
         return problems
+
+
+# ------------------------------------------------------------------ the evaluations a search refines with
+_EVALS = "evaluations"  # <home>/index/evaluations.json, evaluations-<generation>.{codes,scores}.npy
+_EVALS_MAX_ROWS = 20_000_000  # beyond this (~240 MB saved), a refining search reads LanceDB as before
+
+
+def _token_id(token: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+class SavedEvaluations:
+    """The evaluations table as a fingerprint search from a model name reads it (each model's query ids
+    and scores, and each query's task), saved beside the index for one generation of the store.
+
+    That search re-ranks its nearest by agreement on shared queries, which read the evaluations table:
+    importing LanceDB for it cost `registry search` half a second. The first such search after a write
+    reads the table once and saves this; later ones, while the generation token is the same (no
+    transaction finished since, none open), read only the rows of the models asked for, memory-mapped.
+    Local homes only (an s3 home reads LanceDB as before)."""
+
+    def __init__(self, models: list[str], starts: np.ndarray, codes: np.ndarray, scores: np.ndarray,
+                 query_ids: list, tasks: list) -> None:
+        self._at = {m: i for i, m in enumerate(models)}
+        self._starts, self._codes, self._scores = starts, codes, scores
+        self._query_ids = np.asarray(query_ids, dtype=object)
+        self._tasks = tasks
+
+    def read(self, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(model, query_id, score) arrays of these models' evaluations, each model's in table order
+        (as `registry.catalog.rows.read_evaluations` returns them)."""
+        owners, codes, scores = [], [], []
+        for name in dict.fromkeys(names):
+            i = self._at.get(name)
+            if i is None:
+                continue
+            lo, hi = int(self._starts[i]), int(self._starts[i + 1])
+            owners.append(np.full(hi - lo, name, dtype=object))
+            codes.append(np.asarray(self._codes[lo:hi]))
+            scores.append(np.asarray(self._scores[lo:hi], dtype=np.float64))
+        if not owners:
+            return np.zeros(0, dtype=object), np.zeros(0, dtype=object), np.zeros(0, dtype=np.float64)
+        return np.concatenate(owners), self._query_ids[np.concatenate(codes)], np.concatenate(scores)
+
+    def task_of(self) -> dict:
+        """query id -> task (None where the table has none)."""
+        return dict(zip(self._query_ids.tolist(), self._tasks))
+
+    @classmethod
+    def load(cls, home: Path) -> "SavedEvaluations | None":
+        """The saved evaluations when provably current (as `ModelIndex._load_current`), else None."""
+        if is_remote(home) or transaction_open(home):
+            return None
+        directory = Path(home) / _INDEX_DIR
+        try:
+            meta = json.loads((directory / f"{_EVALS}.json").read_text())
+            token = generation(home)
+            if token is None or meta.get("generation") != token or meta.get("format") != _FORMAT:
+                return None
+            stem = f"{_EVALS}-{_token_id(token)}"
+            codes = np.load(directory / f"{stem}.codes.npy", mmap_mode="r", allow_pickle=False)
+            scores = np.load(directory / f"{stem}.scores.npy", mmap_mode="r", allow_pickle=False)
+            starts = np.asarray(meta["starts"], dtype=np.int64)
+            if len(codes) != len(scores) or len(codes) != starts[-1] or len(starts) != len(meta["models"]) + 1:
+                return None
+            return cls(meta["models"], starts, codes, scores, meta["query_ids"], meta["tasks"])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return None
+
+    @classmethod
+    def from_store(cls, store: "Store") -> "SavedEvaluations | None":
+        """Read the evaluations and query tasks of `store` and save them for its current generation
+        (when no transaction is open and the table is not too large to); None when not saved."""
+        import pyarrow.compute as pc
+
+        from indexing.store import EVALUATIONS, QUERIES
+
+        home = store.home
+        token = generation(home)
+        if is_remote(home) or token is None or transaction_open(home):
+            return None
+        if store.count(EVALUATIONS) > _EVALS_MAX_ROWS:
+            return None
+        table = store.read(EVALUATIONS, ["model", "query_id", "score"])
+        queries = store.read(QUERIES, ["query_id", "task"])
+        model = pc.dictionary_encode(table.column("model")).combine_chunks()
+        owner = model.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        names = model.dictionary.to_pylist()
+        query_ids = list(dict.fromkeys(queries.column("query_id").to_pylist()))
+        tasks_of = dict(zip(queries.column("query_id").to_pylist(), queries.column("task").to_pylist()))
+        evaluated = pc.dictionary_encode(table.column("query_id")).combine_chunks()
+        extra = [q for q in evaluated.dictionary.to_pylist() if q not in tasks_of]  # an orphan evaluation
+        query_ids += extra
+        position = {q: i for i, q in enumerate(query_ids)}
+        remap = np.asarray([position[q] for q in evaluated.dictionary.to_pylist()], dtype=np.int64)
+        codes = remap[evaluated.indices.to_numpy(zero_copy_only=False).astype(np.int64)] if len(remap) else \
+            np.zeros(0, dtype=np.int64)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[order] = np.arange(len(names))
+        grouped = np.argsort(rank[owner], kind="stable")  # by model name; each model's rows in table order
+        counts = np.bincount(rank[owner], minlength=len(names))
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        codes = codes[grouped].astype(np.int32 if len(query_ids) < 2**31 else np.int64)
+        scores = table.column("score").to_numpy(zero_copy_only=False).astype(np.float64)[grouped]
+        tasks = [tasks_of.get(q) for q in query_ids]
+        ordered = [names[i] for i in order]
+        directory = home / _INDEX_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        # the arrays under the generation's own name (two searches saving the same generation write the
+        # same bytes), the metadata naming that generation last: a crash or a race leaves files that the
+        # next search sees to be stale, never one generation's codes with another's scores
+        stem = f"{_EVALS}-{_token_id(token)}"
+        for suffix, array in (("codes", codes), ("scores", scores)):
+            scratch = directory / f"{stem}.{suffix}.tmp{os.getpid()}.npy"
+            np.save(scratch, array, allow_pickle=False)
+            os.replace(scratch, directory / f"{stem}.{suffix}.npy")
+        for old in directory.glob(f"{_EVALS}-*.npy"):  # earlier generations'
+            if not old.name.startswith(stem + "."):
+                old.unlink(missing_ok=True)
+        write_text_atomic(directory / f"{_EVALS}.json",
+                          json.dumps({"format": _FORMAT, "generation": token, "models": ordered,
+                                      "starts": starts.tolist(), "query_ids": query_ids, "tasks": tasks}),
+                          fsync=False)
+        return cls(ordered, starts, codes, scores, query_ids, tasks)

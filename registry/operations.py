@@ -55,6 +55,12 @@ class StoreView:
 
         return active_encoder(self.store)
 
+    def predictor(self):
+        """The active encoder with only what a route reads: the predictor G, in numpy (no torch import)."""
+        from registry.catalog.embedding import active_predictor
+
+        return active_predictor(self.store)
+
     def index(self, by: str = "locus"):
         """The index of one vector kind with the models' records (registry.analytics.search.EmbeddedModels)."""
         from registry.analytics.search import open_index
@@ -105,7 +111,8 @@ class StoreView:
     def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
         from encoder.query_encoder import load_query_encoder
 
-        return load_query_encoder(encoder).encode(texts, progress=False)
+        # a few texts (a route) in a fresh process: the exported copy, no torch import (encoder.query_encoder)
+        return load_query_encoder(encoder, exported=not bulk).encode(texts, progress=False)
 
     # ----------------------------------------------------------------------------- names
     def resolve(self, name: Any) -> Any:
@@ -231,7 +238,7 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     by = canonical_by(by)
     exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
     models = view.index("locus")
-    active = view.active()
+    active = view.predictor()
     rows = candidate_rows(models, active, exclude, where)
     phi, encoded = view.query_vectors(active.query_encoder, texts)  # (Q, D)
     prints = view.fingerprints() if fallback and by != "locus" else None

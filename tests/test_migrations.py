@@ -84,7 +84,8 @@ def test_migrate_is_idempotent(old_home):
 
 
 def test_a_crash_inside_the_migration_leaves_a_usable_format_1_home(old_home, monkeypatch):
-    from registry import Registry, fingerprint_store
+    from registry import Registry
+    from registry.catalog import fingerprint_store
 
     before = _rows(old_home, MODELS)
 

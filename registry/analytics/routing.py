@@ -77,7 +77,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks, from the
     fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS;
     in both, models embedded from fewer than `min_evals` evaluations come after the others."""
-    from encoder.inference import predict
+    from encoder.predictor import predict  # a numpy G (route) or a torch Locus (the service's)
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -95,7 +95,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = np.lexsort((row_names, -p[:, j])).tolist()  # most likely first, ties by name
+        order = _rank(p[:, j], row_names)  # most likely first, near-ties by name
         # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
         order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
         ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),
@@ -128,6 +128,20 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                                                              "well-evidenced models and so left out of this "
                                                              "ranking or its fallbacks")))
     return out
+
+
+TIE = 1e-6  # P(correct) closer than this rank as equal: the prediction's float32 noise is ~1e-7
+
+
+def _rank(p: np.ndarray, row_names: np.ndarray) -> list[int]:
+    """Indices of `p` most likely first; a run of candidates each within TIE of the next ranks by name.
+    Two models with all but equal embeddings (a mirror, a new endpoint of one model) get P(correct)
+    a rounding apart, and which is ahead then depended on how the products were summed (torch's G or
+    numpy's, one CPU's kernels or another's): by name, the ranking is the same whichever computed it."""
+    order = np.lexsort((row_names, -p))
+    col = p[order].astype(np.float64)
+    group = np.concatenate([[0], np.cumsum(col[:-1] - col[1:] >= TIE)])
+    return order[np.lexsort((row_names[order], group))].tolist()
 
 
 def _by_fingerprint(by: str | None, prints, top: str) -> bool:

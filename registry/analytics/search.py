@@ -284,14 +284,14 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
         return _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                      metadata=models.records[name].metadata(), **_evidence(models, name))
                            for name, dist in hits], thin, k, left_out)
-    store = open_store()
-    agreement = _agreement(store, query, [name for name, _ in hits])
+    evals = _evaluations(models, open_store)
+    agreement = _agreement(evals, query, [name for name, _ in hits])
     ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(), agreement_kappa=agreement[name][0],
                                  shared_queries=agreement[name][1], **_evidence(models, name))
                        for name, dist in ranked], thin, k, left_out)
-    behaviour = _behaviour_distances(store, models, query, [hit.name for hit in kept])
+    behaviour = _behaviour_distances(evals, models, query, [hit.name for hit in kept])
     return [hit.model_copy(update={"behaviour_distance": behaviour.get(hit.name)}) for hit in kept]
 
 
@@ -345,15 +345,67 @@ def _as_store(store: "Store | str | Path") -> "Store":
     return store if isinstance(store, Store) else Store(store, create=False)  # Store handles s3:// too
 
 
-def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[float | None, int]]:
-    """name -> (task_kappa with `query`, shared queries), from the evaluations of these models only."""
-    from indexing.store import QUERIES
-    from registry.analytics.audit_stats import task_kappa
-    from registry.catalog.rows import read_evaluations
+class _StoreEvaluations:
+    """`SavedEvaluations`' reads, from the store itself (an s3 home, a transaction open, a large table)."""
 
-    models, qids, scores = read_evaluations(store, [query, *names])
-    tasks = store.read(QUERIES, ["query_id", "task"])
-    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    def __init__(self, store: "Store") -> None:
+        self.store, self.home = store, store.home
+
+    def read(self, names: list[str]):
+        from registry.catalog.rows import read_evaluations
+
+        return read_evaluations(self.store, names)
+
+    def task_of(self) -> dict:
+        from indexing.store import QUERIES
+
+        tasks = self.store.read(QUERIES, ["query_id", "task"])
+        return dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+
+    def active_encoder(self) -> str | None:
+        return self.store.config.get("active_encoder")
+
+
+class _SavedEvaluations:
+    """The evaluations saved beside the index (`indexing.model_index.SavedEvaluations`) for the home."""
+
+    def __init__(self, saved, home: Path) -> None:
+        self.read, self.task_of, self.home = saved.read, saved.task_of, home
+
+    def active_encoder(self) -> str | None:
+        import json
+
+        return json.loads((self.home / "config.json").read_text("utf-8")).get("active_encoder")
+
+
+def _evaluations(models: EmbeddedModels, open_store: "Callable[[], Store]"):
+    """What a refining search reads the evaluations from: the copy saved beside the index when it is
+    of the store's current generation (no LanceDB import: `registry search` answers at once), else the
+    store, saving that copy for the next search (see `SavedEvaluations`)."""
+    from indexing.errors import RegistryError as _Error
+    from indexing.model_index import SavedEvaluations
+
+    home = models.index.home
+    saved = SavedEvaluations.load(home)
+    if saved is None:
+        store = open_store()
+        try:
+            saved = SavedEvaluations.from_store(store)
+        except (OSError, _Error):  # a read-only home, a full disk: read the store as before
+            saved = None
+        if saved is None:
+            return _StoreEvaluations(store)
+    return _SavedEvaluations(saved, home)
+
+
+def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | None, int]]:
+    """name -> (task_kappa with `query`, shared queries), from the evaluations of these models only."""
+    from registry.analytics.audit_stats import task_kappa
+
+    models, qids, scores = evals.read([query, *names])
+    if not len(models):
+        raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
+    task_of = evals.task_of()
     q_pos = {q: i for i, q in enumerate(sorted(set(qids.tolist())))}
     _, task = np.unique(np.asarray([str(task_of.get(q)) for q in q_pos], dtype=object).astype(str), return_inverse=True)
 
@@ -367,22 +419,20 @@ def _agreement(store: "Store", query: str, names: list[str]) -> dict[str, tuple[
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _behaviour_distances(store: "Store", models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
+def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
     """name -> expected disagreement with `query` over the item table's probe queries of the tasks both
     were evaluated on (`ItemTable.behaviour_distances`), from the fingerprints in the index (theta is the
     stored identity vector un-whitened); empty when the index's item table is not the active one."""
-    from indexing.store import QUERIES
     from registry.catalog.fingerprint_store import load_item_table
-    from registry.catalog.rows import read_evaluations
 
-    table = load_item_table(store)
+    active = evals.active_encoder()
+    table = load_item_table(evals, active) if active else None  # reads only files under evals.home
     if table is None or table.table_id != models.index.encoder_id:
         return {}
     every = [query, *names]
     thetas = np.linalg.solve(table._whiten.T, np.stack([models.vector(n) for n in every]).astype(np.float64).T).T
-    owners, qids, _ = read_evaluations(store, every)
-    tasks = store.read(QUERIES, ["query_id", "task"])
-    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+    owners, qids, _ = evals.read(every)
+    task_of = evals.task_of()
     held: dict[str, set] = {n: set() for n in every}
     for owner, q in zip(owners.tolist(), qids.tolist()):
         held[owner].add(task_of.get(q) or "")

@@ -148,18 +148,30 @@ def active_encoder(store: Store, encoder_id: str | None = None) -> ActiveEncoder
     """The checkpoint named by the home's config (or `encoder_id`), loaded and verified."""
     from encoder.checkpoint import load_checkpoint
 
+    return _load_active(store, encoder_id, load_checkpoint)
+
+
+def active_predictor(store: Store, encoder_id: str | None = None) -> ActiveEncoder:
+    """`active_encoder` with the predictor G in numpy (`encoder.predictor`) in place of the torch Locus:
+    a route reads only G, and importing torch cost a cold `registry route` about a second. The checkpoint
+    is verified alike (its id recomputed from its contents)."""
+    from encoder.predictor import load_predictor
+
+    return _load_active(store, encoder_id, load_predictor)
+
+
+def _load_active(store: Store, encoder_id: str | None, load) -> ActiveEncoder:
     encoder_id = encoder_id or store.config.get("active_encoder")
     if not encoder_id:
         raise RegistryError("no active encoder: run `registry train` first")
     directory = _encoders_dir(store) / encoder_id
     if not directory.is_dir():
         raise RegistryError(f"encoder {encoder_id} is not in {_encoders_dir(store)}")
-    locus, config, loaded_id = load_checkpoint(directory)
+    model, config, loaded_id = load(directory)
     if loaded_id != encoder_id:
         raise RegistryError(f"checkpoint in {directory} has id {loaded_id}, not {encoder_id}")
     info = json.loads((directory / "training.json").read_text("utf-8"))
-    return ActiveEncoder(encoder_id, locus, config, info["query_encoder"], directory)
-
+    return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory)
 
 def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
     """Per model, the evaluations its embedding is built from: all, or a seeded sample of

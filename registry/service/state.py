@@ -212,6 +212,9 @@ class WarmState(StoreView):
     def active(self):
         return self.snapshot().require_active()
 
+    def predictor(self):
+        return self.active()  # the loaded torch Locus (on the service's device) reads G as well
+
     def index(self, by: str = "locus"):
         snap = self.snapshot()
         if by == "fingerprint":
@@ -337,6 +340,8 @@ class _FromMemory(StoreView):
 
     def active(self):
         return self._snap.active
+
+    predictor = active
 
     def index(self, by: str = "locus"):
         if by == "fingerprint" and self._snap.prints is not None:
