@@ -10,17 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import own_evaluations, synthetic_registry, write_triple
+from helpers import POOL_TRAINED, own_evaluations, write_triple
 from registry import InputError, NotFoundError, Registry, RegistryError
 
 
 @pytest.fixture(scope="module")
-def trained_home(tmp_path_factory) -> Path:
+def trained_home(synthetic_home) -> Path:
     """A synthetic registry with a (briefly) trained encoder and every model embedded."""
-    home = tmp_path_factory.mktemp("catalog") / "home"
-    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=2)
-    return home
+    return synthetic_home("catalog", **POOL_TRAINED)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from registry.limits import MAX_QUERY_CHARS
 
 from helpers import stored_texts, synthetic_registry
-from service_harness import TOKEN, Server, copy_home
+from service_harness import TOKEN, Server, copy_home, serving_copy
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,8 @@ def texts(base_home) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def server(base_home, tmp_path_factory):
-    home = copy_home(base_home, tmp_path_factory.mktemp("shared-server") / "home")
-    srv = Server(home, extra=("--max-body-mb", "1"))
-    yield srv
-    srv.stop()
+    with serving_copy(base_home, tmp_path_factory.mktemp("shared-server"), extra=("--max-body-mb", "1")) as srv:
+        yield srv
 
 
 def _evals(texts, n: int, offset: int = 0, score=lambda i: i % 2) -> list[dict]:
