@@ -1,9 +1,9 @@
 """Issue 23: what a fuzzer, a race and a hostile web page do to `registry serve` and the store.
 
-One small trained registry is built per module; each server test works on its own copy. Everything
-here is bounded (few examples, few restarts, a soak of ~20 s unless $LOCUS_SOAK_SECONDS says more: the
-soak asserts that no acknowledged write is lost or numbered twice across kills, which a few kills show as
-well as many; set it to 600 for a longer hunt).
+One small trained registry (helpers.SMALL_TRAINED) serves the module; each server test works on its own
+copy. Everything here is bounded (few examples, few restarts, a soak of ~20 s unless $LOCUS_SOAK_SECONDS
+says more: the soak asserts that no acknowledged write is lost or numbered twice across kills, which a few
+kills show as well as many; set it to 600 for a longer hunt).
 """
 from __future__ import annotations
 
@@ -17,16 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import stored_texts, synthetic_registry
+from helpers import SMALL_TRAINED, stored_texts
 from service_harness import ROOT, TOKEN, Server, copy_home, serving_copy
 
 
 @pytest.fixture(scope="module")
-def base_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("hardening") / "base"
-    synthetic_registry(home, train_epochs=4, n_families=2, models_per_family=2, queries_per_task=12,
-                       tasks=("math", "law"), n_duplicates=0, seed=7)
-    return home
+def base_home(synthetic_home) -> Path:
+    return synthetic_home("hardening", **SMALL_TRAINED)
 
 
 @pytest.fixture(scope="module")

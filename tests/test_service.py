@@ -11,17 +11,14 @@ import pytest
 
 from registry.limits import MAX_QUERY_CHARS
 
-from helpers import stored_texts, synthetic_registry
+from helpers import SMALL_TRAINED, stored_texts
 from service_harness import TOKEN, Server, copy_home, serving_copy
 
 
 @pytest.fixture(scope="module")
-def base_home(tmp_path_factory) -> Path:
+def base_home(synthetic_home) -> Path:
     """A small synthetic registry, trained briefly, every model embedded (copied by each server)."""
-    home = tmp_path_factory.mktemp("service") / "base"
-    synthetic_registry(home, train_epochs=8, n_families=3, models_per_family=2, queries_per_task=16,
-                       tasks=("math", "law", "biology"), n_duplicates=1, seed=3)
-    return home
+    return synthetic_home("service", **SMALL_TRAINED)
 
 
 @pytest.fixture(scope="module")
