@@ -63,7 +63,6 @@ def synthetic_home(tmp_path_factory):
     return build
 
 
-
 @pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
     """The demo's synthetic pool, trained as `registry demo` trains it (150 epochs, no clock) and embedded:
