@@ -9,6 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # own LOCUS_CACHE): building one costs 20-60 s and ~180-870 MB under ~/.cache (encoder.query_encoder).
 os.environ.setdefault("LOCUS_QUERY_EXPORT", "0")
 
+import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -43,4 +44,44 @@ def pool_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("pool") / "home"
     synthetic_registry(home, n_families=3, models_per_family=3, queries_per_task=25,
                        tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=5)
+    return home
+
+
+@pytest.fixture(scope="session")
+def synthetic_home(tmp_path_factory):
+    """`synthetic_home(name, **options)`: the home of `helpers.synthetic_registry(home, **options)`, a copy
+    of its own for the caller. Each recipe (the same options) is imported, trained and embedded once per
+    session: the modules that ask for one recipe share that work, yet each gets a fresh home it may write to."""
+    from helpers import synthetic_registry
+
+    built: dict[tuple, Path] = {}
+
+    def build(name: str, **options) -> Path:
+        key = tuple(sorted(options.items()))
+        if key not in built:
+            built[key] = tmp_path_factory.mktemp("recipe") / "home"
+            synthetic_registry(built[key], **options)
+        return shutil.copytree(built[key], tmp_path_factory.mktemp(name) / "home")
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory) -> Path:
+    """The demo's synthetic pool, trained as `registry demo` trains it (150 epochs, no clock) and embedded:
+    the expensive part of the demo, done once per session. Read it, or copy it to write."""
+    import tempfile
+
+    from encoder.training import TrainConfig
+    from registry import Registry
+    from registry.lab.demo import DEMO_ENCODER, DEMO_POOL
+    from registry.lab.synthetic import synthetic_pool
+
+    home = tmp_path_factory.mktemp("demo") / "home"
+    reg = Registry.open(home)
+    reg.set_query_encoder(DEMO_ENCODER)
+    with tempfile.TemporaryDirectory() as scratch:
+        reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
+    reg.train(config=TrainConfig(epochs=150))
+    reg.embed_all()
     return home

@@ -35,6 +35,18 @@ def write_triple(directory: Path, *, queries=QUERIES, models=MODELS, evals=None)
     return directory
 
 
+# Recipes for synthetic_registry that several modules share (conftest's synthetic_home builds each once
+# per session). A test relies only on what the comment of its recipe promises.
+# Two families of three sizes (6 models: syn-synfam{0,1}-{1,7,13}b), 3 tasks x 15 queries, no duplicate.
+SMALL_TRAINED = dict(train_epochs=10, n_families=2, models_per_family=3, queries_per_task=15,
+                     tasks=("math", "law", "code"), n_duplicates=0, seed=3)
+# Three families of three sizes (syn-synfam{0,1,2}-{1,7,13}b), 4 tasks x 25 queries, every model scored on
+# every query; with one near-duplicate of a model (POOL_TRAINED) or none (POOL_TRAINED_NO_COPY).
+POOL_TRAINED = dict(train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
+                    tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=3)
+POOL_TRAINED_NO_COPY = {**POOL_TRAINED, "n_duplicates": 0}
+
+
 def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_options):
     """A registry of a synthetic pool, query encoder MiniLM; trained and embedded when
     `train_epochs` is given."""

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -87,3 +89,14 @@ class Server:
 def copy_home(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     return target
+
+
+@contextmanager
+def serving_copy(base: Path, where: Path, **options) -> Iterator[Server]:
+    """A Server (`options` as Server takes them) on a copy of `base` made in `where`, stopped on exit:
+    the server writes to its own home, never to a home other tests copy from."""
+    srv = Server(copy_home(base, where / "home"), **options)
+    try:
+        yield srv
+    finally:
+        srv.stop()

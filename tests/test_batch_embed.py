@@ -1,6 +1,6 @@
 """`registry embed --all --engine ray`: the same vectors as the single process, written through the
 registry's transaction; without Ray, a message that says how to install it. One tiny synthetic registry
-(6 models, 30 queries); the Ray test starts one local cluster (2 workers) and shuts it down."""
+(6 models, 45 queries); the Ray test starts one local cluster (2 workers) and shuts it down."""
 from __future__ import annotations
 
 import builtins
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry
+from helpers import SMALL_TRAINED
 from indexing.home import GENERATION_FILE
 from indexing.store import EVALUATIONS, MODELS, VERSIONS
 from registry import Registry
@@ -25,11 +25,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe", "ignore
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("batch") / "home"
-    synthetic_registry(home, train_epochs=3, n_families=2, models_per_family=3, queries_per_task=10,
-                       tasks=("math", "law", "code"), n_duplicates=0, seed=3)
-    return home
+def tiny(synthetic_home) -> Path:
+    return synthetic_home("batch", **SMALL_TRAINED)
 
 
 def run(home: Path, *args: str, code: int = 0):

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import own_evaluations, synthetic_registry, write_triple
+from helpers import POOL_TRAINED_NO_COPY, own_evaluations, write_triple
 from registry import InputError, Registry
 from registry.evidence import MIN_EVALS, ThinEvidenceWarning, demote_thin
 
@@ -24,12 +24,9 @@ N_THIN = 2
 
 
 @pytest.fixture(scope="module")
-def pool_home(tmp_path_factory) -> Path:
+def pool_home(synthetic_home) -> Path:
     """A trained synthetic pool whose models all hold 100 evaluations (above the minimum)."""
-    home = tmp_path_factory.mktemp("evidence") / "pool"
-    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=0, seed=4)
-    return home
+    return synthetic_home("evidence", **POOL_TRAINED_NO_COPY)
 
 
 @pytest.fixture(scope="module")

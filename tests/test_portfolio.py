@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from cli.portfolio import parse_budget
-from helpers import synthetic_registry
+from helpers import POOL_TRAINED
 from registry import InputError, Registry, RegistryError
 from registry.analytics.portfolio import (PortfolioSpace, coverage, greedy_budget, kcenter, kmedoids, pairwise_distances,
                                 random_feasible, rbf_kernel)
@@ -120,12 +120,9 @@ def test_parse_budget():
 
 # ------------------------------------------------------------- on a trained synthetic registry
 @pytest.fixture(scope="module")
-def trained_home(tmp_path_factory) -> Path:
+def trained_home(synthetic_home) -> Path:
     """10 synthetic models (3 families x 3 sizes + a near-duplicate), encoder briefly trained."""
-    home = tmp_path_factory.mktemp("portfolio") / "home"
-    synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=3)
-    return home
+    return synthetic_home("portfolio", **POOL_TRAINED)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ The convention (README.md's last paragraph points here):
   set-up itself and the test command (this test runs inside it).
 - Blocks run in order, in one bash session (a variable exported by one block is there for the next,
   as in a terminal), in a scratch directory standing in for the repository root after the two
-  commands: ``locus-demo/`` is a demo home built once for this module by ``registry demo``, and
+  commands: ``locus-demo/`` is a demo home built by ``registry demo`` (on a copy of conftest's
+  ``demo_home``, the demo's pool already trained as the demo trains it, so that the session trains the
+  demo's encoder once; ``registry demo`` then imports, embeds and tours as it does for a newcomer), and
   ``.venv/bin/activate`` puts ``registry`` and ``python`` (the interpreter running these tests, with
   this tree first on PYTHONPATH) on PATH. Directories holding another ``registry`` are taken off PATH
   first, so a block that forgets to activate fails here as it would for a newcomer.
@@ -44,7 +46,6 @@ RUNNABLE = ("bash", "console", "python")
 LABELS = (*RUNNABLE, "text")
 SKIP = re.compile(r"^<!--\s*readme-test:\s*skip\b")
 FENCE = re.compile(r"^```(\S*)\s*$")
-DEMO_EPOCHS = 40  # the tour's commands work on any trained encoder; the demo's own output is tested in test_cli
 RUN_TIMEOUT = 1500  # seconds for all the blocks together (a busy 2-core machine; the service starts in ~20-60 s)
 
 
@@ -177,17 +178,18 @@ def _driver(blocks: list[Block], out: Path, port: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def readme_run(tmp_path_factory):
+def readme_run(tmp_path_factory, demo_home):
     """The demo home, then every README block in one session; per block: (failed commands, output)."""
     work = tmp_path_factory.mktemp("readme")
     out = work / ".readme-test"
     out.mkdir()
     _venv(work)
     env = _environment()
-    demo = subprocess.run([str(work / ".venv/bin/registry"), "demo", "--epochs", str(DEMO_EPOCHS)], cwd=work,
+    shutil.copytree(demo_home, work / "locus-demo")  # trained already: `registry demo` keeps the active encoder
+    demo = subprocess.run([str(work / ".venv/bin/registry"), "demo"], cwd=work,
                           env=env, capture_output=True, text=True, timeout=1200)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
-    assert (work / "locus-demo" / "config.json").is_file()
+    assert (work / "locus-demo" / "config.json").is_file() and "training the LOCUS encoder" not in demo.stdout
     port = free_port()
     (out / "driver.sh").write_text(_driver(RUN, out, port))
     proc = subprocess.Popen(["bash", str(out / "driver.sh")], cwd=work, env=env, start_new_session=True)

@@ -13,17 +13,14 @@ from pathlib import Path
 import pytest
 
 from registry import Registry
-from helpers import synthetic_registry
+from helpers import SMALL_TRAINED
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def trained_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("reliability") / "home"
-    synthetic_registry(home, train_epochs=5, n_families=2, models_per_family=3, queries_per_task=20,
-                       tasks=("math", "law", "code"), n_duplicates=0, seed=4)
-    return home
+def trained_home(synthetic_home) -> Path:
+    return synthetic_home("reliability", **SMALL_TRAINED)
 
 
 def _evals_file(reg: Registry, model: str, path: Path) -> Path:

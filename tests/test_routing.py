@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import synthetic_registry
+from helpers import POOL_TRAINED_NO_COPY
 
 from cli.main import cli
 from registry import InputError, NotFoundError, Registry, RegistryError
@@ -17,11 +17,9 @@ NEW_TEXT = "Write a Python function that counts the vowels in a string in linear
 
 
 @pytest.fixture(scope="module")
-def reg(tmp_path_factory) -> Registry:
+def reg(synthetic_home) -> Registry:
     """A synthetic registry with a briefly trained encoder, all embedded. Routing only reads."""
-    home = tmp_path_factory.mktemp("routing") / "home"
-    return synthetic_registry(home, train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
-                              tasks=TASKS, n_duplicates=0, seed=3)
+    return Registry.open(synthetic_home("routing", **POOL_TRAINED_NO_COPY))
 
 
 @pytest.fixture(scope="module")

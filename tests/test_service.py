@@ -11,17 +11,14 @@ import pytest
 
 from registry.limits import MAX_QUERY_CHARS
 
-from helpers import stored_texts, synthetic_registry
-from service_harness import TOKEN, Server, copy_home
+from helpers import SMALL_TRAINED, stored_texts
+from service_harness import TOKEN, Server, copy_home, serving_copy
 
 
 @pytest.fixture(scope="module")
-def base_home(tmp_path_factory) -> Path:
+def base_home(synthetic_home) -> Path:
     """A small synthetic registry, trained briefly, every model embedded (copied by each server)."""
-    home = tmp_path_factory.mktemp("service") / "base"
-    synthetic_registry(home, train_epochs=8, n_families=3, models_per_family=2, queries_per_task=16,
-                       tasks=("math", "law", "biology"), n_duplicates=1, seed=3)
-    return home
+    return synthetic_home("service", **SMALL_TRAINED)
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +28,8 @@ def texts(base_home) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def server(base_home, tmp_path_factory):
-    home = copy_home(base_home, tmp_path_factory.mktemp("shared-server") / "home")
-    srv = Server(home, extra=("--max-body-mb", "1"))
-    yield srv
-    srv.stop()
+    with serving_copy(base_home, tmp_path_factory.mktemp("shared-server"), extra=("--max-body-mb", "1")) as srv:
+        yield srv
 
 
 def _evals(texts, n: int, offset: int = 0, score=lambda i: i % 2) -> list[dict]:

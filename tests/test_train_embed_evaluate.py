@@ -57,7 +57,16 @@ def test_same_seed_same_data_gives_the_same_checkpoint(home, tmp_path):
     assert first == second
 
 
-def test_evaluate_reports_every_method(home):
+def test_evaluate_reports_every_method(home, monkeypatch):
+    # What is checked is the report (every method, the split, the bounds), not LOCUS's quality: its
+    # encoder trains for 20 epochs, not the default schedule (early stopping after >= 100 epochs, often
+    # hundreds more). The command still goes CLI -> Registry.evaluate -> run_evaluation.
+    import registry.lab.evaluation as evaluation
+    from encoder.training import TrainConfig
+
+    real = evaluation.run_evaluation
+    short = TrainConfig(epochs=20, min_epochs=0, max_seconds=None)
+    monkeypatch.setattr(evaluation, "run_evaluation", lambda data, **kw: real(data, **{**kw, "train_config": short}))
     out = run(home, "evaluate", "--pool", "access == open", "--evals-per-model", "60", "--holdout-models", "2",
               "--onboard-evals", "16,60", "--json").output
     result = json.loads(out)
@@ -70,6 +79,7 @@ def test_evaluate_reports_every_method(home):
     oracle = result["routing_accuracy"]["oracle"]
     assert all(0.0 <= v <= oracle + 1e-9 for v in result["routing_accuracy"].values())
     assert set(result["onboarding"]) == {"16", "60"}
+    assert result["locus_stopped"] == "epochs"  # the short schedule was the one used
 
 
 def test_train_needs_enough_models(home):

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import synthetic_registry, write_triple
+from helpers import SMALL_TRAINED, write_triple
 from registry import InputError, Registry, RegistryError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,11 +31,8 @@ def _run(home: Path, *args: str, code: int = 0) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("ux") / "home"
-    synthetic_registry(home, train_epochs=10, n_families=2, models_per_family=3, queries_per_task=15,
-                       tasks=("math", "law", "code"), n_duplicates=0, seed=3)
-    return home
+def trained_home(synthetic_home) -> Path:
+    return synthetic_home("ux", **SMALL_TRAINED)
 
 
 @pytest.fixture
@@ -405,22 +402,9 @@ def test_clusters_figure_keeps_family_colours_for_families_and_runs_the_diagonal
 
 # ------------------------------------------------------------------------------------------- the demo
 @pytest.fixture(scope="module")
-def demo_registry(tmp_path_factory) -> Registry:
-    """The demo's synthetic pool, trained as `registry demo` trains it (150 epochs, no clock) and
-    embedded; built once for the demo tests of this module."""
-    import tempfile
-
-    from encoder.training import TrainConfig
-    from registry.lab.demo import DEMO_ENCODER, DEMO_POOL
-    from registry.lab.synthetic import synthetic_pool
-
-    reg = Registry.open(tmp_path_factory.mktemp("demo") / "h")
-    reg.set_query_encoder(DEMO_ENCODER)
-    with tempfile.TemporaryDirectory() as scratch:
-        reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
-    reg.train(config=TrainConfig(epochs=150))
-    reg.embed_all()
-    return reg
+def demo_registry(demo_home, tmp_path_factory) -> Registry:
+    """The demo's synthetic pool, trained as `registry demo` trains it (conftest's demo_home), on a copy."""
+    return Registry.open(shutil.copytree(demo_home, tmp_path_factory.mktemp("demo") / "h"))
 
 
 @pytest.mark.slow
