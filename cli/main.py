@@ -5,6 +5,7 @@ Heavy libraries (torch, sentence-transformers) are imported only by commands tha
 """
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -128,6 +129,21 @@ def cli(ctx: click.Context, home: Path | str | None, server: str | None, as_json
     ctx.obj["home"] = home
     ctx.obj["server"] = server
     ctx.obj["json"] = as_json
+    _show_waits()
+
+
+class _Stderr(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)  # the current stderr (click's test runner swaps it)
+
+
+def _show_waits() -> None:
+    """What the library logs for a user who waits (the query encoder's one-time torch-free copy) goes to stderr."""
+    logger = logging.getLogger("locus.encoder")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _keep(key: str):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -373,6 +374,7 @@ def _openvino_ir(model, source: str) -> Path:
 
 
 # ------------------------------------------------------------ the exported fp32 copy (a cold route)
+log = logging.getLogger("locus.encoder")  # progress a user waits for (the CLI prints it on stderr)
 EXPORT_ENV = "LOCUS_QUERY_EXPORT"  # "0": never build nor use the exported copy
 _EXPORT_FORMAT = 1
 _EXPORT_TOLERANCE = 1e-5  # largest difference allowed in any component of a unit vector, probes vs torch
@@ -566,6 +568,9 @@ def _load_or_export(name: str, canonical: str) -> QueryEncoder:
                 _LOADED[key] = found
         if key in _LOADED:
             return _LOADED[key]
+    # A first route waits for this once (tens of seconds): say so, on the logger the CLI shows on stderr.
+    log.info("query encoder %s: writing a torch-free copy for later routes (once, tens of seconds; "
+             "%s=0 turns it off)", canonical, EXPORT_ENV)
     reference = load_query_encoder(name, backend="fp32")  # outside the lock: it takes the lock itself
     try:
         _export(reference, source)

@@ -4,6 +4,7 @@ stale copy is never read, and never kept when its check fails."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -33,8 +34,17 @@ def cache(tmp_path_factory):
         mp.setenv("LOCUS_CACHE", str(directory))
         mp.delenv(qe.EXPORT_ENV, raising=False)
         mp.setattr(qe, "_LOADED", {})
-        first = qe.load_query_encoder(NAME, exported=True)
+        said = []
+        handler = logging.Handler()
+        handler.emit = lambda record: said.append(record.getMessage())
+        qe.log.addHandler(handler)
+        qe.log.setLevel(logging.INFO)
+        try:
+            first = qe.load_query_encoder(NAME, exported=True)
+        finally:
+            qe.log.removeHandler(handler)
         assert not first.exported and first.backend == "fp32"  # the reference answered, and wrote the copy
+        assert len(said) == 1 and "writing a torch-free copy" in said[0]  # the wait is announced, once
     return directory
 
 
