@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from registry.errors import RegistryError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from indexing.store import Store
     from registry.catalog.landing import Change
     from registry.results import ModelChange, RemoveResult, RestoreResult, RouteDecision, SearchResult
@@ -78,6 +78,8 @@ class StoreView:
     # ----------------------------------------------------------------------- query vectors
     def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
         """(len(texts), D) float32 vectors of these texts, and how many had to be encoded now."""
+        import numpy as np
+
         from registry.importers._common import text_hash
 
         hashes = [text_hash(t) for t in texts]
@@ -89,6 +91,8 @@ class StoreView:
         """Vectors by text hash for `wanted` (hash -> text, or None for a stored query's text): from the
         store's cache, the rest encoded now. Returns (all found, those encoded now); nothing is written.
         `bulk`: a write's many texts (the service encodes those apart from its routes)."""
+        import numpy as np
+
         found = self.store.cached_vectors(encoder, list(wanted))
         todo = [h for h in wanted if h not in found]
         encoded: dict[str, np.ndarray] = {}
@@ -195,12 +199,10 @@ def remove(view: StoreView, name: str) -> "RemoveResult":
 
 
 def restore(view: StoreView, name: str, version: int | None = None) -> "RestoreResult":
+    from registry.analytics.routing import check_int
     from registry.catalog.models import restore as restore_model
 
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        from registry.errors import InputError
-
-        raise InputError(f"version must be an integer of at least 1, not {version!r}", field="version")
+    version = None if version is None else check_int(version, "version", 1)
     return restore_model(view.store, view.resolve(name), version)
 
 
@@ -211,8 +213,10 @@ def similar(view: StoreView, query: "str | np.ndarray | Sequence[float]", *, k: 
     """The k nearest models to a model (itself excluded; an alias names its model) or to a LOCUS vector,
     nearest first (registry.analytics.search.search_result). `warm(by, query)`: an index the view holds loaded
     for this search, or None (search_result then opens the saved one)."""
-    from registry.evidence import MIN_EVALS, check_min_evals
+    import numpy as np
+
     from registry.analytics.search import search_result
+    from registry.evidence import MIN_EVALS, check_min_evals
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     query = view.resolve(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)

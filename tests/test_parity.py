@@ -127,6 +127,9 @@ def test_bad_input_is_refused_alike(both):
     _both(both, lambda api: api.route("", k=2), message=False)
     _both(both, lambda api: api.route("a question?", k=0), message=False)
     _both(both, lambda api: api.similar("parity-missing", k=2))
+    _both(both, lambda api: api.restore("prod", 0), message=False)  # a version is an integer of at least 1
+    with pytest.raises(InputError, match="version"):
+        both[0].restore("prod", True)
     with pytest.raises(InputError):
         both[0].add_model("bad", [("a question?", 2.0)])
     assert "bad" not in {r.name for r in both[0].models()} | {r.name for r in both[1].models()}
