@@ -204,10 +204,6 @@ class WarmState(StoreView):
             return None
         return snap if snap.key == self._key() else None
 
-    def invalidate(self) -> None:
-        with self._lock:
-            self._snapshot = None
-
     # ------------------------------------------------- the view the operations read
     def active(self):
         return self.snapshot().require_active()
