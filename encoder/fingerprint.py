@@ -182,6 +182,18 @@ class ItemTable:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(shared > 0, total / np.maximum(shared, 1), np.inf)
 
+    def probability_gaps(self, thetas: np.ndarray, others: np.ndarray, *, coverage: np.ndarray,
+                         other_coverage: np.ndarray) -> np.ndarray:
+        """(M, N) mean squared difference of predicted P(correct), mean_i (p_i - q_i)^2, over the probe
+        queries both cover; +inf for a pair that covers none in common. Zero only for the same behaviour:
+        it is the expected disagreement less the mean of each model's disagreement with a re-run of itself."""
+        p, q = self.probe_probabilities(thetas), self.probe_probabilities(others)
+        a, b = np.asarray(coverage, np.float64), np.asarray(other_coverage, np.float64)
+        shared = a @ b.T
+        total = (p * p * a) @ b.T + a @ (q * q * b).T - 2.0 * (p * a) @ (q * b).T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(shared > 0, np.maximum(total, 0.0) / np.maximum(shared, 1), np.inf)
+
     # ------------------------------------------------------------------ files
     def tensors(self) -> dict[str, np.ndarray]:
         return {"factors": self.factors.astype(np.float32), "bias": self.bias.astype(np.float32),

@@ -158,11 +158,21 @@ def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray
     return (idx, y), (idx, out), c
 
 
+def _kappa_order(hits: list, kappas: list) -> list:
+    """`hits` re-ordered by kappa, highest first, within the places of hits with evidence; the others keep
+    their place. (`registry search` ranked its fingerprint candidates so until 2026-12-04; it now ranks
+    them by behaviour distance, registry.analytics.search.behaviour_order.)"""
+    slots = [i for i, kappa in enumerate(kappas) if kappa is not None]
+    out = list(hits)
+    for slot, i in zip(slots, sorted(slots, key=lambda i: -kappas[i])):
+        out[slot] = hits[i]
+    return out
+
+
 def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int,
              fingerprint_candidates: bool = False) -> dict:
     from registry.analytics.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
                                       task_kappa)
-    from registry.analytics.search import behaviour_order
 
     started = time.perf_counter()
     active, data = load(home, skewed=name == "skewed")
@@ -224,7 +234,7 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
                 if kind == "disjoint":
                     fp_pool_a[a] = prints.of(*originals[a])
                 nn = np.asarray(list(nn) + [b for b in prints.nearest(fp_copy[a], fp_pool_a, k) if b not in set(nn)])
-            # `registry search COPY --by behaviour`: the 20 nearest re-ranked by task_kappa
+            # search's re-ranking as it was when the audit page was made: the 20 nearest by task_kappa
             near, _ = cosine_knn(z_copy[a], z_pool, max(20, k))
             fp_pool = list(fp_real)
             if kind == "disjoint":
@@ -236,8 +246,8 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             candidates = proposed + [b for b in near if b not in proposed]
             kap = {b: task_kappa(*copies[a], *(originals[a] if b == a else pool.rows[b]), cal.task)[0]
                    for b in candidates}
-            top3_behaviour += int(a in behaviour_order(candidates, [kap[b] for b in candidates])[:3])
-            top3_embedding_only += int(a in behaviour_order(list(near), [kap[b] for b in near])[:3])
+            top3_behaviour += int(a in _kappa_order(candidates, [kap[b] for b in candidates])[:3])
+            top3_embedding_only += int(a in _kappa_order(list(near), [kap[b] for b in near])[:3])
             copy_name = f"{names[a]} (copy)"
             rows_of = {b: (originals[a] if b == a else pool.rows[b]) for b in set(nn) | {a}}
             held = {names[a]: pool.rows[a]}  # the calibration holds the original's full answers

@@ -286,9 +286,10 @@ def test_search_by_behaviour_puts_a_copy_first(reg):
         reg.similar("endpoint-x", by="ability")
 
 
-def test_behaviour_order_moves_only_hits_with_evidence():
+def test_behaviour_order_ranks_by_distance_and_keeps_the_rest_in_index_order():
     from registry.analytics.search import behaviour_order
 
-    hits = ["a", "b", "c", "d"]
-    assert behaviour_order(hits, [0.1, None, 0.9, 0.5]) == ["c", "b", "d", "a"]
-    assert behaviour_order(hits, [None] * 4) == hits
+    hits = ["a", "b", "c", "d", "e"]
+    assert behaviour_order(hits, [(0.3, 1), None, (0.1, 5), (0.3, 1), None]) == ["c", "a", "d", "b", "e"]  # ties: index order
+    assert behaviour_order(hits[:3], [(0.0, 0.2), (0.0, 0.1), (0.1, 0.0)]) == ["b", "a", "c"]  # at 0, by the gap
+    assert behaviour_order(hits, [None] * 5) == hits

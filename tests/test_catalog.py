@@ -51,9 +51,12 @@ def test_new_query_texts_are_encoded_and_stored(reg):
 def test_search_filters_metrics_and_errors(reg):
     assert all(h.metadata["family"] == "synfam2"
                for h in reg.similar("syn-synfam0-1b", k=5, where="family == synfam2").neighbours)
-    euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean").neighbours
+    euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean", by="locus").neighbours
     assert [h.distance for h in euclid] == sorted(h.distance for h in euclid)
     assert {h.metric for h in euclid} == {"euclidean"}
+    # from a model, the fingerprint index's candidates come ranked by behaviour distance
+    refined = reg.similar("syn-synfam0-1b", k=5).neighbours
+    assert [h.behaviour_distance for h in refined] == sorted(h.behaviour_distance for h in refined)
     assert reg.distance("syn-synfam0-1b", "syn-synfam0-1b") == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
         reg.similar("syn-synfam0-1bb")

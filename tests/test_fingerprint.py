@@ -55,6 +55,21 @@ def test_behaviour_distance_follows_raw_disagreement():
     assert distance_correlations(table.behaviour_distances(thetas), raw)["spearman"] > 0.8
 
 
+def test_probability_gap_is_the_disagreement_beyond_each_models_rerun():
+    """gap(a, b) = d(a, b) - (d(a, a) + d(b, b)) / 2: zero for the same fingerprint, while the expected
+    disagreement of a model with itself is not (which is why search floors at the model's own)."""
+    pool, y = _pool(seed=2)
+    table = fit_item_table(**pool, config=FAST)
+    thetas = table.fingerprints(pool["query_ids"], pool["query_vectors"], _per_model(pool, len(y)),
+                                pool["query_index"], pool["scores"])
+    cover = np.ones((len(thetas), len(table.probe)), bool)
+    d = table.behaviour_distances(thetas, coverage=cover)
+    gap = table.probability_gaps(thetas, thetas, coverage=cover, other_coverage=cover)
+    assert np.allclose(gap, d - (np.diag(d)[:, None] + np.diag(d)[None, :]) / 2, atol=1e-9)
+    assert np.allclose(np.diag(gap), 0.0, atol=1e-12) and (np.diag(d) > 0.05).all()
+    assert (gap[~np.eye(len(gap), dtype=bool)] > 0).all()
+
+
 def test_fingerprint_is_deterministic_and_more_evaluations_refine_it():
     pool, y = _pool(seed=3)
     table = fit_item_table(**pool, config=FAST)

@@ -124,8 +124,14 @@ def test_view_card_on_a_small_trained_registry(tmp_path):
     f = card.fingerprint  # training fitted an item table: the fingerprint's figures come with the card
     assert f is not None and f.rank == 16 and 0 <= f.self_top1 <= f.self_top3 <= 1
     assert f.correlations["pairs"] == 15 and f.held_out is None
+    # the search row is the registry's own search within the view: its first answer among the 3 nearest
+    near = g.nearest(raw, 3)
+    pos = {n: i for i, n in enumerate(data.models)}
+    expected = sum(pos[reg.similar(n, k=1, where=where).neighbours[0].name] in near[pos[n]] for n in view)
+    assert f.index["search_behavioural_nn_hits"] == expected and f.index["models"] == 6
     with_folds = g.view_card(reg.store, where=where, copy_evals=32, draws=1, holdout_folds=2)
-    assert with_folds.fingerprint.held_out["folds"] == 2 and 0 <= with_folds.fingerprint.held_out["self_top1"] <= 1
+    held = with_folds.fingerprint.held_out
+    assert held["folds"] == 2 and 0 <= held["self_top1"] <= 1 and 0 <= held["search_behavioural_nn"] <= 1
 
 
 def test_import_meta_tags_every_model_and_views_select_them(tmp_path):

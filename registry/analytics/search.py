@@ -191,10 +191,13 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
 
     by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
     (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
-    max(4k, 20) nearest of the index are then re-ranked by excess agreement with the model on the
-    queries both answered (`audit_stats.task_kappa`): the index's distance counts the probe queries of
-    tasks a model never answered (a function-calling model's extrapolated maths answers), the shared
-    queries do not; a candidate with no shared query keeps its index place. by="locus": the LOCUS
+    max(4k, 20) nearest of the index are then re-ranked by behaviour distance (`behaviour_distance`:
+    expected disagreement over the probe queries of the tasks both were evaluated on, beyond the model's
+    own with a re-run of itself; see `_behaviour_distances`): the index's distance also counts the probe
+    queries of tasks a model never answered (a function-calling model's extrapolated maths answers), and
+    in logits, where confident answers weigh most. Excess agreement on the queries both answered (`agreement_kappa`,
+    `shared_queries`) is reported beside it; it ranked these before and found a model's behavioural
+    neighbours less often (docs/results/scorecard.md, "search from a model"). by="locus": the LOCUS
     embedding (cosine by default). Each neighbour says which vector answered (`vector`). Models
     embedded from fewer than `min_evals` evaluations come after the others (registry.evidence); those
     that this pushed out of the k are appended to `left_out`."""
@@ -285,14 +288,17 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
                                      metadata=models.records[name].metadata(), **_evidence(models, name))
                            for name, dist in hits], thin, k, left_out)
     evals = _evaluations(models, open_store)
-    agreement = _agreement(evals, query, [name for name, _ in hits])
-    ranked = behaviour_order(hits, [agreement[name][0] for name, _ in hits])
+    candidates = [name for name, _ in hits]
+    behaviour = _behaviour_distances(evals, models, query, candidates)
+    ranked = behaviour_order(hits, [behaviour.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
-                                 metadata=models.records[name].metadata(), agreement_kappa=agreement[name][0],
-                                 shared_queries=agreement[name][1], **_evidence(models, name))
+                                 metadata=models.records[name].metadata(),
+                                 behaviour_distance=behaviour[name][0] if name in behaviour else None,
+                                 **_evidence(models, name))
                        for name, dist in ranked], thin, k, left_out)
-    behaviour = _behaviour_distances(evals, models, query, [hit.name for hit in kept])
-    return [hit.model_copy(update={"behaviour_distance": behaviour.get(hit.name)}) for hit in kept]
+    agreement = _agreement(evals, query, [hit.name for hit in kept])  # shown beside, for the shared queries
+    return [hit.model_copy(update={"agreement_kappa": agreement[hit.name][0], "shared_queries": agreement[hit.name][1]})
+            for hit in kept]
 
 
 def _evidence(models: EmbeddedModels, name: str) -> dict:
@@ -329,14 +335,12 @@ def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
     return [n for n, _ in prints.neighbours(name, k, metric="euclidean")]
 
 
-def behaviour_order(hits: list, kappas: list[float | None]) -> list:
-    """`hits` (nearest first) re-ordered by kappa, highest first, within the places held by hits
-    with evidence; a hit without shared queries keeps its embedding place (nothing says otherwise)."""
-    slots = [i for i, kappa in enumerate(kappas) if kappa is not None]
-    out = list(hits)
-    for slot, i in zip(slots, sorted(slots, key=lambda i: -kappas[i])):
-        out[slot] = hits[i]
-    return out
+def behaviour_order(hits: list, keys: list) -> list:
+    """`hits` (nearest in the index first) re-ordered by their keys (behaviour distance, gap), nearest
+    first, ties in index order; hits without a key (no common task with the query model, or an item
+    table that is not the active one) follow in their index order."""
+    known = sorted((i for i, key in enumerate(keys) if key is not None), key=lambda i: (keys[i], i))
+    return [hits[i] for i in known] + [hit for i, hit in enumerate(hits) if keys[i] is None]
 
 
 def _as_store(store: "Store | str | Path") -> "Store":
@@ -419,10 +423,16 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
-    """name -> expected disagreement with `query` over the item table's probe queries of the tasks both
-    were evaluated on (`ItemTable.behaviour_distances`), from the fingerprints in the index (theta is the
-    stored identity vector un-whitened); empty when the index's item table is not the active one."""
+def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple[float, float]]:
+    """name -> (behaviour distance, probability gap) to `query`, over the item table's probe queries of
+    the tasks both were evaluated on, from the fingerprints in the index (theta is the stored identity
+    vector un-whitened); empty when the index's item table is not the active one.
+
+    The behaviour distance is the expected disagreement (`ItemTable.behaviour_distances`) less the query
+    model's expected disagreement with a re-run of itself, floored at 0: a more confident model that
+    leans the same way can disagree with it less than its own re-run does, and would otherwise rank
+    before an exact copy; at 0 the gap (mean squared P(correct) difference, 0 only for the same
+    behaviour) orders them."""
     from registry.catalog.fingerprint_store import load_item_table
 
     active = evals.active_encoder()
@@ -437,8 +447,9 @@ def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[
     for owner, q in zip(owners.tolist(), qids.tolist()):
         held[owner].add(task_of.get(q) or "")
     coverage = table.coverage([held[n] for n in every])
-    d = table.behaviour_distances(thetas[:1], thetas[1:], coverage=coverage[:1], other_coverage=coverage[1:])[0]
-    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
+    d = table.behaviour_distances(thetas[:1], thetas, coverage=coverage[:1], other_coverage=coverage)[0]
+    gap = table.probability_gaps(thetas[:1], thetas[1:], coverage=coverage[:1], other_coverage=coverage[1:])[0]
+    return {n: (max(float(x) - float(d[0]), 0.0), float(g)) for n, x, g in zip(names, d[1:], gap) if np.isfinite(x)}
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:

@@ -344,7 +344,7 @@ def view_card(store, *, where: str | None = None, copy_evals: int = 512, draws: 
 
     fingerprint = _fingerprint_card(store, active, data, own, raw_d, held, test_d, copy_evals=copy_evals,
                                     draws=draws, seed=seed, purity_k=purity_k, families=families, siblings=siblings,
-                                    datasets=datasets if mixed else None, holdout_folds=holdout_folds)
+                                    datasets=datasets if mixed else None, holdout_folds=holdout_folds, where=where)
     return GeometryCard(
         fingerprint=fingerprint,
         view=label or (where or "all"), encoder_id=active.encoder_id, models=len(names), queries=data.n_queries,
@@ -394,11 +394,11 @@ def fingerprint_view_card(store, *, where: str | None = None, copy_evals: int = 
     return _fingerprint_card(store, active, data, own, raw_d, held, test_d, copy_evals=copy_evals, draws=draws,
                              seed=seed, purity_k=purity_k, families=families,
                              siblings=_metadata(records, sibling_field) if have_sibling_field else None,
-                             datasets=datasets if mixed else None, holdout_folds=holdout_folds)
+                             datasets=datasets if mixed else None, holdout_folds=holdout_folds, where=where)
 
 
 def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_evals, draws, seed, purity_k, families,
-                      siblings, datasets, holdout_folds=0) -> FingerprintCard | None:
+                      siblings, datasets, holdout_folds=0, where: str | None = None) -> FingerprintCard | None:
     """`view_card`'s parts for the fingerprints, on the same copies, pairs and held-out split."""
     from encoder.data import evals_by_model
     from registry.analytics.fingerprints import load_item_table
@@ -435,7 +435,7 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
     held_d = table.behaviour_distances(prints(held_sets, on=held.data),
                                        coverage=table.coverage(_tasks_of(held.data, held_sets)))
     index = _index_card(store, table, data, own, raw_d, prints, families=families, copy_evals=copy_evals,
-                        draws=draws, seed=seed)
+                        draws=draws, seed=seed, where=where)
     return FingerprintCard(
         index=index,
         table_id=table.table_id, rank=table.rank, self_top1=float(np.mean(ranks == 1)),
@@ -450,13 +450,17 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
         if holdout_folds >= 2 else None)
 
 
-def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals, draws, seed) -> dict | None:
+def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals, draws, seed,
+                where: str | None = None) -> dict | None:
     """The index's default likeness vector as the registry serves it: the `fingerprint` column of the
     models table, searched through its FAISS index (`ModelIndex`, by="fingerprint", Euclidean). (a) a
     copy from `copy_evals` evaluations (the same draws as above) finds its model: rank of the model
     among the view's models in the index's answer; (b) each model's nearest in the index is among
-    its 3 least-disagreeing by raw evidence; clusters of the index's distances against family."""
+    its 3 least-disagreeing by raw evidence, and so is the first answer of the registry's own search
+    from the model (`registry search NAME --where ...`: the index's nearest re-ranked by behaviour
+    distance); clusters of the index's distances against family."""
     from indexing.model_index import ModelIndex
+    from registry.analytics.search import similar
 
     index = ModelIndex.open(store, by="fingerprint")
     if index.encoder_id != table.table_id:
@@ -483,6 +487,11 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
         (other, _), = index.neighbours(data.models[m], 1, metric="euclidean", allowed=allowed)
         j = row_of[other]
         nn_hits.append(bool(j in raw_near[m] and np.isfinite(raw_d[m, j])))
+    search_hits = []
+    for m in view:
+        found = similar(store, data.models[m], k=1, where=where)
+        j = row_of.get(found[0].name, -1) if found else -1
+        search_hits.append(bool(j >= 0 and j in raw_near[m] and np.isfinite(raw_d[m, j])))
     z = index.vectors[allowed].astype(np.float64)
     d = _cross_distances(z, z, "euclidean")
     sub_raw = raw_d[np.ix_(view, view)]
@@ -490,6 +499,7 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     return {"table_id": index.encoder_id, "models": len(view), "of": data.n_models,
             "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
             "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
+            "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits)),
             "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
 
 
@@ -508,7 +518,9 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     fold_of = np.empty(data.n_models, np.int64)
     fold_of[rng.permutation(data.n_models)] = np.arange(data.n_models) % folds
     raw_near = nearest(raw_d, 3)
-    ranks, hits, identity_hits = [], [], []
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES, behaviour_order
+
+    ranks, hits, identity_hits, search_hits = [], [], [], []
     for f in range(folds):
         fitted = fit_on_data(data.select_models([n for i, n in enumerate(data.models) if fold_of[i] != f]),
                              exclude=test, config=table.config)
@@ -524,8 +536,17 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         members = np.flatnonzero(fold_of == f)
         hits += [nn[i] in raw_near[i] and np.isfinite(raw_d[i, nn[i]]) for i in members]
         # what the index would answer for them: nearest by identity distance (Euclidean on the stored form)
-        nn_id = nearest(_cross_distances(stored, stored, "euclidean"))[:, 0]
+        identity = _cross_distances(stored, stored, "euclidean")
+        nn_id = nearest(identity)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
+        # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them
+        gap = fitted.probability_gaps(thetas, thetas, coverage=cover, other_coverage=cover)
+        for i in members:
+            candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
+            keys = [(max(behaviour[i, j] - behaviour[i, i], 0.0), gap[i, j]) if np.isfinite(behaviour[i, j]) else None
+                    for j in candidates]
+            top = behaviour_order(candidates, keys)[0]
+            search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
             pick = np.random.default_rng(seed + 1000 + draw)
             sets = [np.sort(pick.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
@@ -535,4 +556,5 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     ranks = np.asarray(ranks)
     return {"folds": folds, "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
             "behavioural_nn": float(np.mean(hits)), "behavioural_nn_hits": int(np.sum(hits)),
-            "index_behavioural_nn": float(np.mean(identity_hits)), "index_behavioural_nn_hits": int(np.sum(identity_hits))}
+            "index_behavioural_nn": float(np.mean(identity_hits)), "index_behavioural_nn_hits": int(np.sum(identity_hits)),
+            "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits))}
