@@ -44,23 +44,25 @@ def _number(value) -> str:
               help="Under a budget, keep models without params_b at no cost (total then a lower bound).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random-subset baseline.")
 @click.option("--draws", "random_draws", default=200, show_default=True, help="Random subsets in the baseline.")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="Compare the models by their LOCUS embeddings (default) or behaviour fingerprints.")
 @json_option
 @click.pass_context
-def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, as_json) -> None:
+def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, by, as_json) -> None:
     """A few models that cover the pool in embedding space (appendix E.4), with routing accuracy on
     held-out test queries: the portfolio vs the full pool vs random subsets."""
     if (k is None) == (budget is None):
         raise click.UsageError("give exactly one of --k N (a number of models) and --budget SIZE (e.g. 150B)")
     result = _registry(ctx, create=False).portfolio(k=k, budget_b=budget, method=method, where=where,
                                                     include_unknown_params=include_unknown_params, seed=seed,
-                                                    random_draws=random_draws)
+                                                    random_draws=random_draws, by=by)
     echo_warnings(result.warnings)
     emit(result, as_json, _echo_portfolio)
 
 
 def _echo_portfolio(result) -> None:
     limit = f"k = {result.k}" if result.budget_b is None else f"budget {result.budget_b:g}B"
-    click.echo(f"{result.method} portfolio ({limit}) from a pool of {result.pool_size} models:")
+    click.echo(f"{result.method} portfolio ({limit}) from a pool of {result.pool_size} models (by {result.by}):")
     for name in result.models:
         size = result.params_b[name]
         click.echo(f"  {name:<36} {'?' if size is None else f'{size:g}B':>8}")

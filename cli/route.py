@@ -91,6 +91,8 @@ def _echo_route(result) -> None:
         click.echo(f"if {top} is unavailable ({what} to it): " +
                    ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f}){_mark(f)}"
                              for f in result.fallbacks))
+    if result.predictor == "locus+item":
+        click.echo("(P(correct): LOCUS blended with the item table by the encoder's router blend)")
 
 
 COMMANDS: list[click.Command] = [profile, route]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EvalData", "QuerySplit", "split_queries", "sample_per_model", "evals_by_model", "load_triple_dir"]
+__all__ = ["EvalData", "QuerySplit", "split_queries", "sample_per_model", "evals_by_model", "load_triple_dir",
+           "truth_on"]
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,14 @@ def load_triple_dir(path: Path, *, encoder: str = "all-MiniLM-L6-v2") -> EvalDat
         query_index=query_index,
         scores=evals[:, 2].astype(np.float32),
     )
+
+
+def truth_on(data: EvalData, queries: np.ndarray, evals: np.ndarray | None = None) -> np.ndarray:
+    """(M, len(queries)) scores with NaN holes, from all evaluations or only `evals`."""
+    column = np.full(data.n_queries, -1, dtype=np.int64)
+    column[queries] = np.arange(len(queries))
+    idx = np.arange(len(data.scores)) if evals is None else np.asarray(evals)
+    idx = idx[column[data.query_index[idx]] >= 0]
+    truth = np.full((data.n_models, len(queries)), np.nan, dtype=np.float32)
+    truth[data.model_index[idx], column[data.query_index[idx]]] = data.scores[idx]
+    return truth

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["FingerprintConfig", "ItemTable", "fit_item_table", "fit_on_data", "save_item_table", "ITEM_TABLE_WEIGHTS",
+__all__ = ["FingerprintConfig", "ItemTable", "fit_item_table", "fit_on_data", "item_table_predictions", "save_item_table", "ITEM_TABLE_WEIGHTS",
            "ITEM_TABLE_CONFIG"]
 
 ITEM_TABLE_WEIGHTS = "item_table.safetensors"
@@ -313,3 +313,23 @@ def save_item_table(table: ItemTable, directory) -> None:
 
     write_bytes_atomic(directory / ITEM_TABLE_WEIGHTS, table.weights_bytes())
     write_text_atomic(directory / ITEM_TABLE_CONFIG, table.config_json())
+
+
+def item_table_predictions(data, train_evals: np.ndarray, query_sets) -> list[np.ndarray]:
+    """The item table as a predictor: fitted on `train_evals` only, each model fingerprinted from its
+    own training evaluations; (M, len(queries)) P(correct) for each array of query indices in
+    `query_sets` (queries the table has not seen are placed by their vectors)."""
+    from encoder.data import evals_by_model
+
+    train_evals = np.asarray(train_evals, np.int64)
+    table = fit_item_table(data.query_ids, data.query_vectors, data.model_index[train_evals],
+                           data.query_index[train_evals], data.scores[train_evals], models=data.models,
+                           tasks=data.tasks)
+    thetas = table.fingerprints(data.query_ids, data.query_vectors, evals_by_model(data, train_evals),
+                                data.query_index, data.scores)
+    out = []
+    for queries in query_sets:
+        queries = np.asarray(queries, np.int64)
+        f, b = table.item_params([data.query_ids[i] for i in queries], data.query_vectors[queries])
+        out.append(table.probabilities(thetas, f, b).astype(np.float32))
+    return out

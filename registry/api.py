@@ -372,14 +372,15 @@ class Registry:
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
-                  random_draws: int = 200) -> PortfolioResult:
+                  random_draws: int = 200, by: str | None = None) -> PortfolioResult:
         """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
         under a parameter budget in billions (the default method: greedy-budget with a budget, else
-        kmedoids); with routing accuracies on held-out test queries."""
+        kmedoids); with routing accuracies on held-out test queries. `by`: compare the models by their
+        LOCUS embeddings (default) or behaviour fingerprints."""
         from registry.analytics.portfolio import portfolio
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
-                         include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws)
+                         include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws, by=by)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
               fallback: int = 3, by: str | None = None,

@@ -187,9 +187,11 @@ class RegistryClient:
             "targets": targets, "k": k, "evals": evals, "seed": seed, "where": where}))
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
-                  where: str | None = None, include_unknown_params: bool = False, seed: int = 0) -> PortfolioResult:
+                  where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
+                  by: str | None = None) -> PortfolioResult:
         params = {k_: v for k_, v in {"k": k, "budget_b": budget_b, "method": method, "where": where,
-                                      "include_unknown_params": include_unknown_params, "seed": seed}.items()
+                                      "include_unknown_params": include_unknown_params, "seed": seed,
+                                      "by": by}.items()
                   if v is not None}
         return PortfolioResult.model_validate(self._call("GET", "/v1/portfolio", params=params))
 

@@ -67,6 +67,12 @@ class StoreView:
 
         return open_index(self.source, store=lambda: self.store, by=by)
 
+    def item_table(self, encoder_id: str):
+        """The item table beside an encoder (encoder.fingerprint.ItemTable), or None."""
+        from registry.catalog.fingerprint_store import load_item_table
+
+        return load_item_table(self.store, encoder_id)
+
     def fingerprints(self):
         """The fingerprint index, or None when no model has a fingerprint."""
         try:
@@ -229,8 +235,9 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
           where: str | None = None, fallback: int = 3, by: str | None = None, min_evals: int | None = None
           ) -> "tuple[RouteDecision | list[RouteDecision], int]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction), and how
-    many texts were encoded now: the top k models by P(correct) (LOCUS: skill on an unseen query) and the
-    top model's nearest candidates (registry.analytics.routing.decide). Excluded names may be aliases."""
+    many texts were encoded now: the top k models by P(correct) (LOCUS, blended with the item table when
+    the encoder has a router blend: skill on an unseen query) and the top model's nearest candidates
+    (registry.analytics.routing.decide). Excluded names may be aliases."""
     from registry.evidence import MIN_EVALS, check_min_evals
     from registry.analytics.routing import candidate_rows, check_int, decide, query_texts
     from registry.analytics.search import canonical_by
@@ -245,6 +252,9 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     active = view.predictor()
     rows = candidate_rows(models, active, exclude, where)
     phi, encoded = view.query_vectors(active.query_encoder, texts)  # (Q, D)
-    prints = view.fingerprints() if fallback and by != "locus" else None
-    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals)
+    blended = getattr(active, "blend", None) is not None
+    prints = view.fingerprints() if blended or (fallback and by != "locus") else None
+    table = view.item_table(active.encoder_id) if blended and prints is not None else None
+    out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
+                 table=table)
     return (out[0] if single else out), encoded

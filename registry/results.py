@@ -400,6 +400,9 @@ class RouteDecision(Result):
                                                   "in the ranking and among the fallbacks")
     evidence_note: str | None = Field(None, description="thin models pushed out of the ranking or the fallbacks, "
                                                         "and how to include them (None: none)")
+    predictor: Literal["locus", "locus+item"] = Field(
+        "locus", description="what P(correct) came from: LOCUS alone, or LOCUS blended with the item table by the "
+                             "encoder's router blend (fitted on validation queries at training)")
 
 
 # ------------------------------------------------------------------------------- portfolio
@@ -415,6 +418,8 @@ class PortfolioResult(Result):
 
     models: list[str]
     method: Literal["kcenter", "kmedoids", "greedy-budget"]
+    by: Literal["locus", "fingerprint"] = Field(
+        "locus", description="the vectors the models were compared by (routing accuracy predicts with LOCUS either way)")
     k: int = Field(description="models chosen")
     budget_b: float | None = Field(None, description="parameter budget, billions")
     params_b: dict[str, float | None] = Field(description="size of each chosen model, billions (None: unknown)")

@@ -472,12 +472,14 @@ def write_page(results: dict, path: Path) -> None:
               "`registry.analytics.search`): the **search** rows measure that operation itself."
               + ("" if "i" in results.get("joint", {}) else
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
-              "- Skill on unseen queries — `route`'s ranking, onboarding (`add-model`'s embedding), `profile`: "
-              "**LOCUS**; a fingerprint predicts only queries the item table knows or maps by text, and (d)/(f) "
-              "measure LOCUS there.",
-              "- Portfolio: **LOCUS** (part (e) measured LOCUS only; k-medoids beats random subsets at k = 3, 5, "
-              "10 on MMLU-Pro but not on BFCL). A fingerprint portfolio was not measured: `portfolio` has no "
-              "`--by` yet.", ""]
+              "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile` "
+              "has no `--by`); `route`'s ranking: LOCUS blended with the item table (below); (d)/(f) measure LOCUS.",
+              "- Portfolio: **LOCUS** (`--by fingerprint` chooses by fingerprints; "
+              "[portfolio-by.md](portfolio-by.md), `scripts/report_portfolio_by.py`, measures both on the part (i) "
+              "registries: neither beats random subsets at every k = 3, 5, 10 on both datasets; LOCUS in more "
+              "settings).",
+              "- Routing's P(correct): LOCUS blended with the item table (the router blend `registry train` fits on "
+              "validation queries; [router.md](router.md)).", ""]
     lines += ["## Targets of issue 16 (moonshot) against this page", ""]
     lines += targets(results) or ["(no geometry results yet)"]
     lines += ["", "## (d) routing and correctness: LOCUS vs the baselines", ""]

@@ -175,6 +175,31 @@ def test_kmedoids_improves_on_its_kcenter_start(reg, space):
     assert result.coverage == pytest.approx(coverage(space.sim, chosen) / space.size)
 
 
+def test_by_fingerprint_compares_held_out_fingerprints_and_routes_with_locus(reg, space):
+    """--by fingerprint: the kernel is over fingerprints built without the test queries; routing
+    accuracy is LOCUS's either way, so the two choices are scored alike."""
+    from encoder.data import evals_by_model
+    from registry.analytics.heldout import held_out
+    from registry.catalog.fingerprint_store import load_item_table
+
+    by_print = reg.portfolio(k=3, by="fingerprint", random_draws=20)
+    assert by_print.by == "fingerprint" and reg.portfolio(k=3, random_draws=20).by == "locus"
+    held = held_out(reg.store, models=space.names)
+    table = load_item_table(reg.store)
+    outside = np.flatnonzero(~np.isin(held.data.query_index, held.test_queries))
+    thetas = table.fingerprints(held.data.query_ids, held.data.query_vectors, evals_by_model(held.data, outside),
+                                held.data.query_index, held.data.scores)
+    sim, sigma = rbf_kernel(table.identity_vectors(thetas))
+    assert by_print.kernel.sigma == pytest.approx(sigma)
+    assert by_print.models == [space.names[i] for i in kmedoids(sim, 3, kcenter(sim, 3))]
+    assert by_print.full_pool_routing_accuracy == pytest.approx(space.accuracy(range(space.size)))
+    assert by_print.routing_accuracy == pytest.approx(space.accuracy([space.names.index(n) for n in by_print.models]))
+    with pytest.raises(InputError, match="field 'by'"):
+        reg.portfolio(k=3, by="colour")
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "portfolio", "-k", "2", "--by", "fingerprint", "--draws", "5"])
+    assert out.exit_code == 0 and "(by fingerprint)" in out.output
+
+
 def test_accuracies_against_the_full_pool_and_random_subsets(reg, space):
     result = reg.portfolio(k=2, method="kcenter", random_draws=50, seed=4)
     for key in ("routing_accuracy", "full_pool_routing_accuracy", "random_routing_accuracy_mean"):

@@ -49,7 +49,9 @@ def names(entries) -> list[str]:
 def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_encoder):
     result = reg.route(stored["math"], k=4, fallback=3)
     assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks",
-                                                                                 "min_evals", "evidence_note"}
+                                                                                 "min_evals", "evidence_note",
+                                                                                 "predictor"}
+    assert result.predictor == "locus+item"  # training fitted a router blend beside the encoder
     p = [r.p_correct for r in result.ranking]
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
     top = result.ranking[0].name
@@ -158,12 +160,13 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
     payload = json.loads(result.stdout)
     assert payload == reg.route(stored["math"], k=2, fallback=4,
                                 exclude=["syn-synfam1-13b", "syn-synfam0-13b"]).model_dump(mode="json")
-    assert set(payload) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note"}
+    assert set(payload) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note", "predictor"}
     assert len(payload["ranking"]) == 2
     assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallbacks"]))
     text = run(reg.home, stored["law"], "--where", "family == synfam2")
     assert text.exit_code == 0, text.output
     assert "P(correct)" in text.output and "if syn-synfam2-" in text.output and "unavailable" in text.output
+    assert text.output.splitlines()[-1] == "(P(correct): LOCUS blended with the item table by the encoder's router blend)"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -180,3 +183,42 @@ def test_cli_bad_input_exits_non_zero_and_names_the_problem(reg, no_encoder, arg
     result = run(reg.home, *args)
     assert result.exit_code != 0 and message in result.output, result.output
     assert "Traceback" not in result.output
+
+
+def test_route_blends_locus_with_the_item_table_and_without_a_blend_uses_locus(reg, stored, no_encoder, tmp_path):
+    """P(correct) is the encoder's router blend of LOCUS and the item table's prediction (the table's
+    text map for every text), for every candidate; an encoder without a blend routes by LOCUS alone."""
+    import shutil
+
+    from encoder.predictor import predict
+    from registry.analytics.search import open_index
+    from registry.catalog.embedding import active_encoder, load_router_blend
+    from registry.catalog.fingerprint_store import load_item_table
+
+    active = active_encoder(reg.store)
+    blend = load_router_blend(active.directory)
+    assert blend is not None and blend.components == ("locus", "item") and blend.fit == "routing"
+    texts = [stored["math"], stored["law"]]
+    decisions = reg.route(texts, k=5, fallback=0, min_evals=0)
+    models = open_index(reg.store)
+    prints = open_index(reg.store, by="fingerprint").index
+    table = load_item_table(reg.store)
+    phi, _ = reg._view.query_vectors(active.query_encoder, texts)
+    p_locus = predict(active.locus, models.index.vectors, phi)
+    thetas = np.linalg.solve(table._whiten.T, np.stack([prints.vector(n) for n in models.index.names]).astype(float).T).T
+    f, b = table.item_params([None] * len(texts), phi)
+    expected = blend.predict({"locus": p_locus, "item": table.probabilities(thetas, f, b)})
+    row = {n: i for i, n in enumerate(models.index.names)}
+    for j, decision in enumerate(decisions):
+        assert decision.predictor == "locus+item"
+        for ranked in decision.ranking:
+            assert ranked.p_correct == pytest.approx(float(expected[row[ranked.name], j]), abs=2e-6)
+        # the blend changed the numbers: LOCUS alone would have given others
+        assert any(abs(r.p_correct - float(p_locus[row[r.name], j])) > 1e-3 for r in decision.ranking)
+    home = tmp_path / "home"
+    shutil.copytree(reg.home, home)
+    (home / "encoders" / active.encoder_id / "router_blend.json").unlink()
+    plain = Registry.open(home).route(texts[0], k=5, fallback=0, min_evals=0)
+    assert plain.predictor == "locus"
+    assert [r.p_correct for r in plain.ranking] == pytest.approx(
+        sorted((float(x) for x in p_locus[:, 0]), reverse=True)[:5], abs=2e-6)

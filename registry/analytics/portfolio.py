@@ -69,6 +69,9 @@ __all__ = ["portfolio", "PortfolioSpace", "METHODS", "rbf_kernel", "coverage", "
            "greedy_budget", "random_feasible"]
 
 METHODS = ("kcenter", "kmedoids", "greedy-budget")
+# which vectors compare the models by default: measured by scripts/report_portfolio.py --by both
+# (docs/results/portfolio.md); LOCUS unless the fingerprint beat random subsets on both datasets
+PORTFOLIO_DEFAULT = "locus"
 _TOL = 1e-9
 
 
@@ -243,12 +246,14 @@ class PortfolioSpace:
     excluded_unknown_params: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     where: str | None = None
+    by: str = "locus"  # the vectors the choice compares (routing always predicts with LOCUS)
 
     @classmethod
     def load(cls, store: "Store", *, where: str | None = None, budget: bool = False,
-             include_unknown_params: bool = False) -> "PortfolioSpace":
+             include_unknown_params: bool = False, by: str = "locus") -> "PortfolioSpace":
         """The pool: embedded models passing `where`; for a budget, without models lacking params_b
-        unless `include_unknown_params`."""
+        unless `include_unknown_params`. `by`: compare the models by their LOCUS embeddings or by their
+        behaviour fingerprints (both built without the test queries)."""
         from registry.analytics.search import open_index
 
         models = open_index(store)
@@ -288,10 +293,10 @@ class PortfolioSpace:
                                    "--include-unknown-params keeps them)" if excluded else
                                    " (none is embedded: run `registry embed --all`)"))
         names = [r.name for r in records]
-        return cls._from_store(store, names, [r.params_b for r in records], models, warnings, excluded, where)
+        return cls._from_store(store, names, [r.params_b for r in records], models, warnings, excluded, where, by)
 
     @classmethod
-    def _from_store(cls, store, names, params, models, warnings, excluded, where) -> "PortfolioSpace":
+    def _from_store(cls, store, names, params, models, warnings, excluded, where, by="locus") -> "PortfolioSpace":
         from encoder.inference import predict
         from registry.analytics.heldout import held_out
 
@@ -303,7 +308,7 @@ class PortfolioSpace:
                 embeddings[i] = models.vector(names[i])
             warnings.append(f"{len(bad)} model(s) have no evaluation outside the test queries; their stored "
                             f"embedding is used ({', '.join(names[i] for i in bad)})")
-        sim, sigma = rbf_kernel(embeddings)
+        sim, sigma = rbf_kernel(embeddings if by == "locus" else _held_out_fingerprints(store, held))
         truth = held.truth()
         scored_any = ~np.isnan(truth).all(axis=0)
         common = ~np.isnan(truth).any(axis=0)
@@ -330,7 +335,7 @@ class PortfolioSpace:
         return cls(names=names, params_b=params, embeddings=embeddings, sim=sim, sigma=sigma, pred=pred,
                    truth=truth if scoring else None, scoring=scoring, accuracy_reason=reason,
                    test_queries=int(len(counted)), test_queries_scored=int(scored_any.sum()), excluded_unknown_params=excluded, warnings=warnings,
-                   where=where)
+                   where=where, by=by)
 
     # ---------------------------------------------------------------------------- choices
     @property
@@ -432,6 +437,7 @@ class PortfolioSpace:
             "random_mean_params_b": float(np.mean([costs[s].sum() for s in randoms])),
             "seed": seed,
             "coverage": coverage(self.sim, chosen) / self.size,
+            "by": self.by,
             "kernel": {"type": "rbf", "distance": "euclidean", "sigma": self.sigma,
                        "sigma_rule": "median pairwise distance in the pool"},
             "pool_size": self.size,
@@ -479,15 +485,38 @@ def _check_request(method: Any, k: Any, budget_b: Any) -> tuple[str, int | None,
 
 def portfolio(store: "Store", *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
               where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
-              random_draws: int = 200) -> "PortfolioResult":
+              random_draws: int = 200, by: str | None = None) -> "PortfolioResult":
     """A portfolio of k models (`kcenter`, `kmedoids`) or within `budget_b` billion parameters
     (`greedy-budget`) chosen from the embeddings of the pool (embedded models passing `where`), with
     its routing accuracy on the held-out test queries next to the full pool's and random subsets'
     (mean and sd over `random_draws` draws seeded by `seed`). `method` None: greedy-budget under a
-    budget, kmedoids otherwise. See the module docstring."""
+    budget, kmedoids otherwise. `by`: "locus" (the default, PORTFOLIO_DEFAULT) or "fingerprint", the
+    vectors the models are compared by. See the module docstring."""
+    from registry.analytics.search import canonical_by
+
+    by = canonical_by(by) or PORTFOLIO_DEFAULT
     if method is None:
         method = "greedy-budget" if budget_b is not None else "kmedoids"
     _check_request(method, k, budget_b)  # bad arguments fail before anything is loaded
     space = PortfolioSpace.load(store, where=where, budget=budget_b is not None,
-                                include_unknown_params=include_unknown_params)
+                                include_unknown_params=include_unknown_params, by=by)
     return space.run(method, k=k, budget_b=budget_b, seed=seed, random_draws=random_draws)
+
+
+def _held_out_fingerprints(store: "Store", held) -> np.ndarray:
+    """(M, r + 1) identity vectors (Euclidean = RMS logit difference) of the pool's behaviour
+    fingerprints, each from the model's evaluations outside the test queries, as the LOCUS embeddings
+    beside them: the choice must not have seen the answers it is scored on."""
+    from encoder.data import evals_by_model
+    from registry.catalog.fingerprint_store import load_item_table
+
+    table = load_item_table(store, held.active.encoder_id)
+    if table is None:
+        raise RegistryError("the active encoder has no item table, so no fingerprints: registry fit-fingerprints "
+                            "(or --by locus)")
+    data = held.data
+    is_test = np.zeros(data.n_queries, dtype=bool)
+    is_test[held.test_queries] = True
+    outside = evals_by_model(data, np.flatnonzero(~is_test[data.query_index]))
+    thetas = table.fingerprints(data.query_ids, data.query_vectors, outside, data.query_index, data.scores)
+    return table.identity_vectors(thetas)

@@ -2,8 +2,9 @@
 (paper, section 2.3 and appendix E.2): the decision, given the query vectors (registry.operations.route
 finds those, by text hash in the view's caches and the store, encoding only new texts).
 
-One batched prediction P(correct) = sigmoid(G(z_m, phi(x))) over every candidate
-model (embedded, passing `where`, not excluded) and every text ranks the models. `fallback` lists the
+One batched prediction of P(correct) over every candidate model (embedded, passing `where`, not
+excluded) and every text ranks the models: LOCUS, sigmoid(G(z_m, phi(x))), blended with the item table's
+prediction when the encoder has a router blend (`p_correct`). `fallback` lists the
 top model's nearest candidates in embedding space (cosine distance, as `registry search`): the
 models to try when the routed one is unavailable.
 """
@@ -19,7 +20,7 @@ from registry.errors import InputError, NotFoundError, RegistryError
 if TYPE_CHECKING:
     from registry.results import RouteDecision
 
-__all__ = ["query_texts", "check_int", "candidate_rows", "decide"]
+__all__ = ["query_texts", "check_int", "candidate_rows", "p_correct", "decide"]
 
 
 def check_int(value: Any, name: str, minimum: int) -> int:
@@ -71,13 +72,38 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
     return rows
 
 
-def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
-           fallback: int, by: str | None = None, prints=None, min_evals: int = 0) -> "list[RouteDecision]":
-    """One decision per text: the candidates `rows` ranked by predicted P(correct) from the query
-    vectors `phi` (Q, D) in one pass, and the top model's nearest candidates as fallbacks, from the
-    fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint) else LOCUS;
-    in both, models embedded from fewer than `min_evals` evaluations come after the others."""
+def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tuple[np.ndarray, str]:
+    """(M, Q) P(correct) of every model of the LOCUS index on the query vectors `phi` (Q, D), and which
+    predictor gave it. With the active encoder's router blend (`active.blend`, fitted at training on
+    validation queries), the item table `table` and the fingerprint index `prints` of that table:
+    LOCUS and the item table blended ("locus+item"); a new text reaches the item table through its text
+    map, as the validation queries did when the blend was fitted. A model without a fingerprint of
+    that table has its LOCUS prediction stand for its item-table part. Otherwise LOCUS alone."""
     from encoder.predictor import predict  # a numpy G (route) or a torch Locus (the service's)
+
+    p_locus = predict(active.locus, models.index.vectors, phi)  # (M, Q), one pass
+    blend = getattr(active, "blend", None)
+    if blend is None or table is None or prints is None or prints.index.encoder_id != table.table_id:
+        return p_locus, "locus"
+    names = models.index.names
+    printed = set(prints.index.names)  # the models with a fingerprint (the index's rows hold every model)
+    have = [i for i, n in enumerate(names) if n in printed]
+    p_item = p_locus.copy()
+    if have:
+        identity = np.stack([prints.index.vector(names[i]) for i in have]).astype(np.float64)
+        thetas = np.linalg.solve(table._whiten.T, identity.T).T  # the stored identity form, un-whitened
+        f, b = table.item_params([None] * len(phi), phi)  # every text by its vector (see above)
+        p_item[have] = table.probabilities(thetas, f, b)
+    return blend.predict({"locus": p_locus, "item": p_item}), "locus+item"
+
+
+def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
+           fallback: int, by: str | None = None, prints=None, min_evals: int = 0,
+           table=None) -> "list[RouteDecision]":
+    """One decision per text: the candidates `rows` ranked by predicted P(correct) (`p_correct`, from
+    the query vectors `phi` (Q, D) in one pass), and the top model's nearest candidates as fallbacks,
+    from the fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint)
+    else LOCUS; in both, models embedded from fewer than `min_evals` evaluations come after the others."""
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -91,7 +117,8 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                             f"{active.query_encoder} gives {phi.shape[1]}-d")
     names = models.index.names
     prints_rows: dict[str, np.ndarray] = {}  # top model -> fingerprint-index rows of the other candidates
-    p = predict(active.locus, models.index.vectors[rows], phi)  # (candidates, Q), one pass
+    p, predictor = p_correct(models, active, phi, table=table, prints=prints)
+    p = p[rows]  # (candidates, Q)
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
@@ -123,7 +150,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
             left_out += [names[r] for r, _ in pushed if names[r] not in left_out]
             fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d, low_evidence=low(names[r]))
                          for r, d in hits]
-        out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks, min_evals=min_evals,
+        out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks, min_evals=min_evals, predictor=predictor,
                                  evidence_note=evidence_note(left_out, min_evals, what="ranked after the "
                                                              "well-evidenced models and so left out of this "
                                                              "ranking or its fallbacks")))

@@ -39,6 +39,46 @@ class ActiveEncoder:
     config: Any  # encoder.locus.LocusConfig
     query_encoder: str
     directory: Path
+    blend: Any = None  # encoder.blend.Blend of LOCUS and the item table for routing; None: LOCUS alone
+
+
+ROUTER_BLEND = "router_blend.json"
+
+
+def _fit_router_blend(locus, data: EvalData, train_evals: np.ndarray, split):
+    """The router's blend of LOCUS and the item table (`encoder.blend.fit_routing_blend`), fitted on the
+    validation queries from predictions that never saw them: LOCUS trained on the training queries, and
+    an item table fitted on the training evaluations alone (the one stored beside the encoder also
+    learns the validation queries, so its predictions there would be in-sample). New texts reach the
+    item table through its text map, as the validation queries do here. None when no validation cell
+    is scored."""
+    from encoder.blend import fit_routing_blend
+    from encoder.data import truth_on
+    from encoder.fingerprint import item_table_predictions
+    from encoder.inference import embed_models, predict
+
+    truth = truth_on(data, split.val)
+    if not (~np.isnan(truth)).any():
+        return None
+    z = np.nan_to_num(embed_models(locus, data, train_evals))
+    (item,) = item_table_predictions(data, train_evals, (split.val,))
+    return fit_routing_blend({"locus": predict(locus, z, data.query_vectors[split.val]), "item": item}, truth)
+
+
+def load_router_blend(directory: Path):
+    """The router blend stored beside an encoder, or None (an encoder trained before router blends)."""
+    from encoder.blend import Blend
+
+    path = Path(directory) / ROUTER_BLEND
+    if not path.is_file():
+        return None
+    try:
+        blend = Blend.from_json(path.read_text("utf-8"))
+    except (ValueError, KeyError, TypeError) as err:
+        raise RegistryError(f"{path}: {err}") from err
+    if set(blend.components) != {"locus", "item"}:
+        raise RegistryError(f"{path}: a router blend of locus and item, not {', '.join(blend.components)}")
+    return blend
 
 
 def _encoders_dir(store: Store) -> Path:
@@ -113,6 +153,9 @@ def train_encoder(
     from encoder.fingerprint import fit_on_data, save_item_table
 
     save_item_table(fit_on_data(data, exclude={data.query_ids[q] for q in split.test}), staging)
+    blend = _fit_router_blend(result.locus, data, train_evals, split)
+    if blend is not None:
+        (staging / ROUTER_BLEND).write_text(blend.to_json(), encoding="utf-8")
     (staging / "training.json").write_text(json.dumps({
         "query_encoder": query_encoder, "seed": seed, "evals_per_model": evals_per_model,
         "models": data.models, "n_train_queries": int(len(split.train)), "n_val_queries": int(len(split.val)),
@@ -121,6 +164,8 @@ def train_encoder(
         "val_routing_accuracy": result.best_val_routing, "validation": asdict(best) if best else None,
         "embedding_spread": spread, "warnings": warnings,
         "seconds": result.seconds, "train_config": config.to_dict(),
+        "router_blend": None if blend is None else {"components": blend.components, "weights": blend.weights,
+                                                     "validation_cells": blend.cells},
     }, indent=2, default=str))
     final = _encoders_dir(store) / encoder_id
     # training.json is written last (and copied last on an s3 home, which has no rename): a directory
@@ -171,7 +216,7 @@ def _load_active(store: Store, encoder_id: str | None, load) -> ActiveEncoder:
     if loaded_id != encoder_id:
         raise RegistryError(f"checkpoint in {directory} has id {loaded_id}, not {encoder_id}")
     info = json.loads((directory / "training.json").read_text("utf-8"))
-    return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory)
+    return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory, load_router_blend(directory))
 
 def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
     """Per model, the evaluations its embedding is built from: all, or a seeded sample of

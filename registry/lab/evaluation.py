@@ -18,24 +18,14 @@ from typing import Any, Callable
 import numpy as np
 
 from encoder.blend import fit_blend, fit_routing_blend
-from encoder.data import EvalData, sample_per_model, split_queries
+from encoder.data import EvalData, sample_per_model, split_queries, truth_on
+from encoder.fingerprint import item_table_predictions
 from encoder.metrics import correctness_accuracy, oracle_accuracy, routing_accuracy
 from registry.errors import InputError
 
 __all__ = ["run_evaluation", "score_predictions", "truth_on", "item_table_predictions"]
 
 BASELINES = ("embedllm_mf", "irt_net", "knn")
-
-
-def truth_on(data: EvalData, queries: np.ndarray, evals: np.ndarray | None = None) -> np.ndarray:
-    """(M, len(queries)) scores with NaN holes, from all evaluations or only `evals`."""
-    column = np.full(data.n_queries, -1, dtype=np.int64)
-    column[queries] = np.arange(len(queries))
-    idx = np.arange(len(data.scores)) if evals is None else np.asarray(evals)
-    idx = idx[column[data.query_index[idx]] >= 0]
-    truth = np.full((data.n_models, len(queries)), np.nan, dtype=np.float32)
-    truth[data.model_index[idx], column[data.query_index[idx]]] = data.scores[idx]
-    return truth
 
 
 def _baseline(name: str):
@@ -96,8 +86,8 @@ def run_evaluation(
     result["locus_best_epoch"] = trained_locus.best_epoch
     result["locus_stopped"] = trained_locus.stopped
 
-    # the registry's predictor: LOCUS, the item table and kNN over the stored queries, blended on the
-    # validation queries (score_predictions)
+    # the registry's predictor: LOCUS and the item table blended on the validation queries, and with kNN
+    # over the stored queries beside it (score_predictions)
     started = time.perf_counter()
     val_p = {"locus": predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.val])}
     test_p = {"locus": pred}
@@ -132,9 +122,10 @@ def run_evaluation(
     return result
 
 
-# method -> (components, fit). "registry" is the router `route` uses; the others show what each part adds.
-BLENDS = {"registry": (("locus", "item", "knn"), fit_routing_blend),
-          "locus+item": (("locus", "item"), fit_routing_blend),
+# method -> (components, fit). "registry" is the router `route` uses (the blend `registry train` stores,
+# registry.catalog.embedding._fit_router_blend); the others show what each part adds or would add.
+BLENDS = {"registry": (("locus", "item"), fit_routing_blend),
+          "registry+knn": (("locus", "item", "knn"), fit_routing_blend),
           "locus+item (logistic)": (("locus", "item"), fit_blend),
           "item": (("item",), fit_blend)}
 
@@ -166,27 +157,6 @@ def score_predictions(predictions: dict[str, Any], *, keep_routed: bool = False)
     out["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
     if keep_routed:
         out["routed"] = routed
-    return out
-
-
-def item_table_predictions(data: EvalData, train_evals: np.ndarray, query_sets) -> list[np.ndarray]:
-    """The item table as a predictor: fitted on `train_evals` only, each model fingerprinted from its
-    own training evaluations; (M, len(queries)) P(correct) for each array of query indices in
-    `query_sets` (queries the table has not seen are placed by their vectors)."""
-    from encoder.fingerprint import fit_item_table
-    from encoder.data import evals_by_model
-
-    train_evals = np.asarray(train_evals, np.int64)
-    table = fit_item_table(data.query_ids, data.query_vectors, data.model_index[train_evals],
-                           data.query_index[train_evals], data.scores[train_evals], models=data.models,
-                           tasks=data.tasks)
-    thetas = table.fingerprints(data.query_ids, data.query_vectors, evals_by_model(data, train_evals),
-                                data.query_index, data.scores)
-    out = []
-    for queries in query_sets:
-        queries = np.asarray(queries, np.int64)
-        f, b = table.item_params([data.query_ids[i] for i in queries], data.query_vectors[queries])
-        out.append(table.probabilities(thetas, f, b).astype(np.float32))
     return out
 
 

@@ -42,7 +42,8 @@ def portfolio(reader: Reader,
               method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget)$"),
               where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
               include_unknown_params: bool = False,
-              seed: int = Query(default=0, ge=0, le=2**31 - 1)):
+              seed: int = Query(default=0, ge=0, le=2**31 - 1),
+              by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$")):
     """A small set of models that covers the pool, with routing accuracies."""
     return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
-                            include_unknown_params=include_unknown_params, seed=seed)
+                            include_unknown_params=include_unknown_params, seed=seed, by=by)
