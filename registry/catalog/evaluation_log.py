@@ -7,9 +7,8 @@ before on the queries both answered. Every add, refine and replace therefore als
 evaluations it brings here, with the version number it lands as, in the same transaction as the
 version row (registry.catalog.landing). Nothing here is ever updated or deleted.
 
-`registry import` writes evaluations without making a version; those rows are not logged, and drift
-reads them from the evaluations table by their time (a row older than a version's log rows was there
-before that version). Homes made before store format 3 get the log filled from the evaluations table
+`registry import` logs what it writes under the model's version at the time (an import makes no
+version). Homes made before store format 3 get the log filled from the evaluations table
 by migration 3 (`backfill`): each row's version is the one whose history row has the row's time
 (landing writes both with one timestamp), else the model's last version at or before it; scores that
 a refine replaced before the log existed cannot be recovered.
