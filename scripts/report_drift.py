@@ -21,8 +21,9 @@ For every real model (the "earlier version": its real answers), a "newest versio
 - close-model: the answers of its closest other model (highest excess agreement kappa in the pool).
 Setting "shared": the newest version re-answers every query the model answered (the audit's calibrated
 tests on shared queries). Setting "disjoint": the earlier version keeps a random half of its queries,
-the newest answers the other half (the fingerprint permutation test and the homogeneity test), for
-`--disjoint-models` models per data set (each case fits 2 x 399 fingerprints).
+the newest answers the other half (the fingerprint permutation test and the homogeneity test), at most
+`--disjoint-queries` (1000) of each half at random, for `--disjoint-models` (8) models per data set
+(each case fits 2 x 400 fingerprints: minutes per data set on two busy cores).
 One alpha (0.01) and max noise (12%), the CLI's defaults, for every data set; nothing is tuned here.
 """
 from __future__ import annotations
@@ -118,7 +119,7 @@ def _answers_of(j: int, idx, fallback, pool) -> np.ndarray:
     return np.where(have, jy[at], fallback)
 
 
-def run_dataset(name: str, disjoint_models: int, seed: int = 0) -> dict:
+def run_dataset(name: str, disjoint_models: int, disjoint_queries: int, seed: int = 0) -> dict:
     from registry.analytics.audit_stats import calibrate
     from registry.analytics.drift import PERMUTATIONS, FingerprintItems, judge
 
@@ -151,7 +152,10 @@ def run_dataset(name: str, disjoint_models: int, seed: int = 0) -> dict:
                     before_rows, after_rows = (idx, y), (idx, after)
                 else:
                     half = case_rng.random(len(idx)) < 0.5
-                    before_rows, after_rows = (idx[half], y[half]), (idx[~half], after[~half])
+                    a_pick, b_pick = np.flatnonzero(half), np.flatnonzero(~half)
+                    a_pick = np.sort(case_rng.permutation(a_pick)[:disjoint_queries])
+                    b_pick = np.sort(case_rng.permutation(b_pick)[:disjoint_queries])
+                    before_rows, after_rows = (idx[a_pick], y[a_pick]), (idx[b_pick], after[b_pick])
                 out = judge(cal, model, before_rows, after_rows, items=items, calibrated_rows={model: (idx, y)},
                             permutations=PERMUTATIONS, seed=seed)
                 deciding = min(out["tests"], key=lambda t: t.p_value).test if out["tests"] else None
@@ -194,8 +198,8 @@ def markdown(results: list[dict], command: str) -> str:
              "Each case is decided by `registry.analytics.drift.judge`, the function `registry drift NAME` calls "
              "once it has read the versions from the store. \"shared\": the newest version answers the same "
              "queries (stratified McNemar within tasks + more changes than 12%); \"disjoint\": the versions "
-             "answer disjoint random halves (fingerprint permutation test, 399 splits, + task x difficulty "
-             "homogeneity). \"changed\" is the median share of answers that differ from the earlier version's.", ""]
+             "answer disjoint random halves, at most 1000 queries each (fingerprint permutation test, 399 "
+             "splits, + task x difficulty homogeneity). \"changed\" is the median share of answers that differ from the earlier version's.", ""]
     for res in results:
         lines += [f"## {res['dataset']}: {res['models']} models x {res['queries']} queries, mean accuracy "
                   f"{res['mean_accuracy']:.3f}", "",
@@ -212,14 +216,15 @@ def markdown(results: list[dict], command: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="mmlu-pro,bfcl")
-    parser.add_argument("--disjoint-models", type=int, default=12)
+    parser.add_argument("--disjoint-models", type=int, default=8)
+    parser.add_argument("--disjoint-queries", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     results = []
     for name in args.datasets.split(","):
-        res = run_dataset(name, args.disjoint_models, args.seed)
+        res = run_dataset(name, args.disjoint_models, args.disjoint_queries, args.seed)
         results.append(res)
         for row in summary(res):
             print(f"{name:9s} {row['setting']:8s} {row['variant']:12s} {row['kind']:9s} {row['moved']:3d}/{row['cases']:3d} "

@@ -234,11 +234,14 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
     newest, after, earlier, numbers = _versions_of(store, name)
     if newest is None or not earlier:
         versions = [] if newest is None else [newest]
+        # a home older than the log (store format 3) has nothing logged until `registry migrate`
+        hint = (" (this home predates the evaluation log: run `registry migrate`)"
+                if newest is None and store.format < 3 else "")
         return DriftReport(name=name, status="nothing to compare", moved=None, newest_version=newest,
                            earlier_versions=[], alpha=alpha, newest_evaluations=len(after or {}),
                            sentence=(f"{name} has {'no logged version' if newest is None else 'one version'} "
-                                     f"with evaluations{f' (v{versions[0]})' if versions else ''}: nothing to "
-                                     "compare yet; drift compares a refine with what came before it."),
+                                     f"with evaluations{f' (v{versions[0]})' if versions else ''}{hint}: nothing "
+                                     "to compare yet; drift compares a refine with what came before it."),
                            seconds=time.perf_counter() - started)
     encoder_id = store.config.get("active_encoder") or "none"
     cal, _ = calibration(store, live, encoder_id, refresh=False, neighbours=lambda: [])
