@@ -85,6 +85,34 @@ def test_a_quantised_like_copy_moves_by_the_symmetry_test(pool):
     assert deciding.test == "symmetry" and out["right_to_wrong"] > 2 * out["wrong_to_right"]
 
 
+@pytest.fixture(scope="module")
+def items(pool):
+    """The pool's item table (random query vectors: every query is known to it) as drift reads it."""
+    from encoder.fingerprint import FingerprintConfig, fit_item_table
+    from registry.analytics.drift import FingerprintItems
+
+    scores, task, p, cal = pool
+    m, q = scores.shape
+    mi, qi = np.repeat(np.arange(m), q), np.tile(np.arange(q), m)
+    vectors = np.random.default_rng(0).normal(size=(q, 8)).astype(np.float32)
+    table = fit_item_table([str(i) for i in range(q)], vectors, mi, qi, scores.ravel(), models=cal.names,
+                           config=FingerprintConfig(rank=4, steps=200))
+    f, b = table.item_params([str(i) for i in range(q)])
+    return FingerprintItems(table, np.arange(q), f, b)
+
+
+def test_disjoint_queries_are_judged_by_the_fingerprint_against_the_models_own_splits(pool, items):
+    scores, task, p, cal = pool
+    half = np.random.default_rng(2).random(scores.shape[1]) < 0.5
+    first, second = np.flatnonzero(half), np.flatnonzero(~half)
+    same = judge(cal, "m5", (first, scores[5][first]), (second, scores[5][second]), items=items, permutations=99)
+    other = judge(cal, "m5", (first, scores[5][first]), (second, scores[9][second]), items=items, permutations=99)
+    assert same["method"] == other["method"] == "fingerprint" and same["shared_queries"] == 0
+    assert same["moved"] is False and same["fingerprint_distance"] < 3 * same["fingerprint_null_median"]
+    assert other["moved"] is True and other["fingerprint_distance"] > same["fingerprint_distance"]
+    assert {t.test for t in other["tests"]} == {"fingerprint", "homogeneity"}
+
+
 def test_too_little_evidence_is_untested_not_a_verdict(pool):
     scores, task, p, cal = pool
     idx = np.arange(10)
