@@ -160,6 +160,8 @@ def test_refine_with_another_models_answers_moves_and_a_rerun_does_not(reg):
     log = [r for r in reg.store.read("evaluation_log").to_pylist() if r["model"] == a and r["version"] == 1]
     assert {r["query_id"]: r["score"] for r in log} == before
     assert same.status == "not moved" and same.changed_rate == 0.0
+    # drift fits its own calibration rather than caching one without the audit's index-neighbour pairs
+    assert not (reg.store.home / "audit" / "calibration.json").exists()
 
 
 def test_audit_drift_exits_1_when_one_moved_and_checks_only_what_is_new(reg):

@@ -221,7 +221,8 @@ def _check(alpha: float, max_noise: float) -> None:
 def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
           permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
     """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
-    from registry.analytics.audit import _read_evals, _rows_for, calibration
+    from registry.analytics.audit import _CACHE_DIR, _pool, _read_evals, _rows_for
+    from registry.analytics.audit_stats import calibrate
 
     started = time.perf_counter()
     _check(alpha, max_noise)
@@ -243,11 +244,12 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
                                      f"with evaluations{f' (v{versions[0]})' if versions else ''}{hint}: nothing "
                                      "to compare yet; drift compares a refine with what came before it."),
                            seconds=time.perf_counter() - started)
-    encoder_id = store.config.get("active_encoder") or "none"
-    cal, _ = calibration(store, live, encoder_id, refresh=False, neighbours=lambda: [])
-    pos = {q for q in cal.query_ids}
-    if any(q not in pos for q in after) or name not in cal.names:  # a calibration older than these queries
-        cal, _ = calibration(store, live, encoder_id, refresh=True, neighbours=lambda: [])
+    # the audit's cached pool calibration when it covers these queries; else one fitted here and not
+    # saved: the audit's cache also holds its index-neighbour pairs, which drift does not compute
+    cal = Calibration.load(store.home / _CACHE_DIR)
+    encoder_id = store.config.get("active_encoder")
+    if cal is None or cal.encoder_id != encoder_id or name not in cal.names or not set(after) <= set(cal.query_ids):
+        cal = calibrate(_pool(store, live), neighbours=[])
     before_rows, after_rows = _as_rows(cal, earlier), _as_rows(cal, after)
     models, qids, scores = _read_evals(store, [name])
     current = {name: _rows_for(cal, models, qids, scores, name)}
