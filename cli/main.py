@@ -615,13 +615,20 @@ def restore(ctx, name, version, as_json) -> None:
 @click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
               help="The index proposing candidates: locus, fingerprint (default: both; a copy is found by "
                    "whichever sees it, the evaluations then decide).")
+@click.option("--drift", "drift_run", is_flag=True,
+              help="Instead: `registry drift` for every model given a version since the last --drift run "
+                   "(marker: last_drift_run in the home's config.json); exit 1 when one moved (for CI).")
 @click.pass_context
-def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by) -> None:
+def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by, drift_run) -> None:
     """Flag models that are likely the same model behind different endpoints.
 
     Each model's k nearest neighbours in the index are candidates; each pair is judged on its
     evaluations: agreement beyond what two distinct models of their abilities show in this pool is a
     flag, labelled duplicate, or "same product line?" when their differences are systematic."""
+    if drift_run:
+        from cli.drift import run_drift_audit
+
+        return run_drift_audit(ctx, alpha=alpha, max_noise=max_noise, as_json=as_json)
     for option, value in (("--alpha", alpha), ("--max-noise", max_noise)):
         if not 0.0 < value < 1.0:
             raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
@@ -687,6 +694,10 @@ def _register_analytics() -> None:
     for module in (route, portfolio, families, catalog_commands, queries, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
+    from cli import drift as drift_commands
+
+    for command in drift_commands.COMMANDS:
+        cli.add_command(command)
     _add_global_options(cli)
 
 

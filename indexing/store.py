@@ -45,7 +45,9 @@ _VECTOR_PREFIX = "qvec__"
 _CONFIG = "config.json"
 _LOCK = LOCK_FILE = ".lock"
 # 2: the models table and its history carry `fingerprint` + `table_id` (registry.catalog.migrations upgrades 1 -> 2).
-STORE_FORMAT = 2
+# 3: add/refine/replace also append their evaluations, with the version number, to `evaluation_log`
+# (registry.catalog.evaluation_log): an older writer would land versions that drift cannot see.
+STORE_FORMAT = 3
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"

@@ -41,6 +41,7 @@ from registry.results import (
     Stats,
     TrainReport,
 )
+from registry.results import DriftReport, DriftRun
 
 if TYPE_CHECKING:
     from indexing.store import Store
@@ -359,6 +360,24 @@ class Registry:
 
         return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
+
+    def drift(self, name: str, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+              seed: int = 0) -> DriftReport:
+        """Whether the newest version of a model behaves like its earlier ones: the audit's calibrated
+        tests on the queries both answered, else the behaviour-fingerprint distance against the model's
+        own resampling spread (see `registry.analytics.drift`). One version: "nothing to compare"."""
+        from registry.analytics.drift import drift
+
+        return drift(self.store, self.resolve(name), alpha=alpha, max_noise=max_noise, permutations=permutations,
+                     seed=seed)
+
+    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+                      seed: int = 0) -> DriftRun:
+        """`drift` of every model given a version since the last such run (`audit --drift`, for CI); the
+        run's time is kept as `last_drift_run` in the home's config.json."""
+        from registry.analytics.drift import drift_refined
+
+        return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,

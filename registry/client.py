@@ -181,6 +181,19 @@ class RegistryClient:
             params["by"] = by
         return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
+    def drift(self, name: str, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+              seed: int = 0) -> "DriftReport":
+        from registry.results import DriftReport
+
+        params = {"alpha": alpha, "max_noise": max_noise, "permutations": permutations, "seed": seed}
+        return DriftReport.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/drift", params=params))
+
+    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12) -> "DriftRun":
+        from registry.results import DriftRun
+
+        return DriftRun.model_validate(self._call("POST", "/v1/drift/run",
+                                                  params={"alpha": alpha, "max_noise": max_noise}))
+
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
                 where: str | None = None) -> ProfileResult:
         return ProfileResult.model_validate(self._call("POST", "/v1/profile", json={

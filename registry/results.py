@@ -34,6 +34,9 @@ __all__ = [
     "AuditPair",
     "AuditCalibration",
     "AuditReport",
+    "DriftTest",
+    "DriftReport",
+    "DriftRun",
     "RESULT_TYPES",
 ]
 
@@ -715,6 +718,62 @@ class AuditReport(BaseModel):
         return [f for f in self.flags if f.label == "same product line?"]
 
 
+# ---------------------------------------------------------------- drift (registry.analytics.drift)
+class DriftTest(Result):
+    """One test of "the newest version is the model its earlier versions were"."""
+
+    test: Literal["symmetry", "noise", "homogeneity", "fingerprint"] = Field(
+        description="symmetry: stratified McNemar within tasks on shared queries (the audit's); noise: more "
+                    "changed answers than max_noise (the audit's); homogeneity: task x difficulty on queries only "
+                    "one side answered (the audit's); fingerprint: behaviour-fingerprint distance against the "
+                    "distances of random splits of the model's own evaluations (permutation test)")
+    statistic: float = Field(description="chi-square (symmetry, homogeneity), changed-answer rate (noise), "
+                                         "or identity distance in RMS logits (fingerprint)")
+    p_value: float
+    detail: str
+
+
+class DriftReport(Result):
+    """`registry drift NAME`: does the newest version behave like the earlier ones?"""
+
+    name: str
+    status: Literal["moved", "not moved", "nothing to compare", "untested"]
+    moved: bool | None = Field(description="None when there was nothing to compare or no test could run")
+    newest_version: int | None = None
+    earlier_versions: list[int] = Field(default_factory=list)
+    method: Literal["shared queries", "fingerprint"] | None = Field(
+        None, description="shared queries (at least 30 both answered) or fingerprint distance (queries differ)")
+    shared_queries: int = 0
+    newest_evaluations: int = 0
+    earlier_evaluations: int = 0
+    alpha: float = Field(description="chance of a false alarm on an unchanged model (split over the tests run)")
+    level: float | None = Field(None, description="p threshold of each test: alpha / tests run (Bonferroni)")
+    statistic: float | None = Field(None, description="the deciding (smallest-p) test's statistic")
+    p_value: float | None = Field(None, description="the deciding test's p-value")
+    tests: list[DriftTest] = Field(default_factory=list)
+    changed_rate: float | None = Field(None, description="share of shared queries whose score changed")
+    right_to_wrong: int = 0
+    wrong_to_right: int = 0
+    kappa: float | None = Field(None, description="excess agreement of the two sides (the audit's kappa)")
+    accuracy_before: float | None = Field(None, description="earlier versions' accuracy on the shared queries")
+    accuracy_after: float | None = None
+    fingerprint_distance: float | None = None
+    fingerprint_null_median: float | None = Field(None, description="median distance between random splits "
+                                                                      "of the model's own evaluations")
+    sentence: str
+    seconds: float = 0.0
+
+
+class DriftRun(Result):
+    """`registry audit --drift`: drift of every model given a version since the last run."""
+
+    since: datetime | None = Field(None, description="the previous run's marker (None: first run, every model)")
+    marker: datetime = Field(description="this run's marker, kept in the home's config.json as last_drift_run")
+    checked: list[DriftReport]
+    moved: list[str]
+    seconds: float = 0.0
+
+
 # ---------------------------------------------------------------- reading the store
 
 RESULT_TYPES: dict[str, type[BaseModel]] = {
@@ -727,5 +786,7 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
     "demo": DemoReport, "audit": AuditReport,
     "alias set": Alias, "alias delete": Alias, "alias list": AliasList, "queries": QueryList,
 }
+
+RESULT_TYPES.update({"drift": DriftReport, "audit --drift": DriftRun})
 
 DemoReport.model_rebuild()  # its audit field names AuditReport, defined after it

@@ -27,7 +27,7 @@ def _rows(home: Path, table: str) -> list[dict]:
 def test_the_fixture_is_format_1_and_small():
     assert json.loads((FIXTURE / "config.json").read_text())["format"] == 1
     assert sum(p.stat().st_size for p in FIXTURE.rglob("*") if p.is_file()) < 1_000_000
-    assert STORE_FORMAT == 2
+    assert STORE_FORMAT == 3
 
 
 def test_a_format_1_home_reads_but_refuses_writes_naming_migrate(old_home):
@@ -52,8 +52,8 @@ def test_migrate_keeps_the_data_and_fills_fingerprints(old_home):
     evals_before = Store(old_home, create=False).read("evaluations").num_rows
     reg = Registry.open(old_home, create=False)
     report = reg.migrate()
-    assert (report.from_format, report.to_format) == (1, 2) and len(report.applied) == 1
-    assert json.loads((old_home / "config.json").read_text())["format"] == 2
+    assert (report.from_format, report.to_format) == (1, 3) and len(report.applied) == 2
+    assert json.loads((old_home / "config.json").read_text())["format"] == 3
     models_after, versions_after = _rows(old_home, MODELS), _rows(old_home, VERSIONS)
     # every old column of every row unchanged
     assert [{k: r[k] for k in models_before[0]} for r in models_after] == models_before
@@ -79,7 +79,7 @@ def test_migrate_is_idempotent(old_home):
     reg.migrate()
     rows = _rows(old_home, MODELS)
     again = reg.migrate()
-    assert again.applied == [] and again.from_format == again.to_format == 2
+    assert again.applied == [] and again.from_format == again.to_format == 3
     assert _rows(old_home, MODELS) == rows
 
 
@@ -102,7 +102,7 @@ def test_a_crash_inside_the_migration_leaves_a_usable_format_1_home(old_home, mo
     assert _rows(old_home, MODELS) == before
     reg = Registry.open(old_home, create=False)
     assert reg.similar(before[0]["name"], k=1).neighbours  # still readable
-    assert reg.migrate().to_format == 2  # and the migration runs whole next time
+    assert reg.migrate().to_format == 3  # and the migration runs whole next time
 
 
 def test_the_cli_migrates_and_write_commands_name_it(old_home):
@@ -115,5 +115,26 @@ def test_the_cli_migrates_and_write_commands_name_it(old_home):
     assert refused.exit_code != 0 and "registry migrate" in refused.output
     done = runner.invoke(cli, ["--home", str(old_home), "migrate", "--json"])
     assert done.exit_code == 0, done.output
-    assert json.loads(done.output)["to_format"] == 2
+    assert json.loads(done.output)["to_format"] == 3
     assert runner.invoke(cli, ["--home", str(old_home), "migrate"]).output.strip().endswith("nothing to migrate")
+
+
+def test_migration_3_logs_every_stored_evaluation_under_its_version(old_home):
+    """Format 3's evaluation_log is filled from the evaluations table: one row per stored evaluation,
+    each under the version its model had when the row was written; nothing else changes."""
+    from registry import Registry
+    from registry.catalog.evaluation_log import EVALUATION_LOG
+
+    store = Store(old_home, create=False)
+    evals = store.read("evaluations").to_pylist()
+    current = {r["name"]: r["version"] for r in store.read(MODELS).to_pylist()}
+    Registry.open(old_home, create=False).migrate()
+    log = Store(old_home, create=False).read(EVALUATION_LOG).to_pylist()
+    assert sorted((r["model"], r["query_id"], r["score"]) for r in log) == \
+        sorted((r["model"], r["query_id"], r["score"]) for r in evals)
+    # the fixture's models were imported or added once: their rows are logged under that version
+    assert {(r["model"], r["version"]) for r in log} == {(m, current[m]) for m in {r["model"] for r in evals}
+                                                         if m in current} | \
+        {(m, 1) for m in {r["model"] for r in evals} if m not in current}
+    assert Registry.open(old_home, create=False).migrate().applied == []  # idempotent: logged once
+    assert Store(old_home, create=False).count(EVALUATION_LOG) == len(log)

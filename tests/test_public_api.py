@@ -26,6 +26,7 @@ RESULTS = {
     "Agreement", "Comparison", "DemoReport", "ErrorDetail", "ErrorResponse", "RESULT_TYPES",
     "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport", "Alias", "AliasList", "MigrationReport",
     "QueryList",
+    "DriftTest", "DriftReport", "DriftRun",
 }
 
 # Registry's public methods and what they return.
@@ -39,6 +40,7 @@ RETURNS = {
     "compare": "Comparison", "check": "CheckResult", "stats": "Stats", "models": "list[ModelRecord]",
     "get": "ModelRecord", "show": "ModelInfo", "resolve": "str", "set_alias": "Alias", "delete_alias": "Alias",
     "aliases": "list[Alias]", "migrate": "MigrationReport", "queries": "QueryList",
+    "drift": "DriftReport", "drift_refined": "DriftRun",
 }
 
 

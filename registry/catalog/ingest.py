@@ -34,6 +34,7 @@ from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ImportReport
 from registry.catalog.rows import next_versions
+from registry.catalog.evaluation_log import EVALUATION_LOG, EVALUATION_LOG_SCHEMA, log_rows
 
 __all__ = ["ImportReport", "Precomputed", "ingest", "load_precomputed", "model_row"]
 
@@ -264,6 +265,11 @@ def ingest(
                 store.upsert(EVALUATIONS, data, EVALUATION_SCHEMA, ["model", "query_id"], insert=False)
             else:
                 store.append(EVALUATIONS, data, EVALUATION_SCHEMA)
+            # logged under the model's version as imported: a later refine that re-scores these queries
+            # replaces them in the evaluations table, and drift compares against them
+            known = {**{n: int(r.get("version") or 1) for n, r in stored_models.items()}, **(numbers if insert_models else {})}
+            store.append(EVALUATION_LOG, log_rows(data, {m: known.get(m, 1) for m in set(data.column("model").to_pylist())}),
+                         EVALUATION_LOG_SCHEMA)
         for name, by_hash in vectors_to_store.items():
             # Another writer may have cached some of these while we encoded outside the lock.
             already = store.cached_vectors(name, list(by_hash))

@@ -165,6 +165,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     from encoder.data import EvalData
     from encoder.inference import embed_models
     from registry.catalog.ingest import model_row
+    from registry.catalog.evaluation_log import EVALUATION_LOG, EVALUATION_LOG_SCHEMA, log_rows
     from registry.catalog.rows import next_versions, version_row
 
     store = view.store
@@ -283,6 +284,9 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         store.upsert(MODELS, model_rows, MODEL_SCHEMA, "name")
         store.append(VERSIONS, [version_row(row, event, now) for row, event in zip(model_rows, events)],
                      VERSION_SCHEMA)
+        # what each version brought, kept after a later refine replaces a score (drift compares versions)
+        store.append(EVALUATION_LOG, log_rows(pa.concat_tables([_evaluation_rows(added, now), _evaluation_rows(
+            [p for p in prepared if p.change.kind == "refine"], now)]), numbers), EVALUATION_LOG_SCHEMA)
         if on_commit is not None:
             on_commit(store, results)
     outcomes.update(results)

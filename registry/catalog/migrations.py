@@ -51,9 +51,18 @@ def _m002_fingerprints(store: Store, report: MigrationReport) -> None:
     report.fingerprints = rewrite_fingerprints(store, table, migrating=True) if table is not None else 0
 
 
+def _m003_evaluation_log(store: Store, report: MigrationReport) -> None:
+    """3: the `evaluation_log` table (which evaluations each version brought; registry.catalog.evaluation_log),
+    filled from the evaluations table as it stands (scores a refine replaced earlier are not recoverable)."""
+    from registry.catalog.evaluation_log import backfill
+
+    backfill(store)
+
+
 # (format it produces, what it does, the function): in order, one per format step
 MIGRATIONS: list[tuple[int, str, Callable[[Store, MigrationReport], None]]] = [
     (2, "fingerprint columns on models and model_versions", _m002_fingerprints),
+    (3, "evaluation_log: the evaluations each version brought (for drift)", _m003_evaluation_log),
 ]
 
 

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from registry import results as r
 from registry.service import schemas as s
-from registry.service.deps import Reader
+from registry.service.deps import WRITE, Name, Reader
 from registry.service.errors import ERRORS
 from registry.service.schemas import LIMITS
 
@@ -47,3 +47,22 @@ def portfolio(reader: Reader,
     """A small set of models that covers the pool, with routing accuracies."""
     return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
                             include_unknown_params=include_unknown_params, seed=seed, by=by)
+
+
+# drift (issue 26): a read per model; the CI run writes its marker, so it needs the token
+@router.get("/v1/models/{name}/drift", response_model=r.DriftReport, responses=ERRORS, tags=["audit"])
+def drift(name: Name, reader: Reader,
+          alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
+          max_noise: float = Query(default=0.12, gt=0.0, lt=1.0),
+          permutations: int = Query(default=399, ge=19, le=9999),
+          seed: int = Query(default=0, ge=0, le=2**31 - 1)):
+    """Whether the model's newest version behaves like its earlier ones (registry drift NAME)."""
+    return reader.drift(name, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
+
+
+@router.post("/v1/drift/run", dependencies=WRITE, response_model=r.DriftRun, responses=ERRORS, tags=["audit"])
+def drift_run(reader: Reader,
+              alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
+              max_noise: float = Query(default=0.12, gt=0.0, lt=1.0)):
+    """Drift of every model given a version since the last run (registry audit --drift); keeps the new marker."""
+    return reader.drift_refined(alpha=alpha, max_noise=max_noise)

@@ -1,0 +1,294 @@
+"""Drift: does a model's newest version behave like its earlier versions?
+
+An endpoint can change behind one name (a new snapshot, a quantised deployment, another model). Each
+version's evaluations are in `evaluation_log` (registry.catalog.evaluation_log); the newest version's
+are compared with the model's answers as they stood before it (per query, the latest earlier score:
+logged, or an imported row older than the newest version).
+
+The null hypothesis is "the same model, re-run": its answers may change where it is unsure, in both
+directions alike, and no more than a re-run does. The tests, each from the audit (one function, not a copy):
+
+- shared queries (at least `MIN_EVIDENCE` answered by both sides), the audit's calibrated evidence
+  (registry.analytics.audit_stats.evidence) on the pair (earlier, newest):
+  * symmetry: the stratified McNemar test within tasks. A re-run changes right->wrong as often as
+    wrong->right (per query both have probability p(1-p)); a quantised copy, or answers taken from a
+    model of another task profile, lean one way.
+  * noise: more changed answers than `max_noise`, the audit's ceiling for one model re-run (12%).
+  * homogeneity: when both sides also answered queries the other did not, the task x difficulty
+    homogeneity test on those.
+- otherwise (the queries differ), the behaviour fingerprint: the identity distance between the
+  fingerprints of the two sides (RMS logit difference over the item table's probe queries) against
+  the model's own resampling spread, the distances between random splits of its pooled evaluations
+  into sides of the same sizes (a permutation test: exact when the two sides' queries are alike
+  draws), and the audit's homogeneity test.
+
+"moved" when any test run has p <= alpha / (tests run) (Bonferroni): an unchanged model raises a false
+alarm with probability at most alpha. One alpha for every pool (`ALPHA`); nothing is tuned per data set.
+What no test on answers can see: a change that moves answers symmetrically, in the amount a re-run
+does, where the model is unsure (e.g. a small share of answers from a model of the same task profile).
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
+from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
+from registry.errors import InputError, NotFoundError
+from registry.results import DriftReport, DriftRun, DriftTest
+
+__all__ = ["drift", "drift_refined", "judge", "ALPHA", "PERMUTATIONS", "MARKER_KEY"]
+
+ALPHA = 0.01
+MAX_NOISE = 0.12  # the audit's default: the most one model re-run or re-served changes
+PERMUTATIONS = 399  # p-values down to 1/400, below alpha / 2
+MARKER_KEY = "last_drift_run"  # config.json: when `audit --drift` last ran
+
+
+class FingerprintItems:
+    """The item table's parameters of the queries a comparison touches: `f` (n, r), `b` (n,) row i for
+    query index `idx[i]` of the calibration (sorted)."""
+
+    def __init__(self, table, idx: np.ndarray, f: np.ndarray, b: np.ndarray) -> None:
+        self.table, self.idx, self.f, self.b = table, idx, f, b
+
+    def rows(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.searchsorted(self.idx, q)
+        return self.f[at], self.b[at]
+
+
+def _fingerprint_test(items: FingerprintItems, ia, ya, ib, yb, *, permutations: int,
+                      seed: int) -> tuple[float, float, float]:
+    """(distance, p, median null distance) of the two sides' fingerprints against random splits of
+    their pooled evaluations into sides of the same sizes."""
+    fa, ba = items.rows(ia)
+    fb, bb = items.rows(ib)
+    f, b, y = np.concatenate([fa, fb]), np.concatenate([ba, bb]), np.concatenate([ya, yb])
+    table, n_a = items.table, len(ia)
+
+    def distance(a: np.ndarray, c: np.ndarray) -> float:
+        theta = np.stack([table.fingerprint(f[a], b[a], y[a]), table.fingerprint(f[c], b[c], y[c])])
+        v = table.identity_vectors(theta)
+        return float(np.linalg.norm(v[0] - v[1]))
+
+    everything = np.arange(len(y))
+    observed = distance(everything[:n_a], everything[n_a:])
+    rng = np.random.default_rng(seed)
+    null = np.empty(permutations)
+    for i in range(permutations):
+        perm = rng.permutation(len(y))
+        null[i] = distance(perm[:n_a], perm[n_a:])
+    p = (1.0 + float((null >= observed).sum())) / (permutations + 1.0)
+    return observed, p, float(np.median(null))
+
+
+def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray],
+          *, alpha: float = ALPHA, max_noise: float = MAX_NOISE, items: FingerprintItems | None = None,
+          calibrated_rows: dict | None = None, permutations: int = PERMUTATIONS, seed: int = 0) -> dict:
+    """The drift decision from evaluations alone (no store): `before` / `after` are (query index into
+    `cal`'s queries, sorted and unique; score). Returns DriftReport's fields other than the versions'."""
+    ia, ya = before
+    ib, yb = after
+    d = evidence(cal, f"{name}@earlier", ia, ya, f"{name}@newest", ib, yb, max_noise=max_noise,
+                 calibrated_rows=calibrated_rows)
+    s = d.stats
+    tests: list[DriftTest] = []
+    out: dict = {"shared_queries": s.shared, "newest_evaluations": int(len(ib)), "earlier_evaluations": int(len(ia)),
+                 "alpha": alpha}
+    if s.shared >= MIN_EVIDENCE:
+        out.update(method="shared queries", changed_rate=s.disagreement, right_to_wrong=s.a_right_b_wrong,
+                   wrong_to_right=s.b_right_a_wrong, kappa=s.kappa, accuracy_before=s.accuracy_a,
+                   accuracy_after=s.accuracy_b)
+        if s.symmetry_p is not None:
+            stat = float(_chi2_isf(s.symmetry_p, s.symmetry_strata))
+            tests.append(DriftTest(test="symmetry", statistic=stat, p_value=s.symmetry_p, detail=(
+                f"{s.a_right_b_wrong} answers went right->wrong and {s.b_right_a_wrong} wrong->right, over "
+                f"{s.symmetry_strata} task strata (a re-run changes both ways alike)")))
+        tests.append(DriftTest(test="noise", statistic=s.disagreement, p_value=d.p_above_max_noise, detail=(
+            f"{s.disagreement:.1%} of {s.shared} shared answers changed (a re-run changes at most "
+            f"{max_noise:.0%})")))
+    elif items is not None and min(len(ia), len(ib)) >= MIN_EVIDENCE:
+        dist, p, null = _fingerprint_test(items, ia, ya, ib, yb, permutations=permutations, seed=seed)
+        out.update(method="fingerprint", fingerprint_distance=dist, fingerprint_null_median=null)
+        tests.append(DriftTest(test="fingerprint", statistic=dist, p_value=p, detail=(
+            f"fingerprint distance {dist:.3f} between the two sides; random splits of the model's own "
+            f"{len(ia) + len(ib)} evaluations: median {null:.3f} ({permutations} splits)")))
+    if s.homogeneity_p is not None:
+        out.setdefault("method", "fingerprint" if s.shared < MIN_EVIDENCE else "shared queries")
+        tests.append(DriftTest(test="homogeneity", statistic=float(_chi2_isf(s.homogeneity_p, s.homogeneity_strata)),
+                               p_value=s.homogeneity_p, detail=(
+            f"on the {s.only_a} / {s.only_b} queries only one side answered, accuracies by task x difficulty "
+            f"over {s.homogeneity_strata} strata")))
+    out["tests"] = tests
+    if not tests:
+        out.update(status="untested", moved=None, sentence=(
+            f"{name}: no test could run ({s.shared} shared queries, {len(ia)} earlier and {len(ib)} newest "
+            f"evaluations; a test needs {MIN_EVIDENCE} shared, or {MIN_EVIDENCE} each side and an item table)"))
+        return out
+    level = alpha / len(tests)
+    deciding = min(tests, key=lambda t: t.p_value)
+    moved = deciding.p_value <= level
+    out.update(level=level, statistic=deciding.statistic, p_value=deciding.p_value, moved=moved,
+               status="moved" if moved else "not moved")
+    if moved:
+        out["sentence"] = (f"{name} moved: {deciding.detail}; p={deciding.p_value:.2g} <= {level:.2g}, which an "
+                           f"unchanged model reaches with probability at most {alpha:g}.")
+    else:
+        out["sentence"] = (f"{name} did not move beyond its own resampling spread: {deciding.detail}; smallest "
+                           f"p={deciding.p_value:.2g} > {level:.2g} ({len(tests)} test(s) at alpha {alpha:g}).")
+    return out
+
+
+def _chi2_isf(p: float, df: int) -> float:
+    from scipy.special import chdtri
+
+    return float(chdtri(df, min(max(p, 1e-300), 1.0)))
+
+
+# ---------------------------------------------------------------- from the store
+def _versions_of(store: Store, name: str):
+    """(newest version, its (query ids, scores), earlier (query ids, scores), earlier version numbers),
+    or None when there is nothing to compare."""
+    from registry.catalog.evaluation_log import read_log
+
+    log = read_log(store, name).to_pylist()
+    if not log:
+        return None, None, None, []
+    newest = max(r["version"] for r in log)
+    mine = [r for r in log if r["version"] == newest]
+    since = min(r["time"] for r in mine)
+    after = {r["query_id"]: float(r["score"]) for r in sorted(mine, key=lambda r: r["time"])}
+    earlier: dict[str, float] = {}
+    # imported rows older than the newest version (not logged), then logged earlier versions in order
+    stored = store.read_in(EVALUATIONS, ["model", "query_id", "score", "time"], "model", [name]).to_pylist()
+    for r in stored:
+        if r["time"] < since:
+            earlier[r["query_id"]] = float(r["score"])
+    older = sorted((r for r in log if r["version"] < newest), key=lambda r: (r["version"], r["time"]))
+    for r in older:
+        earlier[r["query_id"]] = float(r["score"])
+    numbers = sorted({r["version"] for r in older})
+    if earlier and not numbers:  # imported, then refined: the version the import made
+        hist = store.read_in(VERSIONS, ["name", "version", "time"], "name", [name]).to_pylist()
+        numbers = sorted({int(h["version"]) for h in hist if h["version"] < newest and h["time"] < since}) or [newest - 1]
+    return newest, after, earlier, numbers
+
+
+def _as_rows(cal: Calibration, scores: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    pos = getattr(cal, "_qpos", None)
+    if pos is None:
+        pos = cal._qpos = {q: i for i, q in enumerate(cal.query_ids)}
+    pairs = sorted((pos[q], s) for q, s in scores.items() if q in pos)
+    return (np.array([i for i, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.float64))
+
+
+def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems | None:
+    """The item table's parameters of these calibration queries (unknown ones placed by their query
+    vectors), or None without an item table."""
+    from registry.catalog.fingerprint_store import load_item_table
+
+    table = load_item_table(store)
+    if table is None or not len(idx):
+        return None
+    ids = [cal.query_ids[i] for i in idx]
+    unknown = [q for q in ids if q not in table._row]
+    vectors = None
+    if unknown:
+        from registry.catalog.dataset import load_query_vectors
+
+        qv = load_query_vectors(store, store.query_encoder)
+        pos = {q: i for i, q in enumerate(qv.query_ids)}
+        if any(q not in pos for q in unknown):
+            keep = np.array([q in table._row or q in pos for q in ids])
+            idx, ids = idx[keep], [q for q, k in zip(ids, keep) if k]
+        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
+        for i, q in enumerate(ids):
+            if q in pos:
+                vectors[i] = qv.vectors[pos[q]]
+    f, b = table.item_params(ids, vectors)
+    return FingerprintItems(table, idx, f, b)
+
+
+def _check(alpha: float, max_noise: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha must be in (0, 1); got {alpha}", field="alpha")
+    if not 0.0 < max_noise < 1.0:
+        raise InputError(f"max_noise must be in (0, 1); got {max_noise}", field="max_noise")
+
+
+def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
+          permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
+    """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
+    from registry.analytics.audit import _CACHE_DIR, _pool, _read_evals, _rows_for
+    from registry.analytics.audit_stats import calibrate
+
+    started = time.perf_counter()
+    _check(alpha, max_noise)
+    if not isinstance(permutations, int) or permutations < 19:
+        raise InputError(f"permutations must be a whole number of at least 19, not {permutations!r}",
+                         field="permutations")
+    live = store.read(MODELS, ["name"]).column("name").to_pylist()
+    if name not in live:
+        raise NotFoundError.model(name, live)
+    newest, after, earlier, numbers = _versions_of(store, name)
+    if newest is None or not earlier:
+        versions = [] if newest is None else [newest]
+        # a home older than the log (store format 3) has nothing logged until `registry migrate`
+        hint = (" (this home predates the evaluation log: run `registry migrate`)"
+                if newest is None and store.format < 3 else "")
+        return DriftReport(name=name, status="nothing to compare", moved=None, newest_version=newest,
+                           earlier_versions=[], alpha=alpha, newest_evaluations=len(after or {}),
+                           sentence=(f"{name} has {'no logged version' if newest is None else 'one version'} "
+                                     f"with evaluations{f' (v{versions[0]})' if versions else ''}{hint}: nothing "
+                                     "to compare yet; drift compares a refine with what came before it."),
+                           seconds=time.perf_counter() - started)
+    # the audit's cached pool calibration when it covers these queries; else one fitted here and not
+    # saved: the audit's cache also holds its index-neighbour pairs, which drift does not compute
+    cal = Calibration.load(store.home / _CACHE_DIR)
+    encoder_id = store.config.get("active_encoder")
+    if cal is None or cal.encoder_id != encoder_id or name not in cal.names or not set(after) <= set(cal.query_ids):
+        cal = calibrate(_pool(store, live), neighbours=[])
+    before_rows, after_rows = _as_rows(cal, earlier), _as_rows(cal, after)
+    models, qids, scores = _read_evals(store, [name])
+    current = {name: _rows_for(cal, models, qids, scores, name)}
+    union = np.union1d(before_rows[0], after_rows[0])
+    shared = len(np.intersect1d(before_rows[0], after_rows[0]))
+    items = _items(store, cal, union) if shared < MIN_EVIDENCE else None
+    if items is not None and len(items.idx) < len(union):  # queries no vector places: left out of both sides
+        keep_b, keep_a = np.isin(before_rows[0], items.idx), np.isin(after_rows[0], items.idx)
+        before_rows = (before_rows[0][keep_b], before_rows[1][keep_b])
+        after_rows = (after_rows[0][keep_a], after_rows[1][keep_a])
+    fields = judge(cal, name, before_rows, after_rows, alpha=alpha, max_noise=max_noise, items=items,
+                   calibrated_rows=current, permutations=permutations, seed=seed)
+    return DriftReport(name=name, newest_version=newest, earlier_versions=numbers, **fields,
+                       seconds=time.perf_counter() - started)
+
+
+def drift_refined(store: Store, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
+                  permutations: int = PERMUTATIONS, seed: int = 0) -> DriftRun:
+    """Drift of every live model that got a version with evaluations since the last run (all of them on
+    the first run); the run's start is kept as the new marker (config.json `last_drift_run`), so the
+    next run checks what lands from now on, and a model that moved alarms once."""
+    import pyarrow as pa
+
+    from registry.catalog.evaluation_log import EVALUATION_LOG
+
+    started = time.perf_counter()
+    _check(alpha, max_noise)
+    marker = datetime.now(timezone.utc)
+    raw = store.config.get(MARKER_KEY)
+    since = datetime.fromisoformat(raw) if raw else None
+    live = set(store.read(MODELS, ["name"]).column("name").to_pylist())
+    names: set[str] = set()
+    if store.has_table(EVALUATION_LOG):
+        log = store.read(EVALUATION_LOG, ["model", "time"])
+        times = log.column("time").cast(pa.timestamp("us", tz="UTC")).to_pylist()
+        names = {m for m, t in zip(log.column("model").to_pylist(), times)
+                 if m in live and (since is None or t >= since)}
+    checked = [drift(store, n, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
+               for n in sorted(names)]
+    store.update_config(**{MARKER_KEY: marker.isoformat()})
+    return DriftRun(since=since, marker=marker, checked=checked, moved=[r.name for r in checked if r.moved],
+                    seconds=time.perf_counter() - started)

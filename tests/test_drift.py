@@ -1,0 +1,205 @@
+"""Drift: the decision on synthetic pools (evaluations alone), and `registry drift` / `audit --drift`
+over a registry, through the library, the CLI and HTTP."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import POOL_TRAINED_NO_COPY, own_evaluations
+from registry import Registry
+from registry.analytics.audit_stats import PoolEvals, calibrate
+from registry.analytics.drift import judge
+
+
+# ------------------------------------------------------------------ the decision, from evaluations alone
+def _pool(n_models: int = 12, n_queries: int = 2000, tasks: int = 4, seed: int = 0):
+    """(scores (M, Q), task (Q,), P(right) (M, Q)): distinct models with their own task profiles."""
+    rng = np.random.default_rng(seed)
+    abilities = np.linspace(-1.5, 1.5, n_models)
+    difficulty = rng.normal(0, 1.5, n_queries)
+    task = rng.integers(0, tasks, n_queries)
+    bias = rng.normal(0, 0.6, (n_models, tasks))
+    p = 1 / (1 + np.exp(-(abilities[:, None] + bias[:, task] - difficulty[None, :])))
+    return (rng.random(p.shape) < p).astype(float), task, p
+
+
+def _resample(y, p, rate, rng):
+    """`y` with about `rate` of its answers re-drawn as re-running the model would (where it is unsure,
+    both ways alike): right->wrong with probability c (1 - p), wrong->right with c p."""
+    change = y * (1 - p) + (1 - y) * p
+    c = min(1.0, rate * len(y) / change.sum())
+    return np.where(rng.random(len(y)) < c * change, 1.0 - y, y)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    scores, task, p = _pool()
+    names = [f"m{i}" for i in range(len(scores))]
+    return scores, task, p, calibrate(PoolEvals.from_dense(names, scores, task))
+
+
+def _judge(cal, before, after):
+    idx = np.arange(len(before))
+    return judge(cal, "m5", (idx, before), (idx, after), calibrated_rows={"m5": (idx, before)})
+
+
+def test_a_planted_swap_to_another_model_moves(pool):
+    scores, task, p, cal = pool
+    rng = np.random.default_rng(1)
+    after = scores[5].copy()
+    swap = rng.random(len(after)) < 0.25  # a quarter of the answers now come from m11 (stronger, another profile)
+    after[swap] = scores[11][swap]
+    out = _judge(cal, scores[5], after)
+    assert out["status"] == "moved" and out["moved"] is True and out["method"] == "shared queries"
+    assert out["p_value"] <= out["level"] == pytest.approx(0.01 / len(out["tests"]))
+    assert out["wrong_to_right"] > out["right_to_wrong"]  # the stronger model's answers
+    assert "moved" in out["sentence"] and out["shared_queries"] == len(after)
+
+
+def test_an_unchanged_resample_does_not_alarm(pool):
+    scores, task, p, cal = pool
+    after = _resample(scores[5], p[5], 0.04, np.random.default_rng(7))
+    assert 0.02 < np.abs(after - scores[5]).mean() < 0.06  # the re-run really changed answers
+    out = _judge(cal, scores[5], after)
+    assert out["status"] == "not moved" and out["moved"] is False
+    assert {t.test for t in out["tests"]} == {"symmetry", "noise"}
+    assert min(t.p_value for t in out["tests"]) > out["level"]
+    assert "did not move" in out["sentence"]
+
+
+def test_a_quantised_like_copy_moves_by_the_symmetry_test(pool):
+    scores, task, p, cal = pool
+    rng = np.random.default_rng(3)
+    after = _resample(scores[5], p[5], 0.02, rng)
+    right = np.flatnonzero(after > 0.5)
+    after[rng.choice(right, size=int(0.03 * len(after)), replace=False)] = 0.0  # 3 points lost, one way
+    out = _judge(cal, scores[5], after)
+    assert out["moved"] is True
+    deciding = min(out["tests"], key=lambda t: t.p_value)
+    assert deciding.test == "symmetry" and out["right_to_wrong"] > 2 * out["wrong_to_right"]
+
+
+@pytest.fixture(scope="module")
+def items(pool):
+    """The pool's item table (random query vectors: every query is known to it) as drift reads it."""
+    from encoder.fingerprint import FingerprintConfig, fit_item_table
+    from registry.analytics.drift import FingerprintItems
+
+    scores, task, p, cal = pool
+    m, q = scores.shape
+    mi, qi = np.repeat(np.arange(m), q), np.tile(np.arange(q), m)
+    vectors = np.random.default_rng(0).normal(size=(q, 8)).astype(np.float32)
+    table = fit_item_table([str(i) for i in range(q)], vectors, mi, qi, scores.ravel(), models=cal.names,
+                           config=FingerprintConfig(rank=4, steps=200))
+    f, b = table.item_params([str(i) for i in range(q)])
+    return FingerprintItems(table, np.arange(q), f, b)
+
+
+def test_disjoint_queries_are_judged_by_the_fingerprint_against_the_models_own_splits(pool, items):
+    scores, task, p, cal = pool
+    half = np.random.default_rng(2).random(scores.shape[1]) < 0.5
+    first, second = np.flatnonzero(half), np.flatnonzero(~half)
+    same = judge(cal, "m5", (first, scores[5][first]), (second, scores[5][second]), items=items, permutations=99)
+    other = judge(cal, "m5", (first, scores[5][first]), (second, scores[9][second]), items=items, permutations=99)
+    assert same["method"] == other["method"] == "fingerprint" and same["shared_queries"] == 0
+    assert same["moved"] is False and same["fingerprint_distance"] < 3 * same["fingerprint_null_median"]
+    assert other["moved"] is True and other["fingerprint_distance"] > same["fingerprint_distance"]
+    assert {t.test for t in other["tests"]} == {"fingerprint", "homogeneity"}
+
+
+def test_too_little_evidence_is_untested_not_a_verdict(pool):
+    scores, task, p, cal = pool
+    idx = np.arange(10)
+    out = judge(cal, "m5", (idx, scores[5][:10]), (idx, scores[11][:10]))
+    assert out["status"] == "untested" and out["moved"] is None and "needs 30" in out["sentence"]
+
+
+# ------------------------------------------------------------------ over a registry: API, CLI, HTTP
+@pytest.fixture
+def reg(synthetic_home) -> Registry:
+    return Registry.open(synthetic_home("drift", **POOL_TRAINED_NO_COPY))
+
+
+def _run(home, *args, code=0):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def test_one_version_is_nothing_to_compare_and_an_unknown_name_is_named(reg):
+    name = reg.models()[0].name
+    report = reg.drift(name)
+    assert report.status == "nothing to compare" and report.moved is None and report.newest_version == 1
+    assert "one version" in report.sentence
+    home = reg.store.home
+    assert json.loads(_run(home, "drift", name, "--json"))["status"] == "nothing to compare"
+    from registry.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match="no-such-model"):
+        reg.drift("no-such-model")
+    result = CliRunner().invoke(cli, ["--home", str(home), "drift", "no-such-model"])
+    assert result.exit_code != 0 and "no-such-model" in result.output
+    assert CliRunner().invoke(cli, ["--home", str(home), "drift", name, "--alpha", "2"]).exit_code == 2
+
+
+def test_refine_with_another_models_answers_moves_and_a_rerun_does_not(reg):
+    a, b, c = "syn-synfam0-13b", "syn-synfam2-1b", "syn-synfam1-7b"
+    before = {r["query_id"]: r["score"] for r in reg.store.read("evaluations").to_pylist() if r["model"] == a}
+    reg.refine(a, own_evaluations(reg, b))  # the endpoint now serves another model
+    reg.refine(c, own_evaluations(reg, c))  # re-evaluated, same answers
+    moved, same = reg.drift(a), reg.drift(c)
+    assert (moved.status, moved.newest_version, moved.earlier_versions) == ("moved", 2, [1])
+    assert moved.shared_queries == len(before) and moved.changed_rate > 0.12
+    # the refine replaced the scores in the evaluations table; the log kept v1's
+    log = [r for r in reg.store.read("evaluation_log").to_pylist() if r["model"] == a and r["version"] == 1]
+    assert {r["query_id"]: r["score"] for r in log} == before
+    assert same.status == "not moved" and same.changed_rate == 0.0
+    # drift fits its own calibration rather than caching one without the audit's index-neighbour pairs
+    assert not (reg.store.home / "audit" / "calibration.json").exists()
+
+
+def test_audit_drift_exits_1_when_one_moved_and_checks_only_what_is_new(reg):
+    home = reg.store.home
+    a, b = "syn-synfam0-13b", "syn-synfam2-1b"
+    first = json.loads(_run(home, "audit", "--drift", "--json"))  # first run: every model, none moved
+    assert first["since"] is None and first["moved"] == [] and len(first["checked"]) == len(reg.models())
+    assert json.loads((home / "config.json").read_text())["last_drift_run"]
+    reg.refine(a, own_evaluations(reg, b))
+    out = _run(home, "audit", "--drift", code=1)
+    assert f"MOVED {a}" in out and "1 moved" in out
+    again = json.loads(_run(home, "audit", "--drift", "--json"))  # nothing new since: passes
+    assert again["checked"] == [] and again["moved"] == []
+
+
+def test_http_answers_as_the_library_does(synthetic_home, tmp_path):
+    from registry.client import RegistryClient
+    from registry.errors import NotFoundError
+    from service_harness import TOKEN, Server
+
+    home = synthetic_home("drift-http", **POOL_TRAINED_NO_COPY)
+    reg = Registry.open(home)
+    a, b = "syn-synfam0-13b", "syn-synfam2-1b"
+    reg.refine(a, own_evaluations(reg, b))
+    server = Server(home)
+    try:
+        client = RegistryClient(server.url, token=TOKEN)
+        local, remote = reg.drift(a), client.drift(a)
+        drop = {"seconds"}
+        assert remote.model_dump(exclude=drop) == local.model_dump(exclude=drop)
+        assert remote.moved is True
+        with pytest.raises(NotFoundError, match="no-such-model"):
+            client.drift("no-such-model")
+        import httpx
+
+        assert httpx.get(f"{server.url}/v1/models/{a}/drift", params={"alpha": 2}).status_code == 422
+        assert httpx.post(f"{server.url}/v1/drift/run").status_code == 401  # the run writes its marker
+        run = client.drift_refined()
+        assert run.moved == [a]
+    finally:
+        server.stop()
