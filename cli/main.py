@@ -687,6 +687,10 @@ def _register_analytics() -> None:
     for module in (route, portfolio, families, catalog_commands, queries, serve):
         for command in module.COMMANDS:
             cli.add_command(command)
+    from cli import suggest
+
+    for command in suggest.COMMANDS:
+        cli.add_command(command)
     _add_global_options(cli)
 
 

@@ -28,6 +28,8 @@ RESULTS = {
     "QueryList",
 }
 
+RESULTS |= {"SuggestedQuery", "QuerySuggestions"}  # issue 26 part 3: suggest-queries
+
 # Registry's public methods and what they return.
 RETURNS = {
     "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
@@ -40,6 +42,7 @@ RETURNS = {
     "get": "ModelRecord", "show": "ModelInfo", "resolve": "str", "set_alias": "Alias", "delete_alias": "Alias",
     "aliases": "list[Alias]", "migrate": "MigrationReport", "queries": "QueryList",
 }
+RETURNS["suggest_queries"] = "QuerySuggestions"  # issue 26 part 3
 
 
 def test_registry_all_is_pinned_and_every_name_resolves():
