@@ -72,13 +72,13 @@ def _echo(result) -> None:
     if not result.queries:
         return
     width = max(8, max(len(q.query_id) for q in result.queries))
-    click.echo(f"{'#':>4}  {'query_id':<{width}}  {'task':<16} {'gain':>6} {'P(ok)':>5}  text")
+    click.echo(f"{'#':>4}  {'query_id':<{width}}  {'task':<16} {'gain':>8} {'P(ok)':>5}  text")
     for q in result.queries:
         text = " ".join(q.text.split())
         if len(text) > TEXT_WIDTH:
             text = text[:TEXT_WIDTH - 3] + "..."
-        click.echo(f"{q.rank:>4}  {q.query_id:<{width}}  {q.task[:16]:<16} {q.gain:>6.3f} {q.p_correct:>5.2f}  {text}")
-    click.echo(f"total gain {result.total_gain:.3f} nats (log det of the fingerprint's information); "
+        click.echo(f"{q.rank:>4}  {q.query_id:<{width}}  {q.task[:16]:<16} {q.gain:>8.5f} {q.p_correct:>5.2f}  {text}")
+    click.echo(f"total gain {result.total_gain:.3f} (fall in the predicted-correctness uncertainty); "
                "--json for whole texts")
 
 

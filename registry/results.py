@@ -721,9 +721,9 @@ class SuggestedQuery(Result):
     query_id: str
     task: str
     text: str = Field(description="the whole query text")
-    gain: float = Field(description="gain in log det of the fingerprint's Fisher information from this query's "
-                                    "answer, given the earlier picks and the answers already known (nats): why it "
-                                    "was chosen")
+    gain: float = Field(description="why it was chosen: the expected fall in the uncertainty of the model's predicted "
+                                    "correctness over the stored queries (their mean p(1-p)-weighted logit variance) "
+                                    "from its answer, given the earlier picks and the answers already known")
     information: float = Field(description="its Fisher information alone, p(1 - p) ||[F_i, 1]||^2")
     p_correct: float = Field(description="predicted P(correct) at the basis (the pool's mean for the pool basis)")
 
@@ -742,7 +742,7 @@ class QuerySuggestions(Result):
     n_answered: int = Field(description="queries the model already has answers to (never suggested)")
     n_candidates: int = Field(description="stored queries it could be asked (with an item-table row, of the task)")
     pool_models: int = Field(description="models whose fingerprints set the pool's prior")
-    total_gain: float = Field(description="sum of the picks' gains (nats)")
+    total_gain: float = Field(description="sum of the picks' gains")
     queries: list[SuggestedQuery]
 
 

@@ -38,12 +38,15 @@ def _models(rng, n: int, rank: int) -> np.ndarray:
     return np.concatenate([rng.normal(0.0, 1.0, size=(n, rank)), rng.normal(0.0, 1.0, size=(n, 1))], 1)
 
 
-def test_greedy_picks_spread_over_directions_where_top_n_repeats_one():
-    # 20 copies of the single most informative query, and 3 others pointing elsewhere
+@pytest.mark.parametrize("criterion", ["prediction", "theta"])
+def test_greedy_picks_spread_over_directions_where_top_n_repeats_one(criterion):
+    # 20 copies of the single most informative query, and 3 others pointing elsewhere; the model will be
+    # asked about every direction alike (the population the prediction criterion cares about)
     copies = np.tile([[3.0, 0.0, 0.0, 0.0]], (20, 1))
     others = 2.5 * np.eye(4)[1:]
     table = _table(np.concatenate([copies, others]), np.zeros(23))
-    design = design_for(table, table.factors, table.bias, 4, pool_thetas=None, theta=np.zeros(5))
+    design = design_for(table, table.factors, table.bias, 4, pool_thetas=None, theta=np.zeros(5),
+                        population=(2.5 * np.eye(4), np.zeros(4)), criterion=criterion)
     alone = design.information
     top_by_information = set(np.argsort(-(0.25 * ((np.c_[table.factors, np.ones(23)]) ** 2).sum(1)), kind="stable")[:4])
     assert top_by_information <= set(range(20))  # the single-information ranking: four copies of one query

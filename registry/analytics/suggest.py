@@ -7,20 +7,21 @@ x_i = [F_i, 1] with bias b_i; an answer to query i carries Fisher information
 
     I_i(theta) = p_i (1 - p_i) x_i x_i^T,   p_i = sigmoid(x_i . theta + b_i),
 
-about theta. The uncertainty left about theta after answers to a set S is Sigma_S = (P0 + sum_{i in S} I_i)^-1,
-where P0 is the prior precision (the inverse of the spread of the pool's fingerprints) plus the
-information of the answers the model already has. `greedy_design` picks queries one at a time by the
-gain in log det of that information (D-optimal design), log(1 + w_i x_i^T Sigma x_i): a query whose
-direction is already covered by earlier picks gains little, so the picks are spread over the
-directions the pool varies in rather than being n copies of the single most informative query.
-Sigma is updated by Sherman-Morrison after each pick (O(candidates x r) per pick).
+about theta. What is known of theta is a Gaussian, N(basis, Sigma): the pool's prior (the mean and spread of
+the stored models' fingerprints) updated by the information of the answers the model already has.
+`greedy_design` picks queries one at a time by the expected fall in the uncertainty of the model's
+predicted correctness over the stored queries (V-optimal design: their predicted-logit variance, each
+weighted by p(1 - p)), then takes the pick's information into Sigma (Sherman-Morrison, O(candidates x r^2)
+per pick): a query whose direction earlier picks already cover gains little, so the picks are spread
+over the directions that matter rather than being n copies of the single most informative query. The
+alternative criterion, the information about theta itself (BALD), was measured against it and did worse
+on both datasets (docs/results/onboarding.md).
 
 Two bases:
 - a model in the registry: theta is its fingerprint from its stored evaluations, whose information is
-  already in P0 and whose queries are never suggested again;
+  already in Sigma and whose queries are never suggested again;
 - a model not in the registry (no name, or `from_pool`): the pool's prior, the mean and spread of the
-  stored models' fingerprints; a query's weight w_i is p_i (1 - p_i) averaged over the pool's models (the
-  information expected before anything is known of the new model). `answered` (query id -> score, the
+  stored models' fingerprints. `answered` (query id -> score, the
   answers a not-yet-added model already has) moves it to its own fitted theta, so a caller can ask for
   the next batch after each one (the onboarding benchmark's "adaptive" rows).
 
@@ -68,7 +69,7 @@ def prior_covariance(table: "ItemTable", pool_thetas: np.ndarray | None) -> np.n
 @dataclass
 class Design:
     picks: np.ndarray  # (n,) candidate rows, in the order chosen
-    gains: np.ndarray  # (n,) log det gain of each, given the ones before it (nats)
+    gains: np.ndarray  # (n,) the gain of each (greedy_design), given the ones before it
     information: np.ndarray  # (n,) w_i ||x_i||^2: each one's information alone (trace of I_i)
     p_correct: np.ndarray  # (n,) predicted P(correct) at the basis (mean over the pool for the pool basis)
 
@@ -88,12 +89,17 @@ def _expected_gain(mu: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.maximum(entropy - expected, 0.0), p
 
 
-def greedy_design(x: np.ndarray, mu: np.ndarray, covariance: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(picks, gains): n rows of `x` (C, k) chosen greedily, each by the information its answer is expected
-    to give about theta given the earlier picks: theta ~ N(., S) makes query i's logit N(mu_i, x_i^T S x_i),
-    the gain is the answer's mutual information with theta (BALD), and S then takes in the pick's Fisher
-    information at its expected P(correct) (Laplace, Sherman-Morrison). Each row is picked at most once;
-    ties go to the lower row (deterministic)."""
+def greedy_design(x: np.ndarray, mu: np.ndarray, covariance: np.ndarray, n: int, *,
+                  population: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(picks, gains): n rows of `x` (C, k) chosen greedily, each by what its answer is expected to tell
+    given the earlier picks. theta ~ N(., S) makes query i's logit N(mu_i, s_i = x_i^T S x_i); an answer
+    adds its Fisher information w_i x_i x_i^T, w_i = p_i (1 - p_i) at the moderated P(correct) (Laplace),
+    and S shrinks by Sherman-Morrison. The gain is
+    - with `population` A = mean_j w_j x_j x_j^T over the queries the model will be asked about: the fall
+      in their p(1-p)-weighted predicted-logit variance, trace(A S) before minus after
+      (= w_i x_i^T S A S x_i / (1 + w_i s_i); V-optimal design, the default of `design_for`);
+    - without: the answer's mutual information with theta (BALD, at most log 2 nats).
+    Each row is picked at most once; ties go to the lower row (deterministic)."""
     x = np.asarray(x, np.float64)
     mu = np.asarray(mu, np.float64)
     sigma = np.array(covariance, np.float64)
@@ -102,25 +108,35 @@ def greedy_design(x: np.ndarray, mu: np.ndarray, covariance: np.ndarray, n: int)
     taken = np.zeros(len(x), bool)
     picks, gains = np.empty(n, np.int64), np.empty(n)
     for t in range(n):
-        score, p = _expected_gain(mu, s)
+        mutual, p = _expected_gain(mu, s)
+        w = p * (1.0 - p)
+        if population is None:
+            score = mutual
+        else:
+            m = sigma @ population @ sigma
+            score = w * np.einsum("ij,jk,ik->i", x, m, x) / (1.0 + w * s)
         score[taken] = -np.inf
         j = int(np.argmax(score))
         picks[t], gains[t], taken[j] = j, score[j], True
-        w = p[j] * (1.0 - p[j])
         v = sigma @ x[j]
-        denom = 1.0 + w * s[j]
-        sigma -= np.outer(v, v) * (w / denom)
-        s -= w * (x @ v) ** 2 / denom
+        denom = 1.0 + w[j] * s[j]
+        sigma -= np.outer(v, v) * (w[j] / denom)
+        s -= w[j] * (x @ v) ** 2 / denom
     return picks, gains
 
 
 def design_for(table: "ItemTable", factors: np.ndarray, bias: np.ndarray, n: int, *,
                pool_thetas: np.ndarray | None, theta: np.ndarray | None = None,
-               answered: tuple[np.ndarray, np.ndarray] | None = None) -> Design:
+               answered: tuple[np.ndarray, np.ndarray] | None = None,
+               population: tuple[np.ndarray, np.ndarray] | None = None, criterion: str = "prediction") -> Design:
     """The n most telling of the candidate queries with item parameters (F (C, r), b (C,)): about a model at
     `theta` (its fingerprint) or, when None, about a model drawn from the pool (`pool_thetas`: their mean
     and spread). `answered` = (F, b) of the queries the model already has answers to: their information
-    is known already."""
+    is known already. criterion "prediction" (default): the fall in the uncertainty of its predicted
+    correctness over `population` = (F, b) (default: every query of the table); "theta": the information
+    about its fingerprint itself (BALD), measured against it in docs/results/onboarding.md."""
+    if criterion not in ("prediction", "theta"):
+        raise InputError(f"unknown criterion {criterion!r}; choose prediction or theta", field="criterion")
     factors, bias = np.asarray(factors, np.float64), np.asarray(bias, np.float64)
     x = np.concatenate([factors, np.ones((len(factors), 1))], 1)
     covariance = prior_covariance(table, pool_thetas)
@@ -136,8 +152,14 @@ def design_for(table: "ItemTable", factors: np.ndarray, bias: np.ndarray, n: int
         pa = _sigmoid(xa @ basis + np.asarray(answered[1], np.float64))
         precision = np.linalg.inv(covariance) + (xa * (pa * (1 - pa))[:, None]).T @ xa
         covariance = np.linalg.inv(precision)
+    a = None
+    if criterion == "prediction":
+        fp, bp = population if population is not None else (table.factors, table.bias)
+        xp = np.concatenate([np.asarray(fp, np.float64), np.ones((len(fp), 1))], 1)
+        _, pp = _expected_gain(xp @ basis + np.asarray(bp, np.float64), np.einsum("ij,jk,ik->i", xp, covariance, xp))
+        a = (xp * (pp * (1 - pp))[:, None]).T @ xp / max(len(xp), 1)
     mu = x @ basis + bias
-    picks, gains = greedy_design(x, mu, covariance, n)
+    picks, gains = greedy_design(x, mu, covariance, n, population=a)
     p = _sigmoid(mu[picks])
     return Design(picks=picks, gains=gains, information=p * (1 - p) * (x[picks] ** 2).sum(1), p_correct=p)
 
@@ -224,7 +246,10 @@ def suggest_queries(store: "Store", *, name: str | None = None, n: int = 64, tas
         return QuerySuggestions(**result, total_gain=0.0, queries=[])
     f, b = table.item_params([r["query_id"] for r in candidates])
     fa, ba = table.item_params(known) if known else (np.zeros((0, table.rank)), np.zeros(0))
-    design = design_for(table, f, b, n, pool_thetas=pool.thetas, theta=theta, answered=(fa, ba))
+    population = None
+    if task is not None:  # the uncertainty that matters is over the task's queries, answered ones included
+        population = table.item_params([r["query_id"] for r in rows if r["task"] == task and r["query_id"] in table._row])
+    design = design_for(table, f, b, n, pool_thetas=pool.thetas, theta=theta, answered=(fa, ba), population=population)
     picked = [SuggestedQuery(rank=i + 1, query_id=candidates[j]["query_id"], task=candidates[j]["task"],
                              text=candidates[j]["text"], gain=float(g), information=float(info), p_correct=float(p))
               for i, (j, g, info, p) in enumerate(zip(design.picks, design.gains, design.information, design.p_correct))]
