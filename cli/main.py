@@ -689,15 +689,11 @@ def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json:
 
 
 def _register_analytics() -> None:
-    from cli import catalog_commands, families, portfolio, queries, route, serve
+    from cli import catalog_commands, drift, families, portfolio, queries, route, serve, suggest
 
-    for module in (route, portfolio, families, catalog_commands, queries, serve):
+    for module in (route, portfolio, families, catalog_commands, queries, serve, drift, suggest):
         for command in module.COMMANDS:
             cli.add_command(command)
-    from cli import drift as drift_commands
-
-    for command in drift_commands.COMMANDS:
-        cli.add_command(command)
     _add_global_options(cli)
 
 

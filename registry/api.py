@@ -34,6 +34,7 @@ from registry.results import (
     PortfolioResult,
     ProfileResult,
     QueryList,
+    QuerySuggestions,
     RemoveResult,
     RestoreResult,
     RouteDecision,
@@ -579,6 +580,18 @@ class Registry:
         from registry.catalog.aliases import read_aliases
 
         return [Alias(alias=a, **entry) for a, entry in sorted(read_aliases(self.home).items())]
+
+    # ------------------------------------------------------------ onboarding
+    def suggest_queries(self, name: str | None = None, n: int = 64, *, task: str | None = None,
+                        from_pool: bool = False, answered: dict[str, float] | None = None) -> QuerySuggestions:
+        """The n stored queries whose answers would tell the most about a model, to evaluate it on first
+        (`registry.analytics.suggest`): for model `name` (NAME may be an alias) at its fingerprint, its
+        answered queries left out; with no name or `from_pool`, for a model not yet added, at the pool's
+        prior; `answered` (query id -> score) gives such a model's answers so far. `task`: one task's queries."""
+        from registry.analytics.suggest import suggest_queries
+
+        return suggest_queries(self.store, name=self.resolve(name) if name is not None else None, n=n, task=task,
+                               from_pool=from_pool, answered=answered)
 
 
 def _check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> None:

@@ -27,6 +27,7 @@ from registry.results import (
     ModelInfo,
     PortfolioResult,
     ProfileResult,
+    QuerySuggestions,
     RemoveResult,
     RestoreResult,
     RouteDecision,
@@ -207,6 +208,17 @@ class RegistryClient:
                                       "by": by}.items()
                   if v is not None}
         return PortfolioResult.model_validate(self._call("GET", "/v1/portfolio", params=params))
+
+    def suggest_queries(self, name: str | None = None, n: int = 64, *, task: str | None = None,
+                        from_pool: bool = False, answered: dict[str, float] | None = None) -> QuerySuggestions:
+        from registry.analytics.suggest import check_answered, check_n
+
+        check_n(n)  # refused here as the API refuses it, before a request
+        if answered:
+            body = {"name": name, "n": n, "task": task, "from_pool": from_pool, "answered": check_answered(answered)}
+            return QuerySuggestions.model_validate(self._call("POST", "/v1/suggest-queries", json=body))
+        params = {k: v for k, v in {"name": name, "n": n, "task": task, "from_pool": from_pool}.items() if v is not None}
+        return QuerySuggestions.model_validate(self._call("GET", "/v1/suggest-queries", params=params))
 
     def stats(self) -> Stats:
         return Stats.model_validate(self._call("GET", "/v1/stats"))

@@ -37,6 +37,8 @@ __all__ = [
     "DriftTest",
     "DriftReport",
     "DriftRun",
+    "SuggestedQuery",
+    "QuerySuggestions",
     "RESULT_TYPES",
 ]
 
@@ -776,6 +778,40 @@ class DriftRun(Result):
 
 # ---------------------------------------------------------------- reading the store
 
+
+# ------------------------------------------------------------------- onboarding (issue 26, part 3)
+class SuggestedQuery(Result):
+    """One query `suggest-queries` picked, in the order picked."""
+
+    rank: int = Field(description="1 for the first pick")
+    query_id: str
+    task: str
+    text: str = Field(description="the whole query text")
+    gain: float = Field(description="why it was chosen: the expected fall in the uncertainty of the model's predicted "
+                                    "correctness over the stored queries (their mean p(1-p)-weighted logit variance) "
+                                    "from its answer, given the earlier picks and the answers already known")
+    information: float = Field(description="its Fisher information alone, p(1 - p) ||[F_i, 1]||^2")
+    p_correct: float = Field(description="predicted P(correct) at the basis (the pool's mean for the pool basis)")
+
+
+class QuerySuggestions(Result):
+    """`suggest-queries`: the stored queries whose answers would tell the most about a model
+    (registry.analytics.suggest)."""
+
+    model: str | None = Field(None, description="the model asked about; None: a model not yet added")
+    basis: Literal["model", "pool", "answers"] = Field(
+        description="model: its fingerprint from its stored evaluations; pool: the pool's prior (a model not "
+                    "yet added); answers: the fingerprint fitted from the answers given")
+    table_id: str = Field(description="the item table the information is computed under")
+    task: str | None = None
+    n_requested: int
+    n_answered: int = Field(description="queries the model already has answers to (never suggested)")
+    n_candidates: int = Field(description="stored queries it could be asked (with an item-table row, of the task)")
+    pool_models: int = Field(description="models whose fingerprints set the pool's prior")
+    total_gain: float = Field(description="sum of the picks' gains")
+    queries: list[SuggestedQuery]
+
+
 RESULT_TYPES: dict[str, type[BaseModel]] = {
     "init": HomeInfo, "import": ImportReport, "stats": Stats, "models list": ModelList, "show": ModelInfo,
     "history": ModelHistory, "add-model": ModelChange, "refine": ModelChange, "remove": RemoveResult,
@@ -788,5 +824,6 @@ RESULT_TYPES: dict[str, type[BaseModel]] = {
 }
 
 RESULT_TYPES.update({"drift": DriftReport, "audit --drift": DriftRun})
+RESULT_TYPES["suggest-queries"] = QuerySuggestions
 
 DemoReport.model_rebuild()  # its audit field names AuditReport, defined after it

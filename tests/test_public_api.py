@@ -29,6 +29,8 @@ RESULTS = {
     "DriftTest", "DriftReport", "DriftRun",
 }
 
+RESULTS |= {"SuggestedQuery", "QuerySuggestions"}  # issue 26 part 3: suggest-queries
+
 # Registry's public methods and what they return.
 RETURNS = {
     "open": "Registry", "info": "HomeInfo", "set_query_encoder": "None", "import_path": "ImportReport",
@@ -42,6 +44,7 @@ RETURNS = {
     "aliases": "list[Alias]", "migrate": "MigrationReport", "queries": "QueryList",
     "drift": "DriftReport", "drift_refined": "DriftRun",
 }
+RETURNS["suggest_queries"] = "QuerySuggestions"  # issue 26 part 3
 
 
 def test_registry_all_is_pinned_and_every_name_resolves():

@@ -1,0 +1,281 @@
+"""Write docs/results/onboarding.md (+ onboarding.json): the onboarding curve of `suggest-queries` on
+MMLU-Pro and BFCL.
+
+    .venv/bin/python scripts/report_onboarding.py [--folds 4] [--draws 5] [--seed 0]
+
+Protocol, per dataset (../shared/data/<name>, its precomputed all-mpnet-base-v2 query vectors):
+- queries split 80/10/10 by seed (encoder.data.split_queries, the split `registry evaluate` uses);
+- the models are dealt into `--folds` folds; each fold in turn is held out: the item table
+  (encoder.fingerprint, the registry's defaults) is fitted on the other models' evaluations of the training
+  and validation queries only, and those models are fingerprinted from all of theirs (the pool);
+- each held-out model is onboarded from n = 16/32/64/128 of its evaluations on training queries, chosen
+  - random: n uniformly random queries (`--draws` draws per model and n),
+  - suggested: the first n picks of `registry.analytics.suggest.design_for` at the pool's prior (one batch,
+    what `registry suggest-queries` returns for a model not yet added),
+  - adaptive: batches of 16, each picked at the fingerprint fitted from the answers so far (what
+    `suggest-queries --answered` / POST /v1/suggest-queries returns for the next batch);
+  - theta: the other criterion of `design_for` (information about the fingerprint itself, BALD), one
+    batch at the pool's prior: not what the registry suggests, shown because it was measured against it;
+  its fingerprint is `ItemTable.fingerprint` of those answers (the registry's add-model path);
+- measured on the test queries: the held-out models' correctness accuracy (P >= 0.5 against the score)
+  and the routing accuracy of the whole pool with the held-out models in it (each test query to the model
+  of highest predicted P(correct), scored by its real score).
+The predictor is the item table alone (the fingerprint's P(correct)); LOCUS is not refitted per fold.
+Nothing is tuned here: every setting is the registry's default, the same for both datasets.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "results"
+sys.path.insert(0, str(ROOT))
+
+from _datasets import DATASETS, ENCODER, dataset_dir  # noqa: E402
+
+NS = (16, 32, 64, 128)
+BATCH = 16  # the adaptive rows' batch size
+STRATEGIES = ("random", "suggested", "adaptive", "theta")
+
+
+def _fold_run(data, split, held, seed, draws):
+    """Per strategy and n: the held-out models' thetas (one array per random draw), and the pool's."""
+    from encoder.data import evals_by_model
+    from encoder.fingerprint import fit_on_data
+    from registry.analytics.suggest import design_for
+
+    trained = [m for m in range(data.n_models) if m not in set(held)]
+    test_ids = {data.query_ids[i] for i in split.test}
+    sub = data.select_models([data.models[m] for m in trained])
+    table = fit_on_data(sub, exclude=test_ids)
+    is_test = np.zeros(data.n_queries, bool)
+    is_test[split.test] = True
+    per_model = evals_by_model(data, np.arange(len(data.scores)))
+    pool = np.zeros((data.n_models, table.rank + 1))
+    for m in trained:
+        e = per_model[m][~is_test[data.query_index[per_model[m]]]]
+        f, b = table.item_params([data.query_ids[q] for q in data.query_index[e]])
+        pool[m] = table.fingerprint(f, b, data.scores[e])
+    pool_thetas = pool[trained]
+    is_train = np.zeros(data.n_queries, bool)
+    is_train[split.train] = True
+    out = {s: {n: [] for n in NS} for s in STRATEGIES}  # strategy -> n -> list over draws of {model: theta}
+    for s in STRATEGIES:
+        for n in NS:
+            out[s][n] = [dict() for _ in range(draws if s == "random" else 1)]
+    for m in held:
+        e = per_model[m][is_train[data.query_index[per_model[m]]]]  # its evaluations on training queries
+        e = e[[data.query_ids[q] in table._row for q in data.query_index[e]]]  # as the product: table rows only
+        qids = [data.query_ids[q] for q in data.query_index[e]]
+        f, b = table.item_params(qids)
+        y = data.scores[e].astype(np.float64)
+        fit = lambda rows: table.fingerprint(f[rows], b[rows], y[rows])  # noqa: E731
+        order = design_for(table, f, b, max(NS), pool_thetas=pool_thetas).picks
+        for n in NS:
+            out["suggested"][n][0][m] = fit(order[:n])
+        order = design_for(table, f, b, max(NS), pool_thetas=pool_thetas, criterion="theta").picks
+        for n in NS:
+            out["theta"][n][0][m] = fit(order[:n])
+        asked = np.zeros(0, np.int64)
+        theta = None
+        while len(asked) < max(NS):
+            left = np.setdiff1d(np.arange(len(y)), asked)
+            nxt = design_for(table, f[left], b[left], BATCH, pool_thetas=pool_thetas, theta=theta,
+                             answered=(f[asked], b[asked])).picks
+            asked = np.concatenate([asked, left[nxt]])
+            theta = fit(asked)
+            if len(asked) in NS:
+                out["adaptive"][len(asked)][0][m] = theta
+        rng = np.random.default_rng([seed, m])
+        for r in range(draws):
+            for n in NS:
+                out["random"][n][r][m] = fit(rng.choice(len(y), size=min(n, len(y)), replace=False))
+    return table, pool, out
+
+
+def run(name, *, folds, draws, seed, log):
+    from encoder.data import load_triple_dir, split_queries
+    from encoder.metrics import correctness_accuracy, routing_accuracy
+    from registry.lab.evaluation import truth_on
+
+    started = time.perf_counter()
+    data = load_triple_dir(dataset_dir(name), encoder=ENCODER)
+    split = split_queries(data.n_queries, seed=seed)
+    truth = truth_on(data, split.test)  # (M, T)
+    order = np.random.default_rng(seed).permutation(data.n_models)
+    fold_of = {int(m): i % folds for i, m in enumerate(order)}
+    results = {s: {n: {"correctness": [], "routing": []} for n in NS} for s in STRATEGIES}
+    full = {"correctness": [], "routing": []}
+    per_model = {s: {n: {} for n in NS} for s in STRATEGIES}
+    test_ids = [data.query_ids[i] for i in split.test]
+    for k in range(folds):
+        held = sorted(m for m, f in fold_of.items() if f == k)
+        table, pool, out = _fold_run(data, split, held, seed, draws)
+        f_test, b_test = table.item_params(test_ids, data.query_vectors[split.test])
+        base = pool.copy()
+        # the reference: each held-out model fingerprinted from all its training-query evaluations
+        from encoder.data import evals_by_model
+
+        is_train = np.zeros(data.n_queries, bool)
+        is_train[split.train] = True
+        everything = base.copy()
+        per = evals_by_model(data, np.arange(len(data.scores)))
+        for m in held:
+            e = per[m][is_train[data.query_index[per[m]]]]
+            f, b = table.item_params([data.query_ids[q] for q in data.query_index[e]])
+            everything[m] = table.fingerprint(f, b, data.scores[e])
+        pred = table.probabilities(everything, f_test, b_test)
+        full["correctness"].append(correctness_accuracy(pred[held], truth[held]))
+        full["routing"].append(routing_accuracy(pred, truth))
+        for s in STRATEGIES:
+            for n in NS:
+                for draw in out[s][n]:
+                    thetas = base.copy()
+                    for m, theta in draw.items():
+                        thetas[m] = theta
+                    pred = table.probabilities(thetas, f_test, b_test)
+                    results[s][n]["routing"].append(routing_accuracy(pred, truth))
+                    for m in held:
+                        acc = correctness_accuracy(pred[[m]], truth[[m]])
+                        per_model[s][n].setdefault(data.models[m], []).append(acc)
+        log(f"{name}: fold {k + 1}/{folds} ({len(held)} held out) done, {time.perf_counter() - started:.0f} s")
+    summary = {"dataset": name, "models": data.n_models, "queries": data.n_queries,
+               "train_queries": int(len(split.train)), "test_queries": int(len(split.test)),
+               "folds": folds, "draws": draws, "seed": seed, "seconds": round(time.perf_counter() - started, 1),
+               "full_train": {"correctness_accuracy": float(np.mean(full["correctness"])),
+                              "routing_accuracy": float(np.mean(full["routing"]))}, "curve": {}}
+    for s in STRATEGIES:
+        summary["curve"][s] = {}
+        for n in NS:
+            models = per_model[s][n]
+            per = np.array([np.mean(v) for v in models.values()])  # per model, mean over its draws
+            by_draw = np.array([v for v in models.values()])  # (models, draws)
+            summary["curve"][s][str(n)] = {
+                "correctness_accuracy": float(per.mean()),
+                "correctness_draw_sd": float(by_draw.mean(0).std(ddof=1)) if by_draw.shape[1] > 1 else None,
+                "routing_accuracy": float(np.mean(results[s][n]["routing"])),
+                "per_model": {k_: float(np.mean(v)) for k_, v in models.items()},
+            }
+    return summary
+
+
+def verdict(summary, metric):
+    """The smallest n at which each chosen strategy reaches random's accuracy at 128 (None: not at 128)."""
+    target = summary["curve"]["random"]["128"][metric]
+    out = {}
+    for s in ("suggested", "adaptive"):
+        reached = [n for n in NS if summary["curve"][s][str(n)][metric] >= target]
+        out[s] = min(reached) if reached else None
+    return target, out
+
+
+def page(summaries, command) -> str:
+    lines = ["# Adaptive onboarding: suggested queries against random ones", "",
+             "Generated by (every number below is printed by it):", "", f"    {command}", "",
+             "What `registry suggest-queries` is for: a new model is evaluated first on the stored queries whose "
+             "answers tell the most about it. Here models are held out of the pool (the item table is fitted "
+             "without them), onboarded from n of their real evaluations on training queries chosen in one of the ways below, "
+             "and scored on the test queries, which neither the table nor any onboarding ever sees:", "",
+             "- **random**: n random training queries (several draws per model and n; the mean is shown, with the "
+             "standard deviation over draws of the held-out models' mean correctness accuracy);",
+             "- **suggested**: the first n of `suggest-queries` for a model not yet added (the pool's prior, one "
+             "batch);",
+             f"- **adaptive**: batches of {BATCH}, each suggested at the fingerprint fitted from the answers so far "
+             "(`suggest-queries --answered`, POST /v1/suggest-queries);",
+             "- **theta** (not what the registry suggests): one batch by the other criterion of `design_for`, the "
+             "information about the fingerprint itself (BALD); the registry's criterion is the fall in the "
+             "uncertainty of the predicted correctness over the stored queries (V-optimal).", "",
+             "Predictor: the item table alone (the held-out model's fingerprint from its n answers, "
+             "`ItemTable.fingerprint`, the add-model path; P(correct) from the table). LOCUS and the blended router "
+             "are not refitted per fold, so these are not the router's absolute accuracies. "
+             "Correctness accuracy: the held-out models' (P >= 0.5) against their real scores on the test queries, "
+             "mean over models. Routing accuracy: the whole pool, held-out models included, each test query sent to "
+             "the model of highest predicted P(correct), scored by its real score; mean over folds (and draws). "
+             "Every setting is the registry's default, the same on both datasets; nothing was tuned.", ""]
+    lines += ["**In short**: " + summary_line(summaries), ""]
+    for s in summaries:
+        lines += [f"## {s['dataset']}", "",
+                  f"{s['models']} models, {s['queries']:,} queries ({s['train_queries']:,} training, "
+                  f"{s['test_queries']:,} test); {s['folds']} folds, each model held out once; {s['draws']} random "
+                  f"draws; seed {s['seed']}; {s['seconds']:.0f} s.", "",
+                  "| n | random: correctness (sd) | suggested | adaptive | theta | random: routing | suggested | adaptive | theta |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        c = s["curve"]
+        for n in NS:
+            r = c["random"][str(n)]
+            sd = f" ({r['correctness_draw_sd']:.4f})" if r["correctness_draw_sd"] is not None else ""
+            lines.append(f"| {n} | {r['correctness_accuracy']:.4f}{sd} | {c['suggested'][str(n)]['correctness_accuracy']:.4f} "
+                         f"| {c['adaptive'][str(n)]['correctness_accuracy']:.4f} | {c['theta'][str(n)]['correctness_accuracy']:.4f} "
+                         f"| {r['routing_accuracy']:.4f} | {c['suggested'][str(n)]['routing_accuracy']:.4f} "
+                         f"| {c['adaptive'][str(n)]['routing_accuracy']:.4f} | {c['theta'][str(n)]['routing_accuracy']:.4f} |")
+        f = s["full_train"]
+        lines += [f"| all training queries | {f['correctness_accuracy']:.4f} | | | | {f['routing_accuracy']:.4f} | | | |", ""]
+        for metric, label in (("correctness_accuracy", "correctness"), ("routing_accuracy", "routing")):
+            target, reached = verdict(s, metric)
+            parts = []
+            for strat in ("suggested", "adaptive"):
+                at64 = c[strat]["64"][metric]
+                n_hit = reached[strat]
+                met = n_hit is not None and n_hit <= 64
+                parts.append(f"{strat} {'**meets** it' if met else '**does not meet** it'} "
+                             f"({'first reached at n = ' + str(n_hit) if n_hit else 'not reached by n = 128'}; "
+                             f"at 64: {at64:.4f}, {at64 - target:+.4f})")
+            lines.append(f"Target ({label}: random at 128 = {target:.4f}, to be reached with at most 64 chosen): "
+                         + "; ".join(parts) + ".")
+            lines.append("")
+        lines += [f"Noise: one test query is {1 / s['test_queries']:.4f} of a fold's routing accuracy; the random "
+                  "rows' spread over draws is the (sd) column. Differences smaller than these are not evidence "
+                  "either way.", ""]
+    lines += ["Raw numbers, per held-out model included: [onboarding.json](onboarding.json).", ""]
+    return "\n".join(lines)
+
+
+def summary_line(summaries) -> str:
+    """Whether the issue's target holds, per dataset and metric, for the registry's suggestions."""
+    parts = []
+    for s in summaries:
+        for metric, label in (("correctness_accuracy", "correctness"), ("routing_accuracy", "routing")):
+            target, reached = verdict(s, metric)
+            best = max(("suggested", "adaptive"), key=lambda k: s["curve"][k]["64"][metric])
+            gap = s["curve"][best]["64"][metric] - target
+            met = any(n is not None and n <= 64 for n in reached.values())
+            parts.append(f"{s['dataset']} {label}: {'met' if met else 'not met'} (best at 64: {best}, "
+                         f"{gap:+.4f} against random at 128)")
+    return "the target (random's accuracy at 128 queries reached with at most 64 suggested) is " + "; ".join(parts) + "."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folds", type=int, default=4)
+    parser.add_argument("--draws", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--page-only", action="store_true",
+                        help="Rewrite the page from the saved onboarding.json (its own command), running nothing.")
+    args = parser.parse_args()
+    if args.page_only:
+        saved = json.loads((args.out / "onboarding.json").read_text())
+        (args.out / "onboarding.md").write_text(page(saved["results"], saved["command"]))
+        return
+    command = ".venv/bin/python scripts/report_onboarding.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    summaries = [run(name, folds=args.folds, draws=args.draws, seed=args.seed, log=print)
+                 for name in args.datasets.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "onboarding.json").write_text(json.dumps({"command": command.strip(), "results": summaries}, indent=1))
+    (args.out / "onboarding.md").write_text(page(summaries, command.strip()))
+    for s in summaries:
+        for metric in ("correctness_accuracy", "routing_accuracy"):
+            print(s["dataset"], metric, " ".join(f"{st}@{n}={s['curve'][st][str(n)][metric]:.4f}"
+                                                  for st in STRATEGIES for n in NS))
+
+
+if __name__ == "__main__":
+    main()
