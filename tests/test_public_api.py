@@ -27,6 +27,7 @@ RESULTS = {
     "AuditEvidence", "AuditPair", "AuditCalibration", "AuditReport", "Alias", "AliasList", "MigrationReport",
     "QueryList",
 }
+RESULTS |= {"CostPoint", "CostPolicy", "CostPair", "CostCurve"}  # evaluate --cost (issue 26, cost-aware routing)
 
 # Registry's public methods and what they return.
 RETURNS = {
