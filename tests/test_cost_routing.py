@@ -162,7 +162,8 @@ def test_cli_route_with_a_trade_off(reg, home, text):
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
     assert lines[0] == "max cost $0.001 per call" and lines[1].startswith("P(correct)  cost $/call  source")
-    assert "params_b" in lines[2] and any(line.startswith("note: costed by the params_b proxy") for line in lines)
+    assert all(line.split()[2] in ("price", "params_b") for line in lines[2:5])
+    assert lines[5].startswith("note: ") and lines[5].endswith("left out, no price and no params_b: mystery")
 
 
 @pytest.mark.parametrize("args, option, message", [
@@ -244,3 +245,47 @@ def test_cost_curve_says_when_there_is_no_gap_and_refuses_bad_costs():
         cost_curve(predictions, [2.0, 1.0], ["a"], router=truth)
     with pytest.raises(InputError, match="finite number >= 0"):
         cost_curve(predictions, [2.0, -1.0], ["a", "b"], router=truth)
+
+
+# ------------------------------------------------------------------------------ evaluate --cost
+def test_evaluate_cost_refuses_an_unpriced_pool_before_training(home):
+    out = CliRunner().invoke(cli, ["--home", str(home), "evaluate", "--cost", "--json"])
+    assert out.exit_code != 0
+    error = json.loads(out.stdout)["error"]
+    assert "mystery" in error["message"] and error.get("option") == "--cost", error
+
+
+def test_evaluate_cost_prints_the_curve(home, tmp_path, monkeypatch, capsys):
+    # the report, not LOCUS's quality: 20 epochs instead of the default schedule (as test_train_embed_evaluate)
+    import shutil
+
+    import registry.lab.evaluation as evaluation
+    from encoder.training import TrainConfig
+
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    real = evaluation.run_evaluation
+    short = TrainConfig(epochs=20, min_epochs=0)
+    monkeypatch.setattr(evaluation, "run_evaluation", lambda data, **kw: real(data, **{**kw, "train_config": short}))
+    out = CliRunner().invoke(cli, ["--home", str(copy), "evaluate", "--cost", "--unpriced", "exclude",
+                                   "--evals-per-model", "60", "--json"])
+    assert out.exit_code == 0, out.output
+    curve = json.loads(out.stdout)["cost_curve"]
+    assert curve["excluded_unpriced"] == ["mystery"] and "mystery" not in curve["models"]
+    assert set(curve["costed_by_proxy"]) == set(curve["models"]) - {"priced-cheap", "priced-dear"}
+    assert curve["costs_usd"]["priced-dear"] == 0.05 and math.isclose(curve["costs_usd"]["syn-synfam0-7b"], proxy(7))
+    assert math.isclose(curve["always_cheapest"]["cost_usd"], min(curve["costs_usd"].values()))
+    assert set(curve["at_share"]) == {"20%", "50%", "80%"} and curve["points"][0]["lam"] == 0
+    cost = [p["cost_usd"] for p in curve["points"]]
+    assert cost == sorted(cost, reverse=True)  # a larger λ never costs more
+    assert curve["points"][-1]["cost_usd"] <= curve["always_cheapest"]["cost_usd"] + 1e-12
+    # the text the command prints for the same report (not a second training)
+    from cli.main import _echo_evaluation
+    from registry.results import EvaluationReport
+
+    capsys.readouterr()
+    _echo_evaluation(EvaluationReport.model_validate(json.loads(out.stdout)))
+    text = capsys.readouterr().out
+    assert "always-best" in text and "APGR" in text and "at half always-best's cost" in text
+    assert "costed by the params_b proxy (no price): 9 of 11 models" in text
+    assert "left out, no price and no params_b: mystery" in text
