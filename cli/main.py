@@ -471,7 +471,7 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, co
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
         onboard_evals=onboard if holdout_models else (), log=log,
-        progress=None if as_json else progress_printer(log), **({"cost": True, "unpriced": unpriced} if cost else {}))
+        progress=None if as_json else progress_printer(log), cost=cost, unpriced=unpriced)
     emit(result, as_json, _echo_evaluation)
 
 
