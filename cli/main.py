@@ -445,9 +445,15 @@ def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
 @click.option("--holdout-models", default=0, show_default=True, help="Models left out of training, onboarded after.")
 @click.option("--onboard-evals", default="16,32,64,128,256,512,1024", show_default=True,
               help="Comma-separated evaluation counts to embed held-out models from.")
+@click.option("--cost", is_flag=True,
+              help="Also the quality/cost curve: the registry's router over a λ sweep against always-best, "
+                   "always-cheapest and random mixing, with RouteLLM-style gap-recovered figures (costs from "
+                   "price metadata, else params_b; docs/cli.md 'Prices').")
+@click.option("--unpriced", type=click.Choice(["error", "exclude"]), default="error", show_default=True,
+              help="With --cost, models with no price and no params_b: an error naming them, or left out of the pool.")
 @json_option
 @click.pass_context
-def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as_json) -> None:
+def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, cost, unpriced, as_json) -> None:
     """LOCUS against EmbedLLM-MF, IRT-Net, kNN, best single model and oracle on held-out queries."""
     try:
         onboard = tuple(int(n) for n in onboard_evals.split(",") if n.strip())
@@ -465,7 +471,7 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, as
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
         onboard_evals=onboard if holdout_models else (), log=log,
-        progress=None if as_json else progress_printer(log))
+        progress=None if as_json else progress_printer(log), cost=cost, unpriced=unpriced)
     emit(result, as_json, _echo_evaluation)
 
 
@@ -479,6 +485,10 @@ def _echo_evaluation(result) -> None:
     for n, row in (result.onboarding or {}).items():
         click.echo(f"onboarding from {n:>5} evals: correctness {row.correctness_accuracy:.4f}, "
                    f"routing {row.routing_accuracy:.4f}")
+    if result.cost_curve is not None:
+        from cli.cost import echo_cost_curve
+
+        echo_cost_curve(result.cost_curve)
 
 
 def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:

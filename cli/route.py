@@ -65,12 +65,23 @@ def _echo_profile(result) -> None:
               help="The index the fallbacks come from: fingerprint (default when the top model has one: models "
                    "that answer as it does) or locus. The ranking always reads LOCUS.")
 @min_evals_option("come after the others, in the ranking and among the fallbacks (marked; a note names any pushed out)")
+@click.option("--max-cost", type=float, default=None, metavar="USD",
+              help="Only models whose cost per call is at most USD (price metadata, else the params_b proxy; see "
+                   "docs/cli.md 'Prices').")
+@click.option("--willingness-to-pay", type=float, default=None, metavar="LAMBDA",
+              help="Rank by P(correct) - LAMBDA * cost per call (USD): 0 ignores cost, larger prefers cheaper models.")
+@click.option("--unpriced", type=click.Choice(["error", "exclude"]), default="error", show_default=True,
+              help="Under --max-cost/--willingness-to-pay, models with no price and no params_b: an error naming "
+                   "them, or left out (named).")
 @json_option
 @click.pass_context
-def route(ctx, query, k, exclude, where, fallback, by, min_evals, as_json) -> None:
+def route(ctx, query, k, exclude, where, fallback, by, min_evals, max_cost, willingness_to_pay, unpriced,
+          as_json) -> None:
     """The models most likely to answer QUERY correctly, and fallbacks for the top one (appendix E.2)."""
     backend = _backend(ctx, names=tuple(exclude))
     options = {"by": by} if by is not None else {}  # an older running service takes no `by`
+    if max_cost is not None or willingness_to_pay is not None:  # nor a trade-off: sent only when asked
+        options.update(max_cost=max_cost, willingness_to_pay=willingness_to_pay, unpriced=unpriced)
     result = backend.route(query, k=k, exclude=exclude, where=where, fallback=fallback, min_evals=min_evals, **options)
     echo_evidence_note(result.evidence_note)
     emit(result, as_json, _echo_route)
@@ -81,9 +92,12 @@ def _mark(item) -> str:
 
 
 def _echo_route(result) -> None:
-    click.echo("P(correct)  model")
-    for r in result.ranking:
-        click.echo(f"{r.p_correct:.4f}      {r.name}{_mark(r)}")
+    if result.max_cost is not None or result.willingness_to_pay is not None:
+        _echo_cost_ranking(result)
+    else:
+        click.echo("P(correct)  model")
+        for r in result.ranking:
+            click.echo(f"{r.p_correct:.4f}      {r.name}{_mark(r)}")
     if result.fallbacks:
         top = result.ranking[0].name
         by = result.fallbacks[0].by
@@ -93,6 +107,21 @@ def _echo_route(result) -> None:
                              for f in result.fallbacks))
     if result.predictor == "locus+item":
         click.echo("(P(correct): LOCUS blended with the item table by the encoder's router blend)")
+
+
+def _echo_cost_ranking(result) -> None:
+    asked = [f"max cost ${result.max_cost:g} per call"] if result.max_cost is not None else []
+    if result.willingness_to_pay is not None:
+        asked.append(f"ranked by P(correct) - {result.willingness_to_pay:g} x cost")
+    click.echo("; ".join(asked))
+    utility = result.willingness_to_pay is not None
+    click.echo("P(correct)  cost $/call  source      " + ("utility  " if utility else "") + "model")
+    for r in result.ranking:
+        click.echo(f"{r.p_correct:.4f}      {r.cost_usd:<11.6g}  {r.cost_source:<10}  "
+                   + (f"{r.utility:<7.4f}  " if utility else "") + f"{r.name}{_mark(r)}"
+                   + (f" ({r.latency_ms:g} ms)" if r.latency_ms is not None else ""))
+    if result.cost_note:
+        click.echo(f"note: {result.cost_note}")
 
 
 COMMANDS: list[click.Command] = [profile, route]

@@ -270,17 +270,34 @@ class Registry:
         progress=None,
         log: Callable[[str], None] = lambda message: None,
         train_config=None,
+        cost: bool = False,
+        unpriced: str = "error",
     ) -> EvaluationReport:
-        """LOCUS against the baselines on this registry's evaluations (see `registry.lab.evaluation`)."""
+        """LOCUS against the baselines on this registry's evaluations (see `registry.lab.evaluation`).
+        `cost`: also the quality/cost curve of the pool (`registry.lab.cost_curve`; each model's cost per
+        call from its metadata, registry.analytics.cost), from the same predictions; models with no price
+        and no params_b are an error naming them, or left out of the pool with `unpriced="exclude"`."""
         from registry.catalog.dataset import load_eval_data
         from registry.lab.evaluation import run_evaluation
 
         _check_count(evals_per_model, "evals_per_model", 1, optional=True)
         _check_count(holdout_models, "holdout_models", 0)
         names = self.select_models(pool, field="pool")
+        if cost:
+            from registry.analytics.cost import pool_costs
+
+            records = {r.name: r for r in self.models()}
+            costs = pool_costs(records, names, unpriced=unpriced, field="cost")
+            excluded, names = [n for n in names if n not in costs], [n for n in names if n in costs]
         data = load_eval_data(self.store, self.query_encoder, models=names)
         result = run_evaluation(data, evals_per_model=evals_per_model, seed=seed, holdout_models=holdout_models,
-                                onboard_evals=onboard_evals, progress=progress, log=log, train_config=train_config)
+                                onboard_evals=onboard_evals, progress=progress, log=log, train_config=train_config,
+                                keep_predictions=cost)
+        if cost:
+            from registry.lab.cost_curve import pool_curve
+
+            trained = [m for m in data.models if m not in result["held_out"]]
+            result["cost_curve"] = pool_curve(result.pop("predictions"), trained, costs, excluded)
         return EvaluationReport.model_validate(result)
 
     # ------------------------------------------------------------ the catalog
@@ -404,16 +421,22 @@ class Registry:
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
               fallback: int = 3, by: str | None = None,
-              min_evals: int | None = None) -> RouteDecision | list[RouteDecision]:
+              min_evals: int | None = None, max_cost: float | None = None, willingness_to_pay: float | None = None,
+              unpriced: str = "error") -> RouteDecision | list[RouteDecision]:
         """Rank models by predicted P(correct) (LOCUS) for a query text (one decision) or a list of texts
         (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
         model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
         one) or locus; in both, models embedded from fewer than `min_evals` evaluations (default: the
-        documented minimum) come after the others."""
+        documented minimum) come after the others. A cost trade-off (registry.analytics.cost: each model's
+        USD per call from its price metadata, else the params_b proxy): `max_cost` keeps the models costing at
+        most that; `willingness_to_pay` λ ranks by P(correct) - λ·cost; each ranked model then carries its
+        cost. Models with no price and no params_b are an error naming them, or left out with
+        `unpriced="exclude"`."""
         from registry.operations import route
 
         return route(self._view, queries, k=k, exclude=exclude, where=where, fallback=fallback, by=by,
-                     min_evals=min_evals)[0]
+                     min_evals=min_evals, max_cost=max_cost, willingness_to_pay=willingness_to_pay,
+                     unpriced=unpriced)[0]
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
                  k: int | None = None, by: str | None = None, min_evals: int | None = None) -> ClustersResult:

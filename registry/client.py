@@ -161,7 +161,9 @@ class RegistryClient:
             "vector": vector, "k": k, "metric": metric or "cosine", "where": where, "min_evals": min_evals}))
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
-              fallback: int = 3, by: str | None = None, min_evals: int | None = None) -> RouteDecision | list[RouteDecision]:
+              fallback: int = 3, by: str | None = None, min_evals: int | None = None,
+              max_cost: float | None = None, willingness_to_pay: float | None = None,
+              unpriced: str = "error") -> RouteDecision | list[RouteDecision]:
         from registry.evidence import MIN_EVALS, check_min_evals
 
         single = isinstance(queries, str)
@@ -170,6 +172,14 @@ class RegistryClient:
                 **({"query": queries} if single else {"queries": list(queries)})}
         if by is not None:
             body["by"] = by
+        # sent only when asked, so that a route without a trade-off still talks to an older service
+        for key, value in (("max_cost", max_cost), ("willingness_to_pay", willingness_to_pay)):
+            if value is not None:
+                from registry.analytics.cost import check_cost_option
+
+                body[key] = check_cost_option(value, key)
+        if unpriced != "error":
+            body["unpriced"] = unpriced
         decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
         return decisions[0] if single else decisions
 

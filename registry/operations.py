@@ -232,12 +232,14 @@ def similar(view: StoreView, query: "str | np.ndarray | Sequence[float]", *, k: 
 
 
 def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclude: Iterable[str] = (),
-          where: str | None = None, fallback: int = 3, by: str | None = None, min_evals: int | None = None
+          where: str | None = None, fallback: int = 3, by: str | None = None, min_evals: int | None = None,
+          max_cost: float | None = None, willingness_to_pay: float | None = None, unpriced: str = "error"
           ) -> "tuple[RouteDecision | list[RouteDecision], int]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction), and how
     many texts were encoded now: the top k models by P(correct) (LOCUS, blended with the item table when
     the encoder has a router blend: skill on an unseen query) and the top model's nearest candidates
-    (registry.analytics.routing.decide). Excluded names may be aliases."""
+    (registry.analytics.routing.decide). Excluded names may be aliases. `max_cost` /
+    `willingness_to_pay`: a cost trade-off (registry.analytics.cost); neither: P(correct) alone."""
     from registry.evidence import MIN_EVALS, check_min_evals
     from registry.analytics.routing import candidate_rows, check_int, decide, query_texts
     from registry.analytics.search import canonical_by
@@ -251,10 +253,16 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     models = view.index("locus")
     active = view.predictor()
     rows = candidate_rows(models, active, exclude, where)
+    from registry.analytics.cost import trade_off
+
+    cost = trade_off(models.records, models.index.names, rows, max_cost=max_cost,
+                     willingness_to_pay=willingness_to_pay, unpriced=unpriced)
+    rows = rows if cost is None else cost.restrict(models.index.names, rows)
     phi, encoded = view.query_vectors(active.query_encoder, texts)  # (Q, D)
     blended = getattr(active, "blend", None) is not None
     prints = view.fingerprints() if blended or (fallback and by != "locus") else None
     table = view.item_table(active.encoder_id) if blended and prints is not None else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
-                 table=table)
+                 table=table, rank=None if cost is None else cost.rank)
+    out = out if cost is None else cost.annotate(out)
     return (out[0] if single else out), encoded

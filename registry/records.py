@@ -43,6 +43,8 @@ _PARAMS_SCALE = {"": 1.0, "b": 1.0, "t": 1000.0, "m": 0.001}
 
 MAX_PARAMS_B = 100_000.0  # billions of parameters in one model's record
 MAX_EXTRA_NUMBER = 1e15  # a free-form metadata number (a price, a context length, a date as a number)
+# Free-form keys registry.analytics.cost reads: USD per 1M input/output tokens, USD per call, milliseconds.
+PRICE_KEYS = ("price_in", "price_out", "price_call", "latency_ms")
 
 
 def parse_params_b(value: Any) -> float:
@@ -154,6 +156,8 @@ class ModelRecord(BaseModel):
                 typed[key] = value
             else:
                 extra[key] = _coerce_scalar(value)
+            if key in PRICE_KEYS and value is not None:
+                _check_price(key, extra[key])
         return cls(name=name, **typed, extra=extra)
 
     def metadata(self) -> dict[str, Any]:
@@ -161,6 +165,13 @@ class ModelRecord(BaseModel):
         flat = self.model_dump(exclude={"name", "extra"})
         flat.update(self.extra)
         return flat
+
+
+def _check_price(key: str, value: Any) -> None:
+    """A price or latency given as metadata is a number >= 0: refused at the door (an add, an import)
+    rather than when a route asks for a cost trade-off."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key} {value!r} is not a number >= 0 ({'milliseconds' if key == 'latency_ms' else 'USD per call' if key == 'price_call' else 'USD per 1M tokens'})")
 
 
 def _coerce_scalar(value: Any) -> Any:

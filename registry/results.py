@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_serializer, model_validator
 
 from registry.evidence import MIN_EVALS, is_thin
 from registry.records import ModelRecord, Query
@@ -322,6 +322,73 @@ class EvaluationReport(Result):
         None, description="per blended method (registry: LOCUS + item table, the router `route` uses): its "
                           "weights on each component's logit, fitted on the validation queries")
     onboarding: dict[str, OnboardingRow] | None = Field(None, description="per number of evaluations embedded from")
+    cost_curve: "CostCurve | None" = Field(None, description="`evaluate --cost`: the quality/cost curve "
+                                                             "(registry.lab.cost_curve)")
+
+    @model_serializer(mode="wrap")
+    def _without_curve(self, handler):
+        out = handler(self)  # a plain evaluate answers as before: no cost_curve key
+        if self.cost_curve is None:
+            out.pop("cost_curve", None)
+        return out
+
+
+# ------------------------------------------------------------------------- evaluate --cost
+class CostPoint(Result):
+    """One operating point of the registry's router on the test queries: P(correct) - lam * cost."""
+
+    lam: float | None = Field(description="λ, per USD (None: every query to its cheapest scored model)")
+    cost_usd: float = Field(description="mean cost per call, USD")
+    cost_share: float | None = Field(description="cost_usd / always-best's")
+    routing_accuracy: float
+    gap_recovered: float | None = Field(description="(accuracy - always-cheapest) / (always-best - always-cheapest)")
+    random_mix_accuracy: float = Field(description="random mixing of always-best and always-cheapest at this cost")
+
+
+class CostPolicy(Result):
+    model: str
+    routing_accuracy: float
+    cost_usd: float
+
+
+class CostPair(Result):
+    """RouteLLM's setting: the router between always-best's and always-cheapest's models only."""
+
+    strong: str
+    weak: str
+    n_queries: int = Field(description="test queries scored for both")
+    strong_accuracy: float | None = None
+    weak_accuracy: float | None = None
+    gap: float | None
+    at_share: dict[str, float | None] = Field(description="gap recovered with 20/50/80% of the calls to strong")
+    apgr: float | None
+    cpt: dict[str, float | None] = Field(description="smallest share of calls to strong recovering 50/80% of the gap")
+
+
+class CostCurve(Result):
+    """`evaluate --cost`: the registry's router swept over λ against always-best, always-cheapest and
+    random mixing, with RouteLLM-style figures (registry.lab.cost_curve)."""
+
+    models: list[str]
+    costs_usd: dict[str, float] = Field(description="cost per call of each model, USD (registry.analytics.cost)")
+    costed_by_proxy: list[str] = Field(description="models without a price, costed by the params_b proxy")
+    excluded_unpriced: list[str] = Field(default_factory=list, description="left out: no price and no params_b")
+    n_test_queries: int
+    always_best: CostPolicy
+    always_cheapest: CostPolicy
+    gap: float = Field(description="always-best's routing accuracy - always-cheapest's")
+    router: CostPoint = Field(description="λ = 0: P(correct) alone")
+    points: list[CostPoint]
+    at_share: dict[str, CostPoint | None] = Field(description="at the cost of random mixing with 20/50/80% to always-best")
+    apgr: float | None = Field(description="mean gap recovered over shares 0..1 of the calls (random mixing: 0.5)")
+    half_cost: CostPoint | None = Field(description="at half always-best's cost")
+    half_cost_gap_recovered: float | None
+    target: float
+    target_met: bool | None
+    pair: CostPair
+
+
+__all__ += ["CostPoint", "CostPolicy", "CostPair", "CostCurve"]
 
 
 # --------------------------------------------------------------------------------- search
@@ -384,6 +451,26 @@ class RankedModel(Result):
     name: str
     p_correct: float = Field(description="predicted probability of answering the query correctly")
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
+    # set only under a cost trade-off (route's max_cost / willingness_to_pay; registry.analytics.cost)
+    cost_usd: float | None = Field(None, description="cost of one call, USD (from price_call, price_in/price_out "
+                                                     "for the assumed tokens per call, or the params_b proxy)")
+    cost_source: Literal["price", "price_call", "params_b"] | None = Field(
+        None, description="where cost_usd came from; params_b: the size proxy, the model has no price")
+    latency_ms: float | None = Field(None, description="the latency_ms of its metadata, if any")
+    utility: float | None = Field(None, description="p_correct - willingness_to_pay * cost_usd: what it is ranked by")
+
+    @model_serializer(mode="wrap")
+    def _without_cost(self, handler):
+        # a route without a trade-off answers exactly as before: no cost keys at all
+        out = handler(self)
+        if self.cost_usd is None:
+            for key in _COST_KEYS:
+                out.pop(key, None)
+        return out
+
+
+_COST_KEYS = ("cost_usd", "cost_source", "latency_ms", "utility")
+_TRADE_OFF_KEYS = ("max_cost", "willingness_to_pay", "cost_note")
 
 
 class Fallback(Result):
@@ -408,6 +495,17 @@ class RouteDecision(Result):
     predictor: Literal["locus", "locus+item"] = Field(
         "locus", description="what P(correct) came from: LOCUS alone, or LOCUS blended with the item table by the "
                              "encoder's router blend (fitted on validation queries at training)")
+    max_cost: float | None = Field(None, description="the cost ceiling asked for, USD per call (only with a trade-off)")
+    willingness_to_pay: float | None = Field(None, description="λ in p_correct - λ * cost_usd (only with a trade-off)")
+    cost_note: str | None = Field(None, description="models costed by the params_b proxy, or left out as unpriced")
+
+    @model_serializer(mode="wrap")
+    def _without_trade_off(self, handler):
+        out = handler(self)
+        if self.max_cost is None and self.willingness_to_pay is None:
+            for key in _TRADE_OFF_KEYS:
+                out.pop(key, None)
+        return out
 
 
 # ------------------------------------------------------------------------------- portfolio

@@ -28,6 +28,7 @@ RESULTS = {
     "QueryList",
     "DriftTest", "DriftReport", "DriftRun",
 }
+RESULTS |= {"CostPoint", "CostPolicy", "CostPair", "CostCurve"}  # evaluate --cost (issue 26, cost-aware routing)
 
 RESULTS |= {"SuggestedQuery", "QuerySuggestions"}  # issue 26 part 3: suggest-queries
 

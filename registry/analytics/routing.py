@@ -99,11 +99,13 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
            fallback: int, by: str | None = None, prints=None, min_evals: int = 0,
-           table=None) -> "list[RouteDecision]":
+           table=None, rank=None) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) (`p_correct`, from
     the query vectors `phi` (Q, D) in one pass), and the top model's nearest candidates as fallbacks,
     from the fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint)
-    else LOCUS; in both, models embedded from fewer than `min_evals` evaluations come after the others."""
+    else LOCUS; in both, models embedded from fewer than `min_evals` evaluations come after the others.
+    `rank(p, rows)`, when given, is what the candidates are sorted by instead of P(correct) (a cost
+    trade-off, registry.analytics.cost.TradeOff.rank)."""
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -122,7 +124,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = _rank(p[:, j], row_names)  # most likely first, near-ties by name
+        order = _rank(p[:, j] if rank is None else rank(p[:, j], rows), row_names)  # best first, near-ties by name
         # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
         order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
         ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),

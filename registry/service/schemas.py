@@ -96,6 +96,13 @@ class RouteRequest(_Strict):
     min_evals: int = Field(default=MIN_EVALS, ge=0, le=2**31 - 1,
                            description="models embedded from fewer evaluations come after the others, in the ranking "
                                        "and among the fallbacks (0: none)")
+    max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False,
+                                   description="only models costing at most this, USD per call (registry.analytics.cost)")
+    willingness_to_pay: float | None = Field(default=None, ge=0, allow_inf_nan=False,
+                                             description="rank by p_correct - willingness_to_pay * cost_usd")
+    unpriced: Literal["error", "exclude"] = Field(
+        default="error", description="under a trade-off, models with no price and no params_b: an error naming "
+                                     "them, or left out")
 
     @model_validator(mode="after")
     def _one_of(self):

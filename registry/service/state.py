@@ -298,15 +298,16 @@ class WarmState(StoreView):
                        min_evals=min_evals, warm=self._likeness)
 
     def route(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-              fallback: int, by: str | None = None, min_evals: int | None = None):
+              fallback: int, by: str | None = None, min_evals: int | None = None, **trade_off):
         """`registry.operations.route` on the warm state, every text in one batched pass; returns the
-        decisions and how many texts were encoded now."""
+        decisions and how many texts were encoded now. `trade_off`: max_cost, willingness_to_pay, unpriced."""
         from registry.operations import route
 
-        return route(self, texts, k=k, exclude=exclude, where=where, fallback=fallback, by=by, min_evals=min_evals)
+        return route(self, texts, k=k, exclude=exclude, where=where, fallback=fallback, by=by, min_evals=min_evals,
+                     **trade_off)
 
     def route_from_memory(self, texts: list[str], *, k: int, exclude: list[str], where: str | None,
-                          fallback: int, by: str | None = None, min_evals: int | None = None):
+                          fallback: int, by: str | None = None, min_evals: int | None = None, **trade_off):
         """`route`'s decisions when that needs no reload, store read, encoding, alias or filter (the
         snapshot is current, every text is in memory, no `where`), else None."""
         if where is not None:  # a filter is evaluated over every record: not on the event loop
@@ -318,7 +319,7 @@ class WarmState(StoreView):
 
         try:
             return route(_FromMemory(self, snap), texts, k=k, exclude=exclude, where=None, fallback=fallback,
-                         by=by, min_evals=min_evals)[0]
+                         by=by, min_evals=min_evals, **trade_off)[0]
         except _NotInMemory:
             return None
 

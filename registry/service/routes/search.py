@@ -48,6 +48,7 @@ async def route(body: s.RouteRequest, state: State):
     are the top model's nearest candidates. Encoded texts are cached."""
     options = dict(k=body.k, exclude=list(body.exclude), where=body.where, fallback=body.fallback, by=body.by,
                    min_evals=body.min_evals)
+    options.update(max_cost=body.max_cost, willingness_to_pay=body.willingness_to_pay, unpriced=body.unpriced)
     # Texts already in memory on a loaded snapshot take well under a millisecond: answered on the
     # event loop, since a hop to the thread pool cost more than the routing. Anything that may
     # encode, read the store or reload goes to the pool.
