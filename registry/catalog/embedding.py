@@ -65,11 +65,12 @@ def _fit_router_blend(locus, data: EvalData, train_evals: np.ndarray, split):
     return fit_routing_blend({"locus": predict(locus, z, data.query_vectors[split.val]), "item": item}, truth)
 
 
-def load_router_blend(directory: Path):
-    """The router blend stored beside an encoder, or None (an encoder trained before router blends)."""
+def load_router_blend(directory):
+    """The router blend stored beside an encoder (a local or an s3 home's directory), or None (an encoder
+    trained before router blends)."""
     from encoder.blend import Blend
 
-    path = Path(directory) / ROUTER_BLEND
+    path = directory / ROUTER_BLEND
     if not path.is_file():
         return None
     try:
