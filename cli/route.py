@@ -38,11 +38,13 @@ def _parse_tasks(ctx, param, values) -> dict[str, float]:
 @click.option("--evals", default=512, show_default=True, help="Synthetic evaluations in the hypothetical set.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the query sample and the synthetic scores.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
+@click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
+              help="Make the hypothetical set into a LOCUS embedding (default) or a behaviour fingerprint.")
 @json_option
 @click.pass_context
-def profile(ctx, targets, k, evals, seed, where, as_json) -> None:
+def profile(ctx, targets, k, evals, seed, where, by, as_json) -> None:
     """Real models nearest to a hypothetical one with these task accuracies (appendix E.1)."""
-    result = _registry(ctx, create=False).profile(targets, k=k, evals=evals, seed=seed, where=where)
+    result = _registry(ctx, create=False).profile(targets, k=k, evals=evals, seed=seed, where=where, by=by)
     emit(result, as_json, _echo_profile)
 
 
@@ -50,7 +52,7 @@ def _echo_profile(result) -> None:
     wanted = ", ".join(f"{t} {a:.2f} (sampled {result.per_task[t].sampled_accuracy:.2f} over "
                        f"{result.per_task[t].n_evals})" for t, a in result.targets.items())
     click.echo(f"hypothetical model from {result.n_evals} synthetic evaluations: {wanted}")
-    echo_neighbour_header("cosine")
+    echo_neighbour_header("cosine" if result.by == "locus" else "euclidean")
     for hit in result.neighbours:
         _echo_neighbour(hit)
 

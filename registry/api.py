@@ -399,13 +399,13 @@ class Registry:
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-                where: str | None = None) -> ProfileResult:
+                where: str | None = None, by: str | None = None) -> ProfileResult:
         """Real models nearest to a hypothetical one with these task accuracies (paper, appendix E.1):
         `evals` stored queries are sampled over the named tasks, given synthetic scores whose task
-        means match `targets` in expectation, and embedded."""
+        means match `targets` in expectation, and embedded (`by`: LOCUS by default, or fingerprinted)."""
         from registry.analytics.profile import profile
 
-        return profile(self.store, targets, k=k, evals=evals, seed=seed, where=where)
+        return profile(self.store, targets, k=k, evals=evals, seed=seed, where=where, by=by)
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,

@@ -22,6 +22,8 @@ from registry.records import ModelRecord
 from registry.results import (
     ListedModel,
     AuditReport,
+    DriftReport,
+    DriftRun,
     ModelChange,
     ModelHistory,
     ModelInfo,
@@ -193,22 +195,18 @@ class RegistryClient:
         return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
     def drift(self, name: str, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
-              seed: int = 0) -> "DriftReport":
-        from registry.results import DriftReport
-
+              seed: int = 0) -> DriftReport:
         params = {"alpha": alpha, "max_noise": max_noise, "permutations": permutations, "seed": seed}
         return DriftReport.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/drift", params=params))
 
-    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12) -> "DriftRun":
-        from registry.results import DriftRun
-
+    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12) -> DriftRun:
         return DriftRun.model_validate(self._call("POST", "/v1/drift/run",
                                                   params={"alpha": alpha, "max_noise": max_noise}))
 
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-                where: str | None = None) -> ProfileResult:
+                where: str | None = None, by: str | None = None) -> ProfileResult:
         return ProfileResult.model_validate(self._call("POST", "/v1/profile", json={
-            "targets": targets, "k": k, "evals": evals, "seed": seed, "where": where}))
+            "targets": targets, "k": k, "evals": evals, "seed": seed, "where": where, "by": by}))
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,

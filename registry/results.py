@@ -444,7 +444,10 @@ class ProfileResult(Result):
     per_task: dict[str, TaskSample]
     encoder_id: str
     pool_size: int = Field(description="embedded models the answer was chosen from (after --where)")
-    neighbours: list[Neighbour] = Field(description="cosine distance, nearest first")
+    by: Literal["locus", "fingerprint"] = Field(
+        "locus", description="the vector the hypothetical set was made into and searched by: its LOCUS embedding "
+                             "(cosine) or its behaviour fingerprint (Euclidean)")
+    neighbours: list[Neighbour] = Field(description="nearest first")
 
 
 class RankedModel(Result):

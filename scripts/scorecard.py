@@ -472,8 +472,9 @@ def write_page(results: dict, path: Path) -> None:
               "`registry.analytics.search`): the **search** rows measure that operation itself."
               + ("" if "i" in results.get("joint", {}) else
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
-              "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile` "
-              "has no `--by`); `route`'s ranking: LOCUS blended with the item table (below); (d)/(f) measure LOCUS.",
+              "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile "
+              "--by fingerprint` fingerprints the hypothetical set instead; not measured here); `route`'s ranking: "
+              "LOCUS blended with the item table (below); (d)/(f) measure LOCUS.",
               "- Portfolio: **LOCUS** (`--by fingerprint` chooses by fingerprints; "
               "[portfolio-by.md](portfolio-by.md), `scripts/report_portfolio_by.py`, measures both on the part (i) "
               "registries: neither beats random subsets at every k = 3, 5, 10 on both datasets; LOCUS in more "

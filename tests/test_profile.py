@@ -77,6 +77,30 @@ def test_where_restricts_the_results(reg, accuracies):
     assert [r.name for r in fewer.neighbours] == [r.name for r in result.neighbours]
 
 
+def test_by_fingerprint_searches_the_sets_fingerprint_in_the_fingerprint_index(reg, accuracies):
+    """--by fingerprint: the same synthetic set, fingerprinted under the item table and searched in the
+    fingerprint index (Euclidean); `where` narrows it as for LOCUS; a bad `by` is refused."""
+    from registry.analytics.search import open_index
+
+    targets = accuracies["syn-synfam1-7b"]
+    result = reg.profile(targets, k=4, evals=300, seed=1, by="fingerprint")
+    assert result.by == "fingerprint" and {(h.metric, h.vector) for h in result.neighbours} == {("euclidean", "fingerprint")}
+    space = ProfileSpace(reg.store)
+    rows, scores = space.synthetic_set(targets, 300, 1)
+    prints = open_index(reg.store, by="fingerprint").index
+    expected = prints.search(space.fingerprint(rows, scores), 4, metric="euclidean")
+    assert [(h.name, pytest.approx(h.distance, abs=1e-5)) for h in result.neighbours] == \
+        [(prints.names[r], d) for r, d in expected]
+    assert reg.profile(targets, k=4, evals=300, seed=1).by == "locus"  # the default: skill, LOCUS
+    narrowed = reg.profile(targets, k=3, by="behaviour", where="family == synfam2")
+    assert {h.metadata["family"] for h in narrowed.neighbours} == {"synfam2"} and narrowed.pool_size == 3
+    with pytest.raises(InputError, match="field 'by'"):
+        reg.profile(targets, by="colour")
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "profile", "--task", "math=0.9", "--by", "fingerprint",
+                                   "-k", "2"])
+    assert out.exit_code == 0 and "euclidean d" in out.output, out.output
+
+
 def test_allocation_proportional_equal_and_at_least_one_each():
     assert _allocate({"a": 100, "b": 300}, 40, "proportional") == {"a": 10, "b": 30}
     assert _allocate({"a": 100, "b": 300}, 40, "equal") == {"a": 20, "b": 20}

@@ -252,6 +252,12 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
         assert len(decision.ranking) == 2 and all(r.name != "client-a" for r in decision.ranking)
         assert [d.query for d in reg.route([texts[1][0], texts[2][0]], k=1)] == [texts[1][0], texts[2][0]]
         assert all(n.name != "client-a" for n in reg.similar("client-a", k=3).neighbours)
+        task = texts[0][1]
+        profiled = reg.profile({task: 0.8}, k=2, by="fingerprint")  # `by` travels in the request body
+        assert profiled.by == "fingerprint" and {n.vector for n in profiled.neighbours} == {"fingerprint"}
+        with pytest.raises(InputError) as refused:
+            reg.profile({task: 0.8}, by="colour")
+        assert refused.value.field == "by"
         with pytest.raises(NotFoundError):
             reg.show("no-such-model")
         with pytest.raises(InputError) as refused:

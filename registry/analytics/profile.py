@@ -142,9 +142,11 @@ class ProfileSpace:
         return embed_models(self.active.locus, data, [np.arange(len(rows))])[0]
 
     def profile(self, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-                where: str | None = None, allocation: str = "proportional") -> ProfileResult:
+                where: str | None = None, allocation: str = "proportional", by: str | None = None) -> ProfileResult:
+        from registry.analytics.search import canonical_by
         from registry.results import Neighbour, ProfileResult, TaskSample
 
+        by = canonical_by(by) or "locus"
         targets = _check_targets(targets)
         unknown = [t for t in targets if t not in self.by_task]
         if unknown:
@@ -160,17 +162,24 @@ class ProfileSpace:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_models:
             raise InputError(f"k must be between 1 and the number of embedded models ({n_models}), not {k!r}",
                              field="k")
-        rows_allowed = self.pool(where)
-        pool_size = len(rows_allowed)
+        models = self.models if by == "locus" else self._prints()
+        if by == "fingerprint" and int(k) > len(models.index.names):
+            raise InputError(f"k must be at most the number of models with a fingerprint ({len(models.index.names)}), "
+                             f"not {k!r}", field="k")
+        rows_allowed = self.pool(where) if by == "locus" else models.allowed_rows(where)
+        if rows_allowed is not None and len(rows_allowed) == 0:
+            raise InputError(f"the filter {where!r} matches none of the {len(models.index.names)} models with a "
+                             "fingerprint", field="where")
+        pool_size = len(models.index.names) if rows_allowed is None else len(rows_allowed)
         rows, scores = self.synthetic_set(targets, int(evals), seed, allocation)
-        z = self.embed(rows, scores)
+        z = self.embed(rows, scores) if by == "locus" else self.fingerprint(rows, scores)
         if not np.isfinite(z).all():
             raise RegistryError("the encoder produced a non-finite embedding for this profile")
         from registry.evidence import is_thin  # the mark only: profile ranks by distance, as the paper does
 
-        hits = self.models.index.search(z, int(k), metric="cosine",
-                                        allowed=None if where is None else rows_allowed)
-        names = self.models.index.names
+        metric = "cosine" if by == "locus" else "euclidean"
+        hits = models.index.search(z, int(k), metric=metric, allowed=None if where is None else rows_allowed)
+        names = models.index.names
         row_tasks = np.asarray(self.query_tasks, dtype=object)[rows]
         per_task = {}
         for task in sorted(targets):
@@ -178,19 +187,49 @@ class ProfileSpace:
             per_task[task] = TaskSample(n_evals=int(mask.sum()), sampled_accuracy=round(float(scores[mask].mean()), 4))
         return ProfileResult(
             targets=targets, n_evals=len(rows), seed=seed, allocation=allocation, per_task=per_task,
-            encoder_id=self.active.encoder_id, pool_size=pool_size,
-            neighbours=[Neighbour(name=names[row], distance=dist, metric="cosine",
-                                  metadata=self.models.records[names[row]].metadata(),
-                                  n_evals=self.models.index.rows[names[row]].get("n_evals"),
-                                  low_evidence=is_thin(self.models.index.rows[names[row]].get("n_evals")))
+            encoder_id=self.active.encoder_id, pool_size=pool_size, by=by,
+            neighbours=[Neighbour(name=names[row], distance=dist, metric=metric, vector=by,
+                                  metadata=models.records[names[row]].metadata(),
+                                  n_evals=models.index.rows[names[row]].get("n_evals"),
+                                  low_evidence=is_thin(models.index.rows[names[row]].get("n_evals")))
                         for row, dist in hits],
         )
 
+    def _prints(self):
+        """The fingerprint index, refusing a home without fingerprints of the active item table."""
+        from registry.analytics.search import open_index
+
+        prints = open_index(self.store, by="fingerprint")
+        table = self._item_table()
+        if not prints.index.names or prints.index.encoder_id != table.table_id:
+            raise RegistryError("no model has a behaviour fingerprint of the active item table: registry "
+                                "fit-fingerprints (or --by locus)")
+        return prints
+
+    def _item_table(self):
+        from registry.catalog.fingerprint_store import load_item_table
+
+        table = load_item_table(self.store, self.active.encoder_id)
+        if table is None:
+            raise RegistryError("the active encoder has no item table: registry fit-fingerprints (or --by locus)")
+        return table
+
+    def fingerprint(self, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """The identity vector (the fingerprint index's form) of one evaluation set, under the item table."""
+        table = self._item_table()
+        f, b = table.item_params([self.query_ids[i] for i in rows], self.query_vectors[rows])
+        theta = table.fingerprint(f, b, np.asarray(scores, np.float64))
+        return table.identity_vectors(theta[None])[0].astype(np.float32)
+
 
 def profile(store: Store, targets: Mapping[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
-            where: str | None = None, allocation: str = "proportional") -> ProfileResult:
+            where: str | None = None, allocation: str = "proportional", by: str | None = None) -> ProfileResult:
     """The k real models nearest (cosine) to a hypothetical model with these task accuracies, nearest
     first, with the sampled evaluations and realised accuracy per task. See the module docstring for
-    how the set is drawn."""
+    how the set is drawn. `by="fingerprint"`: the set's behaviour fingerprint under the item table,
+    searched in the fingerprint index (Euclidean, the identity distance) instead of its LOCUS embedding."""
+    from registry.analytics.search import canonical_by
+
+    by = canonical_by(by)  # a bad `by` fails before anything is loaded
     targets = _check_targets(targets)
-    return ProfileSpace(store).profile(targets, k=k, evals=evals, seed=seed, where=where, allocation=allocation)
+    return ProfileSpace(store).profile(targets, k=k, evals=evals, seed=seed, where=where, allocation=allocation, by=by)

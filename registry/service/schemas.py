@@ -136,6 +136,7 @@ class ProfileRequest(_Strict):
     evals: int = Field(default=512, ge=1, le=LIMITS.max_evaluations)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     where: str | None = Where
+    by: Literal["locus", "fingerprint", "embedding", "behaviour", "behavior"] | None = None
 
     @field_validator("targets")
     @classmethod

@@ -32,7 +32,7 @@ def audit(reader: Reader,
 @router.post("/v1/profile", response_model=r.ProfileResult, responses=ERRORS, tags=["analytics"])
 def profile(body: s.ProfileRequest, reader: Reader):
     """Real models nearest to a hypothetical one with these task accuracies."""
-    return reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed, where=body.where)
+    return reader.profile(dict(body.targets), k=body.k, evals=body.evals, seed=body.seed, where=body.where, by=body.by)
 
 
 @router.get("/v1/portfolio", response_model=r.PortfolioResult, responses=ERRORS, tags=["analytics"])
