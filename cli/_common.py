@@ -157,6 +157,13 @@ def _echo_neighbour(hit) -> None:
     click.echo(f"{hit.distance:>8.4f}  {agreement}{name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
 
 
+def one_line(text: str, width: int) -> str:
+    """A query text on one table line: whitespace runs made single spaces, cut to `width` with "..."
+    (--json keeps it whole)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def echo_neighbour_header(metric: str, *, agreement: bool = False) -> None:
     middle = f"{'behav. d':>9} {'kappa':>7} {'shared':>7}  " if agreement else ""
     click.echo(f"{metric + ' d':>8}  {middle}{'model':<32} {'family':<10} access")

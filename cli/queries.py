@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import _registry, emit, json_option
+from cli._common import _registry, emit, json_option, one_line
 
 TEXT_WIDTH = 70  # a long question is cut in the table; --json has it whole
 
@@ -30,10 +30,7 @@ def _echo_queries(listed) -> None:
     width = max(8, max(len(q.id) for q in listed.queries))
     click.echo(f"{'query_id':<{width}}  {'task':<16} text")
     for q in listed.queries:
-        text = " ".join(q.text.split())
-        if len(text) > TEXT_WIDTH:
-            text = text[:TEXT_WIDTH - 3] + "..."
-        click.echo(f"{q.id:<{width}}  {q.task:<16} {text}")
+        click.echo(f"{q.id:<{width}}  {q.task:<16} {one_line(q.text, TEXT_WIDTH)}")
     scope = f" in task {listed.task}" if listed.task else ""
     if len(listed.queries) < listed.total:
         click.echo(f"{len(listed.queries)} of {listed.total} queries{scope} (--limit N, 0 for all; --json for whole texts)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import EXISTING_FILE, _backend, emit, json_option
+from cli._common import EXISTING_FILE, _backend, emit, json_option, one_line
 
 TEXT_WIDTH = 60  # a long question is cut in the table; --json has it whole
 
@@ -74,10 +74,8 @@ def _echo(result) -> None:
     width = max(8, max(len(q.query_id) for q in result.queries))
     click.echo(f"{'#':>4}  {'query_id':<{width}}  {'task':<16} {'gain':>8} {'P(ok)':>5}  text")
     for q in result.queries:
-        text = " ".join(q.text.split())
-        if len(text) > TEXT_WIDTH:
-            text = text[:TEXT_WIDTH - 3] + "..."
-        click.echo(f"{q.rank:>4}  {q.query_id:<{width}}  {q.task[:16]:<16} {q.gain:>8.5f} {q.p_correct:>5.2f}  {text}")
+        click.echo(f"{q.rank:>4}  {q.query_id:<{width}}  {q.task[:16]:<16} {q.gain:>8.5f} {q.p_correct:>5.2f}  "
+                   f"{one_line(q.text, TEXT_WIDTH)}")
     click.echo(f"total gain {result.total_gain:.3f} (fall in the predicted-correctness uncertainty); "
                "--json for whole texts")
 

@@ -168,6 +168,10 @@ class ItemTable:
         """(M, r + 1) vectors whose Euclidean distance is the RMS logit difference over the probe set."""
         return np.asarray(thetas, np.float64) @ self._whiten
 
+    def thetas_of(self, identity: np.ndarray) -> np.ndarray:
+        """(M, r + 1) fingerprints back from their identity vectors (the form the index stores)."""
+        return np.linalg.solve(self._whiten.T, np.asarray(identity, np.float64).T).T
+
     def probe_probabilities(self, thetas: np.ndarray) -> np.ndarray:
         """(M, S) predicted P(correct) on the probe queries."""
         thetas = np.asarray(thetas, np.float64)
@@ -198,6 +202,20 @@ class ItemTable:
         total = (p * a) @ b.T + a @ (q * b).T - 2.0 * (p * a) @ (q * b).T
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(shared > 0, total / np.maximum(shared, 1), np.inf)
+
+    def search_keys(self, theta: np.ndarray, others: np.ndarray, *, coverage: np.ndarray,
+                    other_coverage: np.ndarray) -> list[tuple[float, float] | None]:
+        """How a search from one model ranks `others` ((N, r + 1) fingerprints): per other, (behaviour
+        distance, probability gap), or None without a common task. The behaviour distance is the expected
+        disagreement less the model's own with a re-run of itself, floored at 0: a more confident model
+        that leans the same way can disagree with it less than its own re-run does, and would otherwise
+        rank before an exact copy; at 0 the gap (0 only for the same behaviour) orders them. `theta`
+        (r + 1,), `coverage` (S,) its probe coverage, `other_coverage` (N, S)."""
+        theta, cover = np.asarray(theta, np.float64)[None], np.asarray(coverage)[None]
+        own = self.behaviour_distances(theta, coverage=cover)[0, 0]
+        d = self.behaviour_distances(theta, others, coverage=cover, other_coverage=other_coverage)[0]
+        gap = self.probability_gaps(theta, others, coverage=cover, other_coverage=other_coverage)[0]
+        return [(max(float(x) - float(own), 0.0), float(g)) if np.isfinite(x) else None for x, g in zip(d, gap)]
 
     def probability_gaps(self, thetas: np.ndarray, others: np.ndarray, *, coverage: np.ndarray,
                          other_coverage: np.ndarray) -> np.ndarray:

@@ -73,6 +73,16 @@ EVALUATION_SCHEMA = pa.schema(
         pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
 )
+EVALUATION_LOG = "evaluation_log"  # what each add/refine/replace/import brought (registry.catalog.evaluation_log)
+EVALUATION_LOG_SCHEMA = pa.schema(
+    [
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("score", pa.float32(), nullable=False),
+        pa.field("version", pa.int32(), nullable=False),
+        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
 MODEL_SCHEMA = pa.schema(
     [
         pa.field("name", pa.string(), nullable=False),

@@ -91,7 +91,7 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
     p_item = p_locus.copy()
     if have:
         identity = np.stack([prints.index.vector(names[i]) for i in have]).astype(np.float64)
-        thetas = np.linalg.solve(table._whiten.T, identity.T).T  # the stored identity form, un-whitened
+        thetas = table.thetas_of(identity)
         f, b = table.item_params([None] * len(phi), phi)  # every text by its vector (see above)
         p_item[have] = table.probabilities(thetas, f, b)
     return blend.predict({"locus": p_locus, "item": p_item}), "locus+item"

@@ -424,15 +424,9 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
 
 
 def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple[float, float]]:
-    """name -> (behaviour distance, probability gap) to `query`, over the item table's probe queries of
-    the tasks both were evaluated on, from the fingerprints in the index (theta is the stored identity
-    vector un-whitened); empty when the index's item table is not the active one.
-
-    The behaviour distance is the expected disagreement (`ItemTable.behaviour_distances`) less the query
-    model's expected disagreement with a re-run of itself, floored at 0: a more confident model that
-    leans the same way can disagree with it less than its own re-run does, and would otherwise rank
-    before an exact copy; at 0 the gap (mean squared P(correct) difference, 0 only for the same
-    behaviour) orders them."""
+    """name -> (behaviour distance, probability gap) to `query` (`ItemTable.search_keys`), over the item
+    table's probe queries of the tasks both were evaluated on, from the fingerprints in the index; empty
+    when the index's item table is not the active one, and without the names that share no task."""
     from registry.catalog.fingerprint_store import load_item_table
 
     active = evals.active_encoder()
@@ -440,16 +434,15 @@ def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[
     if table is None or table.table_id != models.index.encoder_id:
         return {}
     every = [query, *names]
-    thetas = np.linalg.solve(table._whiten.T, np.stack([models.vector(n) for n in every]).astype(np.float64).T).T
+    thetas = table.thetas_of(np.stack([models.vector(n) for n in every]))
     owners, qids, _ = evals.read(every)
     task_of = evals.task_of()
     held: dict[str, set] = {n: set() for n in every}
     for owner, q in zip(owners.tolist(), qids.tolist()):
         held[owner].add(task_of.get(q) or "")
     coverage = table.coverage([held[n] for n in every])
-    d = table.behaviour_distances(thetas[:1], thetas, coverage=coverage[:1], other_coverage=coverage)[0]
-    gap = table.probability_gaps(thetas[:1], thetas[1:], coverage=coverage[:1], other_coverage=coverage[1:])[0]
-    return {n: (max(float(x) - float(d[0]), 0.0), float(g)) for n, x, g in zip(names, d[1:], gap) if np.isfinite(x)}
+    keys = table.search_keys(thetas[0], thetas[1:], coverage=coverage[0], other_coverage=coverage[1:])
+    return {n: key for n, key in zip(names, keys) if key is not None}
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:

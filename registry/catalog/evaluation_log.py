@@ -20,21 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from indexing.store import EVALUATION_LOG, EVALUATION_LOG_SCHEMA  # every table's schema lives there
+
 if TYPE_CHECKING:
     from indexing.store import Store
 
 __all__ = ["EVALUATION_LOG", "EVALUATION_LOG_SCHEMA", "log_rows", "read_log", "backfill"]
 
-EVALUATION_LOG = "evaluation_log"
-EVALUATION_LOG_SCHEMA = pa.schema(
-    [
-        pa.field("model", pa.string(), nullable=False),
-        pa.field("query_id", pa.string(), nullable=False),
-        pa.field("score", pa.float32(), nullable=False),
-        pa.field("version", pa.int32(), nullable=False),
-        pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
 
 
 def log_rows(evaluations: pa.Table, versions: dict[str, int]) -> pa.Table:

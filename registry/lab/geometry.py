@@ -540,11 +540,9 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         nn_id = nearest(identity)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
         # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them
-        gap = fitted.probability_gaps(thetas, thetas, coverage=cover, other_coverage=cover)
         for i in members:
             candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
-            keys = [(max(behaviour[i, j] - behaviour[i, i], 0.0), gap[i, j]) if np.isfinite(behaviour[i, j]) else None
-                    for j in candidates]
+            keys = fitted.search_keys(thetas[i], thetas[candidates], coverage=cover[i], other_coverage=cover[candidates])
             top = behaviour_order(candidates, keys)[0]
             search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
