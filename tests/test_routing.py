@@ -222,3 +222,20 @@ def test_route_blends_locus_with_the_item_table_and_without_a_blend_uses_locus(r
     assert plain.predictor == "locus"
     assert [r.p_correct for r in plain.ranking] == pytest.approx(
         sorted((float(x) for x in p_locus[:, 0]), reverse=True)[:5], abs=2e-6)
+
+
+def test_a_damaged_router_blend_is_refused_naming_its_file(tmp_path):
+    """router_blend.json is read as JSON (never unpickled); a file that is not a blend of LOCUS and the
+    item table is an error naming the file, and none is no blend (LOCUS alone)."""
+    from registry.catalog.embedding import ROUTER_BLEND, load_router_blend
+
+    assert load_router_blend(tmp_path) is None
+    (tmp_path / ROUTER_BLEND).write_text("{not json", encoding="utf-8")
+    with pytest.raises(RegistryError, match=ROUTER_BLEND):
+        load_router_blend(tmp_path)
+    from encoder.blend import Blend
+
+    (tmp_path / ROUTER_BLEND).write_text(Blend(components=("locus", "knn"), weights=(1.0, 0.5), intercept=0.0).to_json(),
+                                         encoding="utf-8")
+    with pytest.raises(RegistryError, match="a router blend of locus and item"):
+        load_router_blend(tmp_path)
