@@ -65,7 +65,8 @@ def _echo_profile(result) -> None:
 @click.option("--fallback", default=3, show_default=True, help="How many fallback models (neighbours of the top one).")
 @click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
               help="The index the fallbacks come from: fingerprint (default when the top model has one: models "
-                   "that answer as it does) or locus. The ranking always reads LOCUS.")
+                   "that answer as it does) or locus. The ranking is the router's whatever --by says (LOCUS "
+                   "blended with the item table by `registry train`).")
 @min_evals_option("come after the others, in the ranking and among the fallbacks (marked; a note names any pushed out)")
 @click.option("--max-cost", type=float, default=None, metavar="USD",
               help="Only models whose cost per call is at most USD (price metadata, else the params_b proxy; see "
