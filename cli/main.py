@@ -627,7 +627,7 @@ def restore(ctx, name, version, as_json) -> None:
                    "whichever sees it, the evaluations then decide).")
 @click.option("--drift", "drift_run", is_flag=True,
               help="Instead: `registry drift` for every model given a version since the last --drift run "
-                   "(marker: last_drift_run in the home's config.json); exit 1 when one moved (for CI).")
+                   "(marker: last_drift_log_rows in the home's config.json); exit 1 when one moved (for CI).")
 @click.pass_context
 def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by, drift_run) -> None:
     """Flag models that are likely the same model behind different endpoints.

@@ -392,7 +392,8 @@ class Registry:
     def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
                       seed: int = 0) -> DriftRun:
         """`drift` of every model given a version since the last such run (`audit --drift`, for CI); the
-        run's time is kept as `last_drift_run` in the home's config.json."""
+        evaluation_log rows the run read are kept as `last_drift_log_rows` (and its time as `last_drift_run`)
+        in the home's config.json."""
         from registry.analytics.drift import drift_refined
 
         return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
