@@ -34,6 +34,7 @@ import numpy as np
 
 from indexing.store import QUERIES, Store
 from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
+from registry.checks import check_fraction
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
 from registry.catalog.rows import read_evaluations as _read_evals
@@ -106,10 +107,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if not isinstance(k, int) or k < 1:
         raise InputError(f"k must be a whole number of at least 1, not {k!r}", field="k")
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must be in (0, 1); got {alpha}", field="alpha")
-    if not 0.0 < max_noise < 1.0:
-        raise InputError(f"max_noise must be in (0, 1); got {max_noise}", field="max_noise")
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     models = open_index(store)
     names = models.index.names
     if len(names) < 2:

@@ -36,6 +36,7 @@ import numpy as np
 
 from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
 from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
+from registry.checks import check_fraction
 from registry.errors import InputError, NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
@@ -212,13 +213,6 @@ def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems 
     return FingerprintItems(table, idx, f, b)
 
 
-def _check(alpha: float, max_noise: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must be in (0, 1); got {alpha}", field="alpha")
-    if not 0.0 < max_noise < 1.0:
-        raise InputError(f"max_noise must be in (0, 1); got {max_noise}", field="max_noise")
-
-
 def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
           permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
     """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
@@ -226,7 +220,7 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
     from registry.analytics.audit_stats import calibrate
 
     started = time.perf_counter()
-    _check(alpha, max_noise)
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     if not isinstance(permutations, int) or permutations < 19:
         raise InputError(f"permutations must be a whole number of at least 19, not {permutations!r}",
                          field="permutations")
@@ -282,7 +276,7 @@ def drift_refined(store: Store, *, alpha: float = ALPHA, max_noise: float = MAX_
     from registry.catalog.evaluation_log import EVALUATION_LOG
 
     started = time.perf_counter()
-    _check(alpha, max_noise)
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     marker = datetime.now(timezone.utc)
     config = store.config
     raw = config.get(MARKER_KEY)
