@@ -28,10 +28,10 @@ generation) and so reads only the index and the evaluations of the model and its
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
+from indexing.home import generation as _generation
 from indexing.store import QUERIES, Store
 from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 from registry.checks import check_fraction
@@ -51,15 +51,6 @@ def _pool(store: Store, names: list[str]) -> PoolEvals:
     keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
     return PoolEvals.from_triples(models[keep], qids[keep], scores[keep], queries.column("query_id").to_pylist(),
                                   queries.column("task").to_pylist())
-
-
-def _generation(home: Path) -> str | None:
-    from indexing.home import GENERATION_FILE
-
-    try:
-        return (home / GENERATION_FILE).read_text()
-    except OSError:
-        return None
 
 
 def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: bool,
