@@ -305,8 +305,12 @@ def _echo_low_evidence_key(shown: bool) -> None:
                    "ranked after the others in search, route fallbacks and clusters unless --min-evals 0")
 
 
-def _evals_option(value: str) -> int | None:
-    return None if value == "all" else int(value)
+def _evals_option(value: str, option: str) -> int | None:
+    """A count-or-'all' option (None for 'all'), else the usage error naming `option`."""
+    try:
+        return None if value == "all" else int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'all'", param_hint=option) from None
 
 
 def _train_config(**options):
@@ -356,11 +360,7 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     config = _train_config(epochs=epochs, max_seconds=max_seconds, no_time_limit=no_time_limit, patience=patience,
                            select=select, view_weight=view_weight)
     progress = None if as_json else progress_printer(lambda line: click.echo(line, err=True))
-    try:
-        per_model = _evals_option(evals_per_model)
-    except ValueError:
-        raise click.BadParameter(f"{evals_per_model!r} is not a number or 'all'",
-                                 param_hint="--evals-per-model") from None
+    per_model = _evals_option(evals_per_model, "--evals-per-model")
     report = _registry(ctx, create=False).train(models=pool, evals_per_model=per_model,
                                                 seed=seed, config=config, progress=progress, nproc=nproc)
     if as_json:
@@ -428,10 +428,7 @@ def fit_fingerprints(ctx, as_json) -> None:
 @click.pass_context
 def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
     """Embed models with the active encoder: one forward pass each, no training."""
-    try:
-        limit = _evals_option(max_evals)
-    except ValueError:
-        raise click.BadParameter(f"{max_evals!r} is not a number or 'all'", param_hint="--max-evals") from None
+    limit = _evals_option(max_evals, "--max-evals")
     report = _registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers)
     echo_warnings(report.warnings)
     emit(report, as_json, lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
@@ -462,11 +459,7 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, co
                                  param_hint="--onboard-evals") from None
     from registry.catalog.embedding import progress_printer
 
-    try:
-        per_model = _evals_option(evals_per_model)
-    except ValueError:
-        raise click.BadParameter(f"{evals_per_model!r} is not a number or 'all'",
-                                 param_hint="--evals-per-model") from None
+    per_model = _evals_option(evals_per_model, "--evals-per-model")
     log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
@@ -627,7 +620,7 @@ def restore(ctx, name, version, as_json) -> None:
                    "whichever sees it, the evaluations then decide).")
 @click.option("--drift", "drift_run", is_flag=True,
               help="Instead: `registry drift` for every model given a version since the last --drift run "
-                   "(marker: last_drift_run in the home's config.json); exit 1 when one moved (for CI).")
+                   "(marker: last_drift_log_rows in the home's config.json); exit 1 when one moved (for CI).")
 @click.pass_context
 def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_on_related, by, drift_run) -> None:
     """Flag models that are likely the same model behind different endpoints.

@@ -304,6 +304,16 @@ class Store:
             return table.to_arrow()
         return table.search().select(columns).limit(None).to_arrow()
 
+    def read_settled(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """`read` under the writer lock: no transaction is half landed then, so every row read has been
+        committed and no rollback takes it away later (an unlocked read can see a transaction's appended
+        rows before it fails). For a marker that counts rows (drift's); writers wait while it reads."""
+        if self._in_transaction:
+            return self.read(name, columns)  # this store's own lock is held already
+        with self._writer_lock():
+            self._recover()
+            return self.read(name, columns)
+
     def read_where(self, name: str, columns: list[str], where: str) -> pa.Table:
         """The rows of a table matching a SQL filter (built by the caller from validated values only),
         read directly from Lance when nothing here needed LanceDB yet (see `_direct`); empty with the

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
+from registry.checks import check_count
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -210,7 +211,7 @@ class Registry:
         from encoder.training import TrainConfig
         from registry.catalog.embedding import train_encoder
 
-        _check_count(nproc, "nproc", 1, optional=True)
+        nproc = check_count(nproc, "nproc", 1, optional=True)
         config = config or TrainConfig()
         if nproc is not None:
             config = dataclasses.replace(config, nproc=nproc)
@@ -245,11 +246,11 @@ class Registry:
         """Embed every model with the active encoder (one forward pass each, no training), in this
         process (`engine="local"`) or on Ray (`engine="ray"`: a local cluster of `workers` actors, or
         the cluster at `address`); the same vectors either way."""
-        _check_count(max_evals, "max_evals", 1, optional=True)
+        max_evals = check_count(max_evals, "max_evals", 1, optional=True)
         if engine == "ray":
             from registry.catalog.batch_embed import embed_all_ray
 
-            _check_count(workers, "workers", 1)
+            workers = check_count(workers, "workers", 1)
             return embed_all_ray(self.store, address=address, num_workers=workers, max_evals=max_evals)
         if engine != "local":
             raise InputError(f"unknown engine {engine!r}; choose local or ray", field="engine")
@@ -280,8 +281,8 @@ class Registry:
         from registry.catalog.dataset import load_eval_data
         from registry.lab.evaluation import run_evaluation
 
-        _check_count(evals_per_model, "evals_per_model", 1, optional=True)
-        _check_count(holdout_models, "holdout_models", 0)
+        evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
+        holdout_models = check_count(holdout_models, "holdout_models", 0)
         names = self.select_models(pool, field="pool")
         if cost:
             from registry.analytics.cost import pool_costs
@@ -392,7 +393,8 @@ class Registry:
     def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
                       seed: int = 0) -> DriftRun:
         """`drift` of every model given a version since the last such run (`audit --drift`, for CI); the
-        run's time is kept as `last_drift_run` in the home's config.json."""
+        evaluation_log rows the run read are kept as `last_drift_log_rows` (and its time as `last_drift_run`)
+        in the home's config.json."""
         from registry.analytics.drift import drift_refined
 
         return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
@@ -510,7 +512,7 @@ class Registry:
         from indexing.store import QUERIES
         from registry.records import Query
 
-        _check_count(limit, "limit", 0, optional=True)
+        limit = check_count(limit, "limit", 0, optional=True)
         rows = self.store.read(QUERIES, ["query_id", "text", "task"]).to_pylist()
         if task is not None:
             tasks = sorted({row["task"] for row in rows})
@@ -615,14 +617,6 @@ class Registry:
 
         return suggest_queries(self.store, name=self.resolve(name) if name is not None else None, n=n, task=task,
                                from_pool=from_pool, answered=answered)
-
-
-def _check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> None:
-    """An integer of at least `minimum` (None allowed when optional), else an InputError naming `field`."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
 
 
 def _thin_import_warning(store: "Store", names: list[str]) -> str | None:

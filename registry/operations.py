@@ -205,10 +205,10 @@ def remove(view: StoreView, name: str) -> "RemoveResult":
 
 
 def restore(view: StoreView, name: str, version: int | None = None) -> "RestoreResult":
-    from registry.analytics.routing import check_int
+    from registry.checks import check_count
     from registry.catalog.models import restore as restore_model
 
-    version = None if version is None else check_int(version, "version", 1)
+    version = None if version is None else check_count(version, "version", 1)
     return restore_model(view.store, view.resolve(name), version)
 
 
@@ -241,12 +241,13 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     (registry.analytics.routing.decide). Excluded names may be aliases. `max_cost` /
     `willingness_to_pay`: a cost trade-off (registry.analytics.cost); neither: P(correct) alone."""
     from registry.evidence import MIN_EVALS, check_min_evals
-    from registry.analytics.routing import candidate_rows, check_int, decide, query_texts
+    from registry.analytics.routing import candidate_rows, decide, query_texts
+    from registry.checks import check_count
     from registry.analytics.search import canonical_by
 
     texts, single = query_texts(queries)
-    k = check_int(k, "k", 1)
-    fallback = check_int(fallback, "fallback", 0)
+    k = check_count(k, "k", 1)
+    fallback = check_count(fallback, "fallback", 0)
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     by = canonical_by(by)
     exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]

@@ -872,6 +872,8 @@ class DriftRun(Result):
 
     since: datetime | None = Field(None, description="the previous run's marker (None: first run, every model)")
     marker: datetime = Field(description="this run's marker, kept in the home's config.json as last_drift_run")
+    log_rows: int = Field(0, description="evaluation_log rows this run read, kept in config.json as "
+                                         "last_drift_log_rows: the next run checks the rows after them")
     checked: list[DriftReport]
     moved: list[str]
     seconds: float = 0.0

@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from indexing.home import GENERATION_FILE, JOURNAL_FILE, as_path, write_text_atomic
+from indexing.home import as_path, transaction_open, write_text_atomic
+from indexing.home import generation as _generation
 from registry.errors import NotFoundError, RegistryError
 
 __all__ = ["load", "stats", "model_list", "model_info", "history", "live_versions"]
@@ -25,15 +26,8 @@ SNAPSHOT_FILE = "snapshot.json"
 _FORMAT = 2  # 2: the typed results' JSON (registry.results)
 
 
-def _generation(home: Path) -> str | None:
-    try:
-        return (home / GENERATION_FILE).read_text()
-    except OSError:
-        return None
-
-
 def _current(home: Path) -> dict[str, Any] | None:
-    if (home / JOURNAL_FILE).is_file():
+    if transaction_open(home):
         return None
     generation = _generation(home)
     if generation is None:
@@ -68,7 +62,7 @@ def _build(home: Path) -> dict[str, Any]:
             "encoder_id": v["encoder_id"], "n_evals": v["n_evals"],
             "record": ModelRecord.model_validate_json(v["record"]).model_dump(mode="json")})
     snap = {"format": _FORMAT, "generation": generation, "stats": summary, "models": infos, "history": history}
-    if generation is not None and generation == _generation(home) and not (home / JOURNAL_FILE).is_file():
+    if generation is not None and generation == _generation(home) and not transaction_open(home):
         try:
             write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap), fsync=False)  # a cache, rebuilt when lost
         except (OSError, RegistryError):  # a home we may read but not write: answer anyway, just not faster next time

@@ -103,11 +103,9 @@ def fingerprint_rows(name: str, data, split, own, test, draws: int) -> list[dict
         thetas = table.fingerprints(data.query_ids, data.query_vectors, sets, data.query_index, data.scores)
         return table.identity_vectors(thetas)
 
-    inverse = np.linalg.inv(table._whiten)  # identity vector -> theta
-
     def predict(vectors, m, evals):
         q = data.query_index[evals]
-        return table.probabilities(vectors @ inverse, f[q], b[q])[0]
+        return table.probabilities(table.thetas_of(vectors), f[q], b[q])[0]
 
     def distances(a, c):
         return np.sqrt(np.maximum(((a[:, None, :] - c[None, :, :]) ** 2).sum(-1), 0.0))

@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/report_drift.py [--datasets mmlu-pro,bfcl] [--disjoint-models 12]
         [--markdown docs/results/drift.md] [--json docs/results/drift.json]
+    .venv/bin/python scripts/report_drift.py --from-json docs/results/drift.json --markdown docs/results/drift.md
+        (re-render, no recomputation; with --json it also rewrites that JSON in the compact form)
 
 Works from ../shared/data/<dataset> directly (no registry home, no encoder training): the pool's
 evaluations are the audit's `PoolEvals`, its calibration the audit's `calibrate`, and every case is
@@ -198,6 +200,10 @@ def run_dataset(name: str, disjoint_models: int, disjoint_queries: int, seed: in
 
 
 def summary(result: dict) -> list[dict]:
+    """One row per (setting, variant): cases, alarms, rate, median changed, the deciding tests, and which
+    models alarmed when unchanged (false alarms). A result read back from the JSON has only these rows."""
+    if "cases" not in result:
+        return result["summary"]
     rows = []
     for setting in ("shared", "disjoint"):
         for variant in VARIANTS:
@@ -213,8 +219,19 @@ def summary(result: dict) -> list[dict]:
             rows.append({"setting": setting, "variant": variant, "kind": "change" if variant in CHANGES else "unchanged",
                          "cases": len(sel), "decided": decided, "moved": moved, "rate": moved / len(sel),
                          "median_changed": float(np.median([c["changed"] for c in sel])),
-                         "by_test": tests})
+                         "by_test": tests,
+                         "false_alarms": sorted(c["model"] for c in sel if c["moved"]) if variant not in CHANGES else []})
     return rows
+
+
+def compact(result: dict) -> dict:
+    """What the JSON keeps: the data set's figures and its summary rows. The per-case rows (1,190 cases,
+    400 KB) were read by nothing but `summary`; a rerun with the same seed reproduces them."""
+    return {**{k: v for k, v in result.items() if k not in ("cases", "summary")}, "summary": summary(result)}
+
+
+def write_json(path: Path, command: str, results: list[dict]) -> None:
+    path.write_text(json.dumps({"command": command, "results": [compact(r) for r in results]}, indent=1) + "\n")
 
 
 def markdown(results: list[dict], command: str, rendered: str | None = None) -> str:
@@ -281,13 +298,16 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--from-json", type=Path, default=None,
-                        help="Re-render --markdown from a JSON this script wrote (no recomputation).")
+                        help="Re-render --markdown (and rewrite --json, in the compact form) from a JSON this "
+                             "script wrote (no recomputation).")
     args = parser.parse_args()
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         if args.markdown:
             args.markdown.write_text(markdown(saved["results"], saved["command"], "python scripts/report_drift.py "
                                               + " ".join(sys.argv[1:])))
+        if args.json:
+            write_json(args.json, saved["command"], saved["results"])
         return
     results = []
     for name in args.datasets.split(","):
@@ -301,9 +321,7 @@ def main() -> None:
     if args.markdown:
         args.markdown.write_text(markdown(results, command.strip()))
     if args.json:
-        args.json.write_text(json.dumps({"command": command.strip(), "results": [
-            {**{k: v for k, v in r.items() if k != "cases"}, "summary": summary(r), "cases": r["cases"]}
-            for r in results]}, indent=1))
+        write_json(args.json, command.strip(), results)
 
 
 if __name__ == "__main__":

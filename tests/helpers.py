@@ -45,6 +45,15 @@ SMALL_TRAINED = dict(train_epochs=10, n_families=2, models_per_family=3, queries
 POOL_TRAINED = dict(train_epochs=20, n_families=3, models_per_family=3, queries_per_task=25,
                     tasks=("math", "law", "biology", "code"), n_duplicates=1, seed=3)
 POOL_TRAINED_NO_COPY = {**POOL_TRAINED, "n_duplicates": 0}
+# Three families of three sizes, 3 tasks x 25 queries, one near-duplicate, trained briefly (3 epochs): a
+# registry whose fingerprint index a search reads (test_fingerprint_index; test_search_saved_evaluations
+# builds it with seed 6).
+FINGERPRINT_INDEXED = dict(train_epochs=3, n_families=3, models_per_family=3, queries_per_task=25,
+                           tasks=("math", "law", "code"), n_duplicates=1, seed=4)
+# Three families of three sizes, 4 tasks x 40 queries, no duplicate, 5 epochs: enough queries per model for
+# the item table's per-model fit (test_fingerprint).
+FINGERPRINT_TRAINED = dict(train_epochs=5, n_families=3, models_per_family=3, queries_per_task=40,
+                           tasks=("math", "law", "biology", "code"), n_duplicates=0, seed=2)
 
 
 def synthetic_registry(home: Path, *, train_epochs: int | None = None, **pool_options):

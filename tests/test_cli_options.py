@@ -92,6 +92,9 @@ USAGE_ERRORS = [
     (["search", "alpha-7b", "-k", "many"], "many"),  # not an integer
     (["portfolio"], "--k"),  # the command's own usage check
     (["alias", "set", "prod"], "NAME[@VERSION]"),
+    (["train", "--evals-per-model", "some"], "--evals-per-model"),  # neither a number nor 'all'
+    (["evaluate", "--evals-per-model", "few"], "--evals-per-model"),
+    (["embed", "--all", "--max-evals", "lots"], "--max-evals"),
 ]
 
 

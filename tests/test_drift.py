@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,37 @@ def test_http_answers_as_the_library_does(synthetic_home, tmp_path):
         assert run.moved == [a]
     finally:
         server.stop()
+
+
+def test_a_refine_stamped_before_the_marker_but_landing_after_it_is_checked_by_the_next_run(reg, monkeypatch):
+    """The race a time marker loses: a refine stamps its rows, a run starts and reads the log, then the
+    refine commits. Its log rows carry a time before the run's marker; the next run must still check it."""
+    import registry.catalog.landing as landing
+
+    a, b = "syn-synfam0-13b", "syn-synfam2-1b"
+    first = reg.drift_refined()
+    assert first.since is None and len(first.checked) == len(reg.models())
+    stamped = first.marker - timedelta(seconds=5)  # taken before that run started
+    monkeypatch.setattr(landing, "now_utc", lambda: stamped)
+    reg.refine(a, own_evaluations(reg, b))
+    logged = [r["time"] for r in reg.store.read("evaluation_log").to_pylist() if r["model"] == a and r["version"] == 2]
+    assert logged and all(t < first.marker for t in logged)  # the row a time marker skips
+    second = reg.drift_refined()
+    assert [r.name for r in second.checked] == [a] and second.moved == [a]
+    assert second.log_rows == first.log_rows + len(logged)
+    assert json.loads((reg.store.home / "config.json").read_text())["last_drift_log_rows"] == second.log_rows
+    assert reg.drift_refined().checked == []  # and only once
+
+
+def test_a_home_with_only_the_time_marker_is_read_by_time_once(reg):
+    home = reg.store.home
+    a, b = "syn-synfam0-13b", "syn-synfam2-1b"
+    reg.drift_refined()
+    config = json.loads((home / "config.json").read_text())
+    del config["last_drift_log_rows"]  # as a run before the row marker left it
+    (home / "config.json").write_text(json.dumps(config))
+    reg.refine(a, own_evaluations(reg, b))
+    run = reg.drift_refined()
+    assert [r.name for r in run.checked] == [a]
+    assert json.loads((home / "config.json").read_text())["last_drift_log_rows"] == run.log_rows > 0
+    assert reg.drift_refined().checked == []

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from encoder.fingerprint import FingerprintConfig, ItemTable, fit_item_table
+from helpers import FINGERPRINT_TRAINED
 from registry.lab.geometry import disagreement_matrix, distance_correlations, self_retrieval_ranks
 
 FAST = FingerprintConfig(rank=4, steps=300)
@@ -149,24 +150,11 @@ def test_item_table_files_round_trip_and_refuse_tampering():
 
 
 # ----------------------------------------------------------------------------- in a registry
-@pytest.fixture(scope="module")
-def trained_home(tmp_path_factory):
-    from tests.helpers import synthetic_registry
-
-    home = tmp_path_factory.mktemp("fingerprint") / "home"
-    synthetic_registry(home, train_epochs=5, n_families=3, models_per_family=3, queries_per_task=40,
-                       tasks=("math", "law", "biology", "code"), n_duplicates=0, seed=2)
-    return home
-
-
 @pytest.fixture
-def reg(trained_home, tmp_path):
-    import shutil
-
+def reg(synthetic_home):
     from registry import Registry
 
-    shutil.copytree(trained_home, tmp_path / "home")
-    return Registry.open(tmp_path / "home")
+    return Registry.open(synthetic_home("fingerprint", **FINGERPRINT_TRAINED))
 
 
 def test_train_writes_an_item_table_without_the_test_queries(reg):

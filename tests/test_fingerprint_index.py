@@ -2,28 +2,17 @@
 parts 1-2): written with the LOCUS vector by every write path, exact in the index, read by `--by`."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
-
-@pytest.fixture(scope="module")
-def built_home(tmp_path_factory):
-    from tests.helpers import synthetic_registry
-
-    home = tmp_path_factory.mktemp("fpindex") / "home"
-    synthetic_registry(home, train_epochs=3, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "code"), n_duplicates=1, seed=4)
-    return home
+from helpers import FINGERPRINT_INDEXED
 
 
 @pytest.fixture
-def reg(built_home, tmp_path):
+def reg(synthetic_home):
     from registry import Registry
 
-    shutil.copytree(built_home, tmp_path / "home")
-    return Registry.open(tmp_path / "home")
+    return Registry.open(synthetic_home("fpindex", **FINGERPRINT_INDEXED))
 
 
 def _rows(reg) -> dict[str, dict]:

@@ -5,32 +5,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import FINGERPRINT_INDEXED
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def built_home(tmp_path_factory):
-    from tests.helpers import synthetic_registry
-
-    home = tmp_path_factory.mktemp("saved-evals") / "home"
-    synthetic_registry(home, train_epochs=3, n_families=3, models_per_family=3, queries_per_task=25,
-                       tasks=("math", "law", "code"), n_duplicates=1, seed=6)
-    return home
-
-
 @pytest.fixture
-def reg(built_home, tmp_path):
+def reg(synthetic_home):
     from registry import Registry
 
-    shutil.copytree(built_home, tmp_path / "home")
-    return Registry.open(tmp_path / "home")
+    return Registry.open(synthetic_home("saved-evals", **{**FINGERPRINT_INDEXED, "seed": 6}))
 
 
 def _from_store(monkeypatch):

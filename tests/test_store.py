@@ -113,3 +113,37 @@ def test_a_fresh_store_reads_without_lancedb_what_lancedb_reads(tmp_path):
     assert direct[2:5] == through_lancedb[2:5] == (3, 0, 0)
     assert set(direct[5]) == set(through_lancedb[5]) == {"bb"}
     assert np.array_equal(direct[5]["bb"], through_lancedb[5]["bb"])
+
+
+def test_read_settled_never_sees_rows_a_failing_transaction_takes_back(tmp_path):
+    import threading
+
+    writer, reader = Store(tmp_path / "h"), Store(tmp_path / "h")
+    with writer.transaction():
+        writer.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a"))
+    appended, release = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def fail_after_appending() -> None:
+        try:
+            with writer.transaction():
+                writer.table(QUERIES, QUERY_SCHEMA).add(_query_rows("b"))
+                appended.set()
+                release.wait(30)
+                raise RuntimeError("boom")
+        except RuntimeError as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=fail_after_appending)
+    thread.start()
+    assert appended.wait(30)
+    assert reader.read(QUERIES).num_rows == 2  # an unlocked read sees the row that is about to go
+    settled: list[list[str]] = []
+    waiting = threading.Thread(target=lambda: settled.append(reader.read_settled(QUERIES).column("query_id").to_pylist()))
+    waiting.start()
+    waiting.join(1.0)
+    assert waiting.is_alive() and not settled  # it waits for the writer ...
+    release.set()
+    thread.join(30)
+    waiting.join(30)
+    assert settled == [["a"]] and len(failures) == 1  # ... then reads what stays

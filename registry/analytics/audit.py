@@ -28,12 +28,13 @@ generation) and so reads only the index and the evaluations of the model and its
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
+from indexing.home import generation as _generation
 from indexing.store import QUERIES, Store
 from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
+from registry.checks import check_fraction
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
 from registry.catalog.rows import read_evaluations as _read_evals
@@ -50,15 +51,6 @@ def _pool(store: Store, names: list[str]) -> PoolEvals:
     keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
     return PoolEvals.from_triples(models[keep], qids[keep], scores[keep], queries.column("query_id").to_pylist(),
                                   queries.column("task").to_pylist())
-
-
-def _generation(home: Path) -> str | None:
-    from indexing.home import GENERATION_FILE
-
-    try:
-        return (home / GENERATION_FILE).read_text()
-    except OSError:
-        return None
 
 
 def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: bool,
@@ -106,10 +98,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
     if not isinstance(k, int) or k < 1:
         raise InputError(f"k must be a whole number of at least 1, not {k!r}", field="k")
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must be in (0, 1); got {alpha}", field="alpha")
-    if not 0.0 < max_noise < 1.0:
-        raise InputError(f"max_noise must be in (0, 1); got {max_noise}", field="max_noise")
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     models = open_index(store)
     names = models.index.names
     if len(names) < 2:

@@ -36,15 +36,17 @@ import numpy as np
 
 from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
 from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
+from registry.checks import check_fraction
 from registry.errors import InputError, NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
-__all__ = ["drift", "drift_refined", "judge", "ALPHA", "PERMUTATIONS", "MARKER_KEY"]
+__all__ = ["drift", "drift_refined", "judge", "ALPHA", "PERMUTATIONS", "MARKER_KEY", "MARKER_ROWS_KEY"]
 
 ALPHA = 0.01
 MAX_NOISE = 0.12  # the audit's default: the most one model re-run or re-served changes
 PERMUTATIONS = 399  # p-values down to 1/400, below alpha / 2
 MARKER_KEY = "last_drift_run"  # config.json: when `audit --drift` last ran
+MARKER_ROWS_KEY = "last_drift_log_rows"  # config.json: the evaluation_log rows it had read (see drift_refined)
 
 
 class FingerprintItems:
@@ -211,13 +213,6 @@ def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems 
     return FingerprintItems(table, idx, f, b)
 
 
-def _check(alpha: float, max_noise: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha must be in (0, 1); got {alpha}", field="alpha")
-    if not 0.0 < max_noise < 1.0:
-        raise InputError(f"max_noise must be in (0, 1); got {max_noise}", field="max_noise")
-
-
 def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
           permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
     """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
@@ -225,7 +220,7 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
     from registry.analytics.audit_stats import calibrate
 
     started = time.perf_counter()
-    _check(alpha, max_noise)
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     if not isinstance(permutations, int) or permutations < 19:
         raise InputError(f"permutations must be a whole number of at least 19, not {permutations!r}",
                          field="permutations")
@@ -268,27 +263,40 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
 
 def drift_refined(store: Store, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
                   permutations: int = PERMUTATIONS, seed: int = 0) -> DriftRun:
-    """Drift of every live model that got a version with evaluations since the last run (all of them on
-    the first run); the run's start is kept as the new marker (config.json `last_drift_run`), so the
-    next run checks what lands from now on, and a model that moved alarms once."""
+    """Drift of every live model with evaluation_log rows since the last run (all of them on the first
+    run), so a model that moved alarms once.
+
+    The marker is the number of log rows this run read (config.json `last_drift_log_rows`, beside the run's
+    start as `last_drift_run`): the log is append-only and read under the writer lock (`read_settled`),
+    so every row a later transaction brings sits after that count, whatever time it is stamped with. A
+    time marker missed a refine stamped before the run started but committed after it read the log.
+    A home whose config has only the time (written before the row marker) is read by time once."""
     import pyarrow as pa
 
     from registry.catalog.evaluation_log import EVALUATION_LOG
 
     started = time.perf_counter()
-    _check(alpha, max_noise)
+    alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     marker = datetime.now(timezone.utc)
-    raw = store.config.get(MARKER_KEY)
+    config = store.config
+    raw = config.get(MARKER_KEY)
     since = datetime.fromisoformat(raw) if raw else None
+    since_rows = config.get(MARKER_ROWS_KEY)
     live = set(store.read(MODELS, ["name"]).column("name").to_pylist())
     names: set[str] = set()
+    rows = 0
     if store.has_table(EVALUATION_LOG):
-        log = store.read(EVALUATION_LOG, ["model", "time"])
-        times = log.column("time").cast(pa.timestamp("us", tz="UTC")).to_pylist()
-        names = {m for m, t in zip(log.column("model").to_pylist(), times)
-                 if m in live and (since is None or t >= since)}
+        log = store.read_settled(EVALUATION_LOG, ["model", "time"])
+        rows = log.num_rows
+        models = log.column("model").to_pylist()
+        if isinstance(since_rows, int) and 0 <= since_rows <= rows:
+            new = models[since_rows:]
+        else:  # no row marker yet (or a log shorter than it: the home was restored from a copy): by time
+            times = log.column("time").cast(pa.timestamp("us", tz="UTC")).to_pylist()
+            new = [m for m, t in zip(models, times) if since is None or t >= since]
+        names = {m for m in new if m in live}
     checked = [drift(store, n, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
                for n in sorted(names)]
-    store.update_config(**{MARKER_KEY: marker.isoformat()})
-    return DriftRun(since=since, marker=marker, checked=checked, moved=[r.name for r in checked if r.moved],
-                    seconds=time.perf_counter() - started)
+    store.update_config(**{MARKER_KEY: marker.isoformat(), MARKER_ROWS_KEY: rows})
+    return DriftRun(since=since, marker=marker, log_rows=rows, checked=checked,
+                    moved=[r.name for r in checked if r.moved], seconds=time.perf_counter() - started)

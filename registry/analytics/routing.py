@@ -11,7 +11,7 @@ models to try when the routed one is unavailable.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,13 +20,7 @@ from registry.errors import InputError, NotFoundError, RegistryError
 if TYPE_CHECKING:
     from registry.results import RouteDecision
 
-__all__ = ["query_texts", "check_int", "candidate_rows", "p_correct", "decide"]
-
-
-def check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InputError(f"{name} must be an integer of at least {minimum}, not {value!r}", field=name)
-    return int(value)
+__all__ = ["query_texts", "candidate_rows", "p_correct", "decide"]
 
 
 def query_texts(queries: str | Sequence[str]) -> tuple[list[str], bool]:

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from indexing.home import GENERATION_FILE, JOURNAL_FILE, as_path, is_remote
+from indexing.home import JOURNAL_FILE, as_path, is_remote, transaction_open
+from indexing.home import generation as read_generation
 from indexing.store import Store
 from registry.errors import RegistryError
 from registry.operations import StoreView
@@ -125,11 +126,7 @@ class WarmState(StoreView):
 
     # ------------------------------------------------------------------ snapshot
     def _key(self) -> tuple[str | None, str]:
-        try:
-            generation = (self.home / GENERATION_FILE).read_text()
-        except OSError:
-            generation = None
-        return generation, (self.home / "config.json").read_text("utf-8")
+        return read_generation(self.home), (self.home / "config.json").read_text("utf-8")
 
     def _writer_alive(self) -> bool:
         """Whether the journal's writer still runs (a dead one's journal is recovered by reopening)."""
@@ -153,7 +150,7 @@ class WarmState(StoreView):
     def snapshot(self) -> Snapshot:
         """The current view, reloaded only when the store or the active encoder changed."""
         current = self._snapshot
-        if (self.home / JOURNAL_FILE).is_file():
+        if transaction_open(self.home):
             if current is not None and self._writer_alive():
                 return current  # a write is under way: keep answering from the last whole state
             if not self._writer_alive():
@@ -200,7 +197,7 @@ class WarmState(StoreView):
         """The loaded snapshot when two small local file reads show nothing changed; None when a
         write is under way, a reload is due, or the home is remote (its checks are network calls)."""
         snap = self._snapshot
-        if snap is None or is_remote(self.home) or (self.home / JOURNAL_FILE).is_file():
+        if snap is None or is_remote(self.home) or transaction_open(self.home):
             return None
         return snap if snap.key == self._key() else None
 

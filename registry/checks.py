@@ -1,0 +1,27 @@
+"""Argument checks shared by the faces (registry.api) and the analytics: one wording for one mistake."""
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+from registry.errors import InputError
+
+__all__ = ["check_count", "check_fraction"]
+
+
+def check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> int | None:
+    """`value` as an int when it is an integer (numpy's too) of at least `minimum`; None when it is None
+    and `optional`; else an InputError naming `field`. A bool is refused: True is no count."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
+    return int(value)
+
+
+def check_fraction(value: Any, field: str) -> float:
+    """`value` as a float when it is a number strictly between 0 and 1 (a test's level, a share of answers),
+    else an InputError naming `field`."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < value < 1.0:
+        raise InputError(f"{field} must be in (0, 1); got {value}", field=field)
+    return float(value)

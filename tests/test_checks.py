@@ -1,0 +1,56 @@
+"""registry.checks.check_count: the one integer check behind the API's and the analytics' count arguments."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from registry.checks import check_count
+from registry.errors import InputError
+
+
+def test_a_count_comes_back_as_an_int():
+    assert check_count(3, "k", 1) == 3
+    value = check_count(np.int64(0), "fallback", 0)
+    assert value == 0 and type(value) is int
+    assert check_count(None, "limit", 0, optional=True) is None
+
+
+@pytest.mark.parametrize("value, field, minimum, optional, message", [
+    (0, "k", 1, False, "k must be an integer of at least 1, not 0"),
+    (True, "k", 1, False, "k must be an integer of at least 1, not True"),
+    (2.0, "workers", 1, False, "workers must be an integer of at least 1, not 2.0"),
+    ("3", "nproc", 1, True, "nproc must be an integer of at least 1, not '3'"),
+    (None, "k", 1, False, "k must be an integer of at least 1, not None"),
+    (-1, "fallback", 0, False, "fallback must be an integer of at least 0, not -1"),
+])
+def test_anything_else_is_refused_naming_the_field(value, field, minimum, optional, message):
+    with pytest.raises(InputError) as caught:
+        check_count(value, field, minimum, optional=optional)
+    assert caught.value.problem == message and caught.value.field == field
+
+
+def test_a_fraction_is_strictly_between_0_and_1():
+    from registry.checks import check_fraction
+
+    assert check_fraction(0.01, "alpha") == 0.01 and type(check_fraction(np.float32(0.5), "alpha")) is float
+    for value, shown in ((0, "0"), (1.0, "1.0"), (2, "2"), (float("nan"), "nan"), (True, "True"), ("0.1", "0.1")):
+        with pytest.raises(InputError) as caught:
+            check_fraction(value, "max_noise")
+        assert caught.value.problem == f"max_noise must be in (0, 1); got {shown}" and caught.value.field == "max_noise"
+
+
+@pytest.mark.parametrize("run", ["audit", "drift", "drift_refined"])
+def test_audit_and_drift_refuse_a_level_outside_0_1_alike(tmp_path, run):
+    from indexing.store import Store
+    from registry.analytics.audit import audit
+    from registry.analytics.drift import drift, drift_refined
+
+    store = Store(tmp_path / "home")
+    call = {"audit": lambda **kw: audit(store, **kw), "drift": lambda **kw: drift(store, "x", **kw),
+            "drift_refined": lambda **kw: drift_refined(store, **kw)}[run]
+    with pytest.raises(InputError) as caught:
+        call(alpha=2)
+    assert caught.value.problem == "alpha must be in (0, 1); got 2"
+    with pytest.raises(InputError) as caught:
+        call(max_noise=0.0)
+    assert caught.value.problem == "max_noise must be in (0, 1); got 0.0"
