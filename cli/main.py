@@ -13,7 +13,6 @@ import click
 
 from cli._common import (
     EXISTING_FILE,
-    _echo_json,
     _backend,
     _echo_neighbour,
     _registry,

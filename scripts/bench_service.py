@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
 import shutil
 import socket

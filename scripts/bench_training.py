@@ -146,7 +146,7 @@ def speed(args) -> None:
     result = train_locus(data, train, split.val, config=config, seed=0, progress=progress)
     seconds = time.perf_counter() - started
     epochs = len(result.history)
-    print(f"| pool | epochs run | best epoch | stopped | wall s | s / epoch | val loss (chance) | val AUC |")
+    print("| pool | epochs run | best epoch | stopped | wall s | s / epoch | val loss (chance) | val AUC |")
     print("|---|---:|---:|---|---:|---:|---|---:|")
     print(f"| MMLU-Pro + BFCL, {data.n_models} x {data.n_queries} | {epochs} | {result.best_epoch} | {result.stopped} "
           f"| {seconds:.0f} | {seconds / epochs:.3f} | {result.best.loss:.4f} ({result.best.chance_loss:.4f}) | "

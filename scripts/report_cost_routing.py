@@ -36,7 +36,7 @@ PRICES = ROOT / "docs" / "results" / "bfcl-prices.csv"
 
 def costs_for(dataset: str, names: list[str], data_root: Path, prices: Path) -> tuple[list[float], list[str], dict]:
     """Cost per call of each model (in `names`' order), the models costed by proxy, and the metadata used."""
-    from registry.analytics.cost import model_cost, pool_costs
+    from registry.analytics.cost import pool_costs
     from registry.records import ModelRecord
 
     if dataset == "bfcl":

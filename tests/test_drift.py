@@ -3,9 +3,7 @@ over a registry, through the library, the CLI and HTTP."""
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import pytest

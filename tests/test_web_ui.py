@@ -323,7 +323,7 @@ def test_map_compare_and_alias_endpoints(server, home, names, tmp_path):
     with server.client() as c:
         assert c.put("/v1/aliases/api-alias", json={"target": names[0]}).json() == {
             "alias": "api-alias", "name": names[0], "version": None}
-        assert c.get(f"/v1/models/api-alias/accuracy").json()["name"] == names[0]
+        assert c.get("/v1/models/api-alias/accuracy").json()["name"] == names[0]
         assert c.put("/v1/aliases/api-alias", json={"target": names[0] + "@99"}).status_code == 404
         assert c.delete("/v1/aliases/api-alias").status_code == 200
         assert c.delete("/v1/aliases/api-alias").status_code == 404
