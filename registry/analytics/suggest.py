@@ -1,29 +1,35 @@
-"""Adaptive onboarding: which stored queries a model should be evaluated on first.
+"""Which stored queries a model should be evaluated on first.
 
-Evaluations cost money, and a random sample of them spends much of it on queries that say little about
-the model at hand: those every model gets right (or wrong), and near-copies of one another. Under the
-item table (`encoder.fingerprint`), a model is its fingerprint theta = (a, c) and a query i its row
-x_i = [F_i, 1] with bias b_i; an answer to query i carries Fisher information
+Evaluations cost money, and a random sample of them spends it unevenly: by chance too many near-copies
+of one another, too few of some kind of query. Under the item table (`encoder.fingerprint`), a model is
+its fingerprint theta = (a, c) and a query i its row x_i = [F_i, 1] with bias b_i: logit P(correct) =
+x_i . theta + b_i.
 
-    I_i(theta) = p_i (1 - p_i) x_i x_i^T,   p_i = sigmoid(x_i . theta + b_i),
+The default criterion, "representative" (`representative_design`), picks by kernel herding a sample that
+stands for the stored queries as a whole: each query is placed by its logit at the basis (below) and the
+spread of that logit over the pool's fingerprints, [x_i . basis + b_i, x_i L] with L L^T the pool's
+covariance, and each pick is the query where the stored queries' kernel mean most exceeds the sample's
+so far. Like a stratified sample over every direction at once, but with no draw, and nested: the first n
+of a longer list are the list for n. A model's ability (c) shifts every logit alike and does not move the
+picks; its factors do.
 
-about theta. What is known of theta is a Gaussian, N(basis, Sigma): the pool's prior (the mean and spread of
-the stored models' fingerprints) updated by the information of the answers the model already has.
-`greedy_design` picks queries one at a time by the expected fall in the uncertainty of the model's
-predicted correctness over the stored queries (V-optimal design: their predicted-logit variance, each
-weighted by p(1 - p)), then takes the pick's information into Sigma (Sherman-Morrison, O(candidates x r^2)
-per pick): a query whose direction earlier picks already cover gains little, so the picks are spread
-over the directions that matter rather than being n copies of the single most informative query. The
-alternative criterion, the information about theta itself (BALD), was measured against it and did worse
-on both datasets (docs/results/onboarding.md).
+The designed criteria of `greedy_design`, measured against it, ask the queries the pool is least sure of:
+- "prediction": the expected fall in the uncertainty of the model's predicted correctness over the stored
+  queries (V-optimal design: their predicted-logit variance, each weighted by p(1 - p), with the Fisher
+  information p_i (1 - p_i) x_i x_i^T of each answer taken into the Gaussian N(basis, Sigma) by
+  Sherman-Morrison), the default until docs/results/onboarding.md showed it losing to random queries;
+- "theta": the answer's mutual information with theta itself (BALD), which did worse still.
+They pick mostly hard, discriminating queries; the factor model is not exact, and a fingerprint fitted on
+those predicts the easy ones badly for a model unlike the pool (a weak model whose failures are not only
+on hard queries is predicted to pass easy ones it fails).
 
 Two bases:
-- a model in the registry: theta is its fingerprint from its stored evaluations, whose information is
-  already in Sigma and whose queries are never suggested again;
+- a model in the registry: theta is its fingerprint from its stored evaluations, which count as answered
+  and are never suggested again;
 - a model not in the registry (no name, or `from_pool`): the pool's prior, the mean and spread of the
-  stored models' fingerprints. `answered` (query id -> score, the
-  answers a not-yet-added model already has) moves it to its own fitted theta, so a caller can ask for
-  the next batch after each one (the onboarding benchmark's "adaptive" rows).
+  stored models' fingerprints. `answered` (query id -> score, the answers a not-yet-added model already
+  has) moves it to its own fitted theta and counts those queries as asked, so a caller can ask for the
+  next batch after each one (the onboarding benchmark's "adaptive" rows).
 
 Candidates are the stored queries the item table has a row for (never the encoder's test queries).
 Measured on MMLU-Pro and BFCL by scripts/report_onboarding.py (docs/results/onboarding.md).
