@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import QuerySuggestions
 
-__all__ = ["Design", "prior_covariance", "greedy_design", "representative_design", "design_for", "suggest_queries", "check_n", "check_answered",
-           "NO_TABLE"]
+__all__ = ["Design", "prior_covariance", "greedy_design", "representative_design", "design_for", "suggest_queries",
+           "check_n", "check_answered", "NO_TABLE"]
 
 NO_TABLE = ("no item table for the active encoder yet: `registry train` fits one with the encoder, "
             "`registry fit-fingerprints` fits one for an encoder trained before item tables")
