@@ -209,13 +209,14 @@ def page(summaries, command) -> str:
              "`design_for`: the fall in the uncertainty of the predicted correctness over the stored queries "
              "(V-optimal, the registry's default before this page), and the information about the fingerprint "
              "itself (BALD).", "",
-             "Why the designed criteria lose to random: they ask what the pool is unsure of, mostly hard and "
-             "discriminating queries (the \"asked\" line under each table: the pool's mean P(correct) on the "
-             "first 64 picks). The factor model is not exact, so a fingerprint fitted on those predicts the easy "
-             "queries badly for the models unlike the pool: a weak model's ability is set from hard queries and "
-             "it is predicted to pass easy ones it fails (the \"worst\" line: the held-out models that lose most "
-             "against random). Representative picks keep random's coverage of every kind of query without its "
-             "draw-to-draw spread. The adaptive rows ask the same queries as the suggested ones: the registry "
+             "Why the designed criteria lose to random: they ask what the pool is unsure of, discriminating "
+             "queries of middling difficulty (the \"asked\" line under each table: the pool's mean P(correct) "
+             "on the first 64 picks; hard ones on BFCL, where most queries are easy, easier ones on MMLU-Pro, "
+             "where most are hard). The factor model is not exact, so a fingerprint fitted on those extrapolates "
+             "badly to the rest for the models unlike the pool: on BFCL a weak model's ability is set from hard "
+             "queries and it is predicted to pass easy ones it fails (the \"worst\" line: the held-out models "
+             "that lose most against random). Representative picks keep random's coverage of every kind of query "
+             "without its draw-to-draw spread. The adaptive rows ask the same queries as the suggested ones: the registry "
              "places the queries as the pool sees them whatever the answers so far (placing them at each "
              "model's fitted fingerprint did worse on both datasets in development), so its batches go on with "
              "the one list.", "",
@@ -291,7 +292,15 @@ def summary_line(summaries) -> str:
                      else f"; one test query is {1 / s['test_queries']:.4f}")
             parts.append(f"{s['dataset']} {label}: {'met' if met else 'not met'} (best at 64: {best}, "
                          f"{gap:+.4f} against random at 128{noise})")
-    return "the target (random's accuracy at 128 queries reached with at most 64 suggested) is " + "; ".join(parts) + "."
+    beats = []
+    for s in summaries:
+        c = s["curve"]
+        wins = [n for n in NS if c["suggested"][str(n)]["correctness_accuracy"] > c["random"][str(n)]["correctness_accuracy"]]
+        beats.append(f"{s['dataset']} at n = {', '.join(map(str, wins)) or 'none'}")
+
+    return ("the target (random's accuracy at 128 queries reached with at most 64 suggested) is " + "; ".join(parts)
+            + ". The suggested queries' correctness accuracy is above random's at the same n on " + "; ".join(beats)
+            + ".")
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ The designed criteria of `greedy_design`, measured against it, ask the queries t
   information p_i (1 - p_i) x_i x_i^T of each answer taken into the Gaussian N(basis, Sigma) by
   Sherman-Morrison), the default until docs/results/onboarding.md showed it losing to random queries;
 - "theta": the answer's mutual information with theta itself (BALD), also measured there.
-They pick mostly hard, discriminating queries; the factor model is not exact, and a fingerprint fitted on
-those predicts the easy ones badly for a model unlike the pool (a weak model whose failures are not only
-on hard queries is predicted to pass easy ones it fails).
+They pick discriminating queries of middling difficulty for the pool; the factor model is not exact, and a
+fingerprint fitted on those extrapolates badly to the rest for a model unlike the pool (on BFCL, a weak
+model whose failures are not only on hard queries is predicted to pass easy ones it fails).
 
 Two bases (they set the designed criteria's picks and every pick's predicted P(correct)):
 - a model in the registry: theta is its fingerprint from its stored evaluations, which count as answered
@@ -193,10 +193,9 @@ def design_for(table: "ItemTable", factors: np.ndarray, bias: np.ndarray, n: int
     - "prediction": the fall in the uncertainty of the model's predicted correctness over the population
       (V-optimal), the answered ones' information known already;
     - "theta": the information about its fingerprint itself (BALD).
-    The designed criteria ask the queries on which the pool is unsure, mostly hard and discriminating
-    ones; a fingerprint fitted on those predicts the easy ones worse than one fitted on as many random
-    queries (the factor model is not exact), so they lose to random, which the representative picks
-    beat: docs/results/onboarding.md."""
+    The designed criteria ask the queries on which the pool is unsure; a fingerprint fitted on those
+    predicts the others worse than one fitted on as many random queries (the factor model is not exact),
+    so they lose to random, which the representative picks beat: docs/results/onboarding.md."""
     if criterion not in ("representative", "prediction", "theta"):
         raise InputError(f"unknown criterion {criterion!r}; choose representative, prediction or theta",
                          field="criterion")
