@@ -150,7 +150,9 @@ def representative_design(candidates: np.ndarray, population: np.ndarray, n: int
     if len(ref) > _REFERENCE:
         ref = ref[np.sort(rng.choice(len(ref), _REFERENCE, replace=False))]
     sample = ref if len(ref) <= 1000 else ref[rng.choice(len(ref), 1000, replace=False)]
-    d2 = ((sample[:, None, :] - sample[None, :, :]) ** 2).sum(-1)
+    # in row blocks: the whole (1000, 1000, d) difference would be over 100 MB
+    d2 = np.concatenate([((sample[i:i + 100, None, :] - sample[None, :, :]) ** 2).sum(-1)
+                         for i in range(0, len(sample), 100)])
     positive = d2[d2 > 0]
     bandwidth = float(np.median(positive)) if len(positive) else 1.0
     sq, sq_ref = (u * u).sum(1), (ref * ref).sum(1)
