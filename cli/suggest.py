@@ -76,7 +76,7 @@ def _echo(result) -> None:
     for q in result.queries:
         click.echo(f"{q.rank:>4}  {q.query_id:<{width}}  {q.task[:16]:<16} {q.gain:>8.5f} {q.p_correct:>5.2f}  "
                    f"{one_line(q.text, TEXT_WIDTH)}")
-    click.echo(f"total gain {result.total_gain:.3f} (fall in the predicted-correctness uncertainty); "
+    click.echo(f"total gain {result.total_gain:.3f} (how far the picks bring the sample closer to the stored queries); "
                "--json for whole texts")
 
 

@@ -890,9 +890,9 @@ class SuggestedQuery(Result):
     query_id: str
     task: str
     text: str = Field(description="the whole query text")
-    gain: float = Field(description="why it was chosen: the expected fall in the uncertainty of the model's predicted "
-                                    "correctness over the stored queries (their mean p(1-p)-weighted logit variance) "
-                                    "from its answer, given the earlier picks and the answers already known")
+    gain: float = Field(description="why it was chosen: how far it brings the sample (with the earlier picks and the "
+                                    "queries already answered) closer to the stored queries as a whole, its kernel "
+                                    "herding score (registry.analytics.suggest)")
     information: float = Field(description="its Fisher information alone, p(1 - p) ||[F_i, 1]||^2")
     p_correct: float = Field(description="predicted P(correct) at the basis (the pool's mean for the pool basis)")
 
