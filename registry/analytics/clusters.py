@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from registry.checks import check_count
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -224,8 +225,7 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
 
     if linkage not in LINKAGES:
         raise InputError(f"linkage must be one of {', '.join(LINKAGES)}, not {linkage!r}", field="linkage")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
-        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
+    k = check_count(k, "k", 1, optional=True)
     by = likeness_kind(store, by)
     kept_thin: list[str] = []
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by, min_evals=min_evals,

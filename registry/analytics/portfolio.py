@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from registry.checks import check_count
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -402,9 +403,7 @@ class PortfolioSpace:
         """The portfolio and its accuracies against the full pool and random subsets (the result of
         `portfolio()`)."""
         from registry.results import PortfolioResult
-        if isinstance(random_draws, bool) or not isinstance(random_draws, (int, np.integer)) or random_draws < 1:
-            raise InputError(f"random_draws must be an integer of at least 1, not {random_draws!r}",
-                             field="random_draws")
+        random_draws = check_count(random_draws, "random_draws", 1)
         chosen, details = self.select(method, k=k, budget_b=budget_b)
         names = [self.names[i] for i in chosen]
         sizes = {self.names[i]: self.params_b[i] for i in chosen}
@@ -478,9 +477,7 @@ def _check_request(method: Any, k: Any, budget_b: Any) -> tuple[str, int | None,
     if method == "greedy-budget":
         raise InputError("method 'greedy-budget' takes a parameter budget (--budget, budget_b), not k",
                          field="method")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
-    return method, int(k), None
+    return method, check_count(k, "k", 1), None
 
 
 def portfolio(store: "Store", *, k: int | None = None, budget_b: float | None = None, method: str | None = None,

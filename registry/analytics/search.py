@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from registry.checks import check_count
 from indexing.errors import InputError, RegistryError
 from indexing.model_index import METRICS, ModelIndex
 from registry.records import ModelRecord
@@ -228,8 +229,7 @@ def _answer(store, query, *, k, metric, where, by, open_store, warm=None, min_ev
     when it is of the kind asked), and returns which kind answered with the neighbours."""
     if metric is not None and metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be an integer of at least 1, not {k!r}", field="k")
+    k = check_count(k, "k", 1)
     by = canonical_by(by)
     if by is None and not isinstance(query, str):
         by = "locus"  # a vector given by hand is a LOCUS embedding unless said otherwise
