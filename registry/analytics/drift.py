@@ -188,28 +188,17 @@ def _as_rows(cal: Calibration, scores: dict[str, float]) -> tuple[np.ndarray, np
 
 def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems | None:
     """The item table's parameters of these calibration queries (unknown ones placed by their query
-    vectors), or None without an item table."""
-    from registry.catalog.fingerprint_store import load_item_table
+    vectors; those with no vector left out), or None without an item table."""
+    from registry.catalog.fingerprint_store import load_item_table, place_queries
 
     table = load_item_table(store)
     if table is None or not len(idx):
         return None
     ids = [cal.query_ids[i] for i in idx]
-    unknown = [q for q in ids if q not in table._row]
-    vectors = None
-    if unknown:
-        from registry.catalog.dataset import load_query_vectors
-
-        qv = load_query_vectors(store, store.query_encoder)
-        pos = {q: i for i, q in enumerate(qv.query_ids)}
-        if any(q not in pos for q in unknown):
-            keep = np.array([q in table._row or q in pos for q in ids])
-            idx, ids = idx[keep], [q for q, k in zip(ids, keep) if k]
-        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
-        for i, q in enumerate(ids):
-            if q in pos:
-                vectors[i] = qv.vectors[pos[q]]
-    f, b = table.item_params(ids, vectors)
+    kept, f, b = place_queries(store, table, ids)
+    if len(kept) < len(ids):
+        placed = set(kept)
+        idx = idx[np.fromiter((q in placed for q in ids), dtype=bool, count=len(ids))]
     return FingerprintItems(table, idx, f, b)
 
 

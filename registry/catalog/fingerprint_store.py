@@ -23,7 +23,8 @@ from registry.errors import RegistryError
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["MIN_FINGERPRINT_EVALS", "load_item_table", "compute", "fingerprint_columns", "rewrite_fingerprints"]
+__all__ = ["MIN_FINGERPRINT_EVALS", "load_item_table", "place_queries", "compute", "fingerprint_columns",
+           "rewrite_fingerprints"]
 
 MIN_FINGERPRINT_EVALS = 16  # as many as training asks of a model (registry.catalog.embedding.MIN_EVALS_PER_MODEL)
 
@@ -53,12 +54,32 @@ def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | 
     return table
 
 
+def place_queries(store: "Store", table: ItemTable, ids: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The item table's parameters of stored queries: (the ids it can place, in the given order; F (n, r);
+    b (n,)). A query the table has not seen is placed by its stored query vector (the text map); one with
+    no vector either is left out."""
+    unknown = [q for q in ids if q not in table._row]
+    if not unknown:
+        f, b = table.item_params(ids)
+        return list(ids), f, b
+    from registry.catalog.dataset import load_query_vectors
+
+    qv = load_query_vectors(store, store.query_encoder)
+    pos = {q: i for i, q in enumerate(qv.query_ids)}
+    kept = [q for q in ids if q in table._row or q in pos]
+    vectors = np.zeros((len(kept), qv.vectors.shape[1]), np.float32)
+    for i, q in enumerate(kept):
+        if q in pos:
+            vectors[i] = qv.vectors[pos[q]]
+    f, b = table.item_params(kept, vectors)
+    return kept, f, b
+
+
 def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
     """name -> (theta, coverage, evaluations used) from the stored evaluations of these models."""
     if not names:
         return {}
     from indexing.store import QUERIES
-    from registry.catalog.dataset import load_query_vectors
     from registry.catalog.rows import read_evaluations
 
     wanted = set(names)
@@ -67,24 +88,10 @@ def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple
     if len(names) > 500:
         keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
         models, qids, scores = models[keep], qids[keep], scores[keep]
-    ids = sorted(set(qids.tolist()))
-    unknown = [q for q in ids if q not in table._row]
-    vectors = np.zeros((len(ids), 1), np.float32)
-    placeable = set(ids) - set(unknown)
-    if unknown:  # queries the table has not seen are placed by their vectors
-        qv = load_query_vectors(store, store.query_encoder)
-        pos = {q: i for i, q in enumerate(qv.query_ids)}
-        vectors = np.zeros((len(ids), qv.vectors.shape[1]), np.float32)
-        for i, q in enumerate(ids):
-            if q in pos:
-                vectors[i] = qv.vectors[pos[q]]
-                placeable.add(q)
-    ids_kept = [q for q in ids if q in placeable]
-    id_pos = {q: i for i, q in enumerate(ids_kept)}
+    ids_kept, f, b = place_queries(store, table, sorted(set(qids.tolist())))
     if not ids_kept:
         return {}
-    at = {q: i for i, q in enumerate(ids)}
-    f, b = table.item_params(ids_kept, vectors[[at[q] for q in ids_kept]] if unknown else None)
+    id_pos = {q: i for i, q in enumerate(ids_kept)}
     tasks = store.read(QUERIES, ["query_id", "task"])
     task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
     task_at = np.asarray([task_of.get(q) or "" for q in ids_kept], dtype=object)
