@@ -157,6 +157,12 @@ def _echo_neighbour(hit) -> None:
     click.echo(f"{hit.distance:>8.4f}  {agreement}{name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
 
 
+def check_fraction_option(option: str, value: float) -> None:
+    """A level or share option (--alpha, --max-noise): strictly between 0 and 1, else the usage error naming it."""
+    if not 0.0 < value < 1.0:
+        raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
+
+
 def one_line(text: str, width: int) -> str:
     """A query text on one table line: whitespace runs made single spaces, cut to `width` with "..."
     (--json keeps it whole)."""

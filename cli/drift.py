@@ -3,12 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import _backend, emit, json_option
-
-
-def _fraction(option: str, value: float) -> None:
-    if not 0.0 < value < 1.0:
-        raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
+from cli._common import _backend, check_fraction_option, emit, json_option
 
 
 def _echo_report(report) -> None:
@@ -39,8 +34,8 @@ def drift(ctx, name, alpha, max_noise, permutations, seed, as_json, fail_on_move
     On the queries both answered: the audit's calibrated tests (changes leaning one way within tasks,
     more changes than a re-run makes); when the queries differ: the behaviour-fingerprint distance
     against random splits of the model's own evaluations. A model with one version: nothing to compare."""
-    _fraction("--alpha", alpha)
-    _fraction("--max-noise", max_noise)
+    check_fraction_option("--alpha", alpha)
+    check_fraction_option("--max-noise", max_noise)
     report = _backend(ctx).drift(name, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
     emit(report, as_json, _echo_report)
     if fail_on_move and report.moved:
@@ -49,8 +44,8 @@ def drift(ctx, name, alpha, max_noise, permutations, seed, as_json, fail_on_move
 
 def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> None:
     """`registry audit --drift`: drift of every model given a version since the last run; exit 1 when one moved."""
-    _fraction("--alpha", alpha)
-    _fraction("--max-noise", max_noise)
+    check_fraction_option("--alpha", alpha)
+    check_fraction_option("--max-noise", max_noise)
     run = _backend(ctx).drift_refined(alpha=alpha, max_noise=max_noise)
 
     def text(run) -> None:

@@ -16,6 +16,7 @@ from cli._common import (
     _backend,
     _echo_neighbour,
     _registry,
+    check_fraction_option,
     echo_evidence_note,
     echo_neighbour_header,
     echo_warnings,
@@ -631,9 +632,8 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
         from cli.drift import run_drift_audit
 
         return run_drift_audit(ctx, alpha=alpha, max_noise=max_noise, as_json=as_json)
-    for option, value in (("--alpha", alpha), ("--max-noise", max_noise)):
-        if not 0.0 < value < 1.0:
-            raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
+    check_fraction_option("--alpha", alpha)
+    check_fraction_option("--max-noise", max_noise)
     report = _backend(ctx).audit(model=model, metric=metric, k=k, alpha=alpha, max_noise=max_noise, by=by)
     if as_json:
         click.echo(report.model_dump_json(indent=2))
