@@ -21,6 +21,8 @@ from registry.results import (
     CheckResult,
     ClustersResult,
     Comparison,
+    DriftReport,
+    DriftRun,
     EmbedReport,
     FingerprintReport,
     MigrationReport,
@@ -43,7 +45,6 @@ from registry.results import (
     Stats,
     TrainReport,
 )
-from registry.results import DriftReport, DriftRun
 
 if TYPE_CHECKING:
     from indexing.store import Store
@@ -425,7 +426,8 @@ class Registry:
               fallback: int = 3, by: str | None = None,
               min_evals: int | None = None, max_cost: float | None = None, willingness_to_pay: float | None = None,
               unpriced: str = "error") -> RouteDecision | list[RouteDecision]:
-        """Rank models by predicted P(correct) (LOCUS) for a query text (one decision) or a list of texts
+        """Rank models by predicted P(correct) (the router: LOCUS blended with the item table by
+        `registry train`, LOCUS alone for an older encoder) for a query text (one decision) or a list of texts
         (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
         model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
         one) or locus; in both, models embedded from fewer than `min_evals` evaluations (default: the

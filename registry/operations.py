@@ -241,9 +241,10 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     (registry.analytics.routing.decide). Excluded names may be aliases. `max_cost` /
     `willingness_to_pay`: a cost trade-off (registry.analytics.cost); neither: P(correct) alone."""
     from registry.evidence import MIN_EVALS, check_min_evals
+    from registry.analytics.cost import trade_off
     from registry.analytics.routing import candidate_rows, decide, query_texts
-    from registry.checks import check_count
     from registry.analytics.search import canonical_by
+    from registry.checks import check_count
 
     texts, single = query_texts(queries)
     k = check_count(k, "k", 1)
@@ -254,8 +255,6 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     models = view.index("locus")
     active = view.predictor()
     rows = candidate_rows(models, active, exclude, where)
-    from registry.analytics.cost import trade_off
-
     cost = trade_off(models.records, models.index.names, rows, max_cost=max_cost,
                      willingness_to_pay=willingness_to_pay, unpriced=unpriced)
     rows = rows if cost is None else cost.restrict(models.index.names, rows)

@@ -99,8 +99,7 @@ def pool_costs(records: Mapping[str, "ModelRecord"], names: Sequence[str], *, un
                field: str = "willingness_to_pay") -> dict[str, ModelCost]:
     """The costs of `names` (in that order). A model with neither price nor params_b is an error naming
     every such model (`unpriced="error"`), or is left out of the answer (`unpriced="exclude"`)."""
-    if unpriced not in UNPRICED:
-        raise InputError(f"unpriced must be one of {', '.join(UNPRICED)}, not {unpriced!r}", field="unpriced")
+    _check_unpriced(unpriced)
     costs = {name: model_cost(records[name]) for name in names}
     missing = [name for name, c in costs.items() if c.usd_per_call is None]
     if missing and unpriced == "error":
@@ -193,14 +192,18 @@ def trade_off(records: Mapping[str, "ModelRecord"], names: Sequence[str], rows: 
     then ranks by P(correct) alone, as before)."""
     max_cost = check_cost_option(max_cost, "max_cost")
     willingness_to_pay = check_cost_option(willingness_to_pay, "willingness_to_pay")
-    if unpriced not in UNPRICED:
-        raise InputError(f"unpriced must be one of {', '.join(UNPRICED)}, not {unpriced!r}", field="unpriced")
+    _check_unpriced(unpriced)
     if max_cost is None and willingness_to_pay is None:
         return None
     candidates = [names[r] for r in rows]
     costs = pool_costs(records, candidates, unpriced=unpriced,
                        field="max_cost" if willingness_to_pay is None else "willingness_to_pay")
     return TradeOff(max_cost, willingness_to_pay, costs, [n for n in candidates if n not in costs])
+
+
+def _check_unpriced(unpriced: Any) -> None:
+    if unpriced not in UNPRICED:
+        raise InputError(f"unpriced must be one of {', '.join(UNPRICED)}, not {unpriced!r}", field="unpriced")
 
 
 def _usd(value: float) -> str:

@@ -70,8 +70,8 @@ __all__ = ["portfolio", "PortfolioSpace", "METHODS", "rbf_kernel", "coverage", "
            "greedy_budget", "random_feasible"]
 
 METHODS = ("kcenter", "kmedoids", "greedy-budget")
-# which vectors compare the models by default: measured by scripts/report_portfolio.py --by both
-# (docs/results/portfolio.md); LOCUS unless the fingerprint beat random subsets on both datasets
+# which vectors compare the models by default: measured by scripts/report_portfolio_by.py
+# (docs/results/portfolio-by.md); LOCUS unless the fingerprint beats random subsets on both datasets
 PORTFOLIO_DEFAULT = "locus"
 _TOL = 1e-9
 

@@ -5,8 +5,8 @@ finds those, by text hash in the view's caches and the store, encoding only new 
 One batched prediction of P(correct) over every candidate model (embedded, passing `where`, not
 excluded) and every text ranks the models: LOCUS, sigmoid(G(z_m, phi(x))), blended with the item table's
 prediction when the encoder has a router blend (`p_correct`). `fallback` lists the
-top model's nearest candidates in embedding space (cosine distance, as `registry search`): the
-models to try when the routed one is unavailable.
+top model's nearest candidates, by behaviour fingerprint when it has one (else in the LOCUS index, as
+`registry search`): the models to try when the routed one is unavailable.
 """
 from __future__ import annotations
 

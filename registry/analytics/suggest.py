@@ -18,11 +18,11 @@ The designed criteria of `greedy_design`, measured against it, ask the queries t
 - "prediction": the expected fall in the uncertainty of the model's predicted correctness over the stored
   queries (V-optimal design: their predicted-logit variance, each weighted by p(1 - p), with the Fisher
   information p_i (1 - p_i) x_i x_i^T of each answer taken into the Gaussian N(basis, Sigma) by
-  Sherman-Morrison), the default until docs/results/onboarding.md showed it losing to random queries;
+  Sherman-Morrison);
 - "theta": the answer's mutual information with theta itself (BALD), also measured there.
 They pick discriminating queries of middling difficulty for the pool; the factor model is not exact, and a
-fingerprint fitted on those extrapolates badly to the rest for a model unlike the pool (on BFCL, a weak
-model whose failures are not only on hard queries is predicted to pass easy ones it fails).
+fingerprint fitted on those extrapolates badly to the rest for a model unlike the pool, and both lose to
+random queries (docs/results/onboarding.md).
 
 Two bases (they set the designed criteria's picks and every pick's predicted P(correct)):
 - a model in the registry: theta is its fingerprint from its stored evaluations, which count as answered
