@@ -36,6 +36,7 @@ ITEM_TABLE_WEIGHTS = "item_table.safetensors"
 ITEM_TABLE_CONFIG = "item_table.json"
 FORMAT = "locus-item-table/1"
 _DENSE_CELLS = 20_000_000
+MAX_ANSWERS = 4096  # recorded answers an answer distance reads (a seeded sample beyond): 4,096 x 200 models is 0.8M predictions
 
 
 @dataclass(frozen=True)
@@ -203,31 +204,40 @@ class ItemTable:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(shared > 0, total / np.maximum(shared, 1), np.inf)
 
-    def search_keys(self, theta: np.ndarray, others: np.ndarray, *, coverage: np.ndarray,
-                    other_coverage: np.ndarray) -> list[tuple[float, float] | None]:
-        """How a search from one model ranks `others` ((N, r + 1) fingerprints): per other, (behaviour
-        distance, probability gap), or None without a common task. The behaviour distance is the expected
-        disagreement less the model's own with a re-run of itself, floored at 0: a more confident model
-        that leans the same way can disagree with it less than its own re-run does, and would otherwise
-        rank before an exact copy; at 0 the gap (0 only for the same behaviour) orders them. `theta`
-        (r + 1,), `coverage` (S,) its probe coverage, `other_coverage` (N, S)."""
-        theta, cover = np.asarray(theta, np.float64)[None], np.asarray(coverage)[None]
-        own = self.behaviour_distances(theta, coverage=cover)[0, 0]
-        d = self.behaviour_distances(theta, others, coverage=cover, other_coverage=other_coverage)[0]
-        gap = self.probability_gaps(theta, others, coverage=cover, other_coverage=other_coverage)[0]
-        return [(max(float(x) - float(own), 0.0), float(g)) if np.isfinite(x) else None for x, g in zip(d, gap)]
+    def answer_distances(self, others: np.ndarray, query_ids, scores, *, query_tasks=None, other_tasks=None,
+                         max_answers: int = MAX_ANSWERS) -> np.ndarray:
+        """(N,) how far one model's recorded answers (`scores` in [0, 1] on `query_ids`) are from what each
+        fingerprint in `others` ((N, r + 1)) predicts on those queries: the expected disagreement
+        mean_q y_q (1 - p_q) + (1 - y_q) p_q, over the recorded queries the table knows (at most
+        `max_answers` of them, a seeded sample) of the tasks the other was evaluated on (`query_tasks`
+        (n,) the task of each query, `other_tasks` (N,) a set of tasks per other; all queries without);
+        +inf where there are none.
 
-    def probability_gaps(self, thetas: np.ndarray, others: np.ndarray, *, coverage: np.ndarray,
-                         other_coverage: np.ndarray) -> np.ndarray:
-        """(M, N) mean squared difference of predicted P(correct), mean_i (p_i - q_i)^2, over the probe
-        queries both cover; +inf for a pair that covers none in common. Zero only for the same behaviour:
-        it is the expected disagreement less the mean of each model's disagreement with a re-run of itself."""
-        p, q = self.probe_probabilities(thetas), self.probe_probabilities(others)
-        a, b = np.asarray(coverage, np.float64), np.asarray(other_coverage, np.float64)
-        shared = a @ b.T
-        total = (p * p * a) @ b.T + a @ (q * q * b).T - 2.0 * (p * a) @ (q * b).T
+        Why answers and not the model's own fingerprint: a fingerprint is a rank-r summary, and a model
+        the table was not fitted on is summarised in directions that describe the others; its answers
+        are the evidence itself, and raw disagreement is what "behaves alike" means
+        (docs/results/scorecard.md, "search from a model")."""
+        rows = np.fromiter((self._row.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
+        keep = np.flatnonzero(rows >= 0)
+        if len(keep) > max_answers:
+            keep = np.sort(np.random.default_rng(0).choice(keep, max_answers, replace=False))
+        others = np.asarray(others, np.float64).reshape(-1, self.rank + 1)
+        if not len(keep) or not len(others):
+            return np.full(len(others), np.inf)
+        y = np.asarray(scores, np.float64)[keep]
+        p = self.probabilities(others, self.factors[rows[keep]], self.bias[rows[keep]])  # (N, n)
+        miss = y[None] * (1.0 - p) + (1.0 - y[None]) * p  # (N, n)
+        if other_tasks is None:
+            covered = np.ones_like(miss)
+        else:
+            tasks = [query_tasks[i] or "" for i in keep]
+            code = {t: c for c, t in enumerate(sorted(set(tasks)))}
+            task_code = np.fromiter((code[t] for t in tasks), dtype=np.int64, count=len(tasks))
+            covered = np.stack([np.isin(task_code, [code[t or ""] for t in held if (t or "") in code])
+                                for held in other_tasks]).astype(np.float64)
+        n = covered.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(shared > 0, np.maximum(total, 0.0) / np.maximum(shared, 1), np.inf)
+            return np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
 
     # ------------------------------------------------------------------ files
     def tensors(self) -> dict[str, np.ndarray]:

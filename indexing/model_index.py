@@ -305,6 +305,19 @@ class SavedEvaluations:
         """query id -> task (None where the table has none)."""
         return dict(zip(self._query_ids.tolist(), self._tasks))
 
+    def task_sets(self, names: list[str]) -> dict[str, set]:
+        """name -> the tasks its evaluations are on ("" for none), from the codes (no query id strings)."""
+        labels = [t or "" for t in self._tasks]
+        kinds = sorted(set(labels))
+        index = {t: i for i, t in enumerate(kinds)}
+        code = np.fromiter((index[t] for t in labels), dtype=np.int64, count=len(labels))
+        out = {}
+        for name in names:
+            i = self._at.get(name)
+            held = code[np.asarray(self._codes[int(self._starts[i]):int(self._starts[i + 1])])] if i is not None else []
+            out[name] = {kinds[c] for c in np.unique(held)}
+        return out
+
     @classmethod
     def load(cls, home: Path) -> "SavedEvaluations | None":
         """The saved evaluations when provably current (as `ModelIndex._load_current`), else None."""

@@ -406,10 +406,10 @@ class Neighbour(Result):
                           "(1 - observed / expected disagreement of independent models of their per-task accuracies)")
     shared_queries: int | None = Field(None, description="by='fingerprint' from a model only: queries both answered")
     behaviour_distance: float | None = Field(
-        None, description="by='fingerprint' from a model only: expected disagreement of the two models' behaviour "
-                          "fingerprints over the item table's probe queries of their common tasks, less the query "
-                          "model's with a re-run of itself, floored at 0 (0: no more different than a re-run); the "
-                          "neighbours are ranked by it (None: no common task, or no fingerprint)")
+        None, description="by='fingerprint' from a model only: expected disagreement of the query model's recorded "
+                          "answers with this model's answers as its fingerprint predicts them, over the queries of "
+                          "the tasks this model was evaluated on; the neighbours are ranked by it (None: no common "
+                          "task, or no fingerprint)")
     n_evals: int | None = Field(None, description="evaluations its embedding was built from")
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 

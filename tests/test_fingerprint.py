@@ -56,19 +56,52 @@ def test_behaviour_distance_follows_raw_disagreement():
     assert distance_correlations(table.behaviour_distances(thetas), raw)["spearman"] > 0.8
 
 
-def test_probability_gap_is_the_disagreement_beyond_each_models_rerun():
-    """gap(a, b) = d(a, b) - (d(a, a) + d(b, b)) / 2: zero for the same fingerprint, while the expected
-    disagreement of a model with itself is not (which is why search floors at the model's own)."""
+def test_answer_distance_is_the_expected_disagreement_of_recorded_answers_with_predicted_ones():
     pool, y = _pool(seed=2)
     table = fit_item_table(**pool, config=FAST)
     thetas = table.fingerprints(pool["query_ids"], pool["query_vectors"], _per_model(pool, len(y)),
                                 pool["query_index"], pool["scores"])
-    cover = np.ones((len(thetas), len(table.probe)), bool)
-    d = table.behaviour_distances(thetas, coverage=cover)
-    gap = table.probability_gaps(thetas, thetas, coverage=cover, other_coverage=cover)
-    assert np.allclose(gap, d - (np.diag(d)[:, None] + np.diag(d)[None, :]) / 2, atol=1e-9)
-    assert np.allclose(np.diag(gap), 0.0, atol=1e-12) and (np.diag(d) > 0.05).all()
-    assert (gap[~np.eye(len(gap), dtype=bool)] > 0).all()
+    qids = pool["query_ids"][:50] + ["never-seen"]  # a query the table does not know is skipped
+    answers = np.append(y[0, :50], 1.0)
+    d = table.answer_distances(thetas, qids, answers)
+    p = table.probabilities(thetas, *table.item_params(pool["query_ids"][:50]))
+    assert np.allclose(d, (answers[None, :50] * (1 - p) + (1 - answers[None, :50]) * p).mean(1))
+    # only the queries of the tasks each other was evaluated on ("a": the even ones); none: +inf
+    tasks = pool["tasks"][:50] + ["a"]
+    d = table.answer_distances(thetas[:3], qids, answers, query_tasks=tasks, other_tasks=[{"a"}, {"b", "c"}, set()])
+    even = (answers[None, :50:2] * (1 - p[:1, ::2]) + (1 - answers[None, :50:2]) * p[:1, ::2]).mean()
+    assert d[0] == pytest.approx(even) and np.isfinite(d[1]) and np.isinf(d[2])
+    # beyond max_answers a seeded sample: the same answer each time
+    few = table.answer_distances(thetas, pool["query_ids"], y[0], max_answers=40)
+    assert np.array_equal(few, table.answer_distances(thetas, pool["query_ids"], y[0], max_answers=40))
+    assert not np.allclose(few, table.answer_distances(thetas, pool["query_ids"], y[0]))
+
+
+def test_answer_distance_finds_the_behavioural_neighbours_of_a_model_the_table_never_saw():
+    """A pool of pairs (two endpoints of one model, each with its own noise): a model left out of the
+    table's fit finds its twin among the others' fingerprints from its recorded answers."""
+    rng = np.random.default_rng(7)
+    m, q, rank = 24, 800, 8  # more directions than the table (rank 4) has: a left-out pair is off its plane
+    item_f, bias = rng.normal(size=(q, rank)) * 1.5, rng.normal(0, 1.0, size=q)
+    model_a = np.repeat(rng.normal(size=(m // 2, rank)), 2, axis=0) + rng.normal(0, 0.15, size=(m, rank))
+    y = (rng.random((m, q)) < 1 / (1 + np.exp(-(model_a @ item_f.T + bias)))).astype(np.float32)
+    pool, _ = _pool(m=m, q=q)
+    pool["scores"] = y.ravel()
+    raw, _ = disagreement_matrix(y)
+    np.fill_diagonal(raw, np.inf)
+    found = 0
+    for left in range(m):
+        keep = np.flatnonzero(pool["model_index"] != left)
+        others = np.delete(np.arange(m), left)
+        fitted = fit_item_table(**{**pool, "query_index": pool["query_index"][keep], "scores": pool["scores"][keep],
+                                   "model_index": np.searchsorted(others, pool["model_index"][keep]),
+                                   "models": [pool["models"][i] for i in others]}, config=FAST)
+        thetas = fitted.fingerprints(pool["query_ids"], pool["query_vectors"], _per_model(pool, m), pool["query_index"],
+                                     pool["scores"])
+        answers = fitted.answer_distances(thetas, pool["query_ids"], y[left])
+        answers[left] = np.inf
+        found += int(np.argmin(answers)) == int(np.argmin(raw[left]))
+    assert found >= 0.8 * m
 
 
 def test_fingerprint_is_deterministic_and_more_evaluations_refine_it():

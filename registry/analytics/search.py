@@ -147,7 +147,10 @@ def embedded_subset(store: "Store", where: str | None, *, need: int, what: str, 
     return names, np.asarray(z, dtype=np.float32), {n: models.records[n] for n in names}
 
 
-BEHAVIOUR_CANDIDATES = 20  # by="fingerprint" from a model: at least this many of the index's nearest, re-ranked
+# by="fingerprint" from a model: at least this many of the index's nearest are re-ranked (every model of a pool
+# this size): the index's order is by fingerprint alone, and a model the item table was not fitted on has its
+# behavioural neighbours well down it (docs/results/scorecard.md, "held out")
+BEHAVIOUR_CANDIDATES = 200
 BY = ("locus", "fingerprint")
 # the names before the fingerprint was in the index; still accepted
 BY_ALIASES = {"embedding": "locus", "behaviour": "fingerprint", "behavior": "fingerprint"}
@@ -192,12 +195,13 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
 
     by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
     (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
-    max(4k, 20) nearest of the index are then re-ranked by behaviour distance (`behaviour_distance`:
-    expected disagreement over the probe queries of the tasks both were evaluated on, beyond the model's
-    own with a re-run of itself; see `_behaviour_distances`): the index's distance also counts the probe
-    queries of tasks a model never answered (a function-calling model's extrapolated maths answers), and
-    in logits, where confident answers weigh most. Excess agreement on the queries both answered (`agreement_kappa`,
-    `shared_queries`) is reported beside it; it ranked these before and found a model's behavioural
+    max(4k, 200) nearest of the index are then re-ranked by answer distance (`behaviour_distance`: how
+    often the model's recorded answers would disagree with what the neighbour's fingerprint predicts on
+    those queries, over the tasks the neighbour was evaluated on; see `_answer_distances`): the index's
+    distance also counts the probe queries of tasks a model never answered (a function-calling model's
+    extrapolated maths answers), weighs confident answers most (it is in logits), and summarises a model
+    the item table was not fitted on in directions fitted to the others. Excess agreement on the queries
+    both answered (`agreement_kappa`, `shared_queries`) is reported beside it; it ranked these before and found a model's behavioural
     neighbours less often (docs/results/scorecard.md, "search from a model"). by="locus": the LOCUS
     embedding (cosine by default). Each neighbour says which vector answered (`vector`). Models
     embedded from fewer than `min_evals` evaluations come after the others (registry.evidence); those
@@ -289,11 +293,11 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
                            for name, dist in hits], thin, k, left_out)
     evals = _evaluations(models, open_store)
     candidates = [name for name, _ in hits]
-    behaviour = _behaviour_distances(evals, models, query, candidates)
+    behaviour = _answer_distances(evals, models, query, candidates)
     ranked = behaviour_order(hits, [behaviour.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(),
-                                 behaviour_distance=behaviour[name][0] if name in behaviour else None,
+                                 behaviour_distance=behaviour.get(name),
                                  **_evidence(models, name))
                        for name, dist in ranked], thin, k, left_out)
     agreement = _agreement(evals, query, [hit.name for hit in kept])  # shown beside, for the shared queries
@@ -336,9 +340,9 @@ def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
 
 
 def behaviour_order(hits: list, keys: list) -> list:
-    """`hits` (nearest in the index first) re-ordered by their keys (behaviour distance, gap), nearest
-    first, ties in index order; hits without a key (no common task with the query model, or an item
-    table that is not the active one) follow in their index order."""
+    """`hits` (nearest in the index first) re-ordered by their keys (answer distances), nearest first,
+    ties in index order; hits without a key (no common task with the query model, or an item table that
+    is not the active one) follow in their index order."""
     known = sorted((i for i, key in enumerate(keys) if key is not None), key=lambda i: (keys[i], i))
     return [hits[i] for i in known] + [hit for i, hit in enumerate(hits) if keys[i] is None]
 
@@ -366,6 +370,14 @@ class _StoreEvaluations:
         tasks = self.store.read(QUERIES, ["query_id", "task"])
         return dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
 
+    def task_sets(self, names: list[str]) -> dict[str, set]:
+        owners, qids, _ = self.read(names)
+        task_of = self.task_of()
+        out: dict[str, set] = {n: set() for n in names}
+        for owner, q in zip(owners.tolist(), qids.tolist()):
+            out[owner].add(task_of.get(q) or "")
+        return out
+
     def active_encoder(self) -> str | None:
         return self.store.config.get("active_encoder")
 
@@ -374,7 +386,7 @@ class _SavedEvaluations:
     """The evaluations saved beside the index (`indexing.model_index.SavedEvaluations`) for the home."""
 
     def __init__(self, saved, home: Path) -> None:
-        self.read, self.task_of, self.home = saved.read, saved.task_of, home
+        self.read, self.task_of, self.task_sets, self.home = saved.read, saved.task_of, saved.task_sets, home
 
     def active_encoder(self) -> str | None:
         import json
@@ -423,26 +435,24 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _behaviour_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple[float, float]]:
-    """name -> (behaviour distance, probability gap) to `query` (`ItemTable.search_keys`), over the item
-    table's probe queries of the tasks both were evaluated on, from the fingerprints in the index; empty
-    when the index's item table is not the active one, and without the names that share no task."""
+def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
+    """name -> answer distance from `query` (`ItemTable.answer_distances`): the query model's recorded
+    answers against what each named model's fingerprint (from the index) predicts on those queries, over
+    the tasks that model was evaluated on; empty when the index's item table is not the active one, and
+    without the names that share no task with the query model."""
     from registry.catalog.fingerprint_store import load_item_table
 
     active = evals.active_encoder()
     table = load_item_table(evals, active) if active else None  # reads only files under evals.home
-    if table is None or table.table_id != models.index.encoder_id:
+    if table is None or table.table_id != models.index.encoder_id or not names:
         return {}
-    every = [query, *names]
-    thetas = table.thetas_of(np.stack([models.vector(n) for n in every]))
-    owners, qids, _ = evals.read(every)
+    thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
+    _, qids, scores = evals.read([query])
     task_of = evals.task_of()
-    held: dict[str, set] = {n: set() for n in every}
-    for owner, q in zip(owners.tolist(), qids.tolist()):
-        held[owner].add(task_of.get(q) or "")
-    coverage = table.coverage([held[n] for n in every])
-    keys = table.search_keys(thetas[0], thetas[1:], coverage=coverage[0], other_coverage=coverage[1:])
-    return {n: key for n, key in zip(names, keys) if key is not None}
+    tasks = evals.task_sets(names)
+    d = table.answer_distances(thetas, qids.tolist(), scores, query_tasks=[task_of.get(q) for q in qids.tolist()],
+                               other_tasks=[tasks[n] for n in names])
+    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:

@@ -521,6 +521,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     from registry.analytics.search import BEHAVIOUR_CANDIDATES, behaviour_order
 
     ranks, hits, identity_hits, search_hits = [], [], [], []
+    tasks = _tasks_of(data, own)
     for f in range(folds):
         fitted = fit_on_data(data.select_models([n for i, n in enumerate(data.models) if fold_of[i] != f]),
                              exclude=test, config=table.config)
@@ -530,7 +531,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
 
         thetas = prints(own)
         stored = fitted.identity_vectors(thetas)
-        cover = fitted.coverage(_tasks_of(data, own))
+        cover = fitted.coverage(tasks)
         behaviour = fitted.behaviour_distances(thetas, coverage=cover)
         nn = nearest(behaviour)[:, 0]
         members = np.flatnonzero(fold_of == f)
@@ -539,11 +540,15 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         identity = _cross_distances(stored, stored, "euclidean")
         nn_id = nearest(identity)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
-        # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them
+        # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them, by the
+        # model's recorded answers against the candidates' fingerprints (registry.analytics.search._answer_distances)
         for i in members:
             candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
-            keys = fitted.search_keys(thetas[i], thetas[candidates], coverage=cover[i], other_coverage=cover[candidates])
-            top = behaviour_order(candidates, keys)[0]
+            queries = data.query_index[own[i]]
+            d = fitted.answer_distances(thetas[candidates], [data.query_ids[q] for q in queries], data.scores[own[i]],
+                                        query_tasks=[data.tasks[q] for q in queries],
+                                        other_tasks=[tasks[j] for j in candidates])
+            top = behaviour_order(candidates, [float(x) if np.isfinite(x) else None for x in d])[0]
             search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
             pick = np.random.default_rng(seed + 1000 + draw)
