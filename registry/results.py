@@ -604,7 +604,9 @@ class ClustersResult(Result):
 
     n_models: int
     by: Literal["locus", "fingerprint"] = Field("locus", description="the vector clustered")
-    metric: Literal["cosine", "euclidean"] = "cosine"
+    metric: Literal["cosine", "euclidean", "behaviour"] = Field(
+        "cosine", description="the distance clustered: cosine (LOCUS), behaviour (fingerprints' answer distances, "
+                              "pools up to 500 models) or euclidean (fingerprint identity distance, larger pools)")
     linkage: Literal["average", "complete", "single", "ward"]
     heights: str = Field(description="what the merge heights measure")
     k: int

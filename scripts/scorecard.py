@@ -357,7 +357,7 @@ def index_table(results: dict) -> list[str]:
     row("index self-retrieval top-3 @512", lambda f, i: _pct(i["self_top3"]))
     row("**index** NN among 3 behaviourally nearest", lambda f, i: f"{_pct(i['behavioural_nn'])} "
         f"({i['behavioural_nn_hits']}/{i['models']})", ">= 70%")
-    row("**search from a model** (`registry search NAME`: the index's 20 nearest re-ranked by behaviour distance): "
+    row("**search from a model** (`registry search NAME`: the index's 200 nearest re-ranked by answer distance): "
         "NN among 3", lambda f, i: f"{_pct(i['search_behavioural_nn'])} ({i['search_behavioural_nn_hits']}/{i['models']})"
         if "search_behavioural_nn" in i else "-", ">= 70%")
     row("held out of the item table's fit: self-retrieval top-1",
@@ -373,7 +373,8 @@ def index_table(results: dict) -> list[str]:
     row("held out: NN by behaviour distance over all models",
         lambda f, i: (f"{_pct(f['held_out']['behavioural_nn'])} ({int(f['held_out']['behavioural_nn_hits'])}/{i['models']})"
                       if f.get("held_out") else "-"))
-    row("clusters vs family, ARI silhouette k / k = #families: **index**", lambda f, i: ari(i["ari"]), ">= raw")
+    row("clusters vs family, ARI silhouette k / k = #families: **`registry clusters`** (answer distances)",
+        lambda f, i: ari(i["ari"]), ">= raw")
     row("clusters vs family, ARI: raw disagreement", lambda f, i: ari(i["ari_raw"]))
     row("fingerprint by behaviour distance over all models: NN among 3",
         lambda f, i: f"{_pct(f['behavioural_nn'])} ({f['behavioural_nn_hits']})")
@@ -466,10 +467,14 @@ def write_page(results: dict, path: Path) -> None:
               "fallbacks: **fingerprint** (`--by fingerprint`), whenever the home holds fingerprints (else LOCUS). "
               "Measured: the index rows above against LOCUS's (a)/(b) rows (self-retrieval 17-38%, NN among 3 "
               "behaviourally nearest 18-56%). Where the index's own order falls short (BFCL's NN among 3, and "
-              "models held out of the item table's fit), `search` from a model re-ranks the index's 20 nearest "
-              "by behaviour distance over the probe queries of the tasks both models were evaluated on, floored "
-              "at the model's own disagreement with a re-run of itself (so that an exact copy comes first; "
-              "`registry.analytics.search`): the **search** rows measure that operation itself."
+              "models held out of the item table's fit), `search` from a model re-ranks the index's 200 nearest "
+              "by answer distance: how often the model's recorded answers would disagree with each candidate's "
+              "answers as its fingerprint predicts them, over the queries of the tasks the candidate was evaluated "
+              "on (`ItemTable.answer_distances`, `registry.analytics.search`); the **search** rows measure that "
+              "operation itself. A model the item table was not fitted on is summarised by its fingerprint in "
+              "directions fitted to the others; its answers are the evidence itself. `clusters` on fingerprints "
+              "clusters each pair's mean answer distance (pools up to 500 models; beyond, the identity distance), "
+              "and so does the clusters row."
               + ("" if "i" in results.get("joint", {}) else
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
               "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile "

@@ -132,7 +132,7 @@ def test_restore_brings_back_the_fingerprint_of_the_same_table(reg):
 
 def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
     a, b = reg.models()[0].name, reg.models()[1].name
-    assert reg.clusters().by == "fingerprint" and reg.clusters().metric == "euclidean"
+    assert reg.clusters().by == "fingerprint" and reg.clusters().metric == "behaviour"
     assert reg.clusters(by="locus").by == "locus"
     cmp = reg.compare(a, b)
     assert cmp.by == "fingerprint" and cmp.distance > 0
@@ -141,6 +141,26 @@ def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
     decision = reg.route("What is 7 times 8?", fallback=2)
     assert decision.fallbacks and {f.by for f in decision.fallbacks} == {"fingerprint"}
     assert {f.by for f in reg.route("What is 7 times 8?", fallback=2, by="locus").fallbacks} == {"locus"}
+
+
+def test_clusters_of_fingerprints_read_answer_distances_up_to_a_pool_size(reg, monkeypatch):
+    """Each pair's distance is the mean of its two answer distances (the same figure search ranks by);
+    a pool beyond ANSWER_MATRIX_MAX clusters by the index's identity distance, and says so."""
+    import registry.analytics.search as search
+
+    names = [m.name for m in reg.models()]
+    d = search.answer_distance_matrix(reg.store, names)
+    assert np.allclose(d, d.T) and np.all(np.diag(d) == 0) and ((d >= 0) & (d <= 1)).all()
+    a, b = names[0], names[1]
+    found = {h.name: h.behaviour_distance for h in reg.similar(a, k=len(names) - 1).neighbours}
+    back = {h.name: h.behaviour_distance for h in reg.similar(b, k=len(names) - 1).neighbours}
+    assert d[0, 1] == pytest.approx((found[b] + back[a]) / 2, abs=0.02)  # 1,024 answers here, 4,096 in search
+    clustered = reg.clusters(k=3)
+    assert clustered.metric == "behaviour" and "behaviour distance" in clustered.heights
+    monkeypatch.setattr(search, "ANSWER_MATRIX_MAX", len(names) - 1)
+    assert search.answer_distance_matrix(reg.store, names) is None
+    larger = reg.clusters(k=3)
+    assert larger.metric == "euclidean" and "identity distance" in larger.heights
 
 
 def test_the_cli_search_says_which_vector_answered(reg):

@@ -218,7 +218,7 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     reshape, whichever cluster it fell near."""
     from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
     from registry.results import ClustersResult
-    from registry.analytics.search import embedded_subset, likeness_kind, pairwise_distances
+    from registry.analytics.search import answer_distance_matrix, embedded_subset, likeness_kind, pairwise_distances
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     left_out: list[str] = []
@@ -230,8 +230,13 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     kept_thin: list[str] = []
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by, min_evals=min_evals,
                                         left_out=left_out, kept_thin=kept_thin)
-    d = cosine_distances(z) if by == "locus" else pairwise_distances(z, by)
-    metric = "cosine" if by == "locus" else "euclidean"
+    # fingerprints: by behaviour (each pair's answer distance) where the pool is small enough to read every
+    # model's answers; the identity distance ranks by confident answers and misses families
+    # (docs/results/scorecard.md, "clusters vs family")
+    d = answer_distance_matrix(store, names) if by == "fingerprint" else None
+    metric = "cosine" if by == "locus" else ("behaviour" if d is not None else "euclidean")
+    if d is None:
+        d = cosine_distances(z) if by == "locus" else pairwise_distances(z, by)
     tree = cluster_distances(d, linkage=linkage, k=k)
     labels = tree["labels"]
     families = [records[n].family for n in names]
@@ -246,8 +251,11 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
                        "mean_distance_cosine": float(within.mean()) if len(within) else 0.0,
                        "families": dict(fams.most_common())})
     heights = "cosine distance" if linkage != "ward" else "Euclidean distance of unit vectors, sqrt(2 * cosine)"
-    if by == "fingerprint":
+    if metric == "euclidean":
         heights = "fingerprint identity distance (RMS logit difference over the probe queries)"
+    elif metric == "behaviour":
+        heights = ("behaviour distance: how often each model's recorded answers would disagree with the other's "
+                   "as its fingerprint predicts them, the mean of both directions (1: no task in common)")
     result: dict[str, Any] = {
         "n_models": len(names), "by": by, "metric": metric, "linkage": linkage, "heights": heights,
         "k": tree["k"],

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
-           "behaviour_order", "fingerprint_neighbours"]
+           "behaviour_order", "fingerprint_neighbours", "answer_distance_matrix",
+           "ANSWER_MATRIX_MAX"]
 
 
 class _Records(Mapping):
@@ -440,19 +441,60 @@ def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str
     answers against what each named model's fingerprint (from the index) predicts on those queries, over
     the tasks that model was evaluated on; empty when the index's item table is not the active one, and
     without the names that share no task with the query model."""
+    table = _index_table(evals, models)
+    if table is None or not names:
+        return {}
+    thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
+    d = _answers_against(evals, table, query, thetas, names, evals.task_of())
+    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
+
+
+def _index_table(evals, models: EmbeddedModels):
+    """The active item table when it is the one the fingerprint index was written with, else None."""
     from registry.catalog.fingerprint_store import load_item_table
 
     active = evals.active_encoder()
     table = load_item_table(evals, active) if active else None  # reads only files under evals.home
-    if table is None or table.table_id != models.index.encoder_id or not names:
-        return {}
-    thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
+    return table if table is not None and table.table_id == models.index.encoder_id else None
+
+
+def _answers_against(evals, table, query: str, thetas: np.ndarray, names: list[str], task_of: dict, *,
+                     tasks: dict | None = None, max_answers: int | None = None) -> np.ndarray:
+    """(len(names),) answer distances of `query`'s recorded answers from the fingerprints `thetas`."""
+    from encoder.fingerprint import MAX_ANSWERS
+
     _, qids, scores = evals.read([query])
-    task_of = evals.task_of()
-    tasks = evals.task_sets(names)
-    d = table.answer_distances(thetas, qids.tolist(), scores, query_tasks=[task_of.get(q) for q in qids.tolist()],
-                               other_tasks=[tasks[n] for n in names])
-    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
+    tasks = evals.task_sets(names) if tasks is None else tasks
+    q = qids.tolist()
+    return table.answer_distances(thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
+                                  other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS)
+
+
+ANSWER_MATRIX_MAX = 500  # clusters by answer distance up to this many models (n^2 x 1,024 predictions)
+ANSWER_MATRIX_ANSWERS = 1024  # answers per model in that matrix
+
+
+def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | None:
+    """(n, n) behaviour distances between the named models (all in the fingerprint index): for each pair
+    the mean of its two answer distances (each model's recorded answers against the other's fingerprint,
+    `ItemTable.answer_distances` on at most 1,024 of them), 1.0 (every answer different) for a pair with
+    no task in common, 0 on the diagonal. None when the index's item table is not the active one or the
+    pool is larger than ANSWER_MATRIX_MAX."""
+    if len(names) > ANSWER_MATRIX_MAX:
+        return None
+    models = open_index(store, by="fingerprint")
+    evals = _evaluations(models, lambda: _as_store(store))
+    table = _index_table(evals, models)
+    if table is None:
+        return None
+    thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
+    task_of, tasks = evals.task_of(), evals.task_sets(names)
+    d = np.stack([_answers_against(evals, table, name, thetas, names, task_of, tasks=tasks,
+                                   max_answers=ANSWER_MATRIX_ANSWERS) for name in names])
+    d = np.where(np.isfinite(d), d, 1.0)
+    d = (d + d.T) / 2.0
+    np.fill_diagonal(d, 0.0)
+    return d
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:

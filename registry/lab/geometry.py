@@ -457,10 +457,10 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     copy from `copy_evals` evaluations (the same draws as above) finds its model: rank of the model
     among the view's models in the index's answer; (b) each model's nearest in the index is among
     its 3 least-disagreeing by raw evidence, and so is the first answer of the registry's own search
-    from the model (`registry search NAME --where ...`: the index's nearest re-ranked by behaviour
-    distance); clusters of the index's distances against family."""
+    from the model (`registry search NAME --where ...`: the index's nearest re-ranked by
+    answer distance); clusters as `registry clusters` makes them (answer distances) against family."""
     from indexing.model_index import ModelIndex
-    from registry.analytics.search import similar
+    from registry.analytics.search import answer_distance_matrix, similar
 
     index = ModelIndex.open(store, by="fingerprint")
     if index.encoder_id != table.table_id:
@@ -492,8 +492,10 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
         found = similar(store, data.models[m], k=1, where=where)
         j = row_of.get(found[0].name, -1) if found else -1
         search_hits.append(bool(j >= 0 and j in raw_near[m] and np.isfinite(raw_d[m, j])))
-    z = index.vectors[allowed].astype(np.float64)
-    d = _cross_distances(z, z, "euclidean")
+    d = answer_distance_matrix(store, [data.models[m] for m in view])  # as `registry clusters` clusters them
+    if d is None:
+        z = index.vectors[allowed].astype(np.float64)
+        d = _cross_distances(z, z, "euclidean")
     sub_raw = raw_d[np.ix_(view, view)]
     labels = [families[m] for m in view]
     return {"table_id": index.encoder_id, "models": len(view), "of": data.n_models,
