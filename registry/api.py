@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
 from registry.checks import check_count
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -370,8 +371,8 @@ class Registry:
 
         return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-              max_noise: float = 0.12, by: str | None = None) -> AuditReport:
+    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = AUDIT_ALPHA,
+              max_noise: float = AUDIT_MAX_NOISE, by: str | None = None) -> AuditReport:
         """Pairs of models likely to be one model behind two names: each model's k nearest neighbours
         in the index, judged on their evaluations against the pool's own distinct pairs (see
         `registry.analytics.audit`). by: the index proposing candidates, "locus", "fingerprint" or None (both).
@@ -381,7 +382,7 @@ class Registry:
         return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
 
-    def drift(self, name: str, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
               seed: int = 0) -> DriftReport:
         """Whether the newest version of a model behaves like its earlier ones: the audit's calibrated
         tests on the queries both answered, else the behaviour-fingerprint distance against the model's
@@ -391,7 +392,7 @@ class Registry:
         return drift(self.store, self.resolve(name), alpha=alpha, max_noise=max_noise, permutations=permutations,
                      seed=seed)
 
-    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+    def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
                       seed: int = 0) -> DriftRun:
         """`drift` of every model given a version since the last such run (`audit --drift`, for CI); the
         evaluation_log rows the run read are kept as `last_drift_log_rows` (and its time as `last_drift_run`)

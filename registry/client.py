@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -185,8 +186,8 @@ class RegistryClient:
         decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
         return decisions[0] if single else decisions
 
-    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-              max_noise: float = 0.12, by: str | None = None) -> AuditReport:
+    def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = AUDIT_ALPHA,
+              max_noise: float = AUDIT_MAX_NOISE, by: str | None = None) -> AuditReport:
         params = {"metric": metric, "k": k, "alpha": alpha, "max_noise": max_noise}
         if model is not None:
             params["model"] = model
@@ -194,12 +195,12 @@ class RegistryClient:
             params["by"] = by
         return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
-    def drift(self, name: str, *, alpha: float = 0.01, max_noise: float = 0.12, permutations: int = 399,
+    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
               seed: int = 0) -> DriftReport:
         params = {"alpha": alpha, "max_noise": max_noise, "permutations": permutations, "seed": seed}
         return DriftReport.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/drift", params=params))
 
-    def drift_refined(self, *, alpha: float = 0.01, max_noise: float = 0.12) -> DriftRun:
+    def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE) -> DriftRun:
         return DriftRun.model_validate(self._call("POST", "/v1/drift/run",
                                                   params={"alpha": alpha, "max_noise": max_noise}))
 

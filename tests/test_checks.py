@@ -54,3 +54,33 @@ def test_audit_and_drift_refuse_a_level_outside_0_1_alike(tmp_path, run):
     with pytest.raises(InputError) as caught:
         call(max_noise=0.0)
     assert caught.value.problem == "max_noise must be in (0, 1); got 0.0"
+
+
+def test_every_face_of_audit_and_drift_has_the_defaults_of_registry_defaults():
+    """The library, the client, HTTP and the CLI default alpha, max_noise and permutations alike (the
+    CLI spells them out so that `registry --help` does not import the registry package)."""
+    import inspect
+
+    from cli.main import cli
+    from registry import Registry, defaults
+    from registry.analytics import audit, drift
+    from registry.client import RegistryClient
+    from registry.service.routes import analytics as routes
+
+    want = {"alpha": defaults.AUDIT_ALPHA, "max_noise": defaults.AUDIT_MAX_NOISE,
+            "permutations": defaults.DRIFT_PERMUTATIONS}
+    seen = []
+    for face in (Registry.audit, Registry.drift, Registry.drift_refined, RegistryClient.audit, RegistryClient.drift,
+                 RegistryClient.drift_refined, audit.audit, drift.drift, drift.drift_refined,
+                 routes.audit, routes.drift, routes.drift_run):
+        for name, parameter in inspect.signature(face).parameters.items():
+            if name in want:
+                default = getattr(parameter.default, "default", parameter.default)  # FastAPI's Query(default=...)
+                assert default == want[name], (face.__qualname__, name)
+                seen.append(name)
+    for command in (cli.commands["audit"], cli.commands["drift"]):
+        for parameter in command.params:
+            if parameter.name in want:
+                assert parameter.default == want[parameter.name], (command.name, parameter.name)
+                seen.append(parameter.name)
+    assert seen.count("alpha") == 14 and seen.count("permutations") == 7  # every face that takes them was read

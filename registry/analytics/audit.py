@@ -35,18 +35,21 @@ from indexing.home import generation as _generation
 from indexing.store import QUERIES, Store
 from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
 from registry.checks import check_fraction
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
-from registry.catalog.rows import read_evaluations as _read_evals
+from registry.catalog.rows import read_evaluations
 
-__all__ = ["audit", "AuditReport", "AuditPair", "AuditEvidence", "AuditCalibration"]
+__all__ = ["audit", "calibration", "pool_evaluations", "model_rows", "CALIBRATION_DIR", "AuditReport", "AuditPair",
+           "AuditEvidence", "AuditCalibration"]
 
-_CACHE_DIR = "audit"
+CALIBRATION_DIR = "audit"  # under the home: the cached pool calibration (drift reads it too)
 
 
-def _pool(store: Store, names: list[str]) -> PoolEvals:
+def pool_evaluations(store: Store, names: list[str]) -> PoolEvals:
+    """The evaluations of `names` with every query's task: what a pool calibration is fitted on."""
     queries = store.read(QUERIES, ["query_id", "task"])
-    models, qids, scores = _read_evals(store, None)
+    models, qids, scores = read_evaluations(store, None)
     wanted = set(names)  # np.isin on object arrays compares every pair: minutes at 10k models
     keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
     return PoolEvals.from_triples(models[keep], qids[keep], scores[keep], queries.column("query_id").to_pylist(),
@@ -57,37 +60,26 @@ def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: boo
                 neighbours) -> tuple[Calibration, bool]:
     """The pool calibration: the cached one unless `refresh` or none matches the encoder; (cal, cached).
     `neighbours()`: every model's index-neighbour pairs, computed only when a calibration is made."""
-    directory = store.home / _CACHE_DIR
+    directory = store.home / CALIBRATION_DIR
     if not refresh:
         cached = Calibration.load(directory)
         if cached is not None and cached.encoder_id == encoder_id:
             return cached, True
-    cal = calibrate(_pool(store, names), neighbours=list(neighbours()))
+    cal = calibrate(pool_evaluations(store, names), neighbours=list(neighbours()))
     cal.generation, cal.encoder_id = _generation(store.home), encoder_id
     cal.save(directory)
     return cal, False
 
 
-def _rows_for(cal: Calibration, models, qids, scores, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """One model's evaluations as (query index into the calibration (sorted), score); queries the
-    calibration predates are left out (they have no fitted difficulty)."""
-    pos = getattr(cal, "_qpos", None)
-    if pos is None:
-        pos = cal._qpos = {q: i for i, q in enumerate(cal.query_ids)}
+def model_rows(cal: Calibration, models, qids, scores, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """`name`'s rows of (model, query id, score) arrays as `Calibration.query_rows` places them."""
     sel = models == name
-    idx = np.fromiter((pos.get(q, -1) for q in qids[sel]), dtype=np.int64, count=int(sel.sum()))
-    y = scores[sel]
-    keep = idx >= 0
-    idx, y = idx[keep], y[keep]
-    order = np.argsort(idx, kind="stable")
-    idx, y = idx[order], y[order]
-    first = np.r_[True, idx[1:] != idx[:-1]] if len(idx) else np.zeros(0, dtype=bool)
-    return idx[first], y[first]
+    return cal.query_rows(qids[sel], scores[sel])
 
 
 # ---------------------------------------------------------------- the audit
-def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = 0.01,
-          max_noise: float = 0.12, by: str | None = None) -> AuditReport:
+def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = AUDIT_ALPHA,
+          max_noise: float = AUDIT_MAX_NOISE, by: str | None = None) -> AuditReport:
     """by: which index proposes the candidate pairs: "locus", "fingerprint", or None for both (a
     copy is found by whichever sees it; the evidence then decides)."""
     from indexing.vector_index import METRICS
@@ -151,8 +143,8 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     every = (lambda: pairs) if model is None else (lambda: candidates(range(len(names)), directed=False))
     cal, cached = calibration(store, list(names), encoder_id, refresh=model is None, neighbours=every)
     involved = sorted({n for key in pairs for n in key})
-    ev_models, ev_qids, ev_scores = _read_evals(store, involved)
-    own = {n: _rows_for(cal, ev_models, ev_qids, ev_scores, n) for n in involved}
+    ev_models, ev_qids, ev_scores = read_evaluations(store, involved)
+    own = {n: model_rows(cal, ev_models, ev_qids, ev_scores, n) for n in involved}
     decided = {key: evidence(cal, key[0], *own[key[0]], key[1], *own[key[1]], max_noise=max_noise) for key in pairs}
     level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
     for (a, b), d in decided.items():

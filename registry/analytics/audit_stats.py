@@ -277,9 +277,26 @@ class Calibration:
     generation: str | None = None
     encoder_id: str | None = None
     _pos: dict = field(default_factory=dict, repr=False)
+    _query_pos: dict | None = field(default=None, repr=False)  # query id -> index, made when first asked
 
     def __post_init__(self) -> None:
         self._pos = {n: i for i, n in enumerate(self.names)}
+
+    def query_rows(self, query_ids, scores) -> tuple[np.ndarray, np.ndarray]:
+        """One model's evaluations as (query index into the calibration, ascending; score), the first
+        score of a query scored twice; queries the calibration predates are left out (they have no
+        fitted difficulty)."""
+        if self._query_pos is None:
+            self._query_pos = {q: i for i, q in enumerate(self.query_ids)}
+        pos = self._query_pos
+        idx = np.fromiter((pos.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
+        y = np.asarray(scores, dtype=np.float64)
+        keep = idx >= 0
+        idx, y = idx[keep], y[keep]
+        order = np.argsort(idx, kind="stable")
+        idx, y = idx[order], y[order]
+        first = np.r_[True, idx[1:] != idx[:-1]] if len(idx) else np.zeros(0, dtype=bool)
+        return idx[first], y[first]
 
     @property
     def n_tasks(self) -> int:

@@ -36,15 +36,15 @@ import numpy as np
 
 from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
 from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
+from registry.catalog.rows import read_evaluations
 from registry.checks import check_fraction
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
 __all__ = ["drift", "drift_refined", "judge", "ALPHA", "PERMUTATIONS", "MARKER_KEY", "MARKER_ROWS_KEY"]
 
-ALPHA = 0.01
-MAX_NOISE = 0.12  # the audit's default: the most one model re-run or re-served changes
-PERMUTATIONS = 399  # p-values down to 1/400, below alpha / 2
+ALPHA, MAX_NOISE, PERMUTATIONS = AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS  # the audit's (registry.defaults)
 MARKER_KEY = "last_drift_run"  # config.json: when `audit --drift` last ran
 MARKER_ROWS_KEY = "last_drift_log_rows"  # config.json: the evaluation_log rows it had read (see drift_refined)
 
@@ -178,14 +178,6 @@ def _versions_of(store: Store, name: str):
     return newest, after, earlier, numbers
 
 
-def _as_rows(cal: Calibration, scores: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    pos = getattr(cal, "_qpos", None)
-    if pos is None:
-        pos = cal._qpos = {q: i for i, q in enumerate(cal.query_ids)}
-    pairs = sorted((pos[q], s) for q, s in scores.items() if q in pos)
-    return (np.array([i for i, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.float64))
-
-
 def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems | None:
     """The item table's parameters of these calibration queries (unknown ones placed by their query
     vectors; those with no vector left out), or None without an item table."""
@@ -205,7 +197,7 @@ def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems 
 def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
           permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
     """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
-    from registry.analytics.audit import _CACHE_DIR, _pool, _read_evals, _rows_for
+    from registry.analytics.audit import CALIBRATION_DIR, model_rows, pool_evaluations
     from registry.analytics.audit_stats import calibrate
 
     started = time.perf_counter()
@@ -230,13 +222,14 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
                            seconds=time.perf_counter() - started)
     # the audit's cached pool calibration when it covers these queries; else one fitted here and not
     # saved: the audit's cache also holds its index-neighbour pairs, which drift does not compute
-    cal = Calibration.load(store.home / _CACHE_DIR)
+    cal = Calibration.load(store.home / CALIBRATION_DIR)
     encoder_id = store.config.get("active_encoder")
     if cal is None or cal.encoder_id != encoder_id or name not in cal.names or not set(after) <= set(cal.query_ids):
-        cal = calibrate(_pool(store, live), neighbours=[])
-    before_rows, after_rows = _as_rows(cal, earlier), _as_rows(cal, after)
-    models, qids, scores = _read_evals(store, [name])
-    current = {name: _rows_for(cal, models, qids, scores, name)}
+        cal = calibrate(pool_evaluations(store, live), neighbours=[])
+    before_rows = cal.query_rows(list(earlier), list(earlier.values()))
+    after_rows = cal.query_rows(list(after), list(after.values()))
+    models, qids, scores = read_evaluations(store, [name])
+    current = {name: model_rows(cal, models, qids, scores, name)}
     union = np.union1d(before_rows[0], after_rows[0])
     shared = len(np.intersect1d(before_rows[0], after_rows[0]))
     items = _items(store, cal, union) if shared < MIN_EVIDENCE else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from registry import results as r
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Reader
 from registry.service.errors import ERRORS
@@ -20,8 +21,8 @@ def audit(reader: Reader,
           model: str | None = Query(default=None, min_length=1, max_length=LIMITS.max_name_chars),
           metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
           k: int = Query(default=10, ge=1, le=1000),
-          alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
-          max_noise: float = Query(default=0.12, gt=0.0, lt=1.0),
+          alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
+          max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0),
           by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
                                  description="the index proposing candidates (default: both)")):
     """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
@@ -52,9 +53,9 @@ def portfolio(reader: Reader,
 # drift (issue 26): a read per model; the CI run writes its marker, so it needs the token
 @router.get("/v1/models/{name}/drift", response_model=r.DriftReport, responses=ERRORS, tags=["audit"])
 def drift(name: Name, reader: Reader,
-          alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
-          max_noise: float = Query(default=0.12, gt=0.0, lt=1.0),
-          permutations: int = Query(default=399, ge=19, le=9999),
+          alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
+          max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0),
+          permutations: int = Query(default=DRIFT_PERMUTATIONS, ge=19, le=9999),
           seed: int = Query(default=0, ge=0, le=2**31 - 1)):
     """Whether the model's newest version behaves like its earlier ones (registry drift NAME)."""
     return reader.drift(name, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
@@ -62,7 +63,7 @@ def drift(name: Name, reader: Reader,
 
 @router.post("/v1/drift/run", dependencies=WRITE, response_model=r.DriftRun, responses=ERRORS, tags=["audit"])
 def drift_run(reader: Reader,
-              alpha: float = Query(default=0.01, gt=0.0, lt=1.0),
-              max_noise: float = Query(default=0.12, gt=0.0, lt=1.0)):
+              alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
+              max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0)):
     """Drift of every model given a version since the last run (registry audit --drift); keeps the new marker."""
     return reader.drift_refined(alpha=alpha, max_noise=max_noise)

@@ -1,0 +1,9 @@
+"""Defaults that every face of an operation shares (the library, the client, the CLI, HTTP): set once
+here, so that `registry audit` and GET /v1/audit cannot come to mean different things."""
+from __future__ import annotations
+
+__all__ = ["AUDIT_ALPHA", "AUDIT_MAX_NOISE", "DRIFT_PERMUTATIONS"]
+
+AUDIT_ALPHA = 0.01  # the chance of any false flag in a run (audit: Holm over its candidates; drift: over its tests)
+AUDIT_MAX_NOISE = 0.12  # the largest share of answers one model re-run or re-served may change
+DRIFT_PERMUTATIONS = 399  # drift's fingerprint test: p-values down to 1/400, below alpha / 2
