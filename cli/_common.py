@@ -151,7 +151,9 @@ def _echo_neighbour(hit) -> None:
     agreement = ""
     if hit.shared_queries is not None:
         kappa = f"{hit.agreement_kappa:.3f}" if hit.agreement_kappa is not None else "-"
-        behaviour = f"{hit.behaviour_distance:.4f}" if hit.behaviour_distance is not None else "-"
+        # "=": its fingerprint could have produced NAME's answers (a copy; ranked first)
+        behaviour = (("=" if hit.same_model else "") + f"{hit.behaviour_distance:.4f}"
+                     if hit.behaviour_distance is not None else "-")
         agreement = f"{behaviour:>9} {kappa:>7} {hit.shared_queries:>7}  "
     name = hit.name + (" *" if getattr(hit, "low_evidence", False) else "")
     click.echo(f"{hit.distance:>8.4f}  {agreement}{name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")

@@ -36,6 +36,7 @@ ITEM_TABLE_WEIGHTS = "item_table.safetensors"
 ITEM_TABLE_CONFIG = "item_table.json"
 FORMAT = "locus-item-table/1"
 _DENSE_CELLS = 20_000_000
+SAME_MODEL_LEVEL = 0.01  # answer_evidence: the chance that a model's own fingerprint is not recognised as one
 MAX_ANSWERS = 4096  # recorded answers an answer distance reads (a seeded sample beyond): 4,096 x 200 models is 0.8M predictions
 
 
@@ -217,16 +218,31 @@ class ItemTable:
         the table was not fitted on is summarised in directions that describe the others; its answers
         are the evidence itself, and raw disagreement is what "behaves alike" means
         (docs/results/scorecard.md, "search from a model")."""
+        return self.answer_evidence(others, query_ids, scores, query_tasks=query_tasks, other_tasks=other_tasks,
+                                    max_answers=max_answers)[0]
+
+    def answer_evidence(self, others: np.ndarray, query_ids, scores, *, query_tasks=None, other_tasks=None,
+                        max_answers: int = MAX_ANSWERS) -> tuple[np.ndarray, np.ndarray]:
+        """(`answer_distances`, ratios (N,)): the likelihood ratio 2 (l(own) - l(other)) of the sampled
+        answers under their own fingerprint (`fingerprint` of them) against under each other's; below
+        `same_model_ratio` the other could have produced them (+inf where it covers none of their tasks).
+        The expected disagreement rewards a confident model that leans the answers' way, and can rank
+        one before the answers' own model; the likelihood does not."""
         rows = np.fromiter((self._row.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
         keep = np.flatnonzero(rows >= 0)
         if len(keep) > max_answers:
             keep = np.sort(np.random.default_rng(0).choice(keep, max_answers, replace=False))
         others = np.asarray(others, np.float64).reshape(-1, self.rank + 1)
         if not len(keep) or not len(others):
-            return np.full(len(others), np.inf)
+            return np.full(len(others), np.inf), np.full(len(others), np.inf)
         y = np.asarray(scores, np.float64)[keep]
-        p = self.probabilities(others, self.factors[rows[keep]], self.bias[rows[keep]])  # (N, n)
-        miss = y[None] * (1.0 - p) + (1.0 - y[None]) * p  # (N, n)
+        f, b = self.factors[rows[keep]].astype(np.float64), self.bias[rows[keep]].astype(np.float64)
+        own = self.fingerprint(f, b, y)
+        p = self.probabilities(np.vstack([own[None], others]), f, b)  # (1 + N, n)
+        q = np.clip(p, 1e-9, 1.0 - 1e-9)
+        loglik = (y[None] * np.log(q) + (1.0 - y[None]) * np.log1p(-q)).sum(1)
+        ratio = np.maximum(2.0 * (loglik[0] - loglik[1:]), 0.0)
+        miss = y[None] * (1.0 - p[1:]) + (1.0 - y[None]) * p[1:]  # (N, n)
         if other_tasks is None:
             covered = np.ones_like(miss)
         else:
@@ -237,7 +253,16 @@ class ItemTable:
                                 for held in other_tasks]).astype(np.float64)
         n = covered.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
+            distance = np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
+        return distance, np.where(np.isfinite(distance), ratio, np.inf)
+
+    @property
+    def same_model_ratio(self) -> float:
+        """The likelihood ratio below which a fingerprint could have produced a model's answers: the
+        chi-square (r + 1) quantile at 1 - SAME_MODEL_LEVEL."""
+        from scipy.stats import chi2
+
+        return float(chi2.ppf(1.0 - SAME_MODEL_LEVEL, self.rank + 1))
 
     # ------------------------------------------------------------------ files
     def tensors(self) -> dict[str, np.ndarray]:
@@ -378,3 +403,4 @@ def item_table_predictions(data, train_evals: np.ndarray, query_sets) -> list[np
         f, b = table.item_params([data.query_ids[i] for i in queries], data.query_vectors[queries])
         out.append(table.probabilities(thetas, f, b).astype(np.float32))
     return out
+

@@ -408,8 +408,12 @@ class Neighbour(Result):
     behaviour_distance: float | None = Field(
         None, description="by='fingerprint' from a model only: expected disagreement of the query model's recorded "
                           "answers with this model's answers as its fingerprint predicts them, over the queries of "
-                          "the tasks this model was evaluated on; the neighbours are ranked by it (None: no common "
-                          "task, or no fingerprint)")
+                          "the tasks this model was evaluated on; the neighbours are ranked by it after those with "
+                          "same_model (None: no common task, or no fingerprint)")
+    same_model: bool | None = Field(
+        None, description="by='fingerprint' from a model only: this model's fingerprint could have produced the query "
+                          "model's recorded answers (a likelihood-ratio test at 1%: a copy, a re-served endpoint); "
+                          "such models come first, the most likely first")
     n_evals: int | None = Field(None, description="evaluations its embedding was built from")
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 

@@ -54,9 +54,11 @@ def test_search_filters_metrics_and_errors(reg):
     euclid = reg.similar("syn-synfam0-1b", k=3, metric="euclidean", by="locus").neighbours
     assert [h.distance for h in euclid] == sorted(h.distance for h in euclid)
     assert {h.metric for h in euclid} == {"euclidean"}
-    # from a model, the fingerprint index's candidates come ranked by behaviour distance
+    # from a model, the fingerprint index's candidates come ranked by behaviour distance, after any whose
+    # fingerprint could have produced the model's answers
     refined = reg.similar("syn-synfam0-1b", k=5).neighbours
-    assert [h.behaviour_distance for h in refined] == sorted(h.behaviour_distance for h in refined)
+    rest = [h.behaviour_distance for h in refined if not h.same_model]
+    assert rest == sorted(rest) and [h.same_model for h in refined] == sorted(h.same_model for h in refined)[::-1]
     assert reg.distance("syn-synfam0-1b", "syn-synfam0-1b") == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
         reg.similar("syn-synfam0-1bb")
@@ -144,7 +146,9 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     found = json.loads(run("search", "dup-endpoint", "-k", "2", "--json"))
     assert found["query"] == "dup-endpoint" and found["neighbours"][0]["name"] == "syn-synfam0-13b"
     assert set(found["neighbours"][0]) == {"name", "distance", "metric", "vector", "metadata", "agreement_kappa",
-                                           "behaviour_distance", "shared_queries", "n_evals", "low_evidence"}
+                                           "behaviour_distance", "same_model", "shared_queries", "n_evals",
+                                           "low_evidence"}
+    assert found["neighbours"][0]["same_model"] is True  # an exact copy: its answers are the original's
     # likeness by default from the fingerprint index, re-ranked by agreement: the copy agrees on every query
     assert found["by"] == "fingerprint" and found["neighbours"][0]["agreement_kappa"] > 0.9
     by_locus = json.loads(run("search", "dup-endpoint", "-k", "2", "--by", "embedding", "--json"))

@@ -77,6 +77,21 @@ def test_answer_distance_is_the_expected_disagreement_of_recorded_answers_with_p
     assert not np.allclose(few, table.answer_distances(thetas, pool["query_ids"], y[0]))
 
 
+def test_the_likelihood_ratio_recognises_a_models_own_fingerprint_where_the_distance_prefers_a_bolder_one():
+    pool, y = _pool(seed=4)
+    table = fit_item_table(**pool, config=FAST)
+    own = table.fingerprints(pool["query_ids"], pool["query_vectors"], _per_model(pool, len(y)),
+                             pool["query_index"], pool["scores"])[0]
+    bolder = own * 3.0  # the same leanings, far more sure of them
+    d, ratio = table.answer_evidence(np.stack([own, bolder]), pool["query_ids"], y[0])
+    assert d[1] < d[0]  # the expected disagreement alone would rank the bolder one first
+    assert ratio[0] < table.same_model_ratio < ratio[1]
+    assert table.same_model_ratio == pytest.approx(15.086, abs=0.001)  # the chi-square (r + 1 = 5) 99% quantile
+    none, never = table.answer_evidence(np.stack([own]), pool["query_ids"], y[0], query_tasks=pool["tasks"],
+                                        other_tasks=[{"z"}])
+    assert np.isinf(none[0]) and np.isinf(never[0])
+
+
 def test_answer_distance_finds_the_behavioural_neighbours_of_a_model_the_table_never_saw():
     """A pool of pairs (two endpoints of one model, each with its own noise): a model left out of the
     table's fit finds its twin among the others' fingerprints from its recorded answers."""

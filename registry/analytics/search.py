@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "fingerprint_neighbours", "answer_distance_matrix",
-           "ANSWER_MATRIX_MAX"]
+           "answer_key", "ANSWER_MATRIX_MAX"]
 
 
 class _Records(Mapping):
@@ -298,7 +298,8 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
     ranked = behaviour_order(hits, [behaviour.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(),
-                                 behaviour_distance=behaviour.get(name),
+                                 behaviour_distance=behaviour[name][2] if name in behaviour else None,
+                                 same_model=behaviour[name][0] == 0 if name in behaviour else None,
                                  **_evidence(models, name))
                        for name, dist in ranked], thin, k, left_out)
     agreement = _agreement(evals, query, [hit.name for hit in kept])  # shown beside, for the shared queries
@@ -436,17 +437,26 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, float]:
-    """name -> answer distance from `query` (`ItemTable.answer_distances`): the query model's recorded
-    answers against what each named model's fingerprint (from the index) predicts on those queries, over
-    the tasks that model was evaluated on; empty when the index's item table is not the active one, and
-    without the names that share no task with the query model."""
+def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple]:
+    """name -> its ranking key from `query`, (0, likelihood ratio) for a model whose fingerprint could
+    have produced the query model's answers (`ItemTable.answer_evidence`: a copy, a re-served endpoint),
+    else (1, answer distance); the answer distance is the query model's recorded answers against what the
+    model's fingerprint (from the index) predicts on those queries, over the tasks it was evaluated on.
+    Empty when the index's item table is not the active one; without the names that share no task."""
     table = _index_table(evals, models)
     if table is None or not names:
         return {}
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
-    d = _answers_against(evals, table, query, thetas, names, evals.task_of())
-    return {n: float(x) for n, x in zip(names, d) if np.isfinite(x)}
+    d, ratio = _answers_against(evals, table, query, thetas, names, evals.task_of())
+    return {n: answer_key(x, r, table.same_model_ratio) for n, x, r in zip(names, d, ratio) if np.isfinite(x)}
+
+
+def answer_key(distance: float, ratio: float, same_below: float) -> tuple[int, float, float]:
+    """How a search from a model orders one candidate: those that could have produced its answers
+    (likelihood ratio below `same_below`) first, by that ratio; then the rest by answer distance. The
+    last element is the answer distance itself (`Neighbour.behaviour_distance`)."""
+    same = ratio < same_below
+    return (0 if same else 1, float(ratio) if same else float(distance), float(distance))
 
 
 def _index_table(evals, models: EmbeddedModels):
@@ -459,15 +469,16 @@ def _index_table(evals, models: EmbeddedModels):
 
 
 def _answers_against(evals, table, query: str, thetas: np.ndarray, names: list[str], task_of: dict, *,
-                     tasks: dict | None = None, max_answers: int | None = None) -> np.ndarray:
-    """(len(names),) answer distances of `query`'s recorded answers from the fingerprints `thetas`."""
+                     tasks: dict | None = None, max_answers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(answer distances, likelihood ratios) of `query`'s recorded answers against the fingerprints
+    `thetas` of `names` (`ItemTable.answer_evidence`)."""
     from encoder.fingerprint import MAX_ANSWERS
 
     _, qids, scores = evals.read([query])
     tasks = evals.task_sets(names) if tasks is None else tasks
     q = qids.tolist()
-    return table.answer_distances(thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
-                                  other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS)
+    return table.answer_evidence(thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
+                                 other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS)
 
 
 ANSWER_MATRIX_MAX = 500  # clusters by answer distance up to this many models (n^2 x 1,024 predictions)
@@ -490,7 +501,7 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
     task_of, tasks = evals.task_of(), evals.task_sets(names)
     d = np.stack([_answers_against(evals, table, name, thetas, names, task_of, tasks=tasks,
-                                   max_answers=ANSWER_MATRIX_ANSWERS) for name in names])
+                                   max_answers=ANSWER_MATRIX_ANSWERS)[0] for name in names])
     d = np.where(np.isfinite(d), d, 1.0)
     d = (d + d.T) / 2.0
     np.fill_diagonal(d, 0.0)

@@ -520,7 +520,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     fold_of = np.empty(data.n_models, np.int64)
     fold_of[rng.permutation(data.n_models)] = np.arange(data.n_models) % folds
     raw_near = nearest(raw_d, 3)
-    from registry.analytics.search import BEHAVIOUR_CANDIDATES, behaviour_order
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES, answer_key, behaviour_order
 
     ranks, hits, identity_hits, search_hits = [], [], [], []
     tasks = _tasks_of(data, own)
@@ -547,10 +547,11 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         for i in members:
             candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
             queries = data.query_index[own[i]]
-            d = fitted.answer_distances(thetas[candidates], [data.query_ids[q] for q in queries], data.scores[own[i]],
-                                        query_tasks=[data.tasks[q] for q in queries],
-                                        other_tasks=[tasks[j] for j in candidates])
-            top = behaviour_order(candidates, [float(x) if np.isfinite(x) else None for x in d])[0]
+            d, ratio = fitted.answer_evidence(thetas[candidates], [data.query_ids[q] for q in queries],
+                                              data.scores[own[i]], query_tasks=[data.tasks[q] for q in queries],
+                                              other_tasks=[tasks[j] for j in candidates])
+            keys = [answer_key(x, r, fitted.same_model_ratio) if np.isfinite(x) else None for x, r in zip(d, ratio)]
+            top = behaviour_order(candidates, keys)[0]
             search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
             pick = np.random.default_rng(seed + 1000 + draw)
