@@ -23,6 +23,7 @@ Measured on the shared pools: scripts/scorecard.py (docs/results/scorecard.md, "
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -249,8 +250,10 @@ class ItemTable:
             tasks = [query_tasks[i] or "" for i in keep]
             code = {t: c for c, t in enumerate(sorted(set(tasks)))}
             task_code = np.fromiter((code[t] for t in tasks), dtype=np.int64, count=len(tasks))
-            covered = np.stack([np.isin(task_code, [code[t or ""] for t in held if (t or "") in code])
-                                for held in other_tasks]).astype(np.float64)
+            holds = np.zeros((len(others), len(code)), np.float64)  # (N, tasks of these answers)
+            for j, held in enumerate(other_tasks):
+                holds[j, [code[t] for t in {t or "" for t in held} if t in code]] = 1.0
+            covered = holds[:, task_code]  # (N, n)
         n = covered.sum(1)
         with np.errstate(invalid="ignore", divide="ignore"):
             distance = np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
@@ -260,9 +263,7 @@ class ItemTable:
     def same_model_ratio(self) -> float:
         """The likelihood ratio below which a fingerprint could have produced a model's answers: the
         chi-square (r + 1) quantile at 1 - SAME_MODEL_LEVEL."""
-        from scipy.stats import chi2
-
-        return float(chi2.ppf(1.0 - SAME_MODEL_LEVEL, self.rank + 1))
+        return _chi2_quantile(1.0 - SAME_MODEL_LEVEL, self.rank + 1)
 
     # ------------------------------------------------------------------ files
     def tensors(self) -> dict[str, np.ndarray]:
@@ -404,3 +405,9 @@ def item_table_predictions(data, train_evals: np.ndarray, query_sets) -> list[np
         out.append(table.probabilities(thetas, f, b).astype(np.float32))
     return out
 
+
+@functools.lru_cache(maxsize=None)
+def _chi2_quantile(q: float, k: int) -> float:
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(q, k))

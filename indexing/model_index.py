@@ -102,7 +102,7 @@ class ModelIndex:
         if name not in self.rows:
             raise NotFoundError.model(name, list(self.rows))
         try:
-            return self._index.vectors[self._index.names.index(name)]
+            return self._index.vectors[self._index.row(name)]
         except ValueError:
             if self.by == "fingerprint":
                 raise RegistryError(f"model {name!r} has no behaviour fingerprint (too few evaluations, or no item "
@@ -130,7 +130,7 @@ class ModelIndex:
                 raise InputError(f"the vector has {vector.shape[0]} dimensions; the registry's have "
                                  f"{self.vectors.shape[1]}", field="vector")
         if allowed is not None and own is not None:
-            allowed = allowed[allowed != self.names.index(own)]
+            allowed = allowed[allowed != self._index.row(own)]
         extra = 1 if own is not None and allowed is None else 0
         hits = self.search(vector, k + extra, metric=metric, allowed=allowed)
         return [(self.names[row], dist) for row, dist in hits if self.names[row] != own][:k]

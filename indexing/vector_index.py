@@ -72,6 +72,16 @@ class VectorIndex:
             indexes[metric] = index
         return cls(encoder_id, list(names), vectors, table_version, kind, indexes)
 
+    def row(self, name: str) -> int:
+        """The row of `name` (ValueError when absent), by a map made on first use: `names.index` is a scan,
+        and a search from a model asks it for every candidate."""
+        rows = self.__dict__.get("_rows")
+        if rows is None or len(rows) != len(self.names):
+            rows = self.__dict__["_rows"] = {n: i for i, n in enumerate(self.names)}
+        if name not in rows:
+            raise ValueError(f"{name!r} is not in the index")
+        return rows[name]
+
     # ------------------------------------------------------------ persistence
     @staticmethod
     def _paths(directory: Path, encoder_id: str) -> dict[str, Path]:

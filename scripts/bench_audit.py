@@ -79,15 +79,19 @@ def write_pool(directory: Path, n_models: int, per_model: int, n_queries: int, s
 
 
 def set_vectors(store, vectors: dict[str, np.ndarray], encoder_id: str) -> None:
-    """Write these models' vectors into the models table, as `registry embed` would."""
-    from indexing.store import MODEL_SCHEMA, MODELS, now_utc
+    """Write these models' vectors into the models table, as `registry embed` would (with the number of
+    evaluations each was embedded from: a row saying 0 is a thin model, ranked and searched as one)."""
+    from collections import Counter
+
+    from indexing.store import EVALUATIONS, MODEL_SCHEMA, MODELS, now_utc
 
     rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+    counts = Counter(store.read_in(EVALUATIONS, ["model"], "model", list(vectors)).column("model").to_pylist())
     now = now_utc()
     updated = []
     for name, z in vectors.items():
         row = dict(rows[name])
-        row.update(vector=z.astype(np.float32).tolist(), encoder_id=encoder_id, n_evals=0, embedded_at=now)
+        row.update(vector=z.astype(np.float32).tolist(), encoder_id=encoder_id, n_evals=counts[name], embedded_at=now)
         updated.append(row)
     with store.transaction():
         store.upsert(MODELS, updated, MODEL_SCHEMA, "name", insert=False)

@@ -448,7 +448,8 @@ def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str
         return {}
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
     d, ratio = _answers_against(evals, table, query, thetas, names, evals.task_of())
-    return {n: answer_key(x, r, table.same_model_ratio) for n, x, r in zip(names, d, ratio) if np.isfinite(x)}
+    same_below = table.same_model_ratio
+    return {n: answer_key(x, r, same_below) for n, x, r in zip(names, d, ratio) if np.isfinite(x)}
 
 
 def answer_key(distance: float, ratio: float, same_below: float) -> tuple[int, float, float]:
