@@ -355,6 +355,8 @@ def index_table(results: dict) -> list[str]:
     row("item table (rank r) / models in the index", lambda f, i: f"`{i['table_id'][:8]}`, r={f['rank']} / {i['models']} of {i['of']}")
     row("**index** self-retrieval top-1 @512", lambda f, i: _pct(i["self_top1"]), ">= 90%")
     row("index self-retrieval top-3 @512", lambda f, i: _pct(i["self_top3"]))
+    row("search from a copy (512 of a model's answers, searched as `registry search` ranks): original first",
+        lambda f, i: _pct(i["search_copy_top1"]) if "search_copy_top1" in i else "-", ">= 90%")
     row("**index** NN among 3 behaviourally nearest", lambda f, i: f"{_pct(i['behavioural_nn'])} "
         f"({i['behavioural_nn_hits']}/{i['models']})", ">= 70%")
     row("**search from a model** (`registry search NAME`: the index's 200 nearest re-ranked by answer distance): "

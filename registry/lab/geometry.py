@@ -460,7 +460,8 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     from the model (`registry search NAME --where ...`: the index's nearest re-ranked by
     answer distance); clusters as `registry clusters` makes them (answer distances) against family."""
     from indexing.model_index import ModelIndex
-    from registry.analytics.search import answer_distance_matrix, similar
+    from registry.analytics.search import (BEHAVIOUR_CANDIDATES, answer_distance_matrix, answer_key, behaviour_order,
+                                           similar)
 
     index = ModelIndex.open(store, by="fingerprint")
     if index.encoder_id != table.table_id:
@@ -470,15 +471,25 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     if len(view) < 3:
         return None
     allowed = np.asarray([position[data.models[m]] for m in view], dtype=np.int64)
-    ranks = []
+    ranks, copy_first = [], []
+    thetas = table.thetas_of(index.vectors[allowed])  # (view, r + 1) as the index holds them
+    tasks = _tasks_of(data, own)
     for draw in range(draws):
         rng = np.random.default_rng(seed + 1000 + draw)
         sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
         copies = table.identity_vectors(prints(sets))
         for m in view:
-            hits = [index.names[r] for r, _ in index.search(copies[m], len(allowed), metric="euclidean",
-                                                             allowed=allowed)]
+            found = index.search(copies[m], len(allowed), metric="euclidean", allowed=allowed)
+            hits = [index.names[r] for r, _ in found]
             ranks.append(hits.index(data.models[m]) + 1)
+            # a search from the copy as `registry search` ranks its index's nearest (answer_key)
+            near = [int(np.flatnonzero(allowed == r)[0]) for r, _ in found[:BEHAVIOUR_CANDIDATES]]
+            queries = data.query_index[sets[m]]
+            d, ratio = table.answer_evidence(thetas[near], [data.query_ids[q] for q in queries], data.scores[sets[m]],
+                                             query_tasks=[data.tasks[q] for q in queries],
+                                             other_tasks=[tasks[view[j]] for j in near])
+            keys = [answer_key(x, r, table.same_model_ratio) if np.isfinite(x) else None for x, r in zip(d, ratio)]
+            copy_first.append(view[behaviour_order(near, keys)[0]] == m)
     ranks = np.asarray(ranks)
     raw_near = nearest(raw_d, 3)
     row_of = {n: m for m, n in enumerate(data.models)}
@@ -500,6 +511,7 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     labels = [families[m] for m in view]
     return {"table_id": index.encoder_id, "models": len(view), "of": data.n_models,
             "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
+            "search_copy_top1": float(np.mean(copy_first)),
             "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
             "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits)),
             "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
