@@ -1,4 +1,4 @@
-"""A fingerprint search from a model name re-ranks by agreement on shared queries: it reads the
+"""A fingerprint search from a model name re-ranks by the model's recorded answers: it reads the
 evaluations saved beside the index (indexing.model_index.SavedEvaluations) when they are of the store's
 current generation, with the same results as reading the store, and without importing LanceDB."""
 from __future__ import annotations
@@ -52,6 +52,11 @@ def test_saved_evaluations_give_the_store_results(reg, monkeypatch):
     for name in names[:3]:
         assert a[1][a[0] == name].tolist() == b[1][b[0] == name].tolist()
         assert a[2][a[0] == name].tolist() == b[2][b[0] == name].tolist()
+    # and so are the tasks each model was evaluated on (what the answer distance covers)
+    from registry.analytics.search import _StoreEvaluations
+
+    tasks = SavedEvaluations.load(reg.home).task_sets(names)
+    assert tasks == _StoreEvaluations(reg.store).task_sets(names) and all(tasks[n] for n in names)
 
 
 def test_a_write_makes_them_stale(reg, monkeypatch):

@@ -136,14 +136,14 @@ async function neighbours(name, el) {
     h("tbody", {}, byLocus.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
       h("td", {}, fmt.value(n.metadata.family)), h("td", {}, compare(n.name)))))) : errorBox(byLocus.reason);
   const behaviour = byBehaviour.status === "fulfilled" ? h("table", { id: "near-behaviour" },
-    h("thead", {}, h("tr", {}, ["model", "cosine d", "behav. d", "kappa", "shared", ""].map((c) => h("th", { scope: "col" }, c)))),
+    h("thead", {}, h("tr", {}, ["model", "euclidean d", "behav. d", "kappa", "shared", ""].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, byBehaviour.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
-      h("td", { class: "num" }, fmt.dist(n.behaviour_distance)), h("td", { class: "num" }, fmt.acc(n.agreement_kappa)),
+      h("td", { class: "num" }, (n.same_model ? "= " : "") + fmt.dist(n.behaviour_distance)), h("td", { class: "num" }, fmt.acc(n.agreement_kappa)),
       h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))) : errorBox(byBehaviour.reason);
   replace(el, h("h2", { id: "h-neighbours" }, "Nearest models"), h("div", { class: "grid2" },
     h("div", {}, h("h3", {}, "By LOCUS embedding"), locus),
-    h("div", {}, h("h3", {}, "By behaviour (agreement on shared queries)"), behaviour)),
-    h("p", { class: "muted small" }, "kappa: excess agreement on the queries both answered (1 = they answer alike); behav. d: expected disagreement of their behaviour fingerprints."));
+    h("div", {}, h("h3", {}, "By behaviour fingerprint"), behaviour)),
+    h("p", { class: "muted small" }, "behav. d: how often this model's recorded answers would disagree with the neighbour's, as the neighbour's fingerprint predicts them; = marks a neighbour whose fingerprint could have produced its answers (a copy), listed first. kappa: excess agreement on the queries both answered (1 = they answer alike)."));
 }
 
 async function audit(name, el) {
