@@ -220,13 +220,14 @@ class ItemTable:
         are the evidence itself, and raw disagreement is what "behaves alike" means
         (docs/results/scorecard.md, "search from a model")."""
         return self.answer_evidence(others, query_ids, scores, query_tasks=query_tasks, other_tasks=other_tasks,
-                                    max_answers=max_answers)[0]
+                                    max_answers=max_answers, ratios=False)[0]
 
     def answer_evidence(self, others: np.ndarray, query_ids, scores, *, query_tasks=None, other_tasks=None,
-                        max_answers: int = MAX_ANSWERS) -> tuple[np.ndarray, np.ndarray]:
+                        max_answers: int = MAX_ANSWERS, ratios: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """(`answer_distances`, ratios (N,)): the likelihood ratio 2 (l(own) - l(other)) of the sampled
         answers under their own fingerprint (`fingerprint` of them) against under each other's; below
-        `same_model_ratio` the other could have produced them (+inf where it covers none of their tasks).
+        `same_model_ratio` the other could have produced them (+inf where it covers none of their tasks;
+        None when not asked for: they cost a solve of the answers' own fingerprint).
         The expected disagreement rewards a confident model that leans the answers' way, and can rank
         one before the answers' own model; the likelihood does not."""
         rows = np.fromiter((self._row.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
@@ -235,29 +236,34 @@ class ItemTable:
             keep = np.sort(np.random.default_rng(0).choice(keep, max_answers, replace=False))
         others = np.asarray(others, np.float64).reshape(-1, self.rank + 1)
         if not len(keep) or not len(others):
-            return np.full(len(others), np.inf), np.full(len(others), np.inf)
+            return np.full(len(others), np.inf), np.full(len(others), np.inf) if ratios else None
         y = np.asarray(scores, np.float64)[keep]
         f, b = self.factors[rows[keep]].astype(np.float64), self.bias[rows[keep]].astype(np.float64)
-        own = self.fingerprint(f, b, y)
-        p = self.probabilities(np.vstack([own[None], others]), f, b)  # (1 + N, n)
-        q = np.clip(p, 1e-9, 1.0 - 1e-9)
-        loglik = (y[None] * np.log(q) + (1.0 - y[None]) * np.log1p(-q)).sum(1)
-        ratio = np.maximum(2.0 * (loglik[0] - loglik[1:]), 0.0)
-        miss = y[None] * (1.0 - p[1:]) + (1.0 - y[None]) * p[1:]  # (N, n)
+        p = self.probabilities(others, f, b)  # (N, n)
+        ratio = None
+        if ratios:
+            own = self.probabilities(self.fingerprint(f, b, y)[None], f, b)
+            q = np.clip(np.vstack([own, p]), 1e-9, 1.0 - 1e-9)
+            loglik = (y[None] * np.log(q) + (1.0 - y[None]) * np.log1p(-q)).sum(1)
+            ratio = np.maximum(2.0 * (loglik[0] - loglik[1:]), 0.0)
+        miss = p * (1.0 - 2.0 * y[None]) + y[None]  # (N, n): y (1 - p) + (1 - y) p
         if other_tasks is None:
-            covered = np.ones_like(miss)
+            distance = miss.mean(1)
         else:
             tasks = [query_tasks[i] or "" for i in keep]
             code = {t: c for c, t in enumerate(sorted(set(tasks)))}
             task_code = np.fromiter((code[t] for t in tasks), dtype=np.int64, count=len(tasks))
-            holds = np.zeros((len(others), len(code)), np.float64)  # (N, tasks of these answers)
-            for j, held in enumerate(other_tasks):
-                holds[j, [code[t] for t in {t or "" for t in held} if t in code]] = 1.0
-            covered = holds[:, task_code]  # (N, n)
-        n = covered.sum(1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            distance = np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
-        return distance, np.where(np.isfinite(distance), ratio, np.inf)
+            kinds: dict[frozenset, int] = {}  # a pool has few distinct task sets: one coverage row each
+            kind_of = np.fromiter((kinds.setdefault(frozenset(t or "" for t in held), len(kinds)) for held in other_tasks),
+                                  dtype=np.int64, count=len(other_tasks))
+            holds = np.zeros((len(kinds), len(code)), np.float64)
+            for held, k in kinds.items():
+                holds[k, [code[t] for t in held if t in code]] = 1.0
+            covered = holds[:, task_code][kind_of]  # (N, n)
+            n = covered.sum(1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                distance = np.where(n > 0, (miss * covered).sum(1) / np.maximum(n, 1), np.inf)
+        return distance, (np.where(np.isfinite(distance), ratio, np.inf) if ratios else None)
 
     @property
     def same_model_ratio(self) -> float:

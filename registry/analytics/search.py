@@ -470,7 +470,8 @@ def _index_table(evals, models: EmbeddedModels):
 
 
 def _answers_against(evals, table, query: str, thetas: np.ndarray, names: list[str], task_of: dict, *,
-                     tasks: dict | None = None, max_answers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     tasks: dict | None = None, max_answers: int | None = None,
+                     ratios: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """(answer distances, likelihood ratios) of `query`'s recorded answers against the fingerprints
     `thetas` of `names` (`ItemTable.answer_evidence`)."""
     from encoder.fingerprint import MAX_ANSWERS
@@ -479,7 +480,8 @@ def _answers_against(evals, table, query: str, thetas: np.ndarray, names: list[s
     tasks = evals.task_sets(names) if tasks is None else tasks
     q = qids.tolist()
     return table.answer_evidence(thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
-                                 other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS)
+                                 other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS,
+                                 ratios=ratios)
 
 
 ANSWER_MATRIX_MAX = 500  # clusters by answer distance up to this many models (n^2 x 1,024 predictions)
@@ -502,7 +504,7 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
     task_of, tasks = evals.task_of(), evals.task_sets(names)
     d = np.stack([_answers_against(evals, table, name, thetas, names, task_of, tasks=tasks,
-                                   max_answers=ANSWER_MATRIX_ANSWERS)[0] for name in names])
+                                   max_answers=ANSWER_MATRIX_ANSWERS, ratios=False)[0] for name in names])
     d = np.where(np.isfinite(d), d, 1.0)
     d = (d + d.T) / 2.0
     np.fill_diagonal(d, 0.0)
