@@ -13,8 +13,10 @@ id), then:
    add-model does for one model);
 4. search speed by vector kind: the FAISS index alone (`ModelIndex.neighbours`, k = 5, p50 over 50 models
    after a warm-up), `similar(NAME, by=...)` in-process (p50 of 5 runs after a warm-up; by="fingerprint"
-   includes the agreement re-ranking of its 20 candidates) and a fresh
-   `python -m cli.main search NAME --by KIND --json` process (imports included).
+   includes the answer re-ranking of its 200 candidates) and a fresh
+   `python -m cli.main search NAME --by KIND --json` process (imports included);
+5. up to 1,000 models, `clusters` by each kind (the second of two runs; by fingerprint it clusters answer
+   distances up to 500 models, the identity distance beyond).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 ENCODER_ID = "bench-encoder"
+CLUSTER_SIZES_UP_TO = 1000  # `clusters` is timed up to this pool size (its distance matrix is n x n)
 
 
 def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
@@ -104,6 +107,14 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
             out[f"{kind}_fresh"] = time.perf_counter() - t
             if run.returncode != 0:
                 raise SystemExit(run.stderr)
+        # clusters (second of two runs): by fingerprint they read answer distances up to ANSWER_MATRIX_MAX models
+        if n_models <= CLUSTER_SIZES_UP_TO:
+            for kind in ("locus", "fingerprint"):
+                for _ in range(2):
+                    t = time.perf_counter()
+                    result = reg.clusters(by=kind)
+                    out[f"{kind}_clusters"] = time.perf_counter() - t
+                out[f"{kind}_clusters_metric"] = result.metric
         return out
 
 
@@ -124,15 +135,18 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print("| models | evaluations | fit item table s | every fingerprint column, one transaction s | one add-model's "
           "column s | index p50 ms: locus / fingerprint | similar() p50 ms: locus / fingerprint | fresh CLI search s: "
-          "locus / fingerprint | copy's first neighbour is its original: locus / fingerprint |")
-    print("|---:|---:|---:|---:|---:|---|---|---|---|")
+          "locus / fingerprint | copy's first neighbour is its original: locus / fingerprint | clusters s: locus / "
+          "fingerprint (distance) |")
+    print("|---:|---:|---:|---:|---:|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         r = one(n, args.evals_per_model, args.queries)
         print(f"| {r['models']} | {r['evals']} | {r['fit']:.1f} | {r['column']:.1f} ({r['written']} models) | "
               f"{r['added']:.2f} | {1000 * r['locus_index']:.2f} / {1000 * r['fingerprint_index']:.2f} | "
               f"{1000 * r['locus_similar']:.0f} / {1000 * r['fingerprint_similar']:.0f} | "
               f"{r['locus_fresh']:.1f} / {r['fingerprint_fresh']:.1f} | "
-              f"{r['locus_first'] == r['original']} / {r['fingerprint_first'] == r['original']} |", flush=True)
+              f"{r['locus_first'] == r['original']} / {r['fingerprint_first'] == r['original']} | "
+              + (f"{r['locus_clusters']:.2f} / {r['fingerprint_clusters']:.2f} ({r['fingerprint_clusters_metric']}) |"
+                 if "locus_clusters" in r else "- |"), flush=True)
 
 
 if __name__ == "__main__":
