@@ -196,17 +196,18 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
 
     by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
     (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
-    max(4k, 200) nearest of the index are then re-ranked by answer distance (`behaviour_distance`: how
-    often the model's recorded answers would disagree with what the neighbour's fingerprint predicts on
-    those queries, over the tasks the neighbour was evaluated on; see `_answer_distances`): the index's
+    max(4k, 200) nearest of the index are then re-ranked by the model's recorded answers (`answer_key`):
+    first those whose fingerprint could have produced them (`same_model`: a copy), then the rest by
+    answer distance (`behaviour_distance`: how often the answers would disagree with what the neighbour's
+    fingerprint predicts on those queries, over the tasks the neighbour was evaluated on). The index's
     distance also counts the probe queries of tasks a model never answered (a function-calling model's
     extrapolated maths answers), weighs confident answers most (it is in logits), and summarises a model
     the item table was not fitted on in directions fitted to the others. Excess agreement on the queries
-    both answered (`agreement_kappa`, `shared_queries`) is reported beside it; it ranked these before and found a model's behavioural
-    neighbours less often (docs/results/scorecard.md, "search from a model"). by="locus": the LOCUS
-    embedding (cosine by default). Each neighbour says which vector answered (`vector`). Models
-    embedded from fewer than `min_evals` evaluations come after the others (registry.evidence); those
-    that this pushed out of the k are appended to `left_out`."""
+    both answered (`agreement_kappa`, `shared_queries`) is reported beside; it ranked these before and
+    found a model's behavioural neighbours less often (docs/results/scorecard.md, "search from a model").
+    by="locus": the LOCUS embedding (cosine by default). Each neighbour says which vector answered
+    (`vector`). Models embedded from fewer than `min_evals` evaluations come after the others
+    (registry.evidence); those that this pushed out of the k are appended to `left_out`."""
     return _answer(store, query, k=k, metric=metric, where=where, by=by, open_store=open_store,
                    min_evals=min_evals, left_out=left_out)[1]
 
@@ -294,12 +295,12 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
                            for name, dist in hits], thin, k, left_out)
     evals = _evaluations(models, open_store)
     candidates = [name for name, _ in hits]
-    behaviour = _answer_distances(evals, models, query, candidates)
-    ranked = behaviour_order(hits, [behaviour.get(name) for name in candidates])
+    keys = _answer_keys(evals, models, query, candidates)
+    ranked = behaviour_order(hits, [keys.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(),
-                                 behaviour_distance=behaviour[name][2] if name in behaviour else None,
-                                 same_model=behaviour[name][0] == 0 if name in behaviour else None,
+                                 behaviour_distance=keys[name][2] if name in keys else None,
+                                 same_model=keys[name][0] == 0 if name in keys else None,
                                  **_evidence(models, name))
                        for name, dist in ranked], thin, k, left_out)
     agreement = _agreement(evals, query, [hit.name for hit in kept])  # shown beside, for the shared queries
@@ -437,12 +438,10 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _answer_distances(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple]:
-    """name -> its ranking key from `query`, (0, likelihood ratio) for a model whose fingerprint could
-    have produced the query model's answers (`ItemTable.answer_evidence`: a copy, a re-served endpoint),
-    else (1, answer distance); the answer distance is the query model's recorded answers against what the
-    model's fingerprint (from the index) predicts on those queries, over the tasks it was evaluated on.
-    Empty when the index's item table is not the active one; without the names that share no task."""
+def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple]:
+    """name -> its `answer_key` from `query`: the query model's recorded answers against what the named
+    model's fingerprint (from the index) predicts on those queries (`ItemTable.answer_evidence`). Empty
+    when the index's item table is not the active one; without the names that share no task."""
     table = _index_table(evals, models)
     if table is None or not names:
         return {}
@@ -496,6 +495,8 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
     pool is larger than ANSWER_MATRIX_MAX."""
     if len(names) > ANSWER_MATRIX_MAX:
         return None
+    if not names:
+        return np.zeros((0, 0))
     models = open_index(store, by="fingerprint")
     evals = _evaluations(models, lambda: _as_store(store))
     table = _index_table(evals, models)

@@ -555,7 +555,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         nn_id = nearest(identity)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
         # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them, by the
-        # model's recorded answers against the candidates' fingerprints (registry.analytics.search._answer_distances)
+        # model's recorded answers against the candidates' fingerprints (registry.analytics.search._answer_keys)
         for i in members:
             candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
             queries = data.query_index[own[i]]
