@@ -31,8 +31,6 @@ class StoreView:
     answered by the saved index never opens it), the active encoder, the indexes, query vectors (stored
     ones by text hash, the rest encoded now), and aliases."""
 
-    memory_only = False  # True for a view that must not read the home (the service's event loop)
-
     def __init__(self, home: Path, store: "Store | None" = None) -> None:
         self.home = home
         self._store = store
@@ -265,7 +263,6 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     prints = view.fingerprints() if blended or (fallback and by != "locus") else None
     table = view.item_table(active.encoder_id) if blended and prints is not None else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
-                 table=table, rank=None if cost is None else cost.rank, open_store=lambda: view.store,
-                 kept_only=view.memory_only)
+                 table=table, rank=None if cost is None else cost.rank)
     out = out if cost is None else cost.annotate(out)
     return (out[0] if single else out), encoded

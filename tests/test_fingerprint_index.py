@@ -143,39 +143,6 @@ def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
     assert {f.by for f in reg.route("What is 7 times 8?", fallback=2, by="locus").fallbacks} == {"locus"}
 
 
-def test_route_fallbacks_are_the_top_models_neighbours_as_search_ranks_them(reg):
-    import registry.analytics.search as search
-
-    search._ANSWER_ORDERS.clear()
-    decision = reg.route("What is 7 times 8?", fallback=3)
-    top = decision.ranking[0].name
-    assert [f.name for f in decision.fallbacks] == [h.name for h in reg.similar(top, k=3).neighbours]
-    assert len(search._ANSWER_ORDERS) == 1  # kept for the next route to the same top model
-    again = reg.route("What is 7 times 8?", fallback=3)
-    assert [f.name for f in again.fallbacks] == [f.name for f in decision.fallbacks] and len(search._ANSWER_ORDERS) == 1
-    excluded = reg.route("What is 7 times 8?", fallback=3, exclude=[decision.fallbacks[0].name])
-    if excluded.ranking[0].name == top:  # the same top model, one candidate fewer: the rest keep their order
-        assert [f.name for f in excluded.fallbacks][:2] == [f.name for f in decision.fallbacks][1:]
-
-
-def test_the_services_event_loop_answers_fallbacks_only_from_a_kept_order(reg):
-    """The memory-only route never reads evaluations: without the fallbacks' order kept it hands the
-    request to the pool, which computes and keeps it; then the event loop answers alike."""
-    import registry.analytics.search as search
-    from registry.service.settings import ServiceSettings
-    from registry.service.state import WarmState
-
-    state = WarmState(ServiceSettings(home=reg.home))
-    options = dict(k=3, exclude=[], where=None, fallback=3)
-    texts = ["What is 7 times 8?"]
-    computed, _ = state.route(texts, **options)  # the pool's path: encodes the text, keeps the order
-    search._ANSWER_ORDERS.clear()
-    assert state.route_from_memory(texts, **options) is None
-    state.route(texts, **options)
-    answered = state.route_from_memory(texts, **options)
-    assert answered is not None and [d.model_dump() for d in answered] == [d.model_dump() for d in computed]
-
-
 def test_clusters_of_fingerprints_read_answer_distances_up_to_a_pool_size(reg, monkeypatch):
     """Each pair's distance is the mean of its two answer distances (the same figure search ranks by);
     a pool beyond ANSWER_MATRIX_MAX clusters by the index's identity distance, and says so."""

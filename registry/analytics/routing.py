@@ -93,17 +93,13 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
            fallback: int, by: str | None = None, prints=None, min_evals: int = 0,
-           table=None, rank=None, open_store=None, kept_only: bool = False) -> "list[RouteDecision]":
+           table=None, rank=None) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) (`p_correct`, from
     the query vectors `phi` (Q, D) in one pass), and the top model's nearest candidates as fallbacks,
     from the fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint)
     else LOCUS; in both, models embedded from fewer than `min_evals` evaluations come after the others.
     `rank(p, rows)`, when given, is what the candidates are sorted by instead of P(correct) (a cost
-    trade-off, registry.analytics.cost.TradeOff.rank). By fingerprint, with `open_store` (the store's
-    opener, for the evaluations), the fallbacks are the index's nearest ranked as `registry search TOP`
-    ranks them (registry.analytics.search.answer_order; `kept_only`: only an order already kept, else
-    OrderNotKept), else the index's nearest."""
-    from registry.analytics.search import BEHAVIOUR_CANDIDATES, answer_order
+    trade-off, registry.analytics.cost.TradeOff.rank)."""
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -136,15 +132,8 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                 candidates = {names[r] for r in rows} - {names[top]}
                 allowed = np.asarray([i for i, n in enumerate(prints.index.names) if n in candidates], np.int64)
                 prints_rows[names[top]] = allowed
-            wanted = fallback + len(thin)
-            if open_store is not None:
-                wanted = max(wanted, BEHAVIOUR_CANDIDATES)
-            hits = prints.index.search(prints.index.vector(names[top]), wanted, metric="euclidean",
+            hits = prints.index.search(prints.index.vector(names[top]), fallback + len(thin), metric="euclidean",
                                        allowed=allowed) if len(allowed) else []
-            if open_store is not None and hits:
-                distance_of = dict(hits)
-                hits = [(r, distance_of[r]) for r in answer_order(prints, names[top], [r for r, _ in hits], open_store,
-                                                                  kept_only=kept_only)]
             hits, pushed = demote_thin(hits, lambda hit: prints.index.names[hit[0]] in thin, fallback)
             left_out += [prints.index.names[r] for r, _ in pushed if prints.index.names[r] not in left_out]
             fallbacks = [Fallback(name=prints.index.names[r], by="fingerprint", distance=d,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "fingerprint_neighbours", "answer_distance_matrix",
-           "answer_key", "answer_order", "OrderNotKept", "ANSWER_MATRIX_MAX"]
+           "answer_key", "ANSWER_MATRIX_MAX"]
 
 
 class _Records(Mapping):
@@ -340,39 +340,6 @@ def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
     if name not in prints.names:
         return []
     return [n for n, _ in prints.neighbours(name, k, metric="euclidean")]
-
-
-_ANSWER_ORDERS: dict[tuple, list[int]] = {}  # (home, generation, model, candidate rows) -> their order
-_ANSWER_ORDERS_MAX = 1024
-
-
-class OrderNotKept(Exception):
-    """`answer_order(..., kept_only=True)` has no kept order for these rows: it would read evaluations."""
-
-
-def answer_order(prints: EmbeddedModels, query: str, rows: list[int], open_store: "Callable[[], Store]", *,
-                 kept_only: bool = False) -> list[int]:
-    """`rows` of the fingerprint index (nearest first) in the order a search from `query` ranks them
-    (`answer_key`); unchanged when the index's item table is not the active one. A router asks the same
-    of its top model again and again: the order is kept per generation of the home (not while a
-    transaction is open). `kept_only`: raise OrderNotKept rather than read (the service's event loop)."""
-    from indexing.home import generation
-
-    home = prints.index.home
-    token = generation(home) if home is not None else None
-    key = (str(home), token, query, tuple(rows))
-    if token is not None and key in _ANSWER_ORDERS:
-        return list(_ANSWER_ORDERS[key])
-    if kept_only:
-        raise OrderNotKept(query)
-    names = [prints.index.names[r] for r in rows]
-    keys = _answer_keys(_evaluations(prints, open_store), prints, query, names)
-    order = behaviour_order(list(rows), [keys.get(n) for n in names])
-    if token is not None:
-        if len(_ANSWER_ORDERS) >= _ANSWER_ORDERS_MAX:
-            _ANSWER_ORDERS.pop(next(iter(_ANSWER_ORDERS)))
-        _ANSWER_ORDERS[key] = order
-    return list(order)
 
 
 def behaviour_order(hits: list, keys: list) -> list:

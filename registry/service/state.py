@@ -312,13 +312,12 @@ class WarmState(StoreView):
         snap = self.current()
         if snap is None or snap.models is None or snap.active is None:
             return None
-        from registry.analytics.search import OrderNotKept
         from registry.operations import route
 
         try:
             return route(_FromMemory(self, snap), texts, k=k, exclude=exclude, where=None, fallback=fallback,
                          by=by, min_evals=min_evals, **trade_off)[0]
-        except (_NotInMemory, OrderNotKept):  # the pool computes it (and keeps the fallbacks' order)
+        except _NotInMemory:
             return None
 
 
@@ -328,8 +327,6 @@ class _NotInMemory(Exception):
 
 class _FromMemory(StoreView):
     """One loaded snapshot and the in-memory texts, nothing else: for answers on the event loop."""
-
-    memory_only = True
 
     def __init__(self, state: WarmState, snap: Snapshot) -> None:
         super().__init__(state.home, state._store)
