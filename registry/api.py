@@ -382,8 +382,8 @@ class Registry:
         return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
 
-    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
-              seed: int = 0) -> DriftReport:
+    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
+              permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftReport:
         """Whether the newest version of a model behaves like its earlier ones: the audit's calibrated
         tests on the queries both answered, else the behaviour-fingerprint distance against the model's
         own resampling spread (see `registry.analytics.drift`). One version: "nothing to compare"."""
@@ -392,8 +392,8 @@ class Registry:
         return drift(self.store, self.resolve(name), alpha=alpha, max_noise=max_noise, permutations=permutations,
                      seed=seed)
 
-    def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
-                      seed: int = 0) -> DriftRun:
+    def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
+                      permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftRun:
         """`drift` of every model given a version since the last such run (`audit --drift`, for CI); the
         evaluation_log rows the run read are kept as `last_drift_log_rows` (and its time as `last_drift_run`)
         in the home's config.json."""

@@ -195,8 +195,8 @@ class RegistryClient:
             params["by"] = by
         return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
 
-    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, permutations: int = DRIFT_PERMUTATIONS,
-              seed: int = 0) -> DriftReport:
+    def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
+              permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftReport:
         params = {"alpha": alpha, "max_noise": max_noise, "permutations": permutations, "seed": seed}
         return DriftReport.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/drift", params=params))
 

@@ -150,7 +150,8 @@ def _answers_of(j: int, idx, fallback, pool) -> np.ndarray:
 
 def run_dataset(name: str, disjoint_models: int, disjoint_queries: int, seed: int = 0) -> dict:
     from registry.analytics.audit_stats import calibrate
-    from registry.analytics.drift import PERMUTATIONS, FingerprintItems, judge
+    from registry.analytics.drift import FingerprintItems, judge
+    from registry.defaults import DRIFT_PERMUTATIONS
 
     started = time.perf_counter()
     pool, vectors = load(name)
@@ -188,7 +189,7 @@ def run_dataset(name: str, disjoint_models: int, disjoint_queries: int, seed: in
                     b_pick = np.sort(case_rng.permutation(b_pick)[:disjoint_queries])
                     before_rows, after_rows = (idx[a_pick], y[a_pick]), (idx[b_pick], after[b_pick])
                 out = judge(cal, model, before_rows, after_rows, items=items, calibrated_rows={model: (idx, y)},
-                            permutations=PERMUTATIONS, seed=seed)
+                            permutations=DRIFT_PERMUTATIONS, seed=seed)
                 deciding = min(out["tests"], key=lambda t: t.p_value).test if out["tests"] else None
                 cases.append({"model": model, "variant": variant, "setting": setting, "moved": out["moved"],
                               "status": out["status"], "changed": float(np.abs(after - y).mean()),

@@ -56,6 +56,22 @@ def test_audit_and_drift_refuse_a_level_outside_0_1_alike(tmp_path, run):
     assert caught.value.problem == "max_noise must be in (0, 1); got 0.0"
 
 
+def test_audit_and_drift_refuse_a_count_as_every_count_is_refused(tmp_path):
+    """The audit's k and drift's permutations go through check_count: a bool or a float is no count."""
+    from indexing.store import Store
+    from registry.analytics.audit import audit
+    from registry.analytics.drift import drift
+
+    store = Store(tmp_path / "home")
+    for value in (True, 2.0, 0):
+        with pytest.raises(InputError) as caught:
+            audit(store, k=value)
+        assert caught.value.problem == f"k must be an integer of at least 1, not {value!r}" and caught.value.field == "k"
+    with pytest.raises(InputError) as caught:
+        drift(store, "x", permutations=18)
+    assert caught.value.problem == "permutations must be an integer of at least 19, not 18"
+
+
 def test_every_face_of_audit_and_drift_has_the_defaults_of_registry_defaults():
     """The library, the client, HTTP and the CLI default alpha, max_noise and permutations alike (the
     CLI spells them out so that `registry --help` does not import the registry package)."""

@@ -34,7 +34,7 @@ import numpy as np
 from indexing.home import generation as _generation
 from indexing.store import QUERIES, Store
 from registry.analytics.audit_stats import Calibration, PoolEvals, calibrate, evidence, holm_level, label, prefer_best_match
-from registry.checks import check_fraction
+from registry.checks import check_count, check_fraction
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE
 from registry.errors import InputError, RegistryError
 from registry.results import AuditCalibration, AuditEvidence, AuditPair, AuditReport
@@ -88,8 +88,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     started = time.perf_counter()
     if metric not in METRICS:
         raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
-    if not isinstance(k, int) or k < 1:
-        raise InputError(f"k must be a whole number of at least 1, not {k!r}", field="k")
+    k = check_count(k, "k", 1)
     alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
     models = open_index(store)
     names = models.index.names

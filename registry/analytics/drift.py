@@ -23,7 +23,8 @@ directions alike, and no more than a re-run does. The tests, each from the audit
   draws), and the audit's homogeneity test.
 
 "moved" when any test run has p <= alpha / (tests run) (Bonferroni): an unchanged model raises a false
-alarm with probability at most alpha. One alpha for every pool (`ALPHA`); nothing is tuned per data set.
+alarm with probability at most alpha. One alpha for every pool (`registry.defaults.AUDIT_ALPHA`); nothing is
+tuned per data set.
 What no test on answers can see: a change that moves answers symmetrically, in the amount a re-run
 does, where the model is unsure (e.g. a small share of answers from a model of the same task profile).
 """
@@ -37,14 +38,13 @@ import numpy as np
 from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
 from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
 from registry.catalog.rows import read_evaluations
-from registry.checks import check_fraction
+from registry.checks import check_count, check_fraction
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
-from registry.errors import InputError, NotFoundError
+from registry.errors import NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
-__all__ = ["drift", "drift_refined", "judge", "ALPHA", "PERMUTATIONS", "MARKER_KEY", "MARKER_ROWS_KEY"]
+__all__ = ["drift", "drift_refined", "judge", "MARKER_KEY", "MARKER_ROWS_KEY"]
 
-ALPHA, MAX_NOISE, PERMUTATIONS = AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS  # the audit's (registry.defaults)
 MARKER_KEY = "last_drift_run"  # config.json: when `audit --drift` last ran
 MARKER_ROWS_KEY = "last_drift_log_rows"  # config.json: the evaluation_log rows it had read (see drift_refined)
 
@@ -87,8 +87,8 @@ def _fingerprint_test(items: FingerprintItems, ia, ya, ib, yb, *, permutations: 
 
 
 def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray],
-          *, alpha: float = ALPHA, max_noise: float = MAX_NOISE, items: FingerprintItems | None = None,
-          calibrated_rows: dict | None = None, permutations: int = PERMUTATIONS, seed: int = 0) -> dict:
+          *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE, items: FingerprintItems | None = None,
+          calibrated_rows: dict | None = None, permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> dict:
     """The drift decision from evaluations alone (no store): `before` / `after` are (query index into
     `cal`'s queries, sorted and unique; score). Returns DriftReport's fields other than the versions'."""
     ia, ya = before
@@ -194,17 +194,15 @@ def _items(store: Store, cal: Calibration, idx: np.ndarray) -> FingerprintItems 
     return FingerprintItems(table, idx, f, b)
 
 
-def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
-          permutations: int = PERMUTATIONS, seed: int = 0) -> DriftReport:
+def drift(store: Store, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
+          permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftReport:
     """Compare the newest version of `name` with its earlier ones (see the module docstring)."""
     from registry.analytics.audit import CALIBRATION_DIR, model_rows, pool_evaluations
     from registry.analytics.audit_stats import calibrate
 
     started = time.perf_counter()
     alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
-    if not isinstance(permutations, int) or permutations < 19:
-        raise InputError(f"permutations must be a whole number of at least 19, not {permutations!r}",
-                         field="permutations")
+    permutations = check_count(permutations, "permutations", 19)
     live = store.read(MODELS, ["name"]).column("name").to_pylist()
     if name not in live:
         raise NotFoundError.model(name, live)
@@ -243,8 +241,8 @@ def drift(store: Store, name: str, *, alpha: float = ALPHA, max_noise: float = M
                        seconds=time.perf_counter() - started)
 
 
-def drift_refined(store: Store, *, alpha: float = ALPHA, max_noise: float = MAX_NOISE,
-                  permutations: int = PERMUTATIONS, seed: int = 0) -> DriftRun:
+def drift_refined(store: Store, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
+                  permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftRun:
     """Drift of every live model with evaluation_log rows since the last run (all of them on the first
     run), so a model that moved alarms once.
 
