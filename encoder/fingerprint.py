@@ -219,17 +219,21 @@ class ItemTable:
         the table was not fitted on is summarised in directions that describe the others; its answers
         are the evidence itself, and raw disagreement is what "behaves alike" means
         (docs/results/scorecard.md, "search from a model")."""
-        return self.answer_evidence(others, query_ids, scores, query_tasks=query_tasks, other_tasks=other_tasks,
-                                    max_answers=max_answers, ratios=False)[0]
+        return self._answers(others, query_ids, scores, query_tasks, other_tasks, max_answers, ratios=False)[0]
 
     def answer_evidence(self, others: np.ndarray, query_ids, scores, *, query_tasks=None, other_tasks=None,
-                        max_answers: int = MAX_ANSWERS, ratios: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+                        max_answers: int = MAX_ANSWERS) -> tuple[np.ndarray, np.ndarray]:
         """(`answer_distances`, ratios (N,)): the likelihood ratio 2 (l(own) - l(other)) of the sampled
         answers under their own fingerprint (`fingerprint` of them) against under each other's; below
-        `same_model_ratio` the other could have produced them (+inf where it covers none of their tasks;
-        None when not asked for: they cost a solve of the answers' own fingerprint).
+        `same_model_ratio` the other could have produced them (+inf where it covers none of their tasks).
         The expected disagreement rewards a confident model that leans the answers' way, and can rank
         one before the answers' own model; the likelihood does not."""
+        return self._answers(others, query_ids, scores, query_tasks, other_tasks, max_answers, ratios=True)
+
+    def _answers(self, others, query_ids, scores, query_tasks, other_tasks, max_answers: int, *,
+                 ratios: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """`answer_evidence`; without `ratios` the ratios are None (they cost a solve of the answers' own
+        fingerprint)."""
         rows = np.fromiter((self._row.get(q, -1) for q in query_ids), dtype=np.int64, count=len(query_ids))
         keep = np.flatnonzero(rows >= 0)
         if len(keep) > max_answers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
@@ -49,6 +49,7 @@ class VectorIndex:
     table_version: int
     kind: str  # "flat" or "hnsw"
     _indexes: dict
+    _rows: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)  # made on first use
 
     @classmethod
     def build(cls, encoder_id: str, names: list[str], vectors: np.ndarray, *, table_version: int,
@@ -75,12 +76,11 @@ class VectorIndex:
     def row(self, name: str) -> int:
         """The row of `name` (ValueError when absent), by a map made on first use: `names.index` is a scan,
         and a search from a model asks it for every candidate."""
-        rows = self.__dict__.get("_rows")
-        if rows is None or len(rows) != len(self.names):
-            rows = self.__dict__["_rows"] = {n: i for i, n in enumerate(self.names)}
-        if name not in rows:
+        if self._rows is None:
+            self._rows = {n: i for i, n in enumerate(self.names)}
+        if name not in self._rows:
             raise ValueError(f"{name!r} is not in the index")
-        return rows[name]
+        return self._rows[name]
 
     # ------------------------------------------------------------ persistence
     @staticmethod

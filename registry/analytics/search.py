@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "fingerprint_neighbours", "answer_distance_matrix",
-           "answer_key", "ANSWER_MATRIX_MAX"]
+           "answer_keys", "ANSWER_MATRIX_MAX"]
 
 
 class _Records(Mapping):
@@ -196,7 +196,7 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
 
     by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
     (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
-    max(4k, 200) nearest of the index are then re-ranked by the model's recorded answers (`answer_key`):
+    max(4k, 200) nearest of the index are then re-ranked by the model's recorded answers (`answer_keys`):
     first those whose fingerprint could have produced them (`same_model`: a copy), then the rest by
     answer distance (`behaviour_distance`: how often the answers would disagree with what the neighbour's
     fingerprint predicts on those queries, over the tasks the neighbour was evaluated on). The index's
@@ -439,24 +439,31 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
 
 
 def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple]:
-    """name -> its `answer_key` from `query`: the query model's recorded answers against what the named
+    """name -> its key from `query` (`answer_keys`): the query model's recorded answers against what the named
     model's fingerprint (from the index) predicts on those queries (`ItemTable.answer_evidence`). Empty
     when the index's item table is not the active one; without the names that share no task."""
     table = _index_table(evals, models)
     if table is None or not names:
         return {}
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
-    d, ratio = _answers_against(evals, table, query, thetas, names, evals.task_of())
+    _, qids, scores = evals.read([query])
+    task_of, tasks = evals.task_of(), evals.task_sets(names)
+    q = qids.tolist()
+    keys = answer_keys(table, thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
+                       other_tasks=[tasks[n] for n in names])
+    return {n: key for n, key in zip(names, keys) if key is not None}
+
+
+def answer_keys(table, others: np.ndarray, query_ids, scores, *, query_tasks, other_tasks) -> list[tuple | None]:
+    """How a search from a model orders each of `others` ((N, r + 1) fingerprints), given the model's
+    recorded answers (`ItemTable.answer_evidence`): (0, likelihood ratio, distance) for one that could
+    have produced them (a copy: first, the likeliest first), else (1, answer distance, distance); None
+    for one sharing no task with it. The last element is the answer distance (`behaviour_distance`)."""
+    distance, ratio = table.answer_evidence(others, query_ids, scores, query_tasks=query_tasks,
+                                            other_tasks=other_tasks)
     same_below = table.same_model_ratio
-    return {n: answer_key(x, r, same_below) for n, x, r in zip(names, d, ratio) if np.isfinite(x)}
-
-
-def answer_key(distance: float, ratio: float, same_below: float) -> tuple[int, float, float]:
-    """How a search from a model orders one candidate: those that could have produced its answers
-    (likelihood ratio below `same_below`) first, by that ratio; then the rest by answer distance. The
-    last element is the answer distance itself (`Neighbour.behaviour_distance`)."""
-    same = ratio < same_below
-    return (0 if same else 1, float(ratio) if same else float(distance), float(distance))
+    return [None if not np.isfinite(d) else (0, float(r), float(d)) if r < same_below else (1, float(d), float(d))
+            for d, r in zip(distance, ratio)]
 
 
 def _index_table(evals, models: EmbeddedModels):
@@ -466,21 +473,6 @@ def _index_table(evals, models: EmbeddedModels):
     active = evals.active_encoder()
     table = load_item_table(evals, active) if active else None  # reads only files under evals.home
     return table if table is not None and table.table_id == models.index.encoder_id else None
-
-
-def _answers_against(evals, table, query: str, thetas: np.ndarray, names: list[str], task_of: dict, *,
-                     tasks: dict | None = None, max_answers: int | None = None,
-                     ratios: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """(answer distances, likelihood ratios) of `query`'s recorded answers against the fingerprints
-    `thetas` of `names` (`ItemTable.answer_evidence`)."""
-    from encoder.fingerprint import MAX_ANSWERS
-
-    _, qids, scores = evals.read([query])
-    tasks = evals.task_sets(names) if tasks is None else tasks
-    q = qids.tolist()
-    return table.answer_evidence(thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
-                                 other_tasks=[tasks[n] for n in names], max_answers=max_answers or MAX_ANSWERS,
-                                 ratios=ratios)
 
 
 ANSWER_MATRIX_MAX = 500  # clusters by answer distance up to this many models (n^2 x 1,024 predictions)
@@ -504,8 +496,15 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
         return None
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
     task_of, tasks = evals.task_of(), evals.task_sets(names)
-    d = np.stack([_answers_against(evals, table, name, thetas, names, task_of, tasks=tasks,
-                                   max_answers=ANSWER_MATRIX_ANSWERS, ratios=False)[0] for name in names])
+    held = [tasks[n] for n in names]
+
+    def row(name: str) -> np.ndarray:
+        _, qids, scores = evals.read([name])
+        q = qids.tolist()
+        return table.answer_distances(thetas, q, scores, query_tasks=[task_of.get(x) for x in q], other_tasks=held,
+                                      max_answers=ANSWER_MATRIX_ANSWERS)
+
+    d = np.stack([row(name) for name in names])
     d = np.where(np.isfinite(d), d, 1.0)
     d = (d + d.T) / 2.0
     np.fill_diagonal(d, 0.0)

@@ -460,7 +460,7 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     from the model (`registry search NAME --where ...`: the index's nearest re-ranked by
     answer distance); clusters as `registry clusters` makes them (answer distances) against family."""
     from indexing.model_index import ModelIndex
-    from registry.analytics.search import (BEHAVIOUR_CANDIDATES, answer_distance_matrix, answer_key, behaviour_order,
+    from registry.analytics.search import (BEHAVIOUR_CANDIDATES, answer_distance_matrix, answer_keys, behaviour_order,
                                            similar)
 
     index = ModelIndex.open(store, by="fingerprint")
@@ -482,13 +482,11 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
             found = index.search(copies[m], len(allowed), metric="euclidean", allowed=allowed)
             hits = [index.names[r] for r, _ in found]
             ranks.append(hits.index(data.models[m]) + 1)
-            # a search from the copy as `registry search` ranks its index's nearest (answer_key)
+            # a search from the copy as `registry search` ranks its index's nearest (answer_keys)
             near = [int(np.flatnonzero(allowed == r)[0]) for r, _ in found[:BEHAVIOUR_CANDIDATES]]
             queries = data.query_index[sets[m]]
-            d, ratio = table.answer_evidence(thetas[near], [data.query_ids[q] for q in queries], data.scores[sets[m]],
-                                             query_tasks=[data.tasks[q] for q in queries],
-                                             other_tasks=[tasks[view[j]] for j in near])
-            keys = [answer_key(x, r, table.same_model_ratio) if np.isfinite(x) else None for x, r in zip(d, ratio)]
+            keys = answer_keys(table, thetas[near], [data.query_ids[q] for q in queries], data.scores[sets[m]],
+                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[view[j]] for j in near])
             copy_first.append(view[behaviour_order(near, keys)[0]] == m)
     ranks = np.asarray(ranks)
     raw_near = nearest(raw_d, 3)
@@ -532,7 +530,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
     fold_of = np.empty(data.n_models, np.int64)
     fold_of[rng.permutation(data.n_models)] = np.arange(data.n_models) % folds
     raw_near = nearest(raw_d, 3)
-    from registry.analytics.search import BEHAVIOUR_CANDIDATES, answer_key, behaviour_order
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES, answer_keys, behaviour_order
 
     ranks, hits, identity_hits, search_hits = [], [], [], []
     tasks = _tasks_of(data, own)
@@ -555,14 +553,12 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         nn_id = nearest(identity)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
         # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them, by the
-        # model's recorded answers against the candidates' fingerprints (registry.analytics.search._answer_keys)
+        # model's recorded answers against the candidates' fingerprints (registry.analytics.search.answer_keys)
         for i in members:
             candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
             queries = data.query_index[own[i]]
-            d, ratio = fitted.answer_evidence(thetas[candidates], [data.query_ids[q] for q in queries],
-                                              data.scores[own[i]], query_tasks=[data.tasks[q] for q in queries],
-                                              other_tasks=[tasks[j] for j in candidates])
-            keys = [answer_key(x, r, fitted.same_model_ratio) if np.isfinite(x) else None for x, r in zip(d, ratio)]
+            keys = answer_keys(fitted, thetas[candidates], [data.query_ids[q] for q in queries], data.scores[own[i]],
+                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[j] for j in candidates])
             top = behaviour_order(candidates, keys)[0]
             search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
