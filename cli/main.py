@@ -520,9 +520,9 @@ def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
               help="Default: euclidean for fingerprint (the identity distance), cosine for locus.")
 @click.option("--where", default=None, help="Metadata filter, e.g. 'access == open and params_b <= 70'.")
 @click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
-              help="The vector searched. fingerprint (default when NAME has one): the behaviour-fingerprint "
-                   "index, its 200 nearest re-ranked by how often NAME's recorded answers would disagree with "
-                   "theirs as their fingerprints predict them (behav. d); locus: "
+              help="The vector searched. fingerprint (default when NAME has one): the behaviour index, the "
+                   "models least likely to disagree with NAME's recorded answers on the item table's probe "
+                   "queries (behav. d), a copy of NAME first; locus: "
                    "the LOCUS embedding. embedding/behaviour: the old names of locus/fingerprint.")
 @min_evals_option("come after the others (marked *; a note names any pushed out of the k)")
 @json_option

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["FingerprintConfig", "ItemTable", "fit_item_table", "fit_on_data", "item_table_predictions", "save_item_table", "ITEM_TABLE_WEIGHTS",
+__all__ = ["FingerprintConfig", "ItemTable", "balanced_probe", "fit_item_table", "fit_on_data", "item_table_predictions", "save_item_table", "ITEM_TABLE_WEIGHTS",
            "ITEM_TABLE_CONFIG"]
 
 ITEM_TABLE_WEIGHTS = "item_table.safetensors"
@@ -38,6 +38,7 @@ ITEM_TABLE_CONFIG = "item_table.json"
 FORMAT = "locus-item-table/1"
 _DENSE_CELLS = 20_000_000
 SAME_MODEL_LEVEL = 0.01  # answer_evidence: the chance that a model's own fingerprint is not recognised as one
+UNCOVERED = 0.5  # behaviour vectors: the disagreement a probe of a task the other model never answered costs
 MAX_ANSWERS = 4096  # recorded answers an answer distance reads (a seeded sample beyond): 4,096 x 200 models is 0.8M predictions
 
 
@@ -205,6 +206,78 @@ class ItemTable:
         total = (p * a) @ b.T + a @ (q * b).T - 2.0 * (p * a) @ (q * b).T
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(shared > 0, total / np.maximum(shared, 1), np.inf)
+
+    # ------------------------------------------------------------------ the behaviour vector
+    @functools.cached_property
+    def _probe_task_onehot(self) -> np.ndarray:
+        """(S, T) float64: probe query -> its task (the tasks sorted; one "" task without labels)."""
+        tasks = self.probe_tasks if self.probe_tasks else [""] * len(self.probe)
+        kinds, code = np.unique(np.asarray(tasks, dtype=object).astype(str), return_inverse=True)
+        onehot = np.zeros((len(tasks), len(kinds)))
+        onehot[np.arange(len(tasks)), code] = 1.0
+        return onehot
+
+    @property
+    def behaviour_dim(self) -> int:
+        """S + T: the length of a behaviour vector."""
+        return int(sum(self._probe_task_onehot.shape))
+
+    def probe_answers(self, query_ids, scores) -> np.ndarray:
+        """(S,) a model's recorded scores on the probe queries (`scores` (n,) on `query_ids`), NaN where it
+        has none (the first score of a query recorded twice)."""
+        out = np.full(len(self.probe), np.nan)
+        column = {int(row): j for j, row in enumerate(self.probe)}
+        for q, y in zip(query_ids, scores):
+            j = column.get(self._row.get(q, -1))
+            if j is not None and np.isnan(out[j]):
+                out[j] = float(y)
+        return out
+
+    def behaviour_vectors(self, thetas: np.ndarray, coverage: np.ndarray, answers: np.ndarray | None = None) -> np.ndarray:
+        """(M, S + T) what the index stores to find a model's behavioural neighbours: [c * y, t], with y a
+        model's answer on each probe query (its recorded score where `answers` (M, S) has one, else its
+        fingerprint's P(correct)), c whether the probe is of a task it was evaluated on (`coverage` (M, S),
+        from `coverage`) and t (T,) the same per task. Searched with `behaviour_queries`, the inner product
+        is the expected disagreement over the querying model's tasks or answers (`behaviour_mean`).
+
+        Why recorded answers where there are some: a fingerprint is a rank-r summary, and the answers are
+        the evidence itself (two endpoints of one model answer alike wherever both were asked); why
+        probabilities elsewhere: most models are asked a few queries, and the table says the rest."""
+        y = self.probe_probabilities(thetas)
+        if answers is not None:
+            answers = np.asarray(answers, np.float64).reshape(y.shape)
+            y = np.where(np.isnan(answers), y, answers)
+        c = np.asarray(coverage, bool).reshape(y.shape)
+        per_task = (c.astype(np.float64) @ self._probe_task_onehot > 0).astype(np.float64)  # (M, T)
+        return np.concatenate([np.where(c, y, 0.0), per_task], 1)
+
+    def behaviour_queries(self, vectors: np.ndarray, answered: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(queries (M, S + T), probes read (M,)) for stored behaviour vectors (`behaviour_vectors`): the largest
+        inner product of a query with another's stored vector is the least expected disagreement. For query
+        model A and stored B, over the probes A reads: B covering a probe costs y_A + y_B - 2 y_A y_B (the
+        chance they disagree), B not covering it UNCOVERED (a coin flip's disagreement); the inner product is
+        minus that sum, less UNCOVERED per probe read (`behaviour_mean` adds it back).
+
+        A reads the probes of its tasks, or with `answered` (M, S) bool, those it has recorded answers on
+        (when it has any): its fingerprint's predictions for the rest can be far from its answers when the
+        table was not fitted on it, and a copy of it would then not find it (docs/results/scorecard.md)."""
+        v = np.asarray(vectors, np.float64)
+        s = len(self.probe)
+        c = v[:, s:] @ self._probe_task_onehot.T  # (M, S) coverage, from the task part
+        if answered is not None:
+            answered = np.asarray(answered, bool).reshape(c.shape)
+            c = np.where(answered.any(1, keepdims=True), c * answered, c)
+        cy = v[:, :s] * c
+        return -np.concatenate([c - 2.0 * cy, (cy - UNCOVERED * c) @ self._probe_task_onehot], 1), c.sum(1)
+
+    @staticmethod
+    def behaviour_mean(read: np.ndarray, inner: np.ndarray) -> np.ndarray:
+        """Mean expected disagreement over the probes each query reads (`read` (M,), from
+        `behaviour_queries`), from the inner products `inner` (M, N) of its queries with stored vectors;
+        +inf for a query reading none."""
+        read = np.asarray(read, np.float64)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(read > 0, (UNCOVERED * read - inner) / np.maximum(read, 1), np.inf)
 
     def answer_distances(self, others: np.ndarray, query_ids, scores, *, query_tasks=None, other_tasks=None,
                          max_answers: int = MAX_ANSWERS) -> np.ndarray:
@@ -374,10 +447,39 @@ def fit_item_table(query_ids: list[str], query_vectors: np.ndarray, model_index:
     reg[-1, -1] = 0.0
     text_map = np.linalg.solve(x.T @ x + reg, x.T @ target).astype(np.float32)
 
-    probe = np.sort(np.random.default_rng(config.seed).permutation(n_items)[:config.max_probe]).astype(np.int64)
-    probe_tasks = [str(tasks[seen[i]] or "") for i in probe] if tasks is not None else [""] * len(probe)
+    labels = [str(tasks[i] or "") for i in seen] if tasks is not None else [""] * n_items
+    probe = balanced_probe(labels, config.max_probe, seed=config.seed)
+    probe_tasks = [labels[i] for i in probe]
     return ItemTable(query_ids=[query_ids[i] for i in seen], factors=factors, bias=bias, text_map=text_map,
                      probe=probe, config=config, models=list(models), probe_tasks=probe_tasks)
+
+
+def balanced_probe(tasks: list[str], size: int, *, seed: int = 0) -> np.ndarray:
+    """(<= size,) sorted rows of the known queries (`tasks` (n,) the task of each) that the distances
+    average over: every task an equal share, a task smaller than its share whole and the rest shared out
+    again (water-filling), each task's drawn at random. Why not a plain sample: it gives a task its
+    share of the queries, and a dataset of few queries beside a large one (function calling beside
+    MMLU-Pro) would be described by a tenth of the probes, too few to tell its models apart."""
+    rng = np.random.default_rng(seed)
+    kinds, code = np.unique(np.asarray(tasks, dtype=object).astype(str), return_inverse=True)
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(len(kinds) + 1))
+    groups = {str(t): order[bounds[i]:bounds[i + 1]] for i, t in enumerate(kinds)}
+    quota, left = {}, min(int(size), len(tasks))
+    pending = sorted(groups, key=lambda t: (len(groups[t]), t))
+    while pending:
+        share = left // len(pending)
+        if len(groups[pending[0]]) <= share:  # the smallest task fits whole
+            task = pending.pop(0)
+            quota[task] = len(groups[task])
+            left -= quota[task]
+            continue
+        extra = left - share * len(pending)
+        for i, task in enumerate(pending):
+            quota[task] = share + (1 if i < extra else 0)
+        break
+    picked = [rng.permutation(groups[t])[:quota[t]] for t in sorted(groups)]
+    return np.sort(np.concatenate(picked)).astype(np.int64) if picked else np.zeros(0, np.int64)
 
 
 def fit_on_data(data, *, exclude=frozenset(), config: FingerprintConfig | None = None) -> ItemTable:

@@ -15,7 +15,10 @@ Vectors from different encoders never meet: the index holds the models embedded 
 
 One index per vector kind (`VECTOR_KINDS`): by="locus" over the `vector` column (tagged `encoder_id`),
 by="fingerprint" over the `fingerprint` column (the whitened behaviour fingerprint, tagged `table_id`,
-whose Euclidean distance is the identity distance: search it with metric="euclidean"). Each kind is
+whose Euclidean distance is the identity distance: search it with metric="euclidean"), by="behaviour"
+over the `behaviour` column (a model's answers on the item table's probe queries, tagged `table_id`;
+searched by inner product with the query `ItemTable.behaviour_queries` makes of a stored vector, so that
+the nearest is the least expected disagreement: who behaves like this model). Each kind is
 saved under its own name and pointer; fingerprints of different item tables never meet either (the
 index holds the table id most models carry: after a refit every model carries the new one).
 """
@@ -32,15 +35,18 @@ import numpy as np
 
 from indexing.errors import InputError, NotFoundError, RegistryError
 from indexing.home import as_path, generation, is_remote, transaction_open, write_text_atomic
-from indexing.vector_index import METRICS, VectorIndex
+from indexing.vector_index import INNER, METRICS, VectorIndex
 
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["ModelIndex", "SavedEvaluations", "METRICS", "VECTOR_KINDS"]
+__all__ = ["ModelIndex", "SavedEvaluations", "METRICS", "VECTOR_KINDS", "KIND_METRICS"]
 
 # vector kind -> (column of the models table, column naming what made it)
-VECTOR_KINDS = {"locus": ("vector", "encoder_id"), "fingerprint": ("fingerprint", "table_id")}
+VECTOR_KINDS = {"locus": ("vector", "encoder_id"), "fingerprint": ("fingerprint", "table_id"),
+                "behaviour": ("behaviour", "table_id")}
+# the metrics each kind's index answers (a behaviour vector is searched by the inner product only)
+KIND_METRICS = {"locus": METRICS, "fingerprint": METRICS, "behaviour": (INNER,)}
 
 _INDEX_DIR = "index"
 _CURRENT = "current.json"
@@ -50,7 +56,7 @@ _FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved 
 def _json_row(row: dict[str, Any]) -> dict[str, Any]:
     """A models-table row without its vectors, JSON-safe (timestamps as ISO 8601 text)."""
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()
-            if k not in ("vector", "fingerprint")}
+            if k not in ("vector", "fingerprint", "behaviour")}
 
 
 def _check_kind(by: str) -> tuple[str, str]:
@@ -104,7 +110,7 @@ class ModelIndex:
         try:
             return self._index.vectors[self._index.row(name)]
         except ValueError:
-            if self.by == "fingerprint":
+            if self.by in ("fingerprint", "behaviour"):
                 raise RegistryError(f"model {name!r} has no behaviour fingerprint (too few evaluations, or no item "
                                     "table: `registry fit-fingerprints`); --by locus searches by its LOCUS "
                                     "vector") from None
@@ -118,9 +124,13 @@ class ModelIndex:
     def neighbours(self, query: str | np.ndarray, k: int, *, metric: str = "cosine",
                    allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The k nearest models (name, distance) to a model name or a (d,) vector, nearest first; a
-        named model is left out of its own neighbours."""
-        if metric not in METRICS:
-            raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
+        named model is left out of its own neighbours. A behaviour index is searched with a query vector
+        (its stored vectors are not their own queries)."""
+        if self.by == "behaviour" and isinstance(query, str):
+            raise InputError("a behaviour index is searched with a query vector (ItemTable.behaviour_queries), "
+                             "not a name", field="query")
+        if metric not in KIND_METRICS[self.by]:
+            raise InputError(f"metric must be one of {', '.join(KIND_METRICS[self.by])}, not {metric!r}", field="metric")
         own = query if isinstance(query, str) else None
         if own is not None:
             vector = self.vector(own)
@@ -222,7 +232,8 @@ class ModelIndex:
             if candidate.table_version == version and candidate.names == chosen and "rows" in meta:
                 index, saved_token = candidate, meta.get("generation")
         if index is None:
-            index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version)
+            index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version,
+                                      metrics=KIND_METRICS[by])
         snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index, by)
         # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
         # without opening LanceDB on every search

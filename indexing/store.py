@@ -47,7 +47,9 @@ _LOCK = LOCK_FILE = ".lock"
 # 2: the models table and its history carry `fingerprint` + `table_id` (registry.catalog.migrations upgrades 1 -> 2).
 # 3: add/refine/replace also append their evaluations, with the version number, to `evaluation_log`
 # (registry.catalog.evaluation_log): an older writer would land versions that drift cannot see.
-STORE_FORMAT = 3
+# 4: the models table and its history carry `behaviour` (the vector of the behaviour index), written with
+# `fingerprint`: an older writer would leave it null beside a new fingerprint.
+STORE_FORMAT = 4
 _FILTERED_READ_MAX = 4096  # up to this many wanted hashes, cached_vectors reads only their rows
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
@@ -106,7 +108,11 @@ MODEL_SCHEMA = pa.schema(
         # L2 index over this column answers "who behaves like this model" exactly. Null without an item
         # table or without enough evaluations (registry.catalog.fingerprint_store.MIN_FINGERPRINT_EVALS).
         pa.field("fingerprint", pa.list_(pa.float32())),
-        pa.field("table_id", pa.string()),  # the item table that made `fingerprint`
+        pa.field("table_id", pa.string()),  # the item table that made `fingerprint` and `behaviour`
+        # The model's answers on the item table's probe queries (recorded where it has them, else its
+        # fingerprint's P(correct)) with its task coverage (encoder.fingerprint.ItemTable.behaviour_vectors):
+        # an inner-product index over it finds who behaves like a model. Null when `fingerprint` is.
+        pa.field("behaviour", pa.list_(pa.float32())),
     ]
 )
 # Every version of every model, append-only: what `registry history` lists and `restore` reads.
@@ -122,6 +128,7 @@ VERSION_SCHEMA = pa.schema(
         pa.field("time", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("fingerprint", pa.list_(pa.float32())),
         pa.field("table_id", pa.string()),
+        pa.field("behaviour", pa.list_(pa.float32())),
     ]
 )
 

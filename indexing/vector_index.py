@@ -6,7 +6,9 @@ table's version it was built from: opening it against a newer table rebuilds it.
 
 Exact search (flat) by default; HNSW past `HNSW_THRESHOLD` vectors; on a GPU when faiss-gpu and CUDA
 are present. Cosine search runs on L2-normalised vectors (inner product, or L2 for HNSW, which ranks
-unit vectors the same way); Euclidean on the raw vectors.
+unit vectors the same way); Euclidean on the raw vectors. An index built with metrics=("inner",) ranks by
+the raw inner product instead (largest first; its "distance" is minus the inner product): the behaviour
+vectors, whose query is not the stored vector but a map of it (encoder.fingerprint.ItemTable.behaviour_queries).
 """
 from __future__ import annotations
 
@@ -21,13 +23,14 @@ import numpy as np
 from indexing.errors import InputError
 from indexing.home import is_remote
 
-__all__ = ["VectorIndex", "HNSW_THRESHOLD", "METRICS"]
+__all__ = ["VectorIndex", "HNSW_THRESHOLD", "METRICS", "INNER"]
 
 HNSW_THRESHOLD = 50_000
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
 HNSW_EF_SEARCH = 128
-METRICS = ("cosine", "euclidean")
+METRICS = ("cosine", "euclidean")  # what a user may ask for
+INNER = "inner"  # the raw inner product (a behaviour index's only metric)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -53,18 +56,20 @@ class VectorIndex:
 
     @classmethod
     def build(cls, encoder_id: str, names: list[str], vectors: np.ndarray, *, table_version: int,
-              kind: str | None = None) -> "VectorIndex":
+              kind: str | None = None, metrics: tuple[str, ...] = METRICS) -> "VectorIndex":
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         vectors = vectors.reshape(len(names), -1) if len(names) else np.zeros((0, 1), dtype=np.float32)
         kind = kind or ("hnsw" if len(names) >= HNSW_THRESHOLD else "flat")
         indexes = {}
-        for metric in METRICS:
+        for metric in metrics:
             data = _normalise(vectors) if metric == "cosine" else vectors
             d = vectors.shape[1]
             if kind == "hnsw":
-                index = faiss.IndexHNSWFlat(d, HNSW_M)  # L2: on unit vectors it ranks as cosine does
+                # L2 for cosine: on unit vectors it ranks as cosine does
+                index = (faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT) if metric == INNER
+                         else faiss.IndexHNSWFlat(d, HNSW_M))
                 index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-            elif metric == "cosine":
+            elif metric in ("cosine", INNER):
                 index = faiss.IndexFlatIP(d)
             else:
                 index = faiss.IndexFlatL2(d)
@@ -83,21 +88,25 @@ class VectorIndex:
         return self._rows[name]
 
     # ------------------------------------------------------------ persistence
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(self._indexes)
+
     @staticmethod
-    def _paths(directory: Path, encoder_id: str) -> dict[str, Path]:
+    def _paths(directory: Path, encoder_id: str, metrics: tuple[str, ...] = METRICS) -> dict[str, Path]:
         base = directory / encoder_id
-        return {"cosine": base.with_suffix(".cosine.faiss"), "euclidean": base.with_suffix(".euclidean.faiss"),
+        return {**{m: base.with_suffix(f".{m}.faiss") for m in metrics},
                 "vectors": base.with_suffix(".vectors.npy"), "meta": base.with_suffix(".json")}
 
     def save(self, directory: Path, extra: dict | None = None) -> None:
         """Index files first, metadata last (atomically): a crash in between leaves metadata that
         does not match the table, and the next open rebuilds."""
         directory.mkdir(parents=True, exist_ok=True)
-        paths = self._paths(directory, self.encoder_id)
+        paths = self._paths(directory, self.encoder_id, self.metrics)
         if is_remote(directory):
             self._save_remote(paths, extra)
             return
-        for metric in METRICS:
+        for metric in self.metrics:
             tmp = paths[metric].with_name(paths[metric].name + f".tmp{os.getpid()}")
             index = self._indexes[metric]
             if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
@@ -114,13 +123,13 @@ class VectorIndex:
 
     def _meta(self, extra: dict | None) -> dict:
         return {"encoder_id": self.encoder_id, "names": self.names, "table_version": self.table_version,
-                "kind": self.kind, **(extra or {})}
+                "kind": self.kind, "metrics": list(self.metrics), **(extra or {})}
 
     def _save_remote(self, paths: dict, extra: dict | None) -> None:
         """The same files through bytes (faiss and numpy write to local paths only), metadata last."""
         import io
 
-        for metric in METRICS:
+        for metric in self.metrics:
             index = self._indexes[metric]
             if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
                 index = faiss.index_gpu_to_cpu(index)
@@ -135,7 +144,10 @@ class VectorIndex:
         import io
 
         meta = json.loads(paths["meta"].read_text())  # first: a missing index is one request, not four
-        indexes = {m: faiss.deserialize_index(np.frombuffer(paths[m].read_bytes(), dtype=np.uint8)) for m in METRICS}
+        indexes = {m: faiss.deserialize_index(np.frombuffer(
+                       paths["meta"].with_name(paths["meta"].name[:-len(".json")] + f".{m}.faiss").read_bytes(),
+                       dtype=np.uint8))
+                   for m in meta.get("metrics", METRICS)}
         vectors = np.load(io.BytesIO(paths["vectors"].read_bytes()), allow_pickle=False)
         return meta, indexes, vectors
 
@@ -149,17 +161,16 @@ class VectorIndex:
                 meta, indexes, vectors = cls._load_remote(paths)
             except (OSError, ValueError, KeyError, RuntimeError):
                 return None
-        elif not all(p.exists() for p in paths.values()):
-            return None
         else:
             try:
                 meta = json.loads(paths["meta"].read_text())
-                indexes = {m: faiss.read_index(str(paths[m])) for m in METRICS}
+                paths = cls._paths(directory, encoder_id, tuple(meta.get("metrics", METRICS)))
+                indexes = {m: faiss.read_index(str(paths[m])) for m in meta.get("metrics", METRICS)}
                 vectors = np.load(paths["vectors"], allow_pickle=False)
-            except (OSError, ValueError, KeyError, RuntimeError):
+            except (OSError, ValueError, KeyError, RuntimeError, TypeError):
                 return None
         names = meta["names"]
-        if any(indexes[m].ntotal != len(names) for m in METRICS) or len(vectors) != len(names):
+        if not indexes or any(i.ntotal != len(names) for i in indexes.values()) or len(vectors) != len(names):
             return None
         index = cls(encoder_id, names, vectors, meta["table_version"], meta["kind"],
                     {m: _to_gpu(i) for m, i in indexes.items()})
@@ -169,9 +180,10 @@ class VectorIndex:
     def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",
                allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Up to k (row, distance) pairs, nearest first. Cosine distance is 1 - cosine similarity;
-        Euclidean is the L2 distance. `allowed` restricts the search to these rows."""
-        if metric not in METRICS:
-            raise InputError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}", field="metric")
+        Euclidean is the L2 distance; "inner" (an index built for it) minus the inner product. `allowed`
+        restricts the search to these rows."""
+        if metric not in self._indexes:
+            raise InputError(f"metric must be one of {', '.join(self._indexes)}, not {metric!r}", field="metric")
         if not self.names or k <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, -1)
@@ -194,6 +206,8 @@ class VectorIndex:
                 continue
             if metric == "cosine":
                 distance = 1.0 - score if self.kind == "flat" else score / 2.0  # |a-b|^2 = 2 - 2cos
+            elif metric == INNER:
+                distance = -float(score)
             else:
                 distance = float(np.sqrt(max(score, 0.0)))
             out.append((int(row), float(distance)))

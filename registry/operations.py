@@ -81,6 +81,16 @@ class StoreView:
             return None
         return prints if prints.index.names else None
 
+    def behaviour(self):
+        """The behaviour index (indexing.model_index.ModelIndex), or None when no model has a behaviour vector."""
+        from indexing.model_index import ModelIndex
+
+        try:
+            index = ModelIndex.open(self.source, store=lambda: self.store, by="behaviour")
+        except RegistryError:
+            return None
+        return index if index.names else None
+
     # ----------------------------------------------------------------------- query vectors
     def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
         """(len(texts), D) float32 vectors of these texts, and how many had to be encoded now."""
@@ -261,8 +271,9 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     phi, encoded = view.query_vectors(active.query_encoder, texts)  # (Q, D)
     blended = getattr(active, "blend", None) is not None
     prints = view.fingerprints() if blended or (fallback and by != "locus") else None
-    table = view.item_table(active.encoder_id) if blended and prints is not None else None
+    behaviour = view.behaviour() if fallback and by != "locus" and prints is not None else None
+    table = view.item_table(active.encoder_id) if (blended or behaviour is not None) and prints is not None else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
-                 table=table, rank=None if cost is None else cost.rank)
+                 table=table, rank=None if cost is None else cost.rank, behaviour=behaviour)
     out = out if cost is None else cost.annotate(out)
     return (out[0] if single else out), encoded

@@ -407,9 +407,11 @@ class Neighbour(Result):
     shared_queries: int | None = Field(None, description="by='fingerprint' from a model only: queries both answered")
     behaviour_distance: float | None = Field(
         None, description="by='fingerprint' from a model only: expected disagreement of the query model's recorded "
-                          "answers with this model's answers as its fingerprint predicts them, over the queries of "
-                          "the tasks this model was evaluated on; the neighbours are ranked by it after those with "
-                          "same_model (None: no common task, or no fingerprint)")
+                          "answers with this model's, from the behaviour index: over the item table's probe queries "
+                          "the query model answered, this model's recorded answer where it has one, else its "
+                          "fingerprint's prediction, a probe of a task it was never evaluated on counting 0.5 (a home "
+                          "without behaviour vectors: its fingerprint's predictions on all the query model's answered "
+                          "queries of its tasks); the neighbours are ranked by it after those with same_model")
     same_model: bool | None = Field(
         None, description="by='fingerprint' from a model only: this model's fingerprint could have produced the query "
                           "model's recorded answers (a likelihood-ratio test at 1%: a copy, a re-served endpoint); "
@@ -484,7 +486,9 @@ class Fallback(Result):
     name: str
     distance_cosine: float = Field(description="cosine distance to the top-ranked model's LOCUS embedding")
     by: Literal["locus", "fingerprint"] = Field("locus", description="the index that found it")
-    distance: float | None = Field(None, description="in that index's metric (fingerprint: Euclidean identity "
+    distance: float | None = Field(None, description="how far from the top model in that index (fingerprint: the "
+                                                     "mean expected disagreement with its answers over its tasks, "
+                                                     "from the behaviour index, else the Euclidean identity "
                                                      "distance; locus: cosine)")
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 

@@ -1,5 +1,5 @@
 """Cost of behaviour fingerprints (encoder/fingerprint.py) on large synthetic registries, and search speed
-by vector kind (the LOCUS index and the fingerprint index).
+by vector kind (the LOCUS index, the fingerprint index and the behaviour index).
 
     .venv/bin/python scripts/bench_fingerprints.py [--sizes 1000,10000] [--evals-per-model 200] [--queries 2000]
 
@@ -12,8 +12,9 @@ id), then:
 3. one model is added (a copy of model 17 with 5% of answers changed) and its column written (as
    add-model does for one model);
 4. search speed by vector kind: the FAISS index alone (`ModelIndex.neighbours`, k = 5, p50 over 50 models
-   after a warm-up), `similar(NAME, by=...)` in-process (p50 of 5 runs after a warm-up; by="fingerprint"
-   includes the answer re-ranking of its 200 candidates) and a fresh
+   after a warm-up; the behaviour index through `behaviour_neighbours`, as route's fallbacks read it, with
+   the size of its vectors), `similar(NAME, by=...)` in-process (p50 of 5 runs after a warm-up;
+   by="fingerprint" reads the behaviour index's 200 nearest and the same-model test on them) and a fresh
    `python -m cli.main search NAME --by KIND --json` process (imports included);
 5. up to 1,000 models, `clusters` by each kind (the second of two runs; by fingerprint it clusters answer
    distances up to 500 models, the identity distance beyond).
@@ -46,6 +47,7 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
     from registry import Registry
     from registry.analytics import fingerprints as fp
     from registry.catalog.dataset import load_eval_data
+    from registry.analytics.search import behaviour_neighbours
     from registry.catalog.fingerprint_store import fingerprint_columns, rewrite_fingerprints
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -107,6 +109,17 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
             out[f"{kind}_fresh"] = time.perf_counter() - t
             if run.returncode != 0:
                 raise SystemExit(run.stderr)
+        behaviour = ModelIndex.open(reg.store, by="behaviour")
+        probes = [behaviour.names[i] for i in rng.choice(len(behaviour.names), 50, replace=False)]
+        behaviour_neighbours(reg.store, table, probes[0], 5, index=behaviour)
+        times = []
+        for name in probes:
+            t = time.perf_counter()
+            behaviour_neighbours(reg.store, table, name, 5, index=behaviour)
+            times.append(time.perf_counter() - t)
+        out["behaviour_index"] = float(np.median(times))
+        out["behaviour_mb"] = behaviour.vectors.nbytes / 2**20
+        out["behaviour_dim"] = int(behaviour.vectors.shape[1])
         # clusters (second of two runs): by fingerprint they read answer distances up to ANSWER_MATRIX_MAX models
         if n_models <= CLUSTER_SIZES_UP_TO:
             for kind in ("locus", "fingerprint"):
@@ -134,14 +147,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print("| models | evaluations | fit item table s | every fingerprint column, one transaction s | one add-model's "
-          "column s | index p50 ms: locus / fingerprint | similar() p50 ms: locus / fingerprint | fresh CLI search s: "
+          "column s | index p50 ms: locus / fingerprint / behaviour | behaviour vectors (d, MB) | similar() p50 ms: "
+          "locus / fingerprint | fresh CLI search s: "
           "locus / fingerprint | copy's first neighbour is its original: locus / fingerprint | clusters s: locus / "
           "fingerprint (distance) |")
-    print("|---:|---:|---:|---:|---:|---|---|---|---|---|")
+    print("|---:|---:|---:|---:|---:|---|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         r = one(n, args.evals_per_model, args.queries)
         print(f"| {r['models']} | {r['evals']} | {r['fit']:.1f} | {r['column']:.1f} ({r['written']} models) | "
-              f"{r['added']:.2f} | {1000 * r['locus_index']:.2f} / {1000 * r['fingerprint_index']:.2f} | "
+              f"{r['added']:.2f} | {1000 * r['locus_index']:.2f} / {1000 * r['fingerprint_index']:.2f} / "
+              f"{1000 * r['behaviour_index']:.2f} | {r['behaviour_dim']}, {r['behaviour_mb']:.0f} | "
               f"{1000 * r['locus_similar']:.0f} / {1000 * r['fingerprint_similar']:.0f} | "
               f"{r['locus_fresh']:.1f} / {r['fingerprint_fresh']:.1f} | "
               f"{r['locus_first'] == r['original']} / {r['fingerprint_first'] == r['original']} | "

@@ -119,6 +119,54 @@ def test_answer_distance_finds_the_behavioural_neighbours_of_a_model_the_table_n
     assert found >= 0.8 * m
 
 
+def test_behaviour_vectors_inner_product_is_the_expected_disagreement_over_the_querying_models_tasks():
+    pool, y = _pool(m=8, q=300)
+    table = fit_item_table(**pool, config=FAST)
+    thetas = np.random.default_rng(2).normal(size=(8, table.rank + 1))
+    p = table.probe_probabilities(thetas)
+    full = np.ones_like(p, dtype=bool)
+    stored = table.behaviour_vectors(thetas, full)
+    assert stored.shape == (8, table.behaviour_dim)
+    query, read = table.behaviour_queries(stored)
+    by_index = table.behaviour_mean(read, query @ stored.T)
+    assert np.allclose(by_index, table.behaviour_distances(thetas))  # every task covered: the same distance
+    # model 0 evaluated on task "a" only, model 1 on both; recorded answers replace predictions where given
+    tasks = np.asarray(table.probe_tasks)
+    cover = full.copy()
+    cover[0] = tasks == "a"
+    answers = np.full_like(p, np.nan)
+    answers[1, :5] = 1.0
+    stored = table.behaviour_vectors(thetas, cover, answers)
+    query, read = table.behaviour_queries(stored)
+    d = table.behaviour_mean(read, query @ stored.T)
+    y1 = p[1].copy()
+    y1[:5] = 1.0
+    a = tasks == "a"
+    by_hand_01 = np.mean((p[0] + y1 - 2 * p[0] * y1)[a])  # model 0 asks over its own task only
+    by_hand_10 = (np.sum((p[0] + y1 - 2 * p[0] * y1)[a]) + 0.5 * np.sum(~a)) / len(a)  # a coin flip where 0 is silent
+    assert d[0, 1] == pytest.approx(by_hand_01) and d[1, 0] == pytest.approx(by_hand_10)
+    assert np.isinf(table.behaviour_mean(table.behaviour_queries(stored[:1] * 0)[1], np.zeros((1, 8)))).all()
+    # a search from a model with answers reads the probes it answered: model 1's five
+    query, read = table.behaviour_queries(stored[1:2], ~np.isnan(answers[1:2]))
+    assert read[0] == 5
+    on_five = table.behaviour_mean(read, query @ stored.T)[0]
+    assert on_five[0] == pytest.approx(np.mean(((1 - p[0]) * (tasks == "a") + 0.5 * (tasks != "a"))[:5]))
+
+
+def test_probes_give_every_task_an_equal_share_up_to_its_size():
+    from encoder.fingerprint import balanced_probe
+
+    tasks = ["small"] * 10 + ["mid"] * 100 + ["large"] * 1000
+    for size, want in ((90, {"small": 10, "mid": 40, "large": 40}), (200, {"small": 10, "mid": 95, "large": 95}),
+                       (5000, {"small": 10, "mid": 100, "large": 1000})):
+        rows = balanced_probe(tasks, size)
+        assert list(rows) == sorted(set(rows.tolist()))
+        picked = [tasks[i] for i in rows]
+        assert {t: picked.count(t) for t in want} == want
+    assert list(balanced_probe(tasks, 90, seed=3)) != list(balanced_probe(tasks, 90, seed=4))
+    assert len(balanced_probe([], 10)) == 0
+
+
 def test_fingerprint_is_deterministic_and_more_evaluations_refine_it():
     pool, y = _pool(seed=3)
     table = fit_item_table(**pool, config=FAST)

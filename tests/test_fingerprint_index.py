@@ -27,7 +27,8 @@ def test_training_and_embedding_fill_both_columns_tagged_with_their_ids(reg):
     assert rows and all(r["vector"] is not None and r["fingerprint"] is not None for r in rows.values())
     assert {r["table_id"] for r in rows.values()} == {table.table_id}
     assert {len(r["fingerprint"]) for r in rows.values()} == {table.rank + 1}
-    assert json_format(reg) == 3  # a fresh home is made at the current format (3: evaluation_log)
+    assert {len(r["behaviour"]) for r in rows.values()} == {table.behaviour_dim}
+    assert json_format(reg) == 4  # a fresh home is made at the current format (4: behaviour)
 
 
 def json_format(reg) -> int:
@@ -59,6 +60,7 @@ def test_add_model_writes_both_vectors_in_the_same_version(reg):
     last = reg.store.read("model_versions").to_pylist()
     mine = [r for r in last if r["name"] == "copy-endpoint"][-1]
     assert mine["fingerprint"] == row["fingerprint"] and mine["table_id"] == row["table_id"]
+    assert row["behaviour"] is not None and mine["behaviour"] == row["behaviour"]
     # the copy is its original's nearest in the fingerprint index, and the search says so
     result = reg.similar("copy-endpoint", k=3)
     assert result.by == "fingerprint" and result.metric == "euclidean"
@@ -73,6 +75,7 @@ def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
     reg.add_model("thin", own_evaluations(reg, "syn-synfam0-7b")[:MIN_FINGERPRINT_EVALS - 1])
     row = _rows(reg)["thin"]
     assert row["vector"] is not None and row["fingerprint"] is None and row["table_id"] is None
+    assert row["behaviour"] is None
     assert reg.similar("thin", k=2).by == "locus"  # the default falls back, and says so
     with pytest.raises(RegistryError, match="--by locus"):
         reg.similar("thin", k=2, by="fingerprint")
@@ -80,18 +83,49 @@ def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
     assert all(h.name != "thin" for h in reg.similar("syn-synfam0-7b", k=10, by="fingerprint").neighbours)
 
 
-def test_fingerprint_candidates_come_exactly_from_the_index(reg):
+def test_fingerprint_candidates_come_exactly_from_the_behaviour_index(reg):
     from indexing.model_index import ModelIndex
-    from registry.analytics.search import BEHAVIOUR_CANDIDATES
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES, behaviour_neighbours
+    from registry.catalog.fingerprint_store import load_item_table
 
     index = ModelIndex.open(reg.store, by="fingerprint")
     name = index.names[0]
-    proposed = {n for n, _ in index.neighbours(name, BEHAVIOUR_CANDIDATES, metric="euclidean")}
+    proposed = {n for n, _ in behaviour_neighbours(reg.store, load_item_table(reg.store), name, BEHAVIOUR_CANDIDATES)}
     hits = reg.similar(name, k=4, by="fingerprint").neighbours
     assert {h.name for h in hits} <= proposed
-    for h in hits:  # the distance reported is the index's own
+    for h in hits:  # the distance reported is the fingerprint index's own
         assert h.distance == pytest.approx(dict(index.neighbours(name, len(index.names), metric="euclidean"))[h.name],
                                           rel=1e-5)
+
+
+def test_the_behaviour_index_ranks_by_expected_disagreement_over_the_models_tasks(reg):
+    from indexing.model_index import ModelIndex
+    from registry.analytics.search import behaviour_neighbours
+    from registry.catalog.fingerprint_store import compute, load_item_table
+
+    table = load_item_table(reg.store)
+    index = ModelIndex.open(reg.store, by="behaviour")
+    assert index.encoder_id == table.table_id and index.vectors.shape[1] == table.behaviour_dim
+    made = compute(reg.store, table, list(index.names))
+    # what each model "answers" on a probe: its recorded score where it has one, else its fingerprint's P
+    answers = {}
+    for n, (theta, cover, _, recorded) in made.items():
+        p = table.probe_probabilities(theta[None])[0]
+        answers[n] = (np.where(np.isnan(recorded), p, recorded), cover)
+    name = index.names[0]
+    y, mine = answers[name]
+    expected = {}
+    for other, (q, theirs) in answers.items():
+        if other != name:
+            both = mine & theirs
+            expected[other] = (np.sum((y + q - 2 * y * q)[both]) + 0.5 * np.sum(mine & ~theirs)) / mine.sum()
+    found = behaviour_neighbours(reg.store, table, name, len(expected))
+    assert len(found) == len(expected)  # every other model, exactly as far as counted by hand, nearest first
+    for other, d in found:
+        assert d == pytest.approx(expected[other], abs=1e-5)
+    assert [d for _, d in found] == sorted(d for _, d in found)
+    with pytest.raises(Exception, match="query vector"):
+        index.neighbours(name, 2, metric="inner")  # its stored vectors are not their own queries
 
 
 def test_by_takes_the_old_names_and_refuses_others(reg):
@@ -115,7 +149,8 @@ def test_a_new_item_table_rewrites_every_fingerprint_and_embed_all_writes_them(r
     assert reg.similar(reg.models()[0].name, k=2).by == "locus"
     report = reg.fit_fingerprints()
     rows = _rows(reg)
-    assert all(r["fingerprint"] is not None and r["table_id"] == report.table_id for r in rows.values())
+    assert all(r["fingerprint"] is not None and r["behaviour"] is not None and r["table_id"] == report.table_id
+               for r in rows.values())
     rewrite_fingerprints(reg.store, None)
     reg.embed_all()
     assert all(r["fingerprint"] is not None for r in _rows(reg).values())
@@ -128,6 +163,7 @@ def test_restore_brings_back_the_fingerprint_of_the_same_table(reg):
     reg.restore(name)
     after = _rows(reg)[name]
     assert after["fingerprint"] == before["fingerprint"] and after["table_id"] == before["table_id"]
+    assert after["behaviour"] == before["behaviour"]
 
 
 def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):

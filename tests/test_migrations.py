@@ -27,7 +27,7 @@ def _rows(home: Path, table: str) -> list[dict]:
 def test_the_fixture_is_format_1_and_small():
     assert json.loads((FIXTURE / "config.json").read_text())["format"] == 1
     assert sum(p.stat().st_size for p in FIXTURE.rglob("*") if p.is_file()) < 1_000_000
-    assert STORE_FORMAT == 3
+    assert STORE_FORMAT == 4
 
 
 def test_a_format_1_home_reads_but_refuses_writes_naming_migrate(old_home):
@@ -52,8 +52,8 @@ def test_migrate_keeps_the_data_and_fills_fingerprints(old_home):
     evals_before = Store(old_home, create=False).read("evaluations").num_rows
     reg = Registry.open(old_home, create=False)
     report = reg.migrate()
-    assert (report.from_format, report.to_format) == (1, 3) and len(report.applied) == 2
-    assert json.loads((old_home / "config.json").read_text())["format"] == 3
+    assert (report.from_format, report.to_format) == (1, 4) and len(report.applied) == 3
+    assert json.loads((old_home / "config.json").read_text())["format"] == 4
     models_after, versions_after = _rows(old_home, MODELS), _rows(old_home, VERSIONS)
     # every old column of every row unchanged
     assert [{k: r[k] for k in models_before[0]} for r in models_after] == models_before
@@ -65,7 +65,8 @@ def test_migrate_keeps_the_data_and_fills_fingerprints(old_home):
     table = load_item_table(Store(old_home, create=False))
     assert report.fingerprints == len(models_after) > 0
     assert all(r["table_id"] == table.table_id and len(r["fingerprint"]) == table.rank + 1 for r in models_after)
-    assert all(r["fingerprint"] is None for r in versions_after)  # history predates them: nothing invented
+    assert all(len(r["behaviour"]) == table.behaviour_dim for r in models_after)
+    assert all(r["fingerprint"] is None and r["behaviour"] is None for r in versions_after)  # history predates them: nothing invented
     # writes work now, and a likeness search reads the fingerprint index
     name = models_after[0]["name"]
     assert reg.similar(name, k=2).by == "fingerprint"
@@ -79,7 +80,7 @@ def test_migrate_is_idempotent(old_home):
     reg.migrate()
     rows = _rows(old_home, MODELS)
     again = reg.migrate()
-    assert again.applied == [] and again.from_format == again.to_format == 3
+    assert again.applied == [] and again.from_format == again.to_format == 4
     assert _rows(old_home, MODELS) == rows
 
 
@@ -102,7 +103,7 @@ def test_a_crash_inside_the_migration_leaves_a_usable_format_1_home(old_home, mo
     assert _rows(old_home, MODELS) == before
     reg = Registry.open(old_home, create=False)
     assert reg.similar(before[0]["name"], k=1).neighbours  # still readable
-    assert reg.migrate().to_format == 3  # and the migration runs whole next time
+    assert reg.migrate().to_format == 4  # and the migration runs whole next time
 
 
 def test_the_cli_migrates_and_write_commands_name_it(old_home):
@@ -115,7 +116,7 @@ def test_the_cli_migrates_and_write_commands_name_it(old_home):
     assert refused.exit_code != 0 and "registry migrate" in refused.output
     done = runner.invoke(cli, ["--home", str(old_home), "migrate", "--json"])
     assert done.exit_code == 0, done.output
-    assert json.loads(done.output)["to_format"] == 3
+    assert json.loads(done.output)["to_format"] == 4
     assert runner.invoke(cli, ["--home", str(old_home), "migrate"]).output.strip().endswith("nothing to migrate")
 
 

@@ -56,12 +56,12 @@ def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_enco
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
     top = result.ranking[0].name
     assert top not in names(result.fallbacks) and len(result.fallbacks) == 3
-    # fallbacks by default from the fingerprint index (the models that answer as the top one does) ...
-    from indexing.model_index import ModelIndex
+    # fallbacks by default the models that answer as the top one does: its nearest in the behaviour index ...
+    from registry.analytics.search import behaviour_neighbours
+    from registry.catalog.fingerprint_store import load_item_table
 
-    prints = ModelIndex.open(reg.store, by="fingerprint")
-    assert [(f.by, f.name, f.distance) for f in result.fallbacks] == [
-        ("fingerprint", n, pytest.approx(d)) for n, d in prints.neighbours(top, 3, metric="euclidean")]
+    near = behaviour_neighbours(reg.store, load_item_table(reg.store), top, 3)
+    assert [(f.by, f.name, f.distance) for f in result.fallbacks] == [("fingerprint", n, pytest.approx(d)) for n, d in near]
     # ... or from LOCUS when asked, as `search --by locus` ranks them
     by_locus = reg.route(stored["math"], k=4, fallback=3, by="locus").fallbacks
     assert [(f.name, f.distance_cosine) for f in by_locus] == [

@@ -93,13 +93,17 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
            fallback: int, by: str | None = None, prints=None, min_evals: int = 0,
-           table=None, rank=None) -> "list[RouteDecision]":
+           table=None, rank=None, behaviour=None) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) (`p_correct`, from
     the query vectors `phi` (Q, D) in one pass), and the top model's nearest candidates as fallbacks,
     from the fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint)
     else LOCUS; in both, models embedded from fewer than `min_evals` evaluations come after the others.
+    By fingerprint, the top model's nearest in the behaviour index `behaviour` (least expected
+    disagreement with its answers; `registry.analytics.search.behaviour_neighbours`) when it holds the
+    top model under the item table `table`, else the fingerprint index's identity nearest.
     `rank(p, rows)`, when given, is what the candidates are sorted by instead of P(correct) (a cost
     trade-off, registry.analytics.cost.TradeOff.rank)."""
+    from registry.analytics.search import behaviour_neighbours
     from registry.evidence import demote_thin, evidence_note, is_thin, thin_names
     from registry.results import Fallback, RankedModel, RouteDecision
 
@@ -112,7 +116,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
         raise RegistryError(f"encoder {active.encoder_id} reads {active.config.query_dim}-d query vectors; "
                             f"{active.query_encoder} gives {phi.shape[1]}-d")
     names = models.index.names
-    prints_rows: dict[str, np.ndarray] = {}  # top model -> fingerprint-index rows of the other candidates
+    prints_rows: dict[str, tuple] = {}  # top model -> fingerprint-index rows and names of the other candidates
     p, predictor = p_correct(models, active, phi, table=table, prints=prints)
     p = p[rows]  # (candidates, Q)
     row_names = np.array([names[r] for r in rows])
@@ -127,18 +131,21 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
         top = rows[order[0]]
         others = rows[rows != top]
         if fallback and len(others) and _by_fingerprint(by, prints, names[top]):
-            allowed = prints_rows.get(names[top])
-            if allowed is None:
+            if names[top] not in prints_rows:
                 candidates = {names[r] for r in rows} - {names[top]}
                 allowed = np.asarray([i for i, n in enumerate(prints.index.names) if n in candidates], np.int64)
-                prints_rows[names[top]] = allowed
-            hits = prints.index.search(prints.index.vector(names[top]), fallback + len(thin), metric="euclidean",
-                                       allowed=allowed) if len(allowed) else []
-            hits, pushed = demote_thin(hits, lambda hit: prints.index.names[hit[0]] in thin, fallback)
-            left_out += [prints.index.names[r] for r, _ in pushed if prints.index.names[r] not in left_out]
-            fallbacks = [Fallback(name=prints.index.names[r], by="fingerprint", distance=d,
-                                  distance_cosine=_cosine(models, names[top], prints.index.names[r]),
-                                  low_evidence=low(prints.index.names[r])) for r, d in hits]
+                prints_rows[names[top]] = (allowed, {prints.index.names[r] for r in allowed})
+            allowed, among = prints_rows[names[top]]
+            found = behaviour_neighbours(None, table, names[top], fallback + len(thin), index=behaviour, among=among) \
+                if behaviour is not None and len(allowed) else None
+            if found is None:  # no behaviour index of this table holds the top model: the identity nearest
+                found = [(prints.index.names[r], d) for r, d in prints.index.search(
+                    prints.index.vector(names[top]), fallback + len(thin), metric="euclidean", allowed=allowed)] \
+                    if len(allowed) else []
+            found, pushed = demote_thin(found, lambda hit: hit[0] in thin, fallback)
+            left_out += [n for n, _ in pushed if n not in left_out]
+            fallbacks = [Fallback(name=n, by="fingerprint", distance=d, distance_cosine=_cosine(models, names[top], n),
+                                  low_evidence=low(n)) for n, d in found]
         else:
             hits = models.index.search(models.index.vectors[top], fallback + len(thin), metric="cosine",
                                        allowed=others) if fallback and len(others) else []

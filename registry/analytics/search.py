@@ -5,7 +5,7 @@ This module adds what the registry knows and the index does not: model records (
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
-           "behaviour_order", "fingerprint_neighbours", "answer_distance_matrix",
+           "behaviour_order", "fingerprint_neighbours", "behaviour_neighbours", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX"]
 
 
@@ -148,9 +148,8 @@ def embedded_subset(store: "Store", where: str | None, *, need: int, what: str, 
     return names, np.asarray(z, dtype=np.float32), {n: models.records[n] for n in names}
 
 
-# by="fingerprint" from a model: at least this many of the index's nearest are re-ranked (every model of a pool
-# this size): the index's order is by fingerprint alone, and a model the item table was not fitted on has its
-# behavioural neighbours well down it (docs/results/scorecard.md, "held out")
+# by="fingerprint" from a model: at least this many of the behaviour index's nearest are read, so that a copy
+# (`same_model`, put first) is among them when the probes it answered say little
 BEHAVIOUR_CANDIDATES = 200
 BY = ("locus", "fingerprint")
 # the names before the fingerprint was in the index; still accepted
@@ -194,17 +193,15 @@ def similar(store: "Store | str | Path", query: str | np.ndarray, *, k: int = 5,
             left_out: list[str] | None = None) -> "list[Neighbour]":
     """The k nearest models to a model name or a vector, nearest first (the model itself excluded).
 
-    by="fingerprint" (the default for a model that has one): the exact nearest in the fingerprint index
-    (Euclidean = RMS logit difference over the item table's probe queries). From a model name, the
-    max(4k, 200) nearest of the index are then re-ranked by the model's recorded answers (`answer_keys`):
-    first those whose fingerprint could have produced them (`same_model`: a copy), then the rest by
-    answer distance (`behaviour_distance`: how often the answers would disagree with what the neighbour's
-    fingerprint predicts on those queries, over the tasks the neighbour was evaluated on). The index's
-    distance also counts the probe queries of tasks a model never answered (a function-calling model's
-    extrapolated maths answers), weighs confident answers most (it is in logits), and summarises a model
-    the item table was not fitted on in directions fitted to the others. Excess agreement on the queries
-    both answered (`agreement_kappa`, `shared_queries`) is reported beside; it ranked these before and
-    found a model's behavioural neighbours less often (docs/results/scorecard.md, "search from a model").
+    by="fingerprint" (the default for a model that has one): from a model name, the max(4k, 200) nearest
+    in the behaviour index (`behaviour_neighbours`: the least expected disagreement with the model's
+    recorded answers on the item table's probe queries, each candidate's recorded answers where it has
+    them and its fingerprint's predictions where not; `behaviour_distance`), those whose fingerprint could
+    have produced the model's answers first (`same_model`: a copy; `answer_keys`). Without a behaviour
+    index of the active item table (a home not migrated to format 4), the fingerprint index's nearest
+    ordered by answer distance as before. `distance` is the fingerprint identity distance (Euclidean = RMS
+    logit difference over the probe queries); excess agreement on the queries both answered
+    (`agreement_kappa`, `shared_queries`) is reported beside (docs/results/scorecard.md, part (i)).
     by="locus": the LOCUS embedding (cosine by default). Each neighbour says which vector answered
     (`vector`). Models embedded from fewer than `min_evals` evaluations come after the others
     (registry.evidence); those that this pushed out of the k are appended to `left_out`."""
@@ -287,15 +284,17 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
     thin = thin_names(models.index.rows, min_evals)
     refine = by == "fingerprint" and isinstance(query, str)
     wanted = max(4 * k, BEHAVIOUR_CANDIDATES) if refine else k
-    # as many more as there are thin models: ranked after the others, they must not shorten the k
-    hits = models.index.neighbours(query, wanted + len(thin), metric=metric, allowed=models.allowed_rows(where))
+    allowed = models.allowed_rows(where)
     if not refine:
+        # as many more as there are thin models: ranked after the others, they must not shorten the k
+        hits = models.index.neighbours(query, wanted + len(thin), metric=metric, allowed=allowed)
         return _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                      metadata=models.records[name].metadata(), **_evidence(models, name))
                            for name, dist in hits], thin, k, left_out)
     evals = _evaluations(models, open_store)
+    hits, in_index = _candidates(models, evals, query, wanted + len(thin), allowed, metric, open_store)
     candidates = [name for name, _ in hits]
-    keys = _answer_keys(evals, models, query, candidates)
+    keys = _answer_keys(evals, models, query, candidates, in_index)
     ranked = behaviour_order(hits, [keys.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(),
@@ -306,6 +305,27 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
     agreement = _agreement(evals, query, [hit.name for hit in kept])  # shown beside, for the shared queries
     return [hit.model_copy(update={"agreement_kappa": agreement[hit.name][0], "shared_queries": agreement[hit.name][1]})
             for hit in kept]
+
+
+def _candidates(models: EmbeddedModels, evals, query: str, n: int, allowed, metric: str,
+                open_store) -> tuple[list[tuple[str, float]], dict[str, float] | None]:
+    """The n models a search from `query` orders, with their distance in the fingerprint index, and their
+    behaviour index distance: the nearest in the behaviour index (least expected disagreement with its
+    recorded answers on the probe queries), else (no behaviour index of the active table holds it; None)
+    the fingerprint index's own nearest."""
+    table = _index_table(evals, models)
+    among = None if allowed is None else {models.index.names[int(r)] for r in allowed}
+    if table is not None:
+        _, qids, scores = evals.read([query])
+        found = behaviour_neighbours(models.index.home, table, query, n, among=among, store=open_store,
+                                     answers=(qids.tolist(), scores))
+    else:
+        found = None
+    if found is None:
+        return models.index.neighbours(query, n, metric=metric, allowed=allowed), None
+    printed = set(models.index.names)
+    return ([(name, embedding_distance(models, query, name, metric)) for name, _ in found if name in printed],
+            dict(found))
 
 
 def _evidence(models: EmbeddedModels, name: str) -> dict:
@@ -334,12 +354,65 @@ def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> f
 
 
 def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
-    """The k models nearest to `name` in the fingerprint index (identity distance, exact), nearest
-    first; empty when the model has no fingerprint."""
+    """The k models that behave most like `name` (`behaviour_neighbours`), nearest first; by the
+    fingerprint index's identity distance when the behaviour index does not hold it; empty when the
+    model has no fingerprint."""
+    from registry.catalog.fingerprint_store import load_item_table
+
     prints = open_index(store, by="fingerprint").index
     if name not in prints.names:
         return []
+    found = behaviour_neighbours(store, load_item_table(store), name, k)
+    if found is not None:
+        return [n for n, _ in found]
     return [n for n, _ in prints.neighbours(name, k, metric="euclidean")]
+
+
+_BEHAVIOUR_OPEN: dict[str, tuple[str, ModelIndex]] = {}  # home -> (generation token, its behaviour index)
+
+
+def _behaviour_index(source: "Store | str | Path", store: "Callable[[], Store] | None") -> ModelIndex:
+    """The behaviour index of a home, kept while the home's generation token stands (a service searching
+    many times reads its files once per write, not once per search). ModelIndex itself: "behaviour" is
+    also an old user-facing name of by="fingerprint" (BY_ALIASES)."""
+    from indexing.home import as_path, generation, is_remote, transaction_open
+
+    home = as_path(source) if not hasattr(source, "read") else source.home
+    token = None if is_remote(home) or transaction_open(home) else generation(home)
+    kept = _BEHAVIOUR_OPEN.get(str(home))
+    if token is not None and kept is not None and kept[0] == token:
+        return kept[1]
+    index = ModelIndex.open(source, store=store, by="behaviour")
+    if token is not None:
+        _BEHAVIOUR_OPEN.clear()  # one home at a time: a process serves one
+        _BEHAVIOUR_OPEN[str(home)] = (token, index)
+    return index
+
+
+def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int, *,
+                         among: "set[str] | None" = None, index: "ModelIndex | None" = None,
+                         store: "Callable[[], Store] | None" = None,
+                         answers: "tuple[Sequence[str], np.ndarray] | None" = None) -> list[tuple[str, float]] | None:
+    """The k models (of `among`, all without) nearest `name` in the behaviour index, nearest first, with
+    their mean expected disagreement with it over the probe queries of its tasks (a probe of a task the
+    other never answered counts 0.5; `ItemTable.behaviour_mean`): exact, in the index. With `answers`
+    (name's recorded (query ids, scores)), over the probes it has answers on (`behaviour_queries`). None
+    when the index is not of `table` (the active item table) or does not hold `name`; `index` an open one."""
+    from indexing.vector_index import INNER
+
+    behaviour = index if index is not None else _behaviour_index(source, store)
+    if table is None or behaviour.encoder_id != table.table_id or name not in behaviour.names:
+        return None
+    own = behaviour.vector(name).astype(np.float64)[None]
+    rows = np.asarray([i for i, n in enumerate(behaviour.names) if n != name and (among is None or n in among)],
+                      dtype=np.int64)
+    if not len(rows) or k <= 0:
+        return []
+    answered = None if answers is None else ~np.isnan(table.probe_answers(*answers))[None]
+    query, read = table.behaviour_queries(own, answered)
+    hits = behaviour.search(query[0], k, metric=INNER, allowed=rows)
+    mean = table.behaviour_mean(read, -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
+    return [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
 
 
 def behaviour_order(hits: list, keys: list) -> list:
@@ -438,7 +511,8 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str]) -> dict[str, tuple]:
+def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str],
+                 in_index: dict[str, float] | None = None) -> dict[str, tuple]:
     """name -> its key from `query` (`answer_keys`): the query model's recorded answers against what the named
     model's fingerprint (from the index) predicts on those queries (`ItemTable.answer_evidence`). Empty
     when the index's item table is not the active one; without the names that share no task."""
@@ -450,17 +524,30 @@ def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str]) ->
     task_of, tasks = evals.task_of(), evals.task_sets(names)
     q = qids.tolist()
     keys = answer_keys(table, thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
-                       other_tasks=[tasks[n] for n in names])
+                       other_tasks=[tasks[n] for n in names],
+                       index_distances=None if in_index is None else np.asarray([in_index[n] for n in names]))
     return {n: key for n, key in zip(names, keys) if key is not None}
 
 
-def answer_keys(table, others: np.ndarray, query_ids, scores, *, query_tasks, other_tasks) -> list[tuple | None]:
+def answer_keys(table, others: np.ndarray, query_ids, scores, *, query_tasks, other_tasks,
+                index_distances: np.ndarray | None = None) -> list[tuple | None]:
     """How a search from a model orders each of `others` ((N, r + 1) fingerprints), given the model's
-    recorded answers (`ItemTable.answer_evidence`): (0, likelihood ratio, distance) for one that could
-    have produced them (a copy: first, the likeliest first), else (1, answer distance, distance); None
-    for one sharing no task with it. The last element is the answer distance (`behaviour_distance`)."""
+    recorded answers (`ItemTable.answer_evidence`): (0, likelihood ratio, distance) for one whose
+    fingerprint could have produced them (a copy: first, the likeliest first), else (1, distance,
+    distance); None for one sharing no task with it (and no `index_distances`). The distance (reported
+    as `behaviour_distance`) is the behaviour index's (`index_distances` (N,): expected disagreement with
+    the other's answers on the probe queries the model answered) when given, else the answer distance.
+
+    Why the index's distance when there is one: it reads the other's recorded answers where it has
+    them, where the answer distance reads only its fingerprint's predictions, and a model the item table
+    was not fitted on is predicted poorly (held out of the fit: NN among 3 behaviourally nearest 70-78%
+    by answer distance, 88-100% by the index's; docs/results/scorecard.md)."""
     distance, ratio = table.answer_evidence(others, query_ids, scores, query_tasks=query_tasks,
                                             other_tasks=other_tasks)
+    if index_distances is not None:
+        distance = np.asarray(index_distances, np.float64)
+        return [(0, float(r), float(d)) if np.isfinite(r) and r < table.same_model_ratio else (1, float(d), float(d))
+                for d, r in zip(distance, ratio)]
     same_below = table.same_model_ratio
     return [None if not np.isfinite(d) else (0, float(r), float(d)) if r < same_below else (1, float(d), float(d))
             for d, r in zip(distance, ratio)]

@@ -4,6 +4,10 @@ table beside the active encoder, written in the same transaction as the LOCUS ve
 Stored in the identity form (`ItemTable.identity_vectors`: theta whitened by the probe rows), so the
 Euclidean distance of two stored fingerprints is their RMS logit difference over the probe queries and
 the FAISS index over the column (`indexing.model_index.ModelIndex`, by="fingerprint") is exact for it.
+Beside it, the `behaviour` column (`ItemTable.behaviour_vectors`: the model's answers on the probe
+queries, recorded where it has them, predicted where not, over the tasks it was evaluated on), whose
+index (by="behaviour", inner product) finds a model's behavioural neighbours: both made by one table
+from one read of the evaluations, in the same transaction.
 Tagged with the item table's id: fingerprints of two tables are never compared. A model with fewer than
 `MIN_FINGERPRINT_EVALS` usable evaluations gets none (null): r + 1 numbers from a handful of answers
 would be mostly the ridge prior, and would sit near every other thin model.
@@ -76,7 +80,8 @@ def place_queries(store: "Store", table: ItemTable, ids: list[str]) -> tuple[lis
 
 
 def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
-    """name -> (theta, coverage, evaluations used) from the stored evaluations of these models."""
+    """name -> (theta, coverage, evaluations used, answers on the probe queries (NaN where none)) from the
+    stored evaluations of these models."""
     if not names:
         return {}
     from indexing.store import QUERIES
@@ -105,14 +110,15 @@ def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple
         sel = order[lo:hi]
         q = q_all[sel]
         out[str(name)] = (table.fingerprint(f[q], b[q], scores[sel]), table.coverage([set(task_at[q].tolist())])[0],
-                          int(len(sel)))
+                          int(len(sel)), table.probe_answers([ids_kept[i] for i in q], scores[sel]))
     return out
 
 
 def fingerprint_columns(store: "Store", table: "ItemTable | None", names: list[str]) -> dict[str, dict]:
-    """name -> {"fingerprint": list (identity form) or None, "table_id": str or None} for these models,
-    from their evaluations as stored now (call it inside the transaction that writes them)."""
-    empty = {"fingerprint": None, "table_id": None}
+    """name -> {"fingerprint": list (identity form) or None, "behaviour": list (`ItemTable.behaviour_vectors`)
+    or None, "table_id": str or None} for these models, from their evaluations as stored now (call it
+    inside the transaction that writes them)."""
+    empty = {"fingerprint": None, "behaviour": None, "table_id": None}
     if table is None or not names:
         return {n: dict(empty) for n in names}
     made = compute(store, table, list(names))
@@ -123,7 +129,8 @@ def fingerprint_columns(store: "Store", table: "ItemTable | None", names: list[s
             out[name] = dict(empty)
         else:
             vector = table.identity_vectors(got[0][None, :])[0].astype(np.float32)
-            out[name] = {"fingerprint": vector.tolist(), "table_id": table.table_id}
+            behaviour = table.behaviour_vectors(got[0][None, :], got[1][None, :], got[3][None, :])[0].astype(np.float32)
+            out[name] = {"fingerprint": vector.tolist(), "behaviour": behaviour.tolist(), "table_id": table.table_id}
     return out
 
 

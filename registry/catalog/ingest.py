@@ -247,7 +247,8 @@ def ingest(
                          MODEL_SCHEMA)
         if update_models:
             # New metadata, same embedding: a metadata change does not touch the vector.
-            embedding = ("vector", "encoder_id", "n_evals", "embedded_at", "version", "fingerprint", "table_id")
+            embedding = ("vector", "encoder_id", "n_evals", "embedded_at", "version", "fingerprint", "behaviour",
+                         "table_id")
             rows = [{**model_row(r, stored_models[r.name]["added"]),
                      **{k: stored_models[r.name][k] for k in embedding}} for r in update_models]
             store.upsert(MODELS, rows, MODEL_SCHEMA, "name")

@@ -59,10 +59,23 @@ def _m003_evaluation_log(store: Store, report: MigrationReport) -> None:
     backfill(store)
 
 
+def _m004_behaviour(store: Store, report: MigrationReport) -> None:
+    """4: `behaviour` on the models table and its history (the vector the behaviour index searches); every
+    live model's fingerprint columns rewritten from its evaluations when the active encoder has an item
+    table (else null until one is fitted)."""
+    from registry.catalog.fingerprint_store import load_item_table, rewrite_fingerprints
+
+    _conform(store, MODELS, MODEL_SCHEMA)
+    _conform(store, VERSIONS, VERSION_SCHEMA)
+    table = load_item_table(store)
+    report.fingerprints = rewrite_fingerprints(store, table, migrating=True) if table is not None else 0
+
+
 # (format it produces, what it does, the function): in order, one per format step
 MIGRATIONS: list[tuple[int, str, Callable[[Store, MigrationReport], None]]] = [
     (2, "fingerprint columns on models and model_versions", _m002_fingerprints),
     (3, "evaluation_log: the evaluations each version brought (for drift)", _m003_evaluation_log),
+    (4, "behaviour column on models and model_versions (the behaviour index)", _m004_behaviour),
 ]
 
 

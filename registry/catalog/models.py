@@ -124,6 +124,7 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         # none (a fingerprint of another table is never compared with this table's)
         table = load_item_table(store)
         same = table is not None and chosen.get("table_id") == table.table_id
-        row.update(fingerprint=chosen.get("fingerprint") if same else None, table_id=table.table_id if same else None)
+        row.update(fingerprint=chosen.get("fingerprint") if same else None,
+                   behaviour=chosen.get("behaviour") if same else None, table_id=table.table_id if same else None)
         write_model(store, row, "restore")
     return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])

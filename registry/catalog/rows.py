@@ -56,7 +56,7 @@ def version_row(row: Mapping[str, Any], event: str, when) -> dict[str, Any]:
     return {"name": row["name"], "version": int(row.get("version") or 1), "event": event,
             "record": record_of(row).model_dump_json(), "vector": row.get("vector"),
             "encoder_id": row.get("encoder_id"), "n_evals": row.get("n_evals"), "time": when,
-            "fingerprint": row.get("fingerprint"), "table_id": row.get("table_id")}
+            "fingerprint": row.get("fingerprint"), "behaviour": row.get("behaviour"), "table_id": row.get("table_id")}
 
 
 def write_model(store: "Store", row: dict[str, Any], event: str) -> None:

@@ -452,48 +452,56 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
 
 def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals, draws, seed,
                 where: str | None = None) -> dict | None:
-    """The index's default likeness vector as the registry serves it: the `fingerprint` column of the
-    models table, searched through its FAISS index (`ModelIndex`, by="fingerprint", Euclidean). (a) a
-    copy from `copy_evals` evaluations (the same draws as above) finds its model: rank of the model
-    among the view's models in the index's answer; (b) each model's nearest in the index is among
-    its 3 least-disagreeing by raw evidence, and so is the first answer of the registry's own search
-    from the model (`registry search NAME --where ...`: the index's nearest re-ranked by
-    answer distance); clusters as `registry clusters` makes them (answer distances) against family."""
+    """The index's default likeness vector as the registry serves it: the `behaviour` column of the
+    models table, searched through its FAISS index (`ModelIndex`, by="behaviour", inner product with
+    `ItemTable.behaviour_queries`: least expected disagreement over the querying model's tasks). (a) a
+    copy from `copy_evals` evaluations (the same draws as above), as `add-model` would store it, finds its
+    model: rank of the model among the view's models in the index's answer; (b) each model's nearest in
+    the index is among its 3 least-disagreeing by raw evidence, and so is the first answer of the
+    registry's own search from the model (`registry search NAME --where ...`: the index's nearest
+    re-ranked by answer distance); clusters as `registry clusters` makes them (answer distances) against
+    family."""
     from indexing.model_index import ModelIndex
+    from indexing.vector_index import INNER
     from registry.analytics.search import (BEHAVIOUR_CANDIDATES, answer_distance_matrix, answer_keys, behaviour_order,
-                                           similar)
+                                           behaviour_neighbours, similar)
 
-    index = ModelIndex.open(store, by="fingerprint")
-    if index.encoder_id != table.table_id:
+    index = ModelIndex.open(store, by="behaviour")
+    identity = ModelIndex.open(store, by="fingerprint")
+    if index.encoder_id != table.table_id or identity.encoder_id != table.table_id:
         return None
     position = {n: i for i, n in enumerate(index.names)}
-    view = [m for m, n in enumerate(data.models) if n in position]
+    view = [m for m, n in enumerate(data.models) if n in position and n in identity.names]
     if len(view) < 3:
         return None
     allowed = np.asarray([position[data.models[m]] for m in view], dtype=np.int64)
     ranks, copy_first = [], []
-    thetas = table.thetas_of(index.vectors[allowed])  # (view, r + 1) as the index holds them
+    thetas = table.thetas_of(np.stack([identity.vector(data.models[m]) for m in view]))  # (view, r + 1) as stored
     tasks = _tasks_of(data, own)
     for draw in range(draws):
         rng = np.random.default_rng(seed + 1000 + draw)
         sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
-        copies = table.identity_vectors(prints(sets))
+        # searched as `registry search COPY` searches: by the probe queries it has answers on
+        copies, reads = table.behaviour_queries(behaviour_of(table, data, sets, prints(sets)), answered_of(table, data, sets))
         for m in view:
-            found = index.search(copies[m], len(allowed), metric="euclidean", allowed=allowed)
+            found = index.search(copies[m], len(allowed), metric=INNER, allowed=allowed)
             hits = [index.names[r] for r, _ in found]
             ranks.append(hits.index(data.models[m]) + 1)
-            # a search from the copy as `registry search` ranks its index's nearest (answer_keys)
-            near = [int(np.flatnonzero(allowed == r)[0]) for r, _ in found[:BEHAVIOUR_CANDIDATES]]
+            # a search from the copy as `registry search` orders its index's nearest (answer_keys)
+            found = found[:BEHAVIOUR_CANDIDATES]
+            near = [int(np.flatnonzero(allowed == r)[0]) for r, _ in found]
             queries = data.query_index[sets[m]]
             keys = answer_keys(table, thetas[near], [data.query_ids[q] for q in queries], data.scores[sets[m]],
-                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[view[j]] for j in near])
+                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[view[j]] for j in near],
+                               index_distances=table.behaviour_mean(reads[m:m + 1], -np.asarray([[d for _, d in found]]))[0])
             copy_first.append(view[behaviour_order(near, keys)[0]] == m)
     ranks = np.asarray(ranks)
     raw_near = nearest(raw_d, 3)
     row_of = {n: m for m, n in enumerate(data.models)}
+    members = {data.models[m] for m in view}
     nn_hits = []
-    for m in view:
-        (other, _), = index.neighbours(data.models[m], 1, metric="euclidean", allowed=allowed)
+    for m in view:  # as route's fallbacks read it: from the stored vector alone
+        (other, _), = behaviour_neighbours(store, table, data.models[m], 1, among=members, index=index)
         j = row_of[other]
         nn_hits.append(bool(j in raw_near[m] and np.isfinite(raw_d[m, j])))
     search_hits = []
@@ -504,15 +512,38 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     d = answer_distance_matrix(store, [data.models[m] for m in view])  # as `registry clusters` clusters them
     if d is None:
         z = index.vectors[allowed].astype(np.float64)
-        d = _cross_distances(z, z, "euclidean")
+        d = behaviour_matrix(table, z, z)
     sub_raw = raw_d[np.ix_(view, view)]
     labels = [families[m] for m in view]
-    return {"table_id": index.encoder_id, "models": len(view), "of": data.n_models,
+    return {"table_id": index.encoder_id, "vector": "behaviour", "models": len(view), "of": data.n_models,
             "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
             "search_copy_top1": float(np.mean(copy_first)),
             "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
             "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits)),
             "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
+
+
+def behaviour_of(table, data, sets, thetas) -> np.ndarray:
+    """(M, S + T) the behaviour vectors (`ItemTable.behaviour_vectors`) of models from these evaluation sets
+    (indices into data) and their fingerprints, as `registry.catalog.fingerprint_store` stores them."""
+    cover = table.coverage(_tasks_of(data, sets))
+    answers = np.stack([table.probe_answers([data.query_ids[q] for q in data.query_index[e]], data.scores[e])
+                        for e in sets]) if len(sets) else np.zeros((0, len(table.probe)))
+    return table.behaviour_vectors(thetas, cover, answers)
+
+
+def answered_of(table, data, sets) -> np.ndarray:
+    """(M, S) bool: the probe queries each evaluation set (indices into data) has answers on."""
+    return np.stack([~np.isnan(table.probe_answers([data.query_ids[q] for q in data.query_index[e]], data.scores[e]))
+                     for e in sets]) if len(sets) else np.zeros((0, len(table.probe)), bool)
+
+
+def behaviour_matrix(table, queries_from: np.ndarray, stored: np.ndarray, answered: np.ndarray | None = None) -> np.ndarray:
+    """(M, N) mean expected disagreement of each of `queries_from`'s behaviour vectors with each stored one,
+    as the behaviour index measures it (asymmetric: over the querying model's tasks, or with `answered`
+    over the probes it answered, as a search from a model reads them)."""
+    query, read = table.behaviour_queries(queries_from, answered)
+    return table.behaviour_mean(read, query @ np.asarray(stored, np.float64).T)
 
 
 def _tasks_of(data, per_model) -> list[set[str]]:
@@ -542,30 +573,33 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
             return fitted.fingerprints(data.query_ids, data.query_vectors, sets, data.query_index, data.scores)
 
         thetas = prints(own)
-        stored = fitted.identity_vectors(thetas)
+        stored = behaviour_of(fitted, data, own, thetas)  # what the behaviour index would hold
         cover = fitted.coverage(tasks)
         behaviour = fitted.behaviour_distances(thetas, coverage=cover)
         nn = nearest(behaviour)[:, 0]
         members = np.flatnonzero(fold_of == f)
         hits += [nn[i] in raw_near[i] and np.isfinite(raw_d[i, nn[i]]) for i in members]
-        # what the index would answer for them: nearest by identity distance (Euclidean on the stored form)
-        identity = _cross_distances(stored, stored, "euclidean")
-        nn_id = nearest(identity)[:, 0]
+        # what the index would answer for them: nearest by the behaviour index's distance
+        in_index = behaviour_matrix(fitted, stored, stored)
+        nn_id = nearest(in_index)[:, 0]
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
-        # and what `registry search` answers: the index's nearest re-ranked as it re-ranks them, by the
-        # model's recorded answers against the candidates' fingerprints (registry.analytics.search.answer_keys)
+        # and what `registry search` answers: the index's nearest (read by the model's answered probes), a
+        # model that could have produced its answers first (registry.analytics.search.answer_keys)
+        searched = behaviour_matrix(fitted, stored, stored, answered_of(fitted, data, own))
         for i in members:
-            candidates = [j for j in np.argsort(identity[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
+            candidates = [j for j in np.argsort(searched[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
             queries = data.query_index[own[i]]
             keys = answer_keys(fitted, thetas[candidates], [data.query_ids[q] for q in queries], data.scores[own[i]],
-                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[j] for j in candidates])
+                               query_tasks=[data.tasks[q] for q in queries], other_tasks=[tasks[j] for j in candidates],
+                               index_distances=searched[i, candidates])
             top = behaviour_order(candidates, keys)[0]
             search_hits.append(bool(top in raw_near[i] and np.isfinite(raw_d[i, top])))
         for draw in range(draws):
             pick = np.random.default_rng(seed + 1000 + draw)
             sets = [np.sort(pick.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
-            copies = fitted.identity_vectors(prints([sets[i] for i in members]))
-            d = _cross_distances(copies, stored, "euclidean")  # (fold, M)
+            chosen = [sets[i] for i in members]  # searched as `registry search COPY` searches: by its answers
+            d = behaviour_matrix(fitted, behaviour_of(fitted, data, chosen, prints(chosen)), stored,
+                                 answered_of(fitted, data, chosen))  # (fold, M)
             ranks += [int((d[j] <= d[j, i]).sum() - 1) + 1 for j, i in enumerate(members)]
     ranks = np.asarray(ranks)
     return {"folds": folds, "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),

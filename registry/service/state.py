@@ -45,6 +45,7 @@ class Snapshot:
     problem: str | None  # why search/route cannot answer (no encoder, mixed encoders), else None
     loaded_at: float = field(default_factory=time.time)
     prints: Any = None  # the fingerprint index (registry.analytics.search.EmbeddedModels) or None
+    behaviour: Any = None  # the behaviour index (indexing.model_index.ModelIndex) or None
 
     def require_models(self):
         if self.models is None:
@@ -191,7 +192,13 @@ class WarmState(StoreView):
             prints = open_index(self.store, by="fingerprint")
         except RegistryError:
             prints = None
-        return Snapshot(key, encoder_id, active, models, problem, prints=prints)
+        try:
+            from indexing.model_index import ModelIndex
+
+            behaviour = ModelIndex.open(self.store, by="behaviour")
+        except RegistryError:
+            behaviour = None
+        return Snapshot(key, encoder_id, active, models, problem, prints=prints, behaviour=behaviour)
 
     def current(self) -> Snapshot | None:
         """The loaded snapshot when two small local file reads show nothing changed; None when a
@@ -218,6 +225,9 @@ class WarmState(StoreView):
 
     def fingerprints(self):
         return self.snapshot().prints
+
+    def behaviour(self):
+        return self.snapshot().behaviour
 
     def _likeness(self, by: str | None, query):
         """The warm index a search reads: the fingerprint index when asked, or by default for a model
@@ -344,6 +354,9 @@ class _FromMemory(StoreView):
 
     def fingerprints(self):
         return self._snap.prints
+
+    def behaviour(self):
+        return self._snap.behaviour
 
     def text_vectors(self, encoder: str, wanted, *, bulk: bool = False):
         found = self._state._from_memory(encoder, wanted)
