@@ -436,6 +436,8 @@ def _fingerprint_card(store, active, data, own, raw_d, held, test_d, *, copy_eva
                                        coverage=table.coverage(_tasks_of(held.data, held_sets)))
     index = _index_card(store, table, data, own, raw_d, prints, families=families, copy_evals=copy_evals,
                         draws=draws, seed=seed, where=where)
+    if index is not None:
+        index["unseen"] = _unseen_queries(table, held, held_sets, prints(held_sets, on=held.data), test_d, is_test)
     return FingerprintCard(
         index=index,
         table_id=table.table_id, rank=table.rank, self_top1=float(np.mean(ranks == 1)),
@@ -521,6 +523,22 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
             "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
             "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits)),
             "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
+
+
+def _unseen_queries(table, held, sets, thetas, test_d, is_test) -> dict[str, float]:
+    """Whether the nearest by a vector built without the test queries is among the 3 that disagree least
+    on them: the behaviour index's distance, the identity distance, and raw disagreement on the other
+    queries (what the answers alone say). Out of sample: the behaviour vector holds recorded answers, so
+    in sample its nearest is close to the raw-disagreement truth by construction."""
+    stored = behaviour_of(table, held.data, sets, thetas)
+    identity = table.identity_vectors(thetas)
+    dense = held.data.dense().astype(np.float64)
+    dense[:, is_test] = np.nan
+    seen_d, _ = disagreement_matrix(dense)
+    seen_d = np.where(np.isnan(seen_d), np.inf, seen_d)
+    return {"behaviour": behavioural_nn_rate(behaviour_matrix(table, stored, stored), test_d)[0],
+            "identity": behavioural_nn_rate(_cross_distances(identity, identity, "euclidean"), test_d)[0],
+            "raw": behavioural_nn_rate(seen_d, test_d)[0]}
 
 
 def behaviour_of(table, data, sets, thetas) -> np.ndarray:
