@@ -404,13 +404,20 @@ def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int,
     if table is None or behaviour.encoder_id != table.table_id or name not in behaviour.names:
         return None
     own = behaviour.vector(name).astype(np.float64)[None]
-    rows = np.asarray([i for i, n in enumerate(behaviour.names) if n != name and (among is None or n in among)],
-                      dtype=np.int64)
-    if not len(rows) or k <= 0:
+    if k <= 0 or len(behaviour.names) < 2:
         return []
     answered = None if answers is None else ~np.isnan(table.probe_answers(*answers))[None]
     query, read = table.behaviour_queries(own, answered)
-    hits = behaviour.search(query[0], k, metric=INNER, allowed=rows)
+    if among is not None and name not in among and len(among) == len(behaviour.names) - 1 \
+            and among.issubset(behaviour.names):
+        among = None  # every other model: the same as no restriction
+    if among is None:  # the whole index less the model itself: no selector (a flat scan is faster without)
+        hits = [hit for hit in behaviour.search(query[0], k + 1, metric=INNER) if behaviour.names[hit[0]] != name][:k]
+    else:
+        rows = np.asarray([i for i, n in enumerate(behaviour.names) if n != name and n in among], dtype=np.int64)
+        if not len(rows):
+            return []
+        hits = behaviour.search(query[0], k, metric=INNER, allowed=rows)
     mean = table.behaviour_mean(read, -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
     return [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
 
