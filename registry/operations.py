@@ -83,10 +83,10 @@ class StoreView:
 
     def behaviour(self):
         """The behaviour index (indexing.model_index.ModelIndex), or None when no model has a behaviour vector."""
-        from indexing.model_index import ModelIndex
+        from registry.analytics.search import behaviour_index
 
         try:
-            index = ModelIndex.open(self.source, store=lambda: self.store, by="behaviour")
+            index = behaviour_index(self.source, lambda: self.store)
         except RegistryError:
             return None
         return index if index.names else None

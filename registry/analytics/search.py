@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
-           "behaviour_order", "fingerprint_neighbours", "behaviour_neighbours", "answer_distance_matrix",
+           "behaviour_order", "fingerprint_neighbours", "behaviour_neighbours", "behaviour_index", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX"]
 
 
@@ -371,7 +371,7 @@ def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
 _BEHAVIOUR_OPEN: dict[str, tuple[str, ModelIndex]] = {}  # home -> (generation token, its behaviour index)
 
 
-def _behaviour_index(source: "Store | str | Path", store: "Callable[[], Store] | None") -> ModelIndex:
+def behaviour_index(source: "Store | str | Path", store: "Callable[[], Store] | None" = None) -> ModelIndex:
     """The behaviour index of a home, kept while the home's generation token stands (a service searching
     many times reads its files once per write, not once per search). ModelIndex itself: "behaviour" is
     also an old user-facing name of by="fingerprint" (BY_ALIASES)."""
@@ -400,7 +400,7 @@ def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int,
     when the index is not of `table` (the active item table) or does not hold `name`; `index` an open one."""
     from indexing.vector_index import INNER
 
-    behaviour = index if index is not None else _behaviour_index(source, store)
+    behaviour = index if index is not None else behaviour_index(source, store)
     if table is None or behaviour.encoder_id != table.table_id or name not in behaviour.names:
         return None
     own = behaviour.vector(name).astype(np.float64)[None]

@@ -193,9 +193,9 @@ class WarmState(StoreView):
         except RegistryError:
             prints = None
         try:
-            from indexing.model_index import ModelIndex
+            from registry.analytics.search import behaviour_index
 
-            behaviour = ModelIndex.open(self.store, by="behaviour")
+            behaviour = behaviour_index(self.store, None)  # the one a search from a model reads too
         except RegistryError:
             behaviour = None
         return Snapshot(key, encoder_id, active, models, problem, prints=prints, behaviour=behaviour)
