@@ -103,8 +103,8 @@ def _echo_route(result) -> None:
             click.echo(f"{r.p_correct:.4f}      {r.name}{_mark(r)}")
     if result.fallbacks:
         top = result.ranking[0].name
-        by = result.fallbacks[0].by
-        what = "fingerprint distance" if by == "fingerprint" else "cosine distance"
+        what = {"behaviour": "behaviour distance", "euclidean": "fingerprint distance"}.get(
+            result.fallbacks[0].metric, "cosine distance")
         click.echo(f"if {top} is unavailable ({what} to it): " +
                    ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f}){_mark(f)}"
                              for f in result.fallbacks))

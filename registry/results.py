@@ -486,10 +486,11 @@ class Fallback(Result):
     name: str
     distance_cosine: float = Field(description="cosine distance to the top-ranked model's LOCUS embedding")
     by: Literal["locus", "fingerprint"] = Field("locus", description="the index that found it")
-    distance: float | None = Field(None, description="how far from the top model in that index (fingerprint: the "
-                                                     "mean expected disagreement with its answers over its tasks, "
-                                                     "from the behaviour index, else the Euclidean identity "
-                                                     "distance; locus: cosine)")
+    distance: float | None = Field(None, description="how far from the top model, in `metric`")
+    metric: Literal["behaviour", "euclidean", "cosine"] | None = Field(
+        None, description="what `distance` is: behaviour (by fingerprint, from the behaviour index: the mean expected "
+                          "disagreement with the top model's answers over its tasks), euclidean (by fingerprint on a "
+                          "home without behaviour vectors: the identity distance) or cosine (by locus)")
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 
 

@@ -61,9 +61,11 @@ def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_enco
     from registry.catalog.fingerprint_store import load_item_table
 
     near = behaviour_neighbours(reg.store, load_item_table(reg.store), top, 3)
-    assert [(f.by, f.name, f.distance) for f in result.fallbacks] == [("fingerprint", n, pytest.approx(d)) for n, d in near]
+    assert [(f.by, f.name, f.distance, f.metric) for f in result.fallbacks] == [
+        ("fingerprint", n, pytest.approx(d), "behaviour") for n, d in near]
     # ... or from LOCUS when asked, as `search --by locus` ranks them
     by_locus = reg.route(stored["math"], k=4, fallback=3, by="locus").fallbacks
+    assert all(f.metric == "cosine" for f in by_locus)
     assert [(f.name, f.distance_cosine) for f in by_locus] == [
         (h.name, h.distance) for h in reg.similar(top, k=3, by="locus").neighbours]
 

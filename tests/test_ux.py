@@ -124,7 +124,7 @@ def test_search_prints_a_header_and_route_labels_its_fallback_distances(home):
     assert out[0] == "by locus (cosine)" and out[1].split() == ["cosine", "d", "model", "family", "access"]
     routed = _run(home, "route", "Solve for x: 3x + 1 = 10.", "-k", "2", "--fallback", "2")
     line = [x for x in routed.splitlines() if x.startswith("if ")][0]
-    assert "is unavailable (fingerprint distance to it):" in line and "(d " in line
+    assert "is unavailable (behaviour distance to it):" in line and "(d 0." in line  # an expected disagreement
     routed = _run(home, "route", "Solve for x: 3x + 1 = 10.", "-k", "2", "--fallback", "2", "--by", "locus")
     line = [x for x in routed.splitlines() if x.startswith("if ")][0]
     assert "is unavailable (cosine distance to it):" in line and "(d 0." in line

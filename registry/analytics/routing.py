@@ -138,20 +138,23 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
             allowed, among = prints_rows[names[top]]
             found = behaviour_neighbours(None, table, names[top], fallback + len(thin), index=behaviour, among=among) \
                 if behaviour is not None and len(allowed) else None
+            metric = "behaviour"
             if found is None:  # no behaviour index of this table holds the top model: the identity nearest
+                metric = "euclidean"
                 found = [(prints.index.names[r], d) for r, d in prints.index.search(
                     prints.index.vector(names[top]), fallback + len(thin), metric="euclidean", allowed=allowed)] \
                     if len(allowed) else []
             found, pushed = demote_thin(found, lambda hit: hit[0] in thin, fallback)
             left_out += [n for n, _ in pushed if n not in left_out]
-            fallbacks = [Fallback(name=n, by="fingerprint", distance=d, distance_cosine=_cosine(models, names[top], n),
-                                  low_evidence=low(n)) for n, d in found]
+            fallbacks = [Fallback(name=n, by="fingerprint", distance=d, metric=metric,
+                                  distance_cosine=_cosine(models, names[top], n), low_evidence=low(n)) for n, d in found]
         else:
             hits = models.index.search(models.index.vectors[top], fallback + len(thin), metric="cosine",
                                        allowed=others) if fallback and len(others) else []
             hits, pushed = demote_thin(hits, lambda hit: names[hit[0]] in thin, fallback)
             left_out += [names[r] for r, _ in pushed if names[r] not in left_out]
-            fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d, low_evidence=low(names[r]))
+            fallbacks = [Fallback(name=names[r], distance_cosine=d, by="locus", distance=d, metric="cosine",
+                                  low_evidence=low(names[r]))
                          for r, d in hits]
         out.append(RouteDecision(query=text, ranking=ranking, fallbacks=fallbacks, min_evals=min_evals, predictor=predictor,
                                  evidence_note=evidence_note(left_out, min_evals, what="ranked after the "
