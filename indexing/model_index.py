@@ -203,12 +203,13 @@ class ModelIndex:
 
     @classmethod
     def _from_store(cls, store: "Store", *, rebuild: bool, by: str = "locus") -> "ModelIndex":
-        from indexing.store import MODELS
+        from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
 
         column, made_by = _check_kind(by)
         home = store.home
         token = generation(home)
-        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        skip = tuple(c for c in HEAVY_MODEL_COLUMNS if c != column)  # another kind's vectors: not read
+        rows = {r["name"]: r for r in store.read(MODELS, without=skip).to_pylist()}
         embedded = sorted(n for n, r in rows.items() if r.get(column) is not None)
         encoders = {rows[n][made_by] for n in embedded}
         if len(encoders) == 1:
@@ -254,11 +255,12 @@ class ModelIndex:
     # ---------------------------------------------------------------------- checks
     def problems(self, store: "Store") -> list[str]:
         """How this index disagrees with the models table (empty when it agrees)."""
-        from indexing.store import MODELS
+        from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
 
         problems = []
         column, made_by = VECTOR_KINDS[self.by]
-        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        skip = tuple(c for c in HEAVY_MODEL_COLUMNS if c != column)
+        rows = {r["name"]: r for r in store.read(MODELS, without=skip).to_pylist()}
         names = sorted(n for n, r in rows.items() if r.get(column) is not None and r.get(made_by) == self.encoder_id)
         if self.names != names:
             problems.append(f"{self.by} index names differ from the models with that vector in the table")

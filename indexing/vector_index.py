@@ -139,14 +139,13 @@ class VectorIndex:
         paths["vectors"].write_bytes(buffer.getvalue())
         paths["meta"].write_text(json.dumps(self._meta(extra)))
 
-    @staticmethod
-    def _load_remote(paths: dict) -> tuple[dict, dict, np.ndarray]:
+    @classmethod
+    def _load_remote(cls, directory, encoder_id: str) -> tuple[dict, dict, np.ndarray]:
         import io
 
-        meta = json.loads(paths["meta"].read_text())  # first: a missing index is one request, not four
-        indexes = {m: faiss.deserialize_index(np.frombuffer(
-                       paths["meta"].with_name(paths["meta"].name[:-len(".json")] + f".{m}.faiss").read_bytes(),
-                       dtype=np.uint8))
+        meta = json.loads(cls._paths(directory, encoder_id)["meta"].read_text())  # first: a missing index is one request
+        paths = cls._paths(directory, encoder_id, tuple(meta.get("metrics", METRICS)))
+        indexes = {m: faiss.deserialize_index(np.frombuffer(paths[m].read_bytes(), dtype=np.uint8))
                    for m in meta.get("metrics", METRICS)}
         vectors = np.load(io.BytesIO(paths["vectors"].read_bytes()), allow_pickle=False)
         return meta, indexes, vectors
@@ -158,7 +157,7 @@ class VectorIndex:
         paths = cls._paths(directory, encoder_id)
         if is_remote(directory):
             try:
-                meta, indexes, vectors = cls._load_remote(paths)
+                meta, indexes, vectors = cls._load_remote(directory, encoder_id)
             except (OSError, ValueError, KeyError, RuntimeError):
                 return None
         else:

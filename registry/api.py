@@ -342,11 +342,11 @@ class Registry:
     def list(self, where: str | None = None) -> list[ListedModel]:  # noqa: A003
         """Model records, optionally filtered (see `registry.filters`), each with the evaluations its
         embedding was built from and the low-evidence mark (registry.evidence)."""
-        from indexing.store import MODELS
+        from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
         from registry.filters import matching
         from registry.catalog.rows import record_of
 
-        rows = self.store.read(MODELS).to_pylist()
+        rows = self.store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()
         listed = sorted((ListedModel(**record_of(row).model_dump(), n_evals=row.get("n_evals")) for row in rows),
                         key=lambda r: r.name)
         keep = set(matching(where, listed))
@@ -502,10 +502,10 @@ class Registry:
 
     def models(self) -> list[ModelRecord]:
         """Every model record, by name."""
-        from indexing.store import MODELS
+        from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
         from registry.catalog.rows import record_of
 
-        rows = self.store.read(MODELS).to_pylist()
+        rows = self.store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
 
     def queries(self, *, task: str | None = None, limit: int | None = None) -> QueryList:
@@ -537,7 +537,7 @@ class Registry:
         from registry.catalog.rows import model_rows, record_of
 
         name = self.resolve(name)
-        rows = model_rows(self.store)
+        rows = model_rows(self.store, light=True)
         if name not in rows:
             raise NotFoundError.model(name, list(rows))
         from registry.catalog.rows import info_of_row

@@ -50,7 +50,7 @@ def _build(home: Path) -> dict[str, Any]:
     generation = _generation(home)  # read before the tables: a write in between leaves it stale, not wrong
     reg = Registry.open(home, create=False)
     store = reg.store
-    rows = model_rows(store)
+    rows = model_rows(store, light=True)
     infos = [info_of_row(record_of(row), row).model_dump(mode="json") for _, row in sorted(rows.items())]
     # home and query_encoder are read at use: `init --encoder` does not bump the generation token
     summary = reg.stats().model_dump(mode="json", exclude={"home", "query_encoder"})

@@ -134,8 +134,8 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
 def _write_columns(store, columns: dict) -> None:
     from indexing.store import MODEL_SCHEMA, MODELS
 
-    with store.transaction():
-        rows = [dict(r, **columns[r["name"]]) for r in store.read(MODELS).to_pylist() if r["name"] in columns]
+    with store.transaction():  # the written models' rows only, as add-model reads them
+        rows = [dict(r, **columns[r["name"]]) for r in store.read_in(MODELS, MODEL_SCHEMA.names, "name", list(columns)).to_pylist()]
         store.upsert(MODELS, rows, MODEL_SCHEMA, "name", insert=False)
 
 

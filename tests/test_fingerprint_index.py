@@ -210,3 +210,15 @@ def test_the_cli_search_says_which_vector_answered(reg):
     assert out.output.splitlines()[0] == "by fingerprint (euclidean)"
     out = CliRunner().invoke(cli, ["--home", str(reg.store.home), "search", name, "--by", "locus", "--json"])
     assert '"by": "locus"' in out.output
+
+
+def test_readers_that_do_not_search_by_behaviour_leave_its_column_out(reg, tmp_path):
+    from indexing.store import HEAVY_MODEL_COLUMNS, MODELS, Store
+
+    light = reg.store.read(MODELS, without=HEAVY_MODEL_COLUMNS)
+    assert "behaviour" not in light.schema.names and "fingerprint" in light.schema.names
+    assert light.num_rows == reg.store.read(MODELS).num_rows
+    empty = Store(tmp_path / "new").read(MODELS, without=HEAVY_MODEL_COLUMNS)  # no table yet: the schema less it
+    assert empty.num_rows == 0 and "behaviour" not in empty.schema.names and "name" in empty.schema.names
+    # the rows the list, the index and add-model read still say everything they said
+    assert [m.name for m in reg.models()] == sorted(_rows(reg))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
-           "behaviour_order", "fingerprint_neighbours", "behaviour_neighbours", "behaviour_index", "answer_distance_matrix",
+           "behaviour_order", "behaviour_neighbours", "behaviour_index", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX"]
 
 
@@ -292,9 +292,11 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
                                      metadata=models.records[name].metadata(), **_evidence(models, name))
                            for name, dist in hits], thin, k, left_out)
     evals = _evaluations(models, open_store)
-    hits, in_index = _candidates(models, evals, query, wanted + len(thin), allowed, metric, open_store)
+    _, qids, scores = evals.read([query])  # the query model's recorded answers: both steps read them
+    answers = (qids.tolist(), scores)
+    hits, in_index = _candidates(models, evals, query, answers, wanted + len(thin), allowed, metric, open_store)
     candidates = [name for name, _ in hits]
-    keys = _answer_keys(evals, models, query, candidates, in_index)
+    keys = _answer_keys(evals, models, answers, candidates, in_index)
     ranked = behaviour_order(hits, [keys.get(name) for name in candidates])
     kept = _thin_last([Neighbour(name=name, distance=dist, metric=metric, vector=by,
                                  metadata=models.records[name].metadata(),
@@ -307,7 +309,7 @@ def neighbours(models: EmbeddedModels, query: str | np.ndarray, *, k: int, metri
             for hit in kept]
 
 
-def _candidates(models: EmbeddedModels, evals, query: str, n: int, allowed, metric: str,
+def _candidates(models: EmbeddedModels, evals, query: str, answers, n: int, allowed, metric: str,
                 open_store) -> tuple[list[tuple[str, float]], dict[str, float] | None]:
     """The n models a search from `query` orders, with their distance in the fingerprint index, and their
     behaviour index distance: the nearest in the behaviour index (least expected disagreement with its
@@ -315,12 +317,8 @@ def _candidates(models: EmbeddedModels, evals, query: str, n: int, allowed, metr
     the fingerprint index's own nearest."""
     table = _index_table(evals, models)
     among = None if allowed is None else {models.index.names[int(r)] for r in allowed}
-    if table is not None:
-        _, qids, scores = evals.read([query])
-        found = behaviour_neighbours(models.index.home, table, query, n, among=among, store=open_store,
-                                     answers=(qids.tolist(), scores))
-    else:
-        found = None
+    found = behaviour_neighbours(models.index.home, table, query, n, among=among, store=open_store,
+                                 answers=answers) if table is not None else None
     if found is None:
         return models.index.neighbours(query, n, metric=metric, allowed=allowed), None
     printed = set(models.index.names)
@@ -351,21 +349,6 @@ def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> f
     if metric == "cosine":
         return float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
     return float(np.linalg.norm(x - y))
-
-
-def fingerprint_neighbours(store: "Store", name: str, k: int) -> list[str]:
-    """The k models that behave most like `name` (`behaviour_neighbours`), nearest first; by the
-    fingerprint index's identity distance when the behaviour index does not hold it; empty when the
-    model has no fingerprint."""
-    from registry.catalog.fingerprint_store import load_item_table
-
-    prints = open_index(store, by="fingerprint").index
-    if name not in prints.names:
-        return []
-    found = behaviour_neighbours(store, load_item_table(store), name, k)
-    if found is not None:
-        return [n for n, _ in found]
-    return [n for n, _ in prints.neighbours(name, k, metric="euclidean")]
 
 
 _BEHAVIOUR_OPEN: dict[str, tuple[str, ModelIndex]] = {}  # home -> (generation token, its behaviour index)
@@ -518,18 +501,17 @@ def _agreement(evals, query: str, names: list[str]) -> dict[str, tuple[float | N
     return {name: task_kappa(*own, *rows(name), task) for name in names}
 
 
-def _answer_keys(evals, models: EmbeddedModels, query: str, names: list[str],
+def _answer_keys(evals, models: EmbeddedModels, answers, names: list[str],
                  in_index: dict[str, float] | None = None) -> dict[str, tuple]:
-    """name -> its key from `query` (`answer_keys`): the query model's recorded answers against what the named
-    model's fingerprint (from the index) predicts on those queries (`ItemTable.answer_evidence`). Empty
-    when the index's item table is not the active one; without the names that share no task."""
+    """name -> its key (`answer_keys`): the query model's recorded `answers` (query ids, scores) against what
+    the named model's fingerprint (from the index) predicts on those queries (`ItemTable.answer_evidence`).
+    Empty when the index's item table is not the active one; without the names that share no task."""
     table = _index_table(evals, models)
     if table is None or not names:
         return {}
     thetas = table.thetas_of(np.stack([models.vector(n) for n in names]))
-    _, qids, scores = evals.read([query])
+    q, scores = answers
     task_of, tasks = evals.task_of(), evals.task_sets(names)
-    q = qids.tolist()
     keys = answer_keys(table, thetas, q, scores, query_tasks=[task_of.get(x) for x in q],
                        other_tasks=[tasks[n] for n in names],
                        index_distances=None if in_index is None else np.asarray([in_index[n] for n in names]))

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from encoder.data import EvalData, sample_per_model, split_queries
-from indexing.store import MODEL_SCHEMA, MODELS, Store, now_utc
+from indexing.store import HEAVY_MODEL_COLUMNS, MODEL_SCHEMA, MODELS, Store, now_utc
 from registry.catalog.dataset import load_eval_data
 from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
@@ -265,7 +265,7 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
             if moved:
                 raise RegistryError(f"the registry changed while embedding ({', '.join(moved)} written by another "
                                     f"writer); nothing was written: run the embed again")
-        rows = {r["name"]: r for r in store.read(MODELS).to_pylist()}
+        rows = {r["name"]: r for r in store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()}  # rewritten below
         updated = []
         for name, z, n in zip(names, vectors, n_evals):
             if name not in rows or not np.isfinite(z).all():

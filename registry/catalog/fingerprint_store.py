@@ -138,10 +138,10 @@ def rewrite_fingerprints(store: "Store", table: "ItemTable | None", *, migrating
     """Recompute every model's fingerprint column with `table` (a new item table: `registry train`,
     `fit-fingerprints`, the format-2 migration) in one transaction; returns how many models got one.
     No history rows: the evaluations did not change, only the table that reads them."""
-    from indexing.store import MODEL_SCHEMA, MODELS
+    from indexing.store import HEAVY_MODEL_COLUMNS, MODEL_SCHEMA, MODELS
 
     with store.transaction(migrating=migrating):
-        rows = store.read(MODELS).to_pylist()
+        rows = store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()  # rewritten below
         if not rows:
             return 0
         columns = fingerprint_columns(store, table, [r["name"] for r in rows])

@@ -25,6 +25,7 @@ import pyarrow as pa
 from indexing.store import (
     EVALUATION_SCHEMA,
     EVALUATIONS,
+    HEAVY_MODEL_COLUMNS,
     MODEL_SCHEMA,
     MODELS,
     QUERIES,
@@ -171,7 +172,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     store = view.store
     seen = store.versions()  # everything below is decided from this state of the tables
     active = view.active()
-    stored_models = {row["name"]: row for row in store.read(MODELS).to_pylist()}
+    stored_models = {row["name"]: row for row in store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()}
     queries = store.read(QUERIES, ["query_id", "text_hash"])
     by_id = dict(zip(queries.column("query_id").to_pylist(), queries.column("text_hash").to_pylist()))
     by_hash = {h: q for q, h in by_id.items()}

@@ -24,12 +24,14 @@ def record_of(row: Mapping[str, Any]) -> ModelRecord:
     return ModelRecord(**fields, tags=row.get("tags") or [], extra=json.loads(extra) if isinstance(extra, str) else extra)
 
 
-def model_rows(store: "Store", names=None) -> dict[str, dict[str, Any]]:
-    """name -> models-table row (only these names when given)."""
-    from indexing.store import MODELS
+def model_rows(store: "Store", names=None, *, light: bool = False) -> dict[str, dict[str, Any]]:
+    """name -> models-table row (only these names when given); `light`: without the behaviour vector
+    (`indexing.store.HEAVY_MODEL_COLUMNS`), for a reader that neither searches by it nor writes the row back."""
+    from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
 
     wanted = None if names is None else set(names)
-    return {row["name"]: row for row in store.read(MODELS).to_pylist() if wanted is None or row["name"] in wanted}
+    table = store.read(MODELS, without=HEAVY_MODEL_COLUMNS if light else ())
+    return {row["name"]: row for row in table.to_pylist() if wanted is None or row["name"] in wanted}
 
 
 def next_versions(store: "Store", names) -> dict[str, int]:

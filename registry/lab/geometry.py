@@ -460,8 +460,8 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
     copy from `copy_evals` evaluations (the same draws as above), as `add-model` would store it, finds its
     model: rank of the model among the view's models in the index's answer; (b) each model's nearest in
     the index is among its 3 least-disagreeing by raw evidence, and so is the first answer of the
-    registry's own search from the model (`registry search NAME --where ...`: the index's nearest
-    re-ranked by answer distance); clusters as `registry clusters` makes them (answer distances) against
+    registry's own search from the model (`registry search NAME --where ...`: the index's nearest by the
+    probes the model answered, a possible copy first); clusters as `registry clusters` makes them (answer distances) against
     family."""
     from indexing.model_index import ModelIndex
     from indexing.vector_index import INNER
@@ -484,7 +484,7 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
         rng = np.random.default_rng(seed + 1000 + draw)
         sets = [np.sort(rng.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
         # searched as `registry search COPY` searches: by the probe queries it has answers on
-        copies, reads = table.behaviour_queries(behaviour_of(table, data, sets, prints(sets)), answered_of(table, data, sets))
+        copies, reads = table.behaviour_queries(*behaviour_of(table, data, sets, prints(sets)))
         for m in view:
             found = index.search(copies[m], len(allowed), metric=INNER, allowed=allowed)
             hits = [index.names[r] for r, _ in found]
@@ -530,7 +530,7 @@ def _unseen_queries(table, held, sets, thetas, test_d, is_test) -> dict[str, flo
     on them: the behaviour index's distance, the identity distance, and raw disagreement on the other
     queries (what the answers alone say). Out of sample: the behaviour vector holds recorded answers, so
     in sample its nearest is close to the raw-disagreement truth by construction."""
-    stored = behaviour_of(table, held.data, sets, thetas)
+    stored, _ = behaviour_of(table, held.data, sets, thetas)
     identity = table.identity_vectors(thetas)
     dense = held.data.dense().astype(np.float64)
     dense[:, is_test] = np.nan
@@ -541,19 +541,14 @@ def _unseen_queries(table, held, sets, thetas, test_d, is_test) -> dict[str, flo
             "raw": behavioural_nn_rate(seen_d, test_d)[0]}
 
 
-def behaviour_of(table, data, sets, thetas) -> np.ndarray:
-    """(M, S + T) the behaviour vectors (`ItemTable.behaviour_vectors`) of models from these evaluation sets
-    (indices into data) and their fingerprints, as `registry.catalog.fingerprint_store` stores them."""
+def behaviour_of(table, data, sets, thetas) -> tuple[np.ndarray, np.ndarray]:
+    """((M, S + T) the behaviour vectors (`ItemTable.behaviour_vectors`) of models from these evaluation sets
+    (indices into data) and their fingerprints, as `registry.catalog.fingerprint_store` stores them; (M, S)
+    bool the probe queries each set has answers on, which a search from it reads)."""
     cover = table.coverage(_tasks_of(data, sets))
     answers = np.stack([table.probe_answers([data.query_ids[q] for q in data.query_index[e]], data.scores[e])
                         for e in sets]) if len(sets) else np.zeros((0, len(table.probe)))
-    return table.behaviour_vectors(thetas, cover, answers)
-
-
-def answered_of(table, data, sets) -> np.ndarray:
-    """(M, S) bool: the probe queries each evaluation set (indices into data) has answers on."""
-    return np.stack([~np.isnan(table.probe_answers([data.query_ids[q] for q in data.query_index[e]], data.scores[e]))
-                     for e in sets]) if len(sets) else np.zeros((0, len(table.probe)), bool)
+    return table.behaviour_vectors(thetas, cover, answers), ~np.isnan(answers)
 
 
 def behaviour_matrix(table, queries_from: np.ndarray, stored: np.ndarray, answered: np.ndarray | None = None) -> np.ndarray:
@@ -591,7 +586,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
             return fitted.fingerprints(data.query_ids, data.query_vectors, sets, data.query_index, data.scores)
 
         thetas = prints(own)
-        stored = behaviour_of(fitted, data, own, thetas)  # what the behaviour index would hold
+        stored, answered = behaviour_of(fitted, data, own, thetas)  # what the behaviour index would hold
         cover = fitted.coverage(tasks)
         behaviour = fitted.behaviour_distances(thetas, coverage=cover)
         nn = nearest(behaviour)[:, 0]
@@ -603,7 +598,7 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
         identity_hits += [nn_id[i] in raw_near[i] and np.isfinite(raw_d[i, nn_id[i]]) for i in members]
         # and what `registry search` answers: the index's nearest (read by the model's answered probes), a
         # model that could have produced its answers first (registry.analytics.search.answer_keys)
-        searched = behaviour_matrix(fitted, stored, stored, answered_of(fitted, data, own))
+        searched = behaviour_matrix(fitted, stored, stored, answered)
         for i in members:
             candidates = [j for j in np.argsort(searched[i], kind="stable") if j != i][:BEHAVIOUR_CANDIDATES]
             queries = data.query_index[own[i]]
@@ -616,8 +611,8 @@ def _fingerprint_held_out(table, data, own, raw_d, *, test, folds, copy_evals, d
             pick = np.random.default_rng(seed + 1000 + draw)
             sets = [np.sort(pick.choice(e, min(copy_evals, len(e)), replace=False)) for e in own]
             chosen = [sets[i] for i in members]  # searched as `registry search COPY` searches: by its answers
-            d = behaviour_matrix(fitted, behaviour_of(fitted, data, chosen, prints(chosen)), stored,
-                                 answered_of(fitted, data, chosen))  # (fold, M)
+            copies, copies_answered = behaviour_of(fitted, data, chosen, prints(chosen))
+            d = behaviour_matrix(fitted, copies, stored, copies_answered)  # (fold, M)
             ranks += [int((d[j] <= d[j, i]).sum() - 1) + 1 for j, i in enumerate(members)]
     ranks = np.asarray(ranks)
     return {"folds": folds, "self_top1": float(np.mean(ranks == 1)), "self_top3": float(np.mean(ranks <= 3)),
