@@ -83,8 +83,10 @@ class ItemTable:
     def rank(self) -> int:
         return int(self.factors.shape[1])
 
-    @property
+    @functools.cached_property
     def table_id(self) -> str:
+        # once per table: a route asks for it per call, and hashing the arrays cost ~1 ms each time (a table is
+        # not changed after it is built: a new one is a new object)
         # the max_fit_* bounds only limit the fit (they arrived after the first tables; those keep their ids)
         config = {k: v for k, v in self.config.to_dict().items() if not k.startswith("max_fit_")}
         h = hashlib.sha256(json.dumps({"format": FORMAT, "config": config}, sort_keys=True).encode())
@@ -106,7 +108,7 @@ class ItemTable:
         if (~known).any():
             if query_vectors is None:
                 raise ValueError(f"{int((~known).sum())} query id(s) unknown to the item table and no query vectors given")
-            v = np.asarray(query_vectors, np.float64)[~known]
+            v = np.asarray(query_vectors)[~known].astype(np.float64)  # rows first: the known ones need no copy
             mapped = np.concatenate([v, np.ones((len(v), 1))], 1) @ self.text_map  # (u, r+1)
             f[~known], b[~known] = mapped[:, :-1], mapped[:, -1]
         return f, b

@@ -67,6 +67,33 @@ def test_add_model_writes_both_vectors_in_the_same_version(reg):
     assert result.neighbours[0].name == "syn-synfam1-7b" and result.neighbours[0].vector == "fingerprint"
 
 
+def test_queries_the_item_table_has_not_seen_are_placed_by_their_stored_vectors(reg):
+    from registry.catalog.dataset import load_query_vectors
+    from registry.catalog.fingerprint_store import load_item_table, place_queries
+    from tests.helpers import own_evaluations
+
+    known = own_evaluations(reg, "syn-synfam1-7b")
+    new = [{"query": f"a question the item table never saw, number {i}", "score": i % 2} for i in range(6)]
+    reg.add_model("with-new-queries", known + new)
+    table = load_item_table(reg.store)
+    queries = reg.store.read("queries", ["query_id", "text"]).to_pylist()
+    new_ids = [q["query_id"] for q in queries if q["text"].startswith("a question the item table never saw")]
+    assert len(new_ids) == 6 and not any(q in table._row for q in new_ids)
+    some_known = [q for q in table.query_ids[:3]]
+    ids = [some_known[0], new_ids[0], "no-such-query", *new_ids[1:], *some_known[1:]]
+    kept, f, b = place_queries(reg.store, table, ids)
+    assert kept == [i for i in ids if i != "no-such-query"]  # no vector and not in the table: left out
+    every = load_query_vectors(reg.store, reg.store.query_encoder)  # what the placement reads, all of it
+    vectors = np.stack([every.vectors[every.query_ids.index(q)] for q in kept])
+    want_f, want_b = table.item_params(kept, vectors)
+    assert np.allclose(f, want_f) and np.allclose(b, want_b)
+    assert np.allclose(f[0], table.factors[table._row[some_known[0]]])
+    # the new model's fingerprint reads every one of its evaluations, the new queries' included
+    from registry.catalog.fingerprint_store import compute
+
+    assert compute(reg.store, table, ["with-new-queries"])["with-new-queries"][2] == len(known) + 6
+
+
 def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
     from registry.errors import RegistryError
     from registry.catalog.fingerprint_store import MIN_FINGERPRINT_EVALS
