@@ -121,6 +121,10 @@ class ModelIndex:
         """Up to k (row into `names`, distance), nearest first; `allowed` restricts to these rows."""
         return self._index.search(query, k, metric=metric, allowed=allowed)
 
+    def search_many(self, queries: np.ndarray, k: int, *, metric: str = "cosine") -> list[list[tuple[int, float]]]:
+        """`search` for each row of `queries`, in one call, over the whole index."""
+        return self._index.search_many(queries, k, metric=metric)
+
     def neighbours(self, query: str | np.ndarray, k: int, *, metric: str = "cosine",
                    allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
         """The k nearest models (name, distance) to a model name or a (d,) vector, nearest first; a

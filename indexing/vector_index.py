@@ -199,8 +199,27 @@ class VectorIndex:
         elif self.kind == "hnsw":
             params = faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, k))
         scores, rows = self._indexes[metric].search(q, k, params=params)
+        return self._hits(scores[0], rows[0], metric)
+
+    def search_many(self, queries: np.ndarray, k: int, *, metric: str = "cosine") -> list[list[tuple[int, float]]]:
+        """`search` for each row of `queries` (n, D) in one FAISS call (a flat index answers a batch as one
+        matrix product), over the whole index."""
+        if metric not in self._indexes:
+            raise InputError(f"metric must be one of {', '.join(self._indexes)}, not {metric!r}", field="metric")
+        q = np.atleast_2d(np.ascontiguousarray(queries, dtype=np.float32))  # (n, D)
+        k = min(k, len(self.names))
+        if not len(q) or k <= 0:
+            return [[] for _ in range(len(q))]
+        if metric == "cosine":
+            q = _normalise(q)
+        params = faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, k)) if self.kind == "hnsw" else None
+        scores, rows = self._indexes[metric].search(q, k, params=params)
+        return [self._hits(s, r, metric) for s, r in zip(scores, rows)]
+
+    def _hits(self, scores: np.ndarray, rows: np.ndarray, metric: str) -> list[tuple[int, float]]:
+        """One query's FAISS answer as (row, distance) pairs, nearest first."""
         out = []
-        for score, row in zip(scores[0], rows[0]):
+        for score, row in zip(scores, rows):
             if row < 0:
                 continue
             if metric == "cosine":

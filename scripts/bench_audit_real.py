@@ -26,17 +26,18 @@ Per pool:
      model's hard queries by (1-p)^2) on top of 2% re-sampling noise.
    The copy is audited as `registry audit --model COPY` would: the pool calibration predates it, its
    candidates are its k nearest real models by embedding (the copy embedded by the registry's encoder
-   from its own evaluations) and its k nearest by fingerprint (`--candidates embedding`: the former
-   only), Holm's step-down at alpha over them. A true flag: copy ~ original labelled "duplicate";
+   from its own evaluations) and its k nearest in the behaviour index from its stored vector
+   (`--candidates embedding`: the former only), Holm's step-down at alpha over them. A true flag: copy ~ original labelled "duplicate";
    a false flag: copy ~ any other model labelled "duplicate". Also counted: the copy ~ original pair
-   labelled "same product line?", and whether the original is among the copy's 3 nearest neighbours.
-   "decision recall" judges copy ~ original even when the embedding did not propose it (the
-   evidence stage alone). "original in top 3 by behaviour": `registry search COPY --by behaviour`:
-   the copy's 20 nearest by behaviour fingerprint (identity distance; item table fitted on the pool
-   without the encoder's test queries, as `registry train` fits it) and its 20 nearest by embedding, ranked by agreement on
-   shared queries (task_kappa); "(embedding candidates only)" is the same without the fingerprint, as
-   search was before fingerprints. "original in 10 nearest fingerprints": by identity distance (what
-   an audit proposing candidates by fingerprint would get).
+   labelled "same product line?", and whether the original is among the copy's 3 nearest neighbours
+   by embedding. "decision recall" judges copy ~ original even when the embedding did not propose it
+   (the evidence stage alone). The item table is fitted on the pool without the encoder's test queries,
+   as `registry train` fits it. "search from the copy: original first": `registry search COPY` as it
+   ranks by fingerprint: the behaviour index's 200 nearest by the probe queries the copy answered, a
+   model whose fingerprint could have produced its answers first (registry.analytics.search.answer_keys).
+   "original in k nearest": by the identity (fingerprint) distance (what `registry audit` proposed
+   before 2026-12-05); by the behaviour index from the copy's stored vector (what it proposes now); and
+   by the behaviour index from the probes the copy answered (what a search from the copy reads).
 """
 from __future__ import annotations
 
@@ -111,17 +112,27 @@ class Fingerprints:
         self.table = fit_on_data(data, exclude={data.query_ids[i] for i in test})
         self.f, self.b = self.table.item_params(data.query_ids, data.query_vectors)
         self.tasks = np.asarray([t or "" for t in data.tasks], dtype=object)
+        self.query_ids = data.query_ids
 
     def of(self, idx: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(theta, coverage) of a model given as (query index, score) rows."""
         return (self.table.fingerprint(self.f[idx], self.b[idx], y),
                 self.table.coverage([set(self.tasks[idx].tolist())])[0])
 
-    def nearest(self, one, pool: list, k: int, exclude: int | None = None) -> list[int]:
-        """The k nearest of the pool by identity distance among those sharing a task with `one`."""
-        behaviour, identity = self.distances(one, pool)
-        order = [b for b in np.argsort(identity, kind="stable") if np.isfinite(behaviour[b]) and b != exclude]
-        return order[:k]
+    def behaviour(self, idx: np.ndarray, y: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the behaviour vector the registry stores for a model given as (query index, score) rows with
+        fingerprint `theta`, (S,) bool the probe queries it has answers on)."""
+        answers = self.table.probe_answers([self.query_ids[q] for q in idx], y)
+        cover = self.table.coverage([set(self.tasks[idx].tolist())])
+        return self.table.behaviour_vectors(theta[None], cover, answers[None])[0], ~np.isnan(answers)
+
+    def index_distances(self, vector: np.ndarray, pool: np.ndarray, answered: np.ndarray | None = None) -> np.ndarray:
+        """(N,) the behaviour index's distance from one stored vector to each of the pool's (N, S + T): over
+        the probes it answered when `answered` is given (a search from the model), else over its tasks (a
+        search from its stored vector alone)."""
+        from registry.lab.geometry import behaviour_matrix
+
+        return behaviour_matrix(self.table, vector[None], pool, None if answered is None else answered[None])[0]
 
     def distances(self, one, pool: list) -> tuple[np.ndarray, np.ndarray]:
         """(behaviour, identity) distances from one fingerprint to each of the pool's."""
@@ -158,21 +169,11 @@ def plant(kind: str, level: float, idx: np.ndarray, y: np.ndarray, p: np.ndarray
     return (idx, y), (idx, out), c
 
 
-def _kappa_order(hits: list, kappas: list) -> list:
-    """`hits` re-ordered by kappa, highest first, within the places of hits with evidence; the others keep
-    their place. (`registry search` ranked its fingerprint candidates so until 2026-12-04; it now ranks
-    them by behaviour distance, registry.analytics.search.behaviour_order.)"""
-    slots = [i for i, kappa in enumerate(kappas) if kappa is not None]
-    out = list(hits)
-    for slot, i in zip(slots, sorted(slots, key=lambda i: -kappas[i])):
-        out[slot] = hits[i]
-    return out
-
-
 def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, seed: int,
              fingerprint_candidates: bool = False) -> dict:
-    from registry.analytics.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label, prefer_best_match,
-                                      task_kappa)
+    from registry.analytics.audit_stats import (PoolEvals, _sigmoid, calibrate, evidence, holm_level, label,
+                                                prefer_best_match)
+    from registry.analytics.search import BEHAVIOUR_CANDIDATES, answer_keys, behaviour_order
 
     started = time.perf_counter()
     active, data = load(home, skewed=name == "skewed")
@@ -184,6 +185,7 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
     m = len(names)
     prints = Fingerprints(active, data)
     fp_real = [prints.of(*r) for r in pool.rows]
+    bv_real = np.stack([prints.behaviour(*r, fp[0])[0] for r, fp in zip(pool.rows, fp_real)])
 
     # 1. the real pool's own audit: kNN candidates, Holm over all of them
     pairs = {}
@@ -191,8 +193,10 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
         nn, dist = cosine_knn(z_real[i], z_real, k, exclude=i)
         for j, d in zip(nn, dist):
             pairs.setdefault((min(i, j), max(i, j)), float(d))
-        if fingerprint_candidates:
-            for j in prints.nearest(fp_real[i], fp_real, k, exclude=i):
+        if fingerprint_candidates:  # the behaviour index's k nearest from its stored vector, as the audit asks
+            d_i = prints.index_distances(bv_real[i], bv_real)
+            d_i[i] = np.inf
+            for j in np.argsort(d_i, kind="stable")[:k]:
                 pairs.setdefault((min(i, j), max(i, j)), float(1.0 - z_real[i] @ z_real[j] / (
                     np.linalg.norm(z_real[i]) * np.linalg.norm(z_real[j]))))
     cal = calibrate(pool, neighbours=[(names[a], names[b]) for a, b in pairs])
@@ -221,7 +225,7 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             copies.append(copy)
         z_copy = embed(active, data, copies)
         z_orig = embed(active, data, originals) if kind == "disjoint" else z_real
-        tp = related = false = top3 = top3_behaviour = top3_embedding_only = fp_top10 = decision_tp = 0
+        tp = related = false = top3 = search_first = fp_top10 = behaviour_top10 = answered_top10 = decision_tp = 0
         fp_copy = [prints.of(*c) for c in copies]
         changed = []
         for a in range(m):
@@ -229,25 +233,32 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             z_pool[a] = z_orig[a]
             nn, _ = cosine_knn(z_copy[a], z_pool, k)
             top3 += int(a in nn[:3])
-            if fingerprint_candidates:
-                fp_pool_a = list(fp_real)
-                if kind == "disjoint":
-                    fp_pool_a[a] = prints.of(*originals[a])
-                nn = np.asarray(list(nn) + [b for b in prints.nearest(fp_copy[a], fp_pool_a, k) if b not in set(nn)])
-            # search's re-ranking as it was when the audit page was made: the 20 nearest by task_kappa
-            near, _ = cosine_knn(z_copy[a], z_pool, max(20, k))
             fp_pool = list(fp_real)
-            if kind == "disjoint":
+            bv_pool = bv_real.copy()
+            if kind == "disjoint":  # the original holds only its half
                 fp_pool[a] = prints.of(*originals[a])
-            behaviour, identity = prints.distances(fp_copy[a], fp_pool)
-            near_prints = [b for b in np.argsort(identity, kind="stable") if np.isfinite(behaviour[b])]
-            proposed = near_prints[:max(20, k)]
-            fp_top10 += int(a in np.argsort(identity, kind="stable")[:10])
-            candidates = proposed + [b for b in near if b not in proposed]
-            kap = {b: task_kappa(*copies[a], *(originals[a] if b == a else pool.rows[b]), cal.task)[0]
-                   for b in candidates}
-            top3_behaviour += int(a in _kappa_order(candidates, [kap[b] for b in candidates])[:3])
-            top3_embedding_only += int(a in _kappa_order(list(near), [kap[b] for b in near])[:3])
+                bv_pool[a] = prints.behaviour(*originals[a], fp_pool[a][0])[0]
+            copy_vector, copy_answered = prints.behaviour(*copies[a], fp_copy[a][0])
+            stored_d = prints.index_distances(copy_vector, bv_pool)
+            behaviour_near = np.argsort(stored_d, kind="stable")[:k]
+            if fingerprint_candidates:
+                nn = np.asarray(list(nn) + [b for b in behaviour_near if b not in set(nn)])
+            _, identity = prints.distances(fp_copy[a], fp_pool)
+            fp_top10 += int(a in np.argsort(identity, kind="stable")[:k])
+            # the behaviour index: from the copy's stored vector (the audit's candidates), and from the probes it answered
+            behaviour_top10 += int(a in behaviour_near)
+            searched = prints.index_distances(copy_vector, bv_pool, copy_answered)
+            answered_top10 += int(a in np.argsort(searched, kind="stable")[:k])
+            # `registry search COPY`: the index's nearest by the probes it answered, a model whose fingerprint
+            # could have produced its answers first (registry.analytics.search.answer_keys)
+            near = [int(b) for b in np.argsort(searched, kind="stable")[:BEHAVIOUR_CANDIDATES]]
+            rows_b = [originals[a] if b == a else pool.rows[b] for b in near]
+            keys = answer_keys(prints.table, np.array([fp_pool[b][0] for b in near]),
+                               [data.query_ids[q] for q in copies[a][0]], copies[a][1],
+                               query_tasks=list(prints.tasks[copies[a][0]]),
+                               other_tasks=[set(prints.tasks[r[0]].tolist()) for r in rows_b],
+                               index_distances=searched[near])
+            search_first += int(behaviour_order(near, keys)[0] == a)
             copy_name = f"{names[a]} (copy)"
             rows_of = {b: (originals[a] if b == a else pool.rows[b]) for b in set(nn) | {a}}
             held = {names[a]: pool.rows[a]}  # the calibration holds the original's full answers
@@ -273,8 +284,8 @@ def run_pool(name: str, home: Path, *, k: int, alpha: float, max_noise: float, s
             if len(common):
                 changed.append(float(np.mean(originals[a][1][ia] != copies[a][1][ib])))
         rows.append({"variant": f"{kind}-{lvl:.0%}" if kind != "quant" else f"quant-{lvl * 100:.0f}pt",
-                     "copies": m, "tp": tp, "related": related, "false": false, "top3": top3, "top3_behaviour": top3_behaviour,
-                     "top3_embedding_only": top3_embedding_only, "fp_top10": fp_top10,
+                     "copies": m, "tp": tp, "related": related, "false": false, "top3": top3, "search_first": search_first,
+                     "fp_top10": fp_top10, "behaviour_top10": behaviour_top10, "answered_top10": answered_top10,
                      "decision_tp": decision_tp, "changed": float(np.mean(changed)) if changed else None,
                      "resampled": float(np.mean(shares))})
         print(f"  {name} {rows[-1]['variant']}: recall {tp / m:.2f}, false {false}, top3 {top3 / m:.2f} "
@@ -307,8 +318,9 @@ def render(results: list[dict], args) -> str:
         out.append("| copy variant | copies | changed (shared) | re-drawn share c | flagged duplicate (recall) | labelled "
                    "same product line? | flagged either way (recall) | false duplicate flags (copy ~ other) | precision "
                    "| precision incl. pool's distinct duplicates | decision recall (original forced in) | original in top 3 | "
-                   "original in top 3 by behaviour | (embedding candidates only) | original in 10 nearest fingerprints |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   f"search from the copy: original first | original in {args.k} nearest: identity | behaviour index | "
+                   "behaviour index, answered probes |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for row in r["rows"]:
             tp, false = row["tp"], row["false"]
             prec = tp / (tp + false) if tp + false else float("nan")
@@ -319,8 +331,8 @@ def render(results: list[dict], args) -> str:
                        f"{tp} ({tp / row['copies']:.2f}) | {row['related']} | {either} ({either / row['copies']:.2f}) | "
                        f"{false} | {prec:.2f} | {prec_pool:.2f} | "
                        f"{row['decision_tp'] / row['copies']:.2f} | {row['top3'] / row['copies']:.2f} | "
-                       f"{row['top3_behaviour'] / row['copies']:.2f} | {row['top3_embedding_only'] / row['copies']:.2f} | "
-                       f"{row['fp_top10'] / row['copies']:.2f} |")
+                       f"{row['search_first'] / row['copies']:.2f} | {row['fp_top10'] / row['copies']:.2f} | "
+                       f"{row['behaviour_top10'] / row['copies']:.2f} | {row['answered_top10'] / row['copies']:.2f} |")
         out.append(f"\n({r['seconds']:.0f} s)\n")
     return "\n".join(out)
 
@@ -336,8 +348,8 @@ def main() -> None:
     parser.add_argument("--max-noise", type=float, default=0.12)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--candidates", choices=["embedding", "both"], default="both",
-                        help="audit candidates: the k nearest by embedding and by fingerprint (as `registry audit` "
-                             "proposes them), or by embedding only (as it did before fingerprints)")
+                        help="audit candidates: the k nearest by embedding and in the behaviour index (as `registry "
+                             "audit` proposes them), or by embedding only (as it did before fingerprints)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--markdown", type=Path, default=None, help="Also write the tables to this results page.")
     args = parser.parse_args()
@@ -359,7 +371,7 @@ def main() -> None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(PAGE.format(
             command=command, alpha=args.alpha, max_noise=args.max_noise, k=args.k, margin=RELATIVES_MARGIN_SE,
-            by="by embedding and by fingerprint" if args.candidates == "both" else "by embedding")
+            by="by embedding and in the behaviour index" if args.candidates == "both" else "by embedding")
                                  + render(results, args))
 
 

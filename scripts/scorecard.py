@@ -489,7 +489,8 @@ def write_page(results: dict, path: Path) -> None:
               "index's 200 nearest by the candidates' fingerprint predictions, which describe a model held out of "
               "the item table's fit poorly: this page's history in git has its rows). `clusters` on fingerprints clusters each pair's mean "
               "answer distance (pools up to 500 models; beyond, the identity distance), and so does the clusters "
-              "row; `audit` proposes candidates from the identity (fingerprint) index."
+              "row; `audit` proposes the behaviour index's nearest from each model's stored vector (measured on "
+              "planted copies: docs/results/audit.md, scripts/bench_audit_real.py)."
               + ("" if "i" in results.get("joint", {}) else
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
               "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile "

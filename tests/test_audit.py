@@ -181,6 +181,12 @@ def test_audit_flags_a_planted_copy_and_says_why(reg):
     by = {p.b: p.proposed_by for p in judged}
     assert by["syn-synfam2-13b"] == "both" and "fingerprint" in by.values()
     assert sum(v in ("embedding", "both") for v in by.values()) == 3
+    # the fingerprint's candidates are the behaviour index's 3 nearest from the model's stored vector
+    from registry.analytics.search import behaviour_neighbours
+    from registry.catalog.fingerprint_store import load_item_table
+
+    nearest = [n for n, _ in behaviour_neighbours(reg.store, load_item_table(reg.store), "mirror-of-13b", 3)]
+    assert {b for b, v in by.items() if v in ("fingerprint", "both")} == set(nearest)
     assert [p.b for p in one.duplicates] == ["syn-synfam2-13b"]
     assert one.by_fingerprint and report.by_fingerprint
 

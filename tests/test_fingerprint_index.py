@@ -125,6 +125,25 @@ def test_fingerprint_candidates_come_exactly_from_the_behaviour_index(reg):
                                           rel=1e-5)
 
 
+def test_a_batch_of_behaviour_searches_answers_as_one_search_each(reg):
+    from registry.analytics.search import behaviour_neighbours, behaviour_neighbours_many
+    from registry.catalog.fingerprint_store import load_item_table
+
+    table = load_item_table(reg.store)
+    names = [r["name"] for r in reg.store.read("models", ["name"]).to_pylist()]
+    many = behaviour_neighbours_many(reg.store, table, [*names, "not-a-model"], 4, batch=3)  # several batches
+    assert set(many) == set(names)
+    for name in names:
+        one = behaviour_neighbours(reg.store, table, name, 4)
+        assert [n for n, _ in many[name]] == [n for n, _ in one]
+        assert np.allclose([d for _, d in many[name]], [d for _, d in one], atol=1e-6)
+    from dataclasses import replace
+
+    refitted = replace(table, config=replace(table.config, seed=table.config.seed + 1))  # another table id
+    assert refitted.table_id != table.table_id
+    assert behaviour_neighbours_many(reg.store, refitted, names, 4) is None  # not the index's table
+
+
 def test_the_behaviour_index_ranks_by_expected_disagreement_over_the_models_tasks(reg):
     from indexing.model_index import ModelIndex
     from registry.analytics.search import behaviour_neighbours

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
-           "behaviour_order", "behaviour_neighbours", "behaviour_index", "answer_distance_matrix",
+           "behaviour_order", "behaviour_neighbours", "behaviour_neighbours_many", "behaviour_index", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX"]
 
 
@@ -403,6 +403,32 @@ def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int,
         hits = behaviour.search(query[0], k, metric=INNER, allowed=rows)
     mean = table.behaviour_mean(read, -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
     return [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
+
+
+def behaviour_neighbours_many(source: "Store | str | Path", table, names: "Sequence[str]", k: int, *,
+                              index: "ModelIndex | None" = None, store: "Callable[[], Store] | None" = None,
+                              batch: int = 1024) -> dict[str, list[tuple[str, float]]] | None:
+    """`behaviour_neighbours` of each of `names` from its stored vector, over the whole index, searched
+    in batches (one matrix product each: an audit of every model would otherwise pay one scan per model).
+    None when the index is not of `table`; a name the index does not hold is left out."""
+    from indexing.vector_index import INNER
+
+    behaviour = index if index is not None else behaviour_index(source, store)
+    if table is None or behaviour.encoder_id != table.table_id:
+        return None
+    held = [n for n in names if n in behaviour.names]
+    out: dict[str, list[tuple[str, float]]] = {}
+    if k <= 0 or len(behaviour.names) < 2:
+        return {n: [] for n in held}
+    for lo in range(0, len(held), batch):
+        chunk = held[lo:lo + batch]
+        own = np.stack([behaviour.vector(n) for n in chunk]).astype(np.float64)
+        query, read = table.behaviour_queries(own, None)
+        for j, (name, found) in enumerate(zip(chunk, behaviour.search_many(query, k + 1, metric=INNER))):
+            hits = [hit for hit in found if behaviour.names[hit[0]] != name][:k]
+            mean = table.behaviour_mean(read[j:j + 1], -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
+            out[name] = [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
+    return out
 
 
 def behaviour_order(hits: list, keys: list) -> list:
