@@ -17,7 +17,10 @@ id), then:
    by="fingerprint" reads the behaviour index's 200 nearest and the same-model test on them) and a fresh
    `python -m cli.main search NAME --by KIND --json` process (imports included);
 5. up to 1,000 models, `clusters` by each kind (the second of two runs; by fingerprint it clusters answer
-   distances up to 500 models, the identity distance beyond).
+   distances up to 500 models, the identity distance beyond);
+6. the audit's fingerprint candidates of every model (what a full `registry audit` searches): the
+   behaviour index's 10 nearest of each (`behaviour_neighbours_many`, batched), and, for comparison, the
+   identity index's, one search per model (what the audit read before 2026-12-05).
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
     from registry import Registry
     from registry.analytics import fingerprints as fp
     from registry.catalog.dataset import load_eval_data
-    from registry.analytics.search import behaviour_neighbours
+    from registry.analytics.search import behaviour_neighbours, behaviour_neighbours_many
     from registry.catalog.fingerprint_store import fingerprint_columns, rewrite_fingerprints
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -120,6 +123,16 @@ def one(n_models: int, per_model: int, n_queries: int, seed: int = 0) -> dict:
         out["behaviour_index"] = float(np.median(times))
         out["behaviour_mb"] = behaviour.vectors.nbytes / 2**20
         out["behaviour_dim"] = int(behaviour.vectors.shape[1])
+        # the audit's fingerprint candidates for every model (a full `registry audit`): the behaviour index's 10
+        # nearest of each, searched in batches, against the identity index's, one search each (before 2026-12-05)
+        t = time.perf_counter()
+        behaviour_neighbours_many(reg.store, table, behaviour.names, 10, index=behaviour)
+        out["audit_behaviour"] = time.perf_counter() - t
+        identity = ModelIndex.open(reg.store, by="fingerprint")
+        t = time.perf_counter()
+        for name in identity.names:
+            identity.neighbours(name, 10, metric="euclidean")
+        out["audit_identity"] = time.perf_counter() - t
         # clusters (second of two runs): by fingerprint they read answer distances up to ANSWER_MATRIX_MAX models
         if n_models <= CLUSTER_SIZES_UP_TO:
             for kind in ("locus", "fingerprint"):
@@ -150,8 +163,8 @@ def main() -> None:
           "column s | index p50 ms: locus / fingerprint / behaviour | behaviour vectors (d, MB) | similar() p50 ms: "
           "locus / fingerprint | fresh CLI search s: "
           "locus / fingerprint | copy's first neighbour is its original: locus / fingerprint | clusters s: locus / "
-          "fingerprint (distance) |")
-    print("|---:|---:|---:|---:|---:|---|---|---|---|---|---|")
+          "fingerprint (distance) | audit candidates of every model s: behaviour index / identity |")
+    print("|---:|---:|---:|---:|---:|---|---|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         r = one(n, args.evals_per_model, args.queries)
         print(f"| {r['models']} | {r['evals']} | {r['fit']:.1f} | {r['column']:.1f} ({r['written']} models) | "
@@ -161,7 +174,8 @@ def main() -> None:
               f"{r['locus_fresh']:.1f} / {r['fingerprint_fresh']:.1f} | "
               f"{r['locus_first'] == r['original']} / {r['fingerprint_first'] == r['original']} | "
               + (f"{r['locus_clusters']:.2f} / {r['fingerprint_clusters']:.2f} ({r['fingerprint_clusters_metric']}) |"
-                 if "locus_clusters" in r else "- |"), flush=True)
+                 if "locus_clusters" in r else "- |") + f" {r['audit_behaviour']:.1f} / {r['audit_identity']:.1f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

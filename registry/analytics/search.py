@@ -450,6 +450,7 @@ class _StoreEvaluations:
 
     def __init__(self, store: "Store") -> None:
         self.store, self.home = store, store.home
+        self._task_of: dict | None = None
 
     def read(self, names: list[str]):
         from registry.catalog.rows import read_evaluations
@@ -457,10 +458,13 @@ class _StoreEvaluations:
         return read_evaluations(self.store, names)
 
     def task_of(self) -> dict:
-        from indexing.store import QUERIES
+        # once per search (one instance each): its keys, task sets and agreement each ask for it
+        if self._task_of is None:
+            from indexing.store import QUERIES
 
-        tasks = self.store.read(QUERIES, ["query_id", "task"])
-        return dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+            tasks = self.store.read(QUERIES, ["query_id", "task"])
+            self._task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
+        return self._task_of
 
     def task_sets(self, names: list[str]) -> dict[str, set]:
         owners, qids, _ = self.read(names)
