@@ -101,7 +101,9 @@ def compare(ctx, a, b, top, by, as_json) -> None:
 
 def _echo_compare(result, top: int) -> None:
     a, b = result.a, result.b
-    likeness = (f"fingerprint distance {result.distance:.4f}, " if result.by == "fingerprint" else "")
+    label = {"behaviour": "behaviour distance (expected disagreement)", "euclidean": "fingerprint distance"}
+    likeness = (f"{label.get(result.distance_metric, 'fingerprint distance')} {result.distance:.4f}, "
+                if result.by == "fingerprint" else "")
     click.echo(f"{a} vs {b}: {likeness}LOCUS cosine distance {result.distance_cosine:.4f}; by {result.by}, {b} is "
                f"{a}'s #{result.rank_of_b_among_a_neighbours} neighbour of {result.n_neighbours}, {a} is {b}'s "
                f"#{result.rank_of_a_among_b_neighbours}")

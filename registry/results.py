@@ -695,10 +695,14 @@ class Comparison(Result):
     a: str
     b: str
     by: Literal["locus", "fingerprint"] = Field("locus", description="the vector of `distance` and the ranks")
-    distance: float | None = Field(None, description="in the `by` vector's metric (fingerprint: Euclidean)")
+    distance: float | None = Field(None, description="from a to b in `distance_metric`")
+    distance_metric: Literal["cosine", "euclidean", "behaviour"] | None = Field(
+        None, description="cosine (LOCUS); behaviour (fingerprint: the behaviour index's expected disagreement "
+                          "of b with a over a's probe queries, as search and route's fallbacks rank), or euclidean "
+                          "(the identity distance, a home without behaviour vectors)")
     distance_cosine: float = Field(description="of the LOCUS embeddings")
-    rank_of_b_among_a_neighbours: int
-    rank_of_a_among_b_neighbours: int
+    rank_of_b_among_a_neighbours: int = Field(description="by `distance_metric`, from a (1: a's nearest)")
+    rank_of_a_among_b_neighbours: int = Field(description="by `distance_metric`, from b")
     n_neighbours: int
     overall: TaskComparison
     tasks: list[TaskComparison] = Field(description="largest difference first")

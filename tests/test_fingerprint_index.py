@@ -225,6 +225,36 @@ def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
     assert {f.by for f in reg.route("What is 7 times 8?", fallback=2, by="locus").fallbacks} == {"locus"}
 
 
+def test_compare_by_fingerprint_reads_the_behaviour_index_as_route_s_fallbacks_do(reg):
+    from registry.analytics.search import behaviour_neighbours
+    from registry.catalog.fingerprint_store import load_item_table
+
+    table = load_item_table(reg.store)
+    names = [m.name for m in reg.models()]
+    a = names[0]
+    order = behaviour_neighbours(reg.store, table, a, len(names))
+    b, far = order[1][0], order[-1][0]
+    cmp = reg.compare(a, b)
+    assert (cmp.by, cmp.distance_metric) == ("fingerprint", "behaviour")
+    assert cmp.distance == pytest.approx(dict(order)[b]) and cmp.n_neighbours == len(order)
+    assert cmp.rank_of_b_among_a_neighbours == 2  # the ranks are the behaviour index's order from each side
+    from_far = behaviour_neighbours(reg.store, table, far, len(names))
+    assert reg.compare(a, far).rank_of_a_among_b_neighbours == [n for n, _ in from_far].index(a) + 1
+    assert reg.compare(a, b, by="locus").distance_metric == "cosine"
+    out = _cli(reg, "compare", a, b)
+    assert f"behaviour distance (expected disagreement) {cmp.distance:.4f}" in out
+
+
+def _cli(reg, *args) -> str:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    result = CliRunner().invoke(cli, ["--home", str(reg.home), *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def test_clusters_of_fingerprints_read_answer_distances_up_to_a_pool_size(reg, monkeypatch):
     """Each pair's distance is the mean of its two answer distances (the same figure search ranks by);
     a pool beyond ANSWER_MATRIX_MAX clusters by the index's identity distance, and says so."""

@@ -134,6 +134,31 @@ def _task_row(task, sa: dict[str, float], sb: dict[str, float]) -> dict[str, Any
     return row
 
 
+def _rank(distances: dict[str, float], other: str, own: str | None = None) -> int:
+    """1 + how many models (not `own`) are strictly nearer than `other`."""
+    d = distances[other]
+    return sum(1 for n, x in distances.items() if n not in (own, other) and x < d - 1e-12) + 1
+
+
+def _behaviour_rows(store: "Store", a: str, b: str) -> tuple[dict, dict] | None:
+    """(every other model's behaviour distance from a, and from b), each from its stored vector as route's
+    fallbacks read it (`behaviour_neighbours`), or None when the behaviour index is not the active item
+    table's or lacks one of them."""
+    from registry.analytics.search import behaviour_index, behaviour_neighbours
+    from registry.catalog.fingerprint_store import load_item_table
+
+    table = load_item_table(store)
+    if table is None:
+        return None
+    index = behaviour_index(store)
+    everyone = len(index.names)
+    from_a = behaviour_neighbours(store, table, a, everyone, index=index)
+    from_b = behaviour_neighbours(store, table, b, everyone, index=index)
+    if from_a is None or from_b is None:
+        return None
+    return dict(from_a), dict(from_b)
+
+
 def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Comparison":
     """How two models differ: embedding distance and neighbour ranks, and per task their measured
     accuracies with the test behind each difference (largest difference first), plus predicted ones."""
@@ -149,12 +174,16 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
     likeness = models if by == "locus" else open_index(store, by=by)
     likeness.vector(a), likeness.vector(b)  # a model without that vector: an error saying so
     names = likeness.index.names
-    d = cosine_distances(likeness.index.vectors) if by == "locus" else pairwise_distances(likeness.index.vectors, by)
-    ia, ib = names.index(a), names.index(b)
-
-    def rank(i: int, j: int) -> int:
-        others = np.delete(d[i], i)
-        return int((others < d[i, j] - 1e-12).sum()) + 1
+    from_a, from_b = (_behaviour_rows(store, a, b) if by == "fingerprint" else None) or (None, None)
+    if from_a is not None:
+        metric = "behaviour"  # as search and route's fallbacks rank: each one's own nearest in the behaviour index
+        distance, rank_b, rank_a, n_neighbours = from_a[b], _rank(from_a, b), _rank(from_b, a), len(from_a)
+    else:
+        metric = "cosine" if by == "locus" else "euclidean"
+        d = cosine_distances(likeness.index.vectors) if by == "locus" else pairwise_distances(likeness.index.vectors, by)
+        ia, ib = names.index(a), names.index(b)
+        distance, n_neighbours = float(d[ia, ib]), len(names) - 1
+        rank_b, rank_a = _rank(dict(zip(names, d[ia])), b, a), _rank(dict(zip(names, d[ib])), a, b)
 
     scores, task_of, queries = _scores_by_task(store, a, b)
     for name in (a, b):
@@ -185,9 +214,9 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
                  "only_b": int((~ca & cb).sum()), "both_wrong": int((~ca & ~cb).sum())}
     cosine = float(1.0 - za @ zb / (np.linalg.norm(za) * np.linalg.norm(zb)))  # as `registry search` has it
     return Comparison.model_validate({
-            "a": a, "b": b, "by": by, "distance": float(d[ia, ib]), "distance_cosine": cosine,
-            "rank_of_b_among_a_neighbours": rank(ia, ib), "rank_of_a_among_b_neighbours": rank(ib, ia),
-            "n_neighbours": len(names) - 1, "overall": overall, "tasks": rows, "agreement": agreement,
+            "a": a, "b": b, "by": by, "distance": distance, "distance_metric": metric, "distance_cosine": cosine,
+            "rank_of_b_among_a_neighbours": rank_b, "rank_of_a_among_b_neighbours": rank_a,
+            "n_neighbours": n_neighbours, "overall": overall, "tasks": rows, "agreement": agreement,
             "test": ("paired on shared queries (McNemar for 0/1 scores) where a task has 10+ of them, else the "
                      "two-proportion z-test; two-sided p, p_adjusted by Holm over tasks"),
             "predicted_from": "mean predicted P(correct) over each task's stored queries" if predicted else None,

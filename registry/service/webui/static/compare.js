@@ -26,7 +26,7 @@ export async function render(root) {
     const predicted = r.predicted_from !== null;
     const cols = ["task", "A", "n", "B", "n", "A−B (points)", "test", "z", "p (Holm)", ...(predicted ? ["pred A", "pred B"] : [])];
     replace(out,
-      h("p", {}, modelLink(r.a), " vs ", modelLink(r.b), `: cosine distance ${fmt.dist(r.distance_cosine)}; ${r.b} is ${r.a}'s #${r.rank_of_b_among_a_neighbours} neighbour of ${r.n_neighbours}, ${r.a} is ${r.b}'s #${r.rank_of_a_among_b_neighbours}.`),
+      h("p", {}, modelLink(r.a), " vs ", modelLink(r.b), `: cosine distance ${fmt.dist(r.distance_cosine)}` + (r.by === "fingerprint" && r.distance !== null ? `, ${r.distance_metric === "behaviour" ? "behaviour distance (expected disagreement)" : "fingerprint distance"} ${fmt.dist(r.distance)}` : "") + `; by ${r.by}, ${r.b} is ${r.a}'s #${r.rank_of_b_among_a_neighbours} neighbour of ${r.n_neighbours}, ${r.a} is ${r.b}'s #${r.rank_of_a_among_b_neighbours}.`),
       g.shared_queries ? h("p", {}, `${g.shared_queries} shared queries: they disagree on ${fmt.pct(g.disagreement_rate)} (both right ${g.both_correct}, only A ${g.only_a}, only B ${g.only_b}, both wrong ${g.both_wrong}).`) : "",
       h("p", {}, `Overall accuracy: A ${fmt.pct(o.a_accuracy)} (${o.a_n}), B ${fmt.pct(o.b_accuracy)} (${o.b_n}); z ${fmt.signed(o.z)}, p ${fmt.p(o.p_value)}.`),
       h("div", { class: "table-wrap" }, h("table", { id: "compare-table" }, h("thead", {}, h("tr", {}, cols.map((c, i) => h("th", { scope: "col", class: i === 0 || c === "test" ? null : "num" }, c)))),
