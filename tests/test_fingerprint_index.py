@@ -94,6 +94,25 @@ def test_queries_the_item_table_has_not_seen_are_placed_by_their_stored_vectors(
     assert compute(reg.store, table, ["with-new-queries"])["with-new-queries"][2] == len(known) + 6
 
 
+def test_a_write_fingerprints_the_rows_it_holds_as_a_read_of_the_store_would(reg):
+    """add-model and refine fingerprint the evaluations in hand (HeldEvaluations), not read back: the columns
+    equal those computed from the store afterwards, new queries and a replaced score included."""
+    from registry.catalog.fingerprint_store import fingerprint_columns, load_item_table
+    from tests.helpers import own_evaluations
+
+    evals = own_evaluations(reg, "syn-synfam2-13b")
+    new = [{"query": f"an unseen question {i}", "score": float(i % 2), "task": "math"} for i in range(5)]
+    reg.add_model("held-copy", evals[:40] + new)
+    flipped = [{"query": e["query"], "score": 1.0 - e["score"]} for e in evals[:3]]
+    reg.refine("held-copy", flipped + evals[40:60])
+    table = load_item_table(reg.store)
+    row = _rows(reg)["held-copy"]
+    again = fingerprint_columns(reg.store, table, ["held-copy"])["held-copy"]
+    assert row["n_evals"] == 65 and again["fingerprint"] is not None
+    assert np.allclose(row["fingerprint"], again["fingerprint"], atol=1e-6)
+    assert np.allclose(row["behaviour"], again["behaviour"], atol=1e-6)
+
+
 def test_a_thin_model_gets_no_fingerprint_and_is_searched_by_locus(reg):
     from registry.errors import RegistryError
     from registry.catalog.fingerprint_store import MIN_FINGERPRINT_EVALS

@@ -17,6 +17,7 @@ catalog can write the column without importing each other.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,7 +28,7 @@ from registry.errors import RegistryError
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["MIN_FINGERPRINT_EVALS", "load_item_table", "place_queries", "compute", "fingerprint_columns",
+__all__ = ["MIN_FINGERPRINT_EVALS", "HeldEvaluations", "load_item_table", "place_queries", "compute", "fingerprint_columns",
            "rewrite_fingerprints"]
 
 MIN_FINGERPRINT_EVALS = 16  # as many as training asks of a model (registry.catalog.embedding.MIN_EVALS_PER_MODEL)
@@ -86,26 +87,50 @@ def place_queries(store: "Store", table: ItemTable, ids: list[str]) -> tuple[lis
     return kept, f, b
 
 
-def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple]:
+@dataclass
+class HeldEvaluations:
+    """Evaluations a writer holds as they will be stored (one row per model and query), with what the
+    fingerprint needs of their queries, so that it reads nothing back (`fingerprint_columns(held=...)`)."""
+    models: np.ndarray  # (n,) model name per row
+    query_ids: np.ndarray  # (n,)
+    scores: np.ndarray  # (n,)
+    vectors: dict  # query id -> its stored query vector (read only for queries the item table has not seen)
+    tasks: dict  # query id -> task (None or "" when none)
+
+
+def compute(store: Store, table: ItemTable, names: list[str], *, held: HeldEvaluations | None = None) -> dict[str, tuple]:
     """name -> (theta, coverage, evaluations used, answers on the probe queries (NaN where none)) from the
-    stored evaluations of these models."""
+    stored evaluations of these models, or from `held` (the same rows, in hand)."""
     if not names:
         return {}
     from indexing.store import QUERIES
     from registry.catalog.rows import read_evaluations
 
     wanted = set(names)
-    # a long IN list is slower than one scan of the table
-    models, qids, scores = read_evaluations(store, names if len(names) <= 500 else None)
-    if len(names) > 500:
+    if held is not None:
+        models, qids, scores = held.models, held.query_ids, held.scores
+    else:  # a long IN list is slower than one scan of the table
+        models, qids, scores = read_evaluations(store, names if len(names) <= 500 else None)
+    if held is not None or len(names) > 500:
         keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
         models, qids, scores = models[keep], qids[keep], scores[keep]
-    ids_kept, f, b = place_queries(store, table, sorted(set(qids.tolist())))
+    ids = sorted(set(qids.tolist()))
+    if held is not None:
+        ids_kept = [q for q in ids if q in table._row or q in held.vectors]
+        unknown = [q for q in ids_kept if q not in table._row]
+        vectors = None
+        if unknown:
+            dim = len(held.vectors[unknown[0]])
+            vectors = np.stack([held.vectors[q] if q not in table._row else np.zeros(dim, np.float32) for q in ids_kept])
+        f, b = table.item_params(ids_kept, vectors)
+        task_of = held.tasks
+    else:
+        ids_kept, f, b = place_queries(store, table, ids)
+        tasks = store.read(QUERIES, ["query_id", "task"])
+        task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
     if not ids_kept:
         return {}
     id_pos = {q: i for i, q in enumerate(ids_kept)}
-    tasks = store.read(QUERIES, ["query_id", "task"])
-    task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
     task_at = np.asarray([task_of.get(q) or "" for q in ids_kept], dtype=object)
     usable = np.fromiter((q in id_pos for q in qids), dtype=bool, count=len(qids))
     models, scores = models[usable], scores[usable]
@@ -121,14 +146,15 @@ def compute(store: Store, table: ItemTable, names: list[str]) -> dict[str, tuple
     return out
 
 
-def fingerprint_columns(store: "Store", table: "ItemTable | None", names: list[str]) -> dict[str, dict]:
+def fingerprint_columns(store: "Store", table: "ItemTable | None", names: list[str], *,
+                        held: HeldEvaluations | None = None) -> dict[str, dict]:
     """name -> {"fingerprint": list (identity form) or None, "behaviour": list (`ItemTable.behaviour_vectors`)
     or None, "table_id": str or None} for these models, from their evaluations as stored now (call it
     inside the transaction that writes them)."""
     empty = {"fingerprint": None, "behaviour": None, "table_id": None}
     if table is None or not names:
         return {n: dict(empty) for n in names}
-    made = compute(store, table, list(names))
+    made = compute(store, table, list(names), held=held)
     out = {}
     for name in names:
         got = made.get(name)

@@ -36,7 +36,7 @@ from indexing.store import (
 )
 import registry.limits as limits
 from registry.errors import InputError, NotFoundError, RegistryError
-from registry.catalog.fingerprint_store import fingerprint_columns, load_item_table
+from registry.catalog.fingerprint_store import HeldEvaluations, fingerprint_columns, load_item_table
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ModelChange
@@ -66,6 +66,7 @@ class _Prepared:
     record: ModelRecord
     existing: dict[str, Any] | None
     new_queries: list[tuple[Any, str]]  # (Query, text hash) not yet stored
+    query_ids: list[str] = field(default_factory=list)  # per final evaluation: its query id
     hashes: list[str] = field(default_factory=list)  # per final evaluation: its query's text hash
     scores: np.ndarray | None = None  # per final evaluation
     new_evaluations: int = 0
@@ -173,7 +174,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     seen = store.versions()  # everything below is decided from this state of the tables
     active = view.active()
     stored_models = {row["name"]: row for row in store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()}
-    queries = store.read(QUERIES, ["query_id", "text_hash"])
+    queries = store.read(QUERIES, ["query_id", "text_hash", "task"])
     by_id = dict(zip(queries.column("query_id").to_pylist(), queries.column("text_hash").to_pylist()))
     by_hash = {h: q for q, h in by_id.items()}
 
@@ -213,6 +214,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
                 f"({len(final):,}); see docs/service.md for the limits", field="evaluations")
             prepared.remove(p)
             continue
+        p.query_ids = list(final)
         p.hashes = [new_hash.get(q) or by_id[q] for q in final]
         p.scores = np.asarray(list(final.values()), dtype=np.float32)
     if not prepared:
@@ -273,8 +275,10 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         store.append(EVALUATIONS, _evaluation_rows(added, now), EVALUATION_SCHEMA)
         store.upsert(EVALUATIONS, _evaluation_rows([p for p in prepared if p.change.kind == "refine"], now),
                      EVALUATION_SCHEMA, ["model", "query_id"])
-        # the fingerprints from the evaluations just written, in this transaction with the LOCUS vectors
-        prints = fingerprint_columns(store, load_item_table(store, active.encoder_id), [r["name"] for r in model_rows])
+        # the fingerprints of the evaluations just written (from the rows in hand: reading them back cost an
+        # add-model ~60 ms), in this transaction with the LOCUS vectors
+        prints = fingerprint_columns(store, load_item_table(store, active.encoder_id), [r["name"] for r in model_rows],
+                                     held=_held(prepared, vectors, queries))
         for p, row, event in zip(prepared, model_rows, events):
             row.update(prints[row["name"]], version=numbers[row["name"]])
             results[p.change.id] = ModelChange(
@@ -291,6 +295,18 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         if on_commit is not None:
             on_commit(store, results)
     outcomes.update(results)
+
+
+def _held(prepared: list[_Prepared], vectors: dict, queries) -> HeldEvaluations:
+    """Each model's evaluations as the transaction stores them, with their queries' vectors and tasks."""
+    tasks = dict(zip(queries.column("query_id").to_pylist(), queries.column("task").to_pylist()))
+    tasks.update({q.id: q.task for p in prepared for q, _ in p.new_queries})
+    return HeldEvaluations(
+        models=np.asarray([p.change.name for p in prepared for _ in p.query_ids], dtype=object),
+        query_ids=np.asarray([q for p in prepared for q in p.query_ids], dtype=object),
+        scores=np.concatenate([p.scores for p in prepared]).astype(np.float64),
+        vectors={q: vectors[h] for p in prepared for q, h in zip(p.query_ids, p.hashes)},
+        tasks=tasks)
 
 
 def _thin(name: str, n_evals: int) -> list[str]:
