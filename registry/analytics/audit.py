@@ -5,7 +5,8 @@ The embeddings propose, the evaluations decide.
 1. Candidates: each model's k nearest neighbours in the FAISS index (`k`, 10 by default), the same
    search `registry search` runs, and, when the encoder has an item table, its k nearest in the
    behaviour index from its stored vector (`_fingerprint_candidates`: they find a copy's original where the
-   embedding misses it, e.g. a quantised copy or one sharing no query); no model is re-embedded. `--model NAME` audits one model against its own candidates only.
+   embedding misses it, e.g. a quantised copy or one sharing no query); no model is re-embedded.
+   `--model NAME` audits one model against its own candidates only.
 2. Evidence (`registry.analytics.audit_stats`): the pool's IRT fit (per-query difficulty, per-model task
    abilities) gives the disagreement two *distinct* models of the pair's abilities would show if they
    were independent given the query; the pair's excess agreement kappa = 1 - observed / expected is

@@ -156,7 +156,8 @@ def _behaviour_rows(store: "Store", a: str, b: str) -> tuple[dict, dict] | None:
     from_b = behaviour_neighbours(store, table, b, everyone, index=index)
     if from_a is None or from_b is None:
         return None
-    return dict(from_a), dict(from_b)
+    from_a, from_b = dict(from_a), dict(from_b)
+    return (from_a, from_b) if b in from_a and a in from_b else None
 
 
 def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Comparison":

@@ -59,10 +59,12 @@ def load_item_table(store: Store, encoder_id: str | None = None) -> ItemTable | 
     return table
 
 
-def place_queries(store: "Store", table: ItemTable, ids: list[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+def place_queries(store: "Store", table: ItemTable, ids: list[str], *,
+                  vectors: dict | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The item table's parameters of stored queries: (the ids it can place, in the given order; F (n, r);
     b (n,)). A query the table has not seen is placed by its stored query vector (the text map); one with
-    no vector either is left out."""
+    no vector either is left out. `vectors` (query id -> vector): those queries' vectors in hand, read then
+    from nowhere else."""
     unknown = [q for q in ids if q not in table._row]
     if not unknown:
         f, b = table.item_params(ids)
@@ -71,12 +73,15 @@ def place_queries(store: "Store", table: ItemTable, ids: list[str]) -> tuple[lis
 
     # only the unknown queries' vectors: a model's evaluations are mostly known to the table, and reading every
     # stored vector (12,032 x 768 on MMLU-Pro) cost an add-model ~120 ms
-    wanted = set(unknown)
-    rows = store.read(QUERIES, ["query_id", "text_hash"])  # two short columns: quicker than an IN filter
-    found = {q: h for q, h in zip(rows.column("query_id").to_pylist(), rows.column("text_hash").to_pylist())
-             if q in wanted}
-    vectors_of = store.cached_vectors(store.query_encoder, sorted(set(found.values())))
-    placed = {q: vectors_of[h] for q, h in found.items() if h in vectors_of}
+    if vectors is not None:
+        placed = {q: vectors[q] for q in unknown if q in vectors}
+    else:
+        wanted = set(unknown)
+        rows = store.read(QUERIES, ["query_id", "text_hash"])  # two short columns: quicker than an IN filter
+        found = {q: h for q, h in zip(rows.column("query_id").to_pylist(), rows.column("text_hash").to_pylist())
+                 if q in wanted}
+        vectors_of = store.cached_vectors(store.query_encoder, sorted(set(found.values())))
+        placed = {q: vectors_of[h] for q, h in found.items() if h in vectors_of}
     kept = [q for q in ids if q in table._row or q in placed]
     dim = len(next(iter(placed.values()))) if placed else 1
     vectors = np.zeros((len(kept), dim), np.float32)
@@ -114,18 +119,11 @@ def compute(store: Store, table: ItemTable, names: list[str], *, held: HeldEvalu
     if held is not None or len(names) > 500:
         keep = np.fromiter((m in wanted for m in models), dtype=bool, count=len(models))
         models, qids, scores = models[keep], qids[keep], scores[keep]
-    ids = sorted(set(qids.tolist()))
+    ids_kept, f, b = place_queries(store, table, sorted(set(qids.tolist())),
+                                   vectors=None if held is None else held.vectors)
     if held is not None:
-        ids_kept = [q for q in ids if q in table._row or q in held.vectors]
-        unknown = [q for q in ids_kept if q not in table._row]
-        vectors = None
-        if unknown:
-            dim = len(held.vectors[unknown[0]])
-            vectors = np.stack([held.vectors[q] if q not in table._row else np.zeros(dim, np.float32) for q in ids_kept])
-        f, b = table.item_params(ids_kept, vectors)
         task_of = held.tasks
     else:
-        ids_kept, f, b = place_queries(store, table, ids)
         tasks = store.read(QUERIES, ["query_id", "task"])
         task_of = dict(zip(tasks.column("query_id").to_pylist(), tasks.column("task").to_pylist()))
     if not ids_kept:
