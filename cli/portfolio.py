@@ -34,11 +34,12 @@ def _number(value) -> str:
 
 
 @click.command()
-@click.option("-k", "--k", "k", type=int, default=None, help="How many models (kcenter, kmedoids).")
+@click.option("-k", "--k", "k", type=int, default=None, help="How many models (kcenter, kmedoids, answers).")
 @click.option("--budget", callback=_budget_option, default=None, metavar="SIZE",
               help="Total parameter budget (greedy-budget): 150B, 150b, 150 (billions) or 1.5T.")
-@click.option("--method", type=click.Choice(["kcenter", "kmedoids", "greedy-budget"]), default=None,
-              help="Default: kmedoids with --k, greedy-budget with --budget.")
+@click.option("--method", type=click.Choice(["kcenter", "kmedoids", "greedy-budget", "answers"]), default=None,
+              help="Default: answers with --k (the greedy cover of the recorded answers outside the encoder's "
+                   "test queries), greedy-budget with --budget; kcenter and kmedoids read the vectors.")
 @click.option("--where", default=None, help="Metadata filter on the pool, e.g. 'access == open'.")
 @click.option("--include-unknown-params", is_flag=True,
               help="Under a budget, keep models without params_b at no cost (total then a lower bound).")
@@ -49,7 +50,7 @@ def _number(value) -> str:
 @json_option
 @click.pass_context
 def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, by, as_json) -> None:
-    """A few models that cover the pool in embedding space (appendix E.4), with routing accuracy on
+    """A few models that cover the pool (their recorded answers, or their vectors), with routing accuracy on
     held-out test queries: the portfolio vs the full pool vs random subsets."""
     if (k is None) == (budget is None):
         raise click.UsageError("give exactly one of --k N (a number of models) and --budget SIZE (e.g. 150B)")
@@ -68,8 +69,10 @@ def _echo_portfolio(result) -> None:
         click.echo(f"  {name:<36} {'?' if size is None else f'{size:g}B':>8}")
     total = result.total_params_b
     bound = " (at least: some sizes unknown)" if result.total_params_b_is_lower_bound else ""
+    answers = (f"; answer coverage {result.answer_coverage:.3f} of {result.answer_queries} queries"
+               if result.answer_coverage is not None else "")
     click.echo(f"total parameters: {'unknown' if total is None else f'{total:g}B'}{bound}; "
-               f"coverage {result.coverage:.3f}")
+               f"coverage {result.coverage:.3f}{answers}")
     if result.routing_accuracy is None:
         click.echo(f"routing accuracy: not measured ({result.accuracy_reason})")
         return

@@ -414,10 +414,11 @@ class Registry:
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
                   random_draws: int = 200, by: str | None = None) -> PortfolioResult:
-        """A small set of models that covers the pool (appendix E.4): k-center, k-medoids, or greedy
-        under a parameter budget in billions (the default method: greedy-budget with a budget, else
-        kmedoids); with routing accuracies on held-out test queries. `by`: compare the models by their
-        LOCUS embeddings (default) or behaviour fingerprints."""
+        """A small set of models that covers the pool: the greedy cover of the recorded answers
+        ("answers", the default with k), k-center or k-medoids on the vectors (appendix E.4), or greedy
+        under a parameter budget in billions (the default with a budget); with routing accuracies on
+        held-out test queries. `by`: the vector methods compare the models by their LOCUS embeddings
+        (default) or behaviour fingerprints."""
         from registry.analytics.portfolio import portfolio
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,

@@ -532,7 +532,7 @@ class PortfolioResult(Result):
     """`portfolio`: models that cover the pool, and their routing accuracy on held-out test queries."""
 
     models: list[str]
-    method: Literal["kcenter", "kmedoids", "greedy-budget"]
+    method: Literal["kcenter", "kmedoids", "greedy-budget", "answers"]
     by: Literal["locus", "fingerprint"] = Field(
         "locus", description="the vectors the models were compared by (routing accuracy predicts with LOCUS either way)")
     k: int = Field(description="models chosen")
@@ -563,6 +563,9 @@ class PortfolioResult(Result):
     greedy_variant: str | None = None
     kcenter_start: list[str] | None = None
     kcenter_coverage: float | None = None
+    answer_coverage: float | None = Field(None, description="method answers: the mean over the stored queries "
+                                          "outside the test queries of the best score a chosen model recorded")
+    answer_queries: int | None = Field(None, description="method answers: the queries that coverage counts")
 
 
 # -------------------------------------------------------------------------------- families

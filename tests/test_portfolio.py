@@ -100,6 +100,23 @@ def test_greedy_budget_free_models_and_a_stop_when_nothing_adds_coverage():
     assert greedy_budget(np.ones((3, 3)), [1, 1, 1], 3)[0] == [0]  # duplicates add nothing
 
 
+def test_answer_greedy_covers_the_most_answers_then_the_most_accurate():
+    from registry.analytics.portfolio import answer_coverage, answer_greedy
+
+    # queries x models: model 0 answers half, 1 the other half, 2 most of the first half, 3 nothing new
+    answers = np.array([[1, 0, 1, 0], [1, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0.5]],
+                       dtype=float)
+    assert answer_greedy(answers, 2) == [0, 1]  # equal gains: the lower index first, then the other half
+    assert answer_coverage(answers, [0, 1]) == 1.0
+    # nothing left to cover after 0 and 1: the more accurate of 2 (2/6) and 3 (1.5/6)
+    assert answer_greedy(answers, 4) == [0, 1, 2, 3]
+    assert answer_greedy(answers[:, [2, 3, 0]], 1) == [2]  # the most coverage alone
+    partial = np.array([[0.5, 1.0], [0.5, 0.0]])
+    assert answer_greedy(partial, 2) == [0, 1] and answer_coverage(partial, [0, 1]) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="k must be in 1..4"):
+        answer_greedy(answers, 5)
+
+
 def test_random_feasible_subsets_fit_and_are_maximal():
     rng = np.random.default_rng(1)
     costs = np.array([1.0, 2.0, 3.0, 7.0, 8.0])
@@ -167,12 +184,33 @@ def test_kcenter_picks_distinct_models_far_apart(reg, space):
 
 
 def test_kmedoids_improves_on_its_kcenter_start(reg, space):
-    result = reg.portfolio(k=3)  # kmedoids is the default
+    result = reg.portfolio(k=3, method="kmedoids")
     assert result.method == "kmedoids" and len(set(result.models)) == 3
     assert result.kcenter_start == reg.portfolio(k=3, method="kcenter").models
     assert result.coverage >= result.kcenter_coverage - 1e-12
     chosen = [space.names.index(n) for n in result.models]
     assert result.coverage == pytest.approx(coverage(space.sim, chosen) / space.size)
+
+
+def test_answers_cover_the_recorded_scores_outside_the_test_queries(reg, space):
+    """The default with k: the greedy cover of the models' recorded answers, never the test queries'."""
+    from registry.analytics.heldout import held_out
+    from registry.analytics.portfolio import answer_coverage, answer_greedy
+
+    result = reg.portfolio(k=3, random_draws=20)
+    assert result.method == "answers" and len(set(result.models)) == 3
+    held = held_out(reg.store, models=space.names)
+    dense = held.data.dense()
+    outside = np.setdiff1d(np.arange(dense.shape[1]), held.test_queries)
+    rows = dense[[held.data.models.index(n) for n in space.names]][:, outside]
+    rows = rows[:, ~np.isnan(rows).all(axis=0)]  # a query no pool model answered covers nothing
+    mine = np.nan_to_num(rows, nan=0.0).T  # (Q, M) as the method reads them
+    assert result.models == [space.names[i] for i in answer_greedy(mine, 3)]
+    assert result.answer_coverage == pytest.approx(answer_coverage(mine, [space.names.index(n) for n in result.models]))
+    assert result.answer_queries == len(mine) > 0
+    # a test query's scores never move the choice: the method's matrix has no row of them
+    assert space.answers.shape == mine.shape and len(mine) <= len(outside)
+    assert result.routing_accuracy is not None and result.random_routing_accuracy_mean is not None
 
 
 def test_by_fingerprint_compares_held_out_fingerprints_and_routes_with_locus(reg, space):
@@ -182,7 +220,7 @@ def test_by_fingerprint_compares_held_out_fingerprints_and_routes_with_locus(reg
     from registry.analytics.heldout import held_out
     from registry.catalog.fingerprint_store import load_item_table
 
-    by_print = reg.portfolio(k=3, by="fingerprint", random_draws=20)
+    by_print = reg.portfolio(k=3, method="kmedoids", by="fingerprint", random_draws=20)
     assert by_print.by == "fingerprint" and reg.portfolio(k=3, random_draws=20).by == "locus"
     held = held_out(reg.store, models=space.names)
     table = load_item_table(reg.store)
@@ -240,7 +278,7 @@ def test_bad_requests_fail_clearly(reg, space):
         reg.portfolio(budget_b=0.5, method="greedy-budget")
     with pytest.raises(RegistryError, match="matches no model"):
         reg.portfolio(k=2, where="family == nowhere")
-    with pytest.raises(InputError, match="unknown method 'kmeans'; choose one of kcenter, kmedoids, greedy-budget"):
+    with pytest.raises(InputError, match="unknown method 'kmeans'; choose one of kcenter, kmedoids, greedy-budget, answers"):
         reg.portfolio(k=2, method="kmeans")
     with pytest.raises(InputError, match="exactly one of k"):
         reg.portfolio(k=2, budget_b=10, method="greedy-budget")
@@ -248,6 +286,8 @@ def test_bad_requests_fail_clearly(reg, space):
         reg.portfolio()
     with pytest.raises(InputError, match="greedy-budget"):
         reg.portfolio(budget_b=10, method="kmedoids")
+    with pytest.raises(InputError, match="greedy-budget"):
+        reg.portfolio(budget_b=10, method="answers")
     assert reg.portfolio(budget_b=100, random_draws=5).method == "greedy-budget"  # the default under a budget
     with pytest.raises(InputError, match="positive"):
         reg.portfolio(budget_b=-3, method="greedy-budget")
@@ -295,7 +335,10 @@ def test_cli_json_and_text(trained_home):
                 "random_routing_accuracy_mean", "random_routing_accuracy_sd", "pool_size", "n_test_queries",
                 "warnings"):
         assert key in result
-    assert result["method"] == "kmedoids" and len(result["models"]) == 3
+    assert result["method"] == "answers" and len(result["models"]) == 3  # the default with --k
+    assert 0 < result["answer_coverage"] <= 1 and result["answer_queries"] > 0
+    out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--k", "2", "--draws", "20"])
+    assert out.exit_code == 0 and "answers portfolio (k = 2)" in out.output and "answer coverage" in out.output
     out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--budget", "0.05T", "--draws", "20"])
     assert out.exit_code == 0, out.output
     assert "greedy-budget portfolio (budget 50B)" in out.output

@@ -40,7 +40,7 @@ def profile(body: s.ProfileRequest, reader: Reader):
 def portfolio(reader: Reader,
               k: int | None = Query(default=None, ge=1, le=LIMITS.max_k),
               budget_b: float | None = Query(default=None, gt=0, le=1e7),
-              method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget)$"),
+              method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget|answers)$"),
               where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
               include_unknown_params: bool = False,
               seed: int = Query(default=0, ge=0, le=2**31 - 1),
