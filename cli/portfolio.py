@@ -63,7 +63,8 @@ def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, rando
 
 def _echo_portfolio(result) -> None:
     limit = f"k = {result.k}" if result.budget_b is None else f"budget {result.budget_b:g}B"
-    click.echo(f"{result.method} portfolio ({limit}) from a pool of {result.pool_size} models (by {result.by}):")
+    read = "recorded answers" if result.method == "answers" else result.by  # what the choice compared
+    click.echo(f"{result.method} portfolio ({limit}) from a pool of {result.pool_size} models (by {read}):")
     for name in result.models:
         size = result.params_b[name]
         click.echo(f"  {name:<36} {'?' if size is None else f'{size:g}B':>8}")

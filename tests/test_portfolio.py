@@ -339,6 +339,7 @@ def test_cli_json_and_text(trained_home):
     assert 0 < result["answer_coverage"] <= 1 and result["answer_queries"] > 0
     out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--k", "2", "--draws", "20"])
     assert out.exit_code == 0 and "answers portfolio (k = 2)" in out.output and "answer coverage" in out.output
+    assert "(by recorded answers)" in out.output
     out = runner.invoke(cli, ["--home", str(trained_home), "portfolio", "--budget", "0.05T", "--draws", "20"])
     assert out.exit_code == 0, out.output
     assert "greedy-budget portfolio (budget 50B)" in out.output
