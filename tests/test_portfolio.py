@@ -235,7 +235,10 @@ def test_by_fingerprint_compares_held_out_fingerprints_and_routes_with_locus(reg
     with pytest.raises(InputError, match="field 'by'"):
         reg.portfolio(k=3, by="colour")
     out = CliRunner().invoke(cli, ["--home", str(reg.home), "portfolio", "-k", "2", "--by", "fingerprint", "--draws", "5"])
-    assert out.exit_code == 0 and "(by fingerprint)" in out.output
+    assert out.exit_code == 0 and "kmedoids portfolio (k = 2)" in out.output and "(by fingerprint)" in out.output
+    with pytest.raises(InputError, match="method 'answers' compares the models' recorded answers") as refused:
+        reg.portfolio(k=2, method="answers", by="fingerprint")
+    assert refused.value.field == "by"
 
 
 def test_accuracies_against_the_full_pool_and_random_subsets(reg, space):

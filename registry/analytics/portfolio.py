@@ -542,13 +542,18 @@ def portfolio(store: "Store", *, k: int | None = None, budget_b: float | None = 
     answers) or within `budget_b` billion parameters (`greedy-budget`) of the pool (embedded models passing `where`), with
     its routing accuracy on the held-out test queries next to the full pool's and random subsets'
     (mean and sd over `random_draws` draws seeded by `seed`). `method` None: greedy-budget under a
-    budget, PORTFOLIO_DEFAULT_METHOD otherwise. `by`: "locus" (the default, PORTFOLIO_DEFAULT) or
-    "fingerprint", the vectors the vector methods compare the models by. See the module docstring."""
+    budget, PORTFOLIO_DEFAULT_METHOD otherwise, kmedoids when `by` is given. `by`: "locus" (the default,
+    PORTFOLIO_DEFAULT) or "fingerprint", the vectors the vector methods compare the models by. See the
+    module docstring."""
     from registry.analytics.search import canonical_by
 
-    by = canonical_by(by) or PORTFOLIO_DEFAULT
-    if method is None:
-        method = "greedy-budget" if budget_b is not None else PORTFOLIO_DEFAULT_METHOD
+    asked_by = canonical_by(by)
+    by = asked_by or PORTFOLIO_DEFAULT
+    if method is None:  # a vector asked for: a method that compares vectors
+        method = "greedy-budget" if budget_b is not None else "kmedoids" if asked_by else PORTFOLIO_DEFAULT_METHOD
+    if method == "answers" and asked_by is not None:
+        raise InputError("method 'answers' compares the models' recorded answers, not a vector: leave out by, or "
+                         "choose kmedoids or kcenter to compare by it", field="by")
     _check_request(method, k, budget_b)  # bad arguments fail before anything is loaded
     space = PortfolioSpace.load(store, where=where, budget=budget_b is not None,
                                 include_unknown_params=include_unknown_params, by=by)
