@@ -117,6 +117,22 @@ def test_answer_greedy_covers_the_most_answers_then_the_most_accurate():
         answer_greedy(answers, 5)
 
 
+def test_every_face_of_portfolio_offers_the_same_methods():
+    """METHODS is the one list; the CLI's choice, the HTTP pattern and the result's type spell it out."""
+    import inspect
+    import typing
+
+    from registry.analytics.portfolio import METHODS
+    from registry.results import PortfolioResult
+    from registry.service.routes.analytics import portfolio as http_portfolio
+
+    option = next(p for p in cli.commands["portfolio"].params if p.name == "method")
+    assert tuple(option.type.choices) == METHODS
+    assert set(typing.get_args(PortfolioResult.model_fields["method"].annotation)) == set(METHODS)
+    pattern = inspect.signature(http_portfolio).parameters["method"].default.metadata
+    assert any(getattr(m, "pattern", None) == f"^({'|'.join(METHODS)})$" for m in pattern)
+
+
 def test_random_feasible_subsets_fit_and_are_maximal():
     rng = np.random.default_rng(1)
     costs = np.array([1.0, 2.0, 3.0, 7.0, 8.0])
@@ -209,7 +225,9 @@ def test_answers_cover_the_recorded_scores_outside_the_test_queries(reg, space):
     assert result.answer_coverage == pytest.approx(answer_coverage(mine, [space.names.index(n) for n in result.models]))
     assert result.answer_queries == len(mine) > 0
     # a test query's scores never move the choice: the method's matrix has no row of them
-    assert space.answers.shape == mine.shape and len(mine) <= len(outside)
+    loaded = PortfolioSpace.load(reg.store, answers=True)
+    assert loaded.answers.shape == mine.shape and len(mine) <= len(outside)
+    assert space.answers is None  # the vector methods do not load it
     assert result.routing_accuracy is not None and result.random_routing_accuracy_mean is not None
 
 

@@ -281,7 +281,9 @@ class PortfolioSpace:
     sigma: float
     pred: np.ndarray | None  # (M, T) P(correct) on the counted test queries
     truth: np.ndarray | None  # (M, T) scores there (NaN only in "scored-members" mode)
-    answers: np.ndarray  # (Q, M) recorded scores on the stored queries outside the test queries (0 where none)
+    # (Q, M) recorded scores on the stored queries outside the test queries (0 where none); loaded only for
+    # method "answers" (`load(answers=True)`): it is as large as the pool's scores
+    answers: np.ndarray | None
     scoring: str | None  # "common", "scored-members" or None (no accuracy)
     accuracy_reason: str | None
     test_queries: int  # test queries counted
@@ -293,7 +295,7 @@ class PortfolioSpace:
 
     @classmethod
     def load(cls, store: "Store", *, where: str | None = None, budget: bool = False,
-             include_unknown_params: bool = False, by: str = "locus") -> "PortfolioSpace":
+             include_unknown_params: bool = False, by: str = "locus", answers: bool = False) -> "PortfolioSpace":
         """The pool: embedded models passing `where`; for a budget, without models lacking params_b
         unless `include_unknown_params`. `by`: compare the models by their LOCUS embeddings or by their
         behaviour fingerprints (both built without the test queries)."""
@@ -336,10 +338,12 @@ class PortfolioSpace:
                                    "--include-unknown-params keeps them)" if excluded else
                                    " (none is embedded: run `registry embed --all`)"))
         names = [r.name for r in records]
-        return cls._from_store(store, names, [r.params_b for r in records], models, warnings, excluded, where, by)
+        return cls._from_store(store, names, [r.params_b for r in records], models, warnings, excluded, where, by,
+                               answers)
 
     @classmethod
-    def _from_store(cls, store, names, params, models, warnings, excluded, where, by="locus") -> "PortfolioSpace":
+    def _from_store(cls, store, names, params, models, warnings, excluded, where, by="locus",
+                    with_answers=False) -> "PortfolioSpace":
         from encoder.inference import predict
         from registry.analytics.heldout import held_out
 
@@ -352,13 +356,14 @@ class PortfolioSpace:
             warnings.append(f"{len(bad)} model(s) have no evaluation outside the test queries; their stored "
                             f"embedding is used ({', '.join(names[i] for i in bad)})")
         sim, sigma = rbf_kernel(embeddings if by == "locus" else _held_out_fingerprints(store, held))
-        dense = held.data.dense()  # (M, Q)
-        truth = dense[:, held.test_queries]
-        outside = np.ones(dense.shape[1], dtype=bool)
-        outside[held.test_queries] = False
-        answered = dense[:, outside]
-        answered = answered[:, ~np.isnan(answered).all(axis=0)]
-        answers = np.nan_to_num(answered, nan=0.0).T  # (Q, M)
+        truth, answers = held.truth(), None
+        if with_answers:
+            dense = held.data.dense()  # (M, Q)
+            outside = np.ones(dense.shape[1], dtype=bool)
+            outside[held.test_queries] = False
+            answered = dense[:, outside]
+            answered = answered[:, ~np.isnan(answered).all(axis=0)]  # a query no pool model answered covers nothing
+            answers = np.nan_to_num(answered, nan=0.0).T  # (Q, M)
         scored_any = ~np.isnan(truth).all(axis=0)
         common = ~np.isnan(truth).any(axis=0)
         pred, scoring, reason, counted = None, None, None, np.zeros(0, dtype=np.int64)
@@ -411,6 +416,8 @@ class PortfolioSpace:
             raise InputError(f"k = {k} is larger than the pool: {self.size} embedded model(s){scope}; "
                              f"k must be in 1..{self.size}", field="k")
         if method == "answers":
+            if self.answers is None:
+                raise ValueError("method 'answers' needs the space loaded with answers=True")
             if not len(self.answers):
                 raise RegistryError("no model of the pool has a recorded score outside the encoder's test "
                                     "queries: method 'answers' has nothing to cover")
@@ -556,7 +563,7 @@ def portfolio(store: "Store", *, k: int | None = None, budget_b: float | None = 
                          "choose kmedoids or kcenter to compare by it", field="by")
     _check_request(method, k, budget_b)  # bad arguments fail before anything is loaded
     space = PortfolioSpace.load(store, where=where, budget=budget_b is not None,
-                                include_unknown_params=include_unknown_params, by=by)
+                                include_unknown_params=include_unknown_params, by=by, answers=method == "answers")
     return space.run(method, k=k, budget_b=budget_b, seed=seed, random_draws=random_draws)
 
 

@@ -395,12 +395,17 @@ def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int,
             and among.issubset(behaviour.names):
         among = None  # every other model: the same as no restriction
     if among is None:  # the whole index less the model itself: no selector (a flat scan is faster without)
-        hits = [hit for hit in behaviour.search(query[0], k + 1, metric=INNER) if behaviour.names[hit[0]] != name][:k]
-    else:
-        rows = np.asarray([i for i, n in enumerate(behaviour.names) if n != name and n in among], dtype=np.int64)
-        if not len(rows):
-            return []
-        hits = behaviour.search(query[0], k, metric=INNER, allowed=rows)
+        return _named(behaviour, table, name, behaviour.search(query[0], k + 1, metric=INNER), read, k)
+    rows = np.asarray([i for i, n in enumerate(behaviour.names) if n != name and n in among], dtype=np.int64)
+    if not len(rows):
+        return []
+    return _named(behaviour, table, name, behaviour.search(query[0], k, metric=INNER, allowed=rows), read, k)
+
+
+def _named(behaviour: ModelIndex, table, name: str, found, read: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """A behaviour search's answer for `name` ((row, -inner product) pairs) as its k nearest others with their
+    mean expected disagreement (`ItemTable.behaviour_mean` over `read`, (1, S) the probes it reads)."""
+    hits = [hit for hit in found if behaviour.names[hit[0]] != name][:k]
     mean = table.behaviour_mean(read, -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
     return [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
 
@@ -425,9 +430,7 @@ def behaviour_neighbours_many(source: "Store | str | Path", table, names: "Seque
         own = np.stack([behaviour.vector(n) for n in chunk]).astype(np.float64)
         query, read = table.behaviour_queries(own, None)
         for j, (name, found) in enumerate(zip(chunk, behaviour.search_many(query, k + 1, metric=INNER))):
-            hits = [hit for hit in found if behaviour.names[hit[0]] != name][:k]
-            mean = table.behaviour_mean(read[j:j + 1], -np.asarray([[d for _, d in hits]], dtype=np.float64))[0]
-            out[name] = [(behaviour.names[r], float(m)) for (r, _), m in zip(hits, mean)]
+            out[name] = _named(behaviour, table, name, found, read[j:j + 1], k)
     return out
 
 
