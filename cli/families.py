@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from cli._common import _registry, echo_evidence_note, emit, json_option, min_evals_option
+from registry.defaults import CLUSTER_LINKAGE, CLUSTER_LINKAGES
 
 PLOT = click.Path(dir_okay=False, path_type=Path)
 WHERE_HELP = "Metadata filter on the models, e.g. 'access == open and params_b <= 70'."
@@ -24,7 +25,7 @@ BY_LIKENESS = click.option(
 @click.command()
 @click.option("--plot", type=PLOT, default=None,
               help="Write the dendrogram beside the distance heatmap to this image (PNG; .svg/.pdf work too).")
-@click.option("--linkage", type=click.Choice(["average", "complete", "single", "ward"]), default="average",
+@click.option("--linkage", type=click.Choice(CLUSTER_LINKAGES), default=CLUSTER_LINKAGE,
               show_default=True, help="How cluster distances combine (ward runs on unit vectors).")
 @click.option("-k", "k", type=click.IntRange(min=1), default=None,
               help="Cut into this many clusters (default: the mean-silhouette maximum).")
@@ -73,7 +74,7 @@ def _echo_clusters(result) -> None:
 @json_option
 @click.pass_context
 def map_(ctx, plot, color_by, where, by, as_json) -> None:
-    """A labelled 2-D map of the models (PCA of fingerprints, or of unit-normalised LOCUS embeddings)."""
+    """A labelled 2-D map of the models (their behaviour distances by fingerprint, or PCA of unit LOCUS vectors)."""
     result = _registry(ctx, create=False).map(plot, color_by=color_by, where=where, by=by)
     emit(result, as_json, _echo_map)
 
@@ -81,8 +82,10 @@ def map_(ctx, plot, color_by, where, by, as_json) -> None:
 def _echo_map(result) -> None:
     e = result.explained_variance
     fidelity = result.distance_correlation
-    click.echo(f"map of {result.n_models} models by {result.by}: PC1 {100 * e.x:.1f}% + PC2 {100 * e.y:.1f}% of the variance"
-               + (f"; map distances vs embedding distances r = {fidelity:.3f}" if fidelity is not None else ""))
+    share = "the variance" if result.by == "locus" else "the positive eigenvalues"
+    click.echo(f"map of {result.n_models} models by {result.by} ({result.projection})")
+    click.echo(f"axis 1 {100 * e.x:.1f}% + axis 2 {100 * e.y:.1f}% of {share}"
+               + (f"; map distances vs the distances drawn r = {fidelity:.3f}" if fidelity is not None else ""))
     click.echo(f"plot: {result.plot}")
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
 from registry.checks import check_count
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -444,7 +444,7 @@ class Registry:
                      min_evals=min_evals, max_cost=max_cost, willingness_to_pay=willingness_to_pay,
                      unpriced=unpriced)[0]
 
-    def clusters(self, *, where: str | None = None, plot=None, linkage: str = "average",
+    def clusters(self, *, where: str | None = None, plot=None, linkage: str = CLUSTER_LINKAGE,
                  k: int | None = None, by: str | None = None, min_evals: int | None = None) -> ClustersResult:
         """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
         the number of clusters by silhouette unless `k` is given. Models embedded from fewer than

@@ -658,8 +658,12 @@ class MapResult(Result):
     n_models: int
     by: Literal["locus", "fingerprint"] = Field("locus", description="the vector mapped")
     projection: str
-    explained_variance: ExplainedVariance = Field(description="share of the variance on each axis")
-    distance_correlation: float | None = Field(description="Pearson r of map vs embedding chord distances")
+    explained_variance: ExplainedVariance = Field(
+        description="each axis's share: of the variance (by locus), of classical MDS's positive eigenvalues "
+                    "(by fingerprint)")
+    distance_correlation: float | None = Field(
+        description="Pearson r of the map's distances vs the distances it draws (chord distances by locus, "
+                    "behaviour distances by fingerprint)")
     color_by: str | None
     colouring: dict[str, Any]
     coordinates: list[MapPoint]

@@ -17,7 +17,7 @@ id), then:
    by="fingerprint" reads the behaviour index's 200 nearest and the same-model test on them) and a fresh
    `python -m cli.main search NAME --by KIND --json` process (imports included);
 5. up to 1,000 models, `clusters` by each kind (the second of two runs; by fingerprint it clusters answer
-   distances up to 500 models, the identity distance beyond);
+   distances up to 500 models, the behaviour index's distance between stored vectors beyond);
 6. the audit's fingerprint candidates of every model (what a full `registry audit` searches): the
    behaviour index's 10 nearest of each (`behaviour_neighbours_many`, batched), and, for comparison, the
    identity index's, one search per model (what the audit read before 2026-12-05).

@@ -6,7 +6,9 @@ DIR is a registry home. When it holds no trained, embedded registry yet (an empt
 or no --home: a temporary one), it is built by scripts/_mmlu_pro.py: ../shared/data/mmlu-pro imported
 with its precomputed all-mpnet-base-v2 query vectors, the encoder trained with `registry train`'s
 defaults, every model embedded. Then:
-1. `registry clusters` (average linkage, and the other three linkages for comparison); agreement with
+The page is about the LOCUS embeddings' geometry, so every command reads them (`--by locus`; the registry's
+default is the fingerprint) and clusters with average linkage (the registry's default is complete):
+1. `registry clusters --by locus --linkage average` (and the other three linkages); agreement with
    the `family` metadata; the same clustering rule run on two references computed from the
    evaluations themselves (correctness disagreement on shared queries, and per-task accuracy
    profiles), so that the embedding's result can be read against what the data allow;
@@ -98,14 +100,14 @@ def main() -> None:
     say()
 
     # ------------------------------------------------------------------ clusters
-    result = reg.clusters(plot=FIGURES / "mmlu-pro-clusters.png")
+    result = reg.clusters(plot=FIGURES / "mmlu-pro-clusters.png", by="locus", linkage="average")
     models = open_index(reg.store)
     names = list(models.index.names)
     records = models.records
     families = [records[n].family for n in names]
     say("## Clusters")
     say()
-    say("`registry clusters --plot docs/results/families/mmlu-pro-clusters.png` (average linkage on cosine "
+    say("`registry clusters --by locus --linkage average --plot docs/results/families/mmlu-pro-clusters.png` (average linkage on cosine "
         "distances; the number of clusters is the mean-silhouette maximum over k = 2..31):")
     say()
     say(f"**{result.k} clusters**, mean silhouette {result.silhouette:.2f} ({result.structure} "
@@ -140,7 +142,7 @@ def main() -> None:
     say("|---|---:|---:|---:|---:|---:|")
     linkage_ari = []
     for linkage in ("average", "complete", "single", "ward"):
-        r = result if linkage == "average" else reg.clusters(linkage=linkage)
+        r = result if linkage == "average" else reg.clusters(linkage=linkage, by="locus")
         a = r.family_agreement
         linkage_ari += [a.adjusted_rand, a.at_family_count.adjusted_rand]
         say(f"| {linkage} | {r.k} | {r.silhouette:.2f} | {r.cophenetic_correlation:.2f} | "
@@ -187,13 +189,13 @@ def main() -> None:
     say()
     maps = {}
     for field in ("family", "access", "params_b"):
-        maps[field] = reg.map(FIGURES / f"mmlu-pro-map-{field}.png", color_by=field)
+        maps[field] = reg.map(FIGURES / f"mmlu-pro-map-{field}.png", color_by=field, by="locus")
     m = maps["family"]
     pc1 = np.array([c.x for c in m.coordinates])
     order = [c.name for c in m.coordinates]
     acc_by_name = dict(zip(names, acc))
     r_pc1 = spearmanr(pc1, [acc_by_name[n] for n in order])[0]
-    say(f"`registry map --plot docs/results/families/mmlu-pro-map-family.png --color-by family` (and `access`, "
+    say(f"`registry map --by locus --plot docs/results/families/mmlu-pro-map-family.png --color-by family` (and `access`, "
         f"`params_b`): PCA of the L2-normalised embeddings. The two axes keep {100 * m.explained_variance.total:.1f}% "
         f"of the variance (PC1 {100 * m.explained_variance.x:.1f}%, PC2 {100 * m.explained_variance.y:.1f}%); map "
         f"distances correlate with embedding chord distances at r = {m.distance_correlation:.3f}. PC1 against "
@@ -208,10 +210,10 @@ def main() -> None:
 
     # ------------------------------------------------------------------ compare
     a, b = PAIR
-    c = reg.compare(a, b)
+    c = reg.compare(a, b, by="locus")
     say("## Compare")
     say()
-    say(f"`registry compare {a} {b}`: cosine distance {c.distance_cosine:.4f}; {b} is {a}'s "
+    say(f"`registry compare {a} {b} --by locus`: cosine distance {c.distance_cosine:.4f}; {b} is {a}'s "
         f"#{c.rank_of_b_among_a_neighbours} nearest of {c.n_neighbours}, {a} is {b}'s "
         f"#{c.rank_of_a_among_b_neighbours}. On {c.agreement.shared_queries} shared queries they disagree "
         f"on {100 * c.agreement.disagreement_rate:.1f}% (only {a} right: {c.agreement.only_a}, only {b} "

@@ -350,7 +350,7 @@ def index_table(results: dict) -> list[str]:
                      + f" | {ref} |")
 
     def ari(a):
-        return f"{_num(a['ari'], 2)} (k={a['k']}) / {_num(a['ari_at_label_count'], 2)}"
+        return f"{_num(a['ari'], 3)} (k={a['k']}) / {_num(a['ari_at_label_count'], 3)}" if a else "-"
 
     row("item table (rank r) / models in the index", lambda f, i: f"`{i['table_id'][:8]}`, r={f['rank']} / {i['models']} of {i['of']}")
     row("**index** self-retrieval top-1 @512", lambda f, i: _pct(i["self_top1"]), ">= 90%")
@@ -379,9 +379,12 @@ def index_table(results: dict) -> list[str]:
         "behaviour index / identity / raw disagreement on the other queries",
         lambda f, i: (f"{_pct(i['unseen']['behaviour'])} / {_pct(i['unseen']['identity'])} / {_pct(i['unseen']['raw'])}"
                       if "unseen" in i else "-"))
-    row("clusters vs family, ARI silhouette k / k = #families: **`registry clusters`** (answer distances)",
-        lambda f, i: ari(i["ari"]), ">= raw")
-    row("clusters vs family, ARI: raw disagreement", lambda f, i: ari(i["ari_raw"]))
+    row("clusters vs family, ARI silhouette k / k = #families: **`registry clusters`** (answer distances, "
+        "its default linkage)", lambda f, i: ari(i["ari"]), ">= raw")
+    row("clusters vs family, ARI: raw disagreement (the same linkage)", lambda f, i: ari(i["ari_raw"]))
+    row("the same two with average linkage (the default before): answer distances / raw disagreement, k = #families",
+        lambda f, i: (f"{_num(i['ari_average']['ari_at_label_count'], 3)} / {_num(i['ari_raw_average']['ari_at_label_count'], 3)}"
+                      if "ari_average" in i else "-"))
     row("fingerprint by behaviour distance over all models: NN among 3",
         lambda f, i: f"{_pct(f['behavioural_nn'])} ({f['behavioural_nn_hits']})")
     return lines
@@ -488,8 +491,9 @@ def write_page(results: dict, path: Path) -> None:
               "in the index's order (`registry.analytics.search`; before store format 4 it re-ranked the identity "
               "index's 200 nearest by the candidates' fingerprint predictions, which describe a model held out of "
               "the item table's fit poorly: this page's history in git has its rows). `clusters` on fingerprints clusters each pair's mean "
-              "answer distance (pools up to 500 models; beyond, the identity distance), and so does the clusters "
-              "row; `audit` proposes the behaviour index's nearest from each model's stored vector (measured on "
+              "answer distance (pools up to 500 models; beyond, the behaviour index's distance between the stored vectors) "
+              "with complete linkage, and so does the clusters row; `map` draws the same distances flat (classical "
+              "MDS); `audit` proposes the behaviour index's nearest from each model's stored vector (measured on "
               "planted copies: docs/results/audit.md, scripts/bench_audit_real.py)."
               + ("" if "i" in results.get("joint", {}) else
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
@@ -527,6 +531,10 @@ def write_page(results: dict, path: Path) -> None:
               "the probe queries), (b) and (c) the behaviour distance (expected disagreement over the probe queries "
               "of the tasks both models were evaluated on). The \"held out\" rows refit the table without a fold of "
               "the models and score those: a model onboarded after training.",
+              "- Clusters (the ARI rows) cut a hierarchical tree of the distances with the registry's default linkage "
+              "(complete since part (i)'s run that added the average-linkage row; average before). The ARI rows of "
+              "LOCUS (b) and of the fingerprint (b) come from the earlier runs listed at the top, made with average "
+              "linkage; part (i)'s rows were made with both, as labelled.",
               "- MMLU-Pro's full pool contains Gemini-3.1-Pro, the best single model on every subject: its portfolio "
               "rows saturate at the best single model; part (d) therefore routes on the open-weight pool.",
               "- Parts (d) and (f) train fresh LOCUS runs under `registry evaluate`'s protocol (80/10/10 query split "

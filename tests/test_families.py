@@ -177,6 +177,25 @@ def test_where_selects_the_models_and_too_few_is_an_error(reg):
 
 
 # ------------------------------------------------------------------ the map
+def test_classical_mds_keeps_distances_that_are_planar_and_orders_axes_by_share():
+    from scipy.spatial.distance import pdist, squareform
+
+    from registry.analytics.embedding_map import classical_mds
+
+    rng = np.random.default_rng(3)
+    points = rng.normal(size=(12, 2)) * [3.0, 1.0]
+    d = squareform(pdist(points))
+    coords, share = classical_mds(d)
+    assert np.allclose(pdist(coords), pdist(points), atol=1e-9)  # exact up to rotation and reflection
+    assert share["total"] == pytest.approx(1.0) and share["x"] > share["y"] > 0
+    again, _ = classical_mds(d)
+    assert np.array_equal(coords, again)
+    # three dimensions: two axes keep part of it, and say how much
+    cube = squareform(pdist(rng.normal(size=(12, 3))))
+    _, part = classical_mds(cube)
+    assert 0 < part["total"] < 1
+
+
 def test_map_returns_every_model_and_colours_by_category_or_number(reg, tmp_path):
     names = [r.name for r in reg.models()]
     result = reg.map(tmp_path / "family.png", color_by="family")
@@ -237,8 +256,9 @@ def test_compare_refuses_unknown_names_and_a_model_with_itself(reg):
 def test_cli_clusters_map_and_compare(trained_home, tmp_path):
     out = run_cli(trained_home, "clusters", "--json")
     assert out.exit_code == 0, out.output
-    assert json.loads(out.output)["n_models"] == 9
-    out = run_cli(trained_home, "clusters", "--linkage", "complete", "--plot", str(tmp_path / "c.png"))
+    default = json.loads(out.output)
+    assert default["n_models"] == 9 and default["linkage"] == "complete"
+    out = run_cli(trained_home, "clusters", "--linkage", "average", "--plot", str(tmp_path / "c.png"))
     assert out.exit_code == 0, out.output
     assert "clusters" in out.output and "agreement with family" in out.output and is_png(tmp_path / "c.png")
     out = run_cli(trained_home, "clusters", "-k", "9", "--plot", str(tmp_path / "k9.png"), "--json")
@@ -251,6 +271,22 @@ def test_cli_clusters_map_and_compare(trained_home, tmp_path):
     out = run_cli(trained_home, "compare", "syn-synfam0-1b", "syn-synfam1-7b")
     assert out.exit_code == 0, out.output
     assert "cosine distance" in out.output and "math" in out.output and "p (Holm)" in out.output
+
+
+def test_every_face_of_clusters_defaults_to_one_linkage():
+    """Complete linkage (registry.defaults; the scorecard's part (i) measured it against average on both
+    datasets and joint): the library, the Registry method and the CLI take it from one place."""
+    import inspect
+
+    from cli.families import clusters as cli_clusters
+    from registry.analytics.clusters import DEFAULT_LINKAGE, LINKAGES, clusters
+    from registry.defaults import CLUSTER_LINKAGE
+
+    assert CLUSTER_LINKAGE == DEFAULT_LINKAGE == "complete" and CLUSTER_LINKAGE in LINKAGES
+    for fn in (clusters, cluster_distances, Registry.clusters):
+        assert inspect.signature(fn).parameters["linkage"].default == CLUSTER_LINKAGE, fn
+    option = next(p for p in cli_clusters.params if p.name == "linkage")
+    assert option.default == CLUSTER_LINKAGE and tuple(option.type.choices) == LINKAGES
 
 
 @pytest.mark.parametrize("args, message", [

@@ -238,10 +238,30 @@ def test_likeness_operations_say_which_vector_they_read(reg, tmp_path):
     cmp = reg.compare(a, b)
     assert cmp.by == "fingerprint" and cmp.distance > 0
     assert reg.compare(a, b, by="locus").by == "locus"
-    assert reg.map(tmp_path / "m.png").by == "fingerprint"
+    drawn = reg.map(tmp_path / "m.png")
+    assert drawn.by == "fingerprint" and "behaviour distances" in drawn.projection
     decision = reg.route("What is 7 times 8?", fallback=2)
     assert decision.fallbacks and {f.by for f in decision.fallbacks} == {"fingerprint"}
     assert {f.by for f in reg.route("What is 7 times 8?", fallback=2, by="locus").fallbacks} == {"locus"}
+
+
+def test_the_map_by_fingerprint_draws_the_distances_clusters_cut(reg, tmp_path):
+    """Classical MDS of the answer distances: the reported fidelity is the correlation of the map's
+    distances with that matrix, and models that answer alike are drawn nearer than models that do not."""
+    from scipy.spatial.distance import pdist, squareform
+    from scipy.stats import pearsonr
+
+    from registry.analytics.search import answer_distance_matrix
+
+    drawn = reg.map(tmp_path / "m.png")
+    names = [c.name for c in drawn.coordinates]
+    d = answer_distance_matrix(reg.store, names)
+    flat = pdist(np.array([[c.x, c.y] for c in drawn.coordinates]))
+    assert drawn.distance_correlation == pytest.approx(pearsonr(squareform(d, checks=False), flat)[0], abs=1e-9)
+    assert drawn.distance_correlation > 0.5
+    assert 0 < drawn.explained_variance.y <= drawn.explained_variance.x and drawn.explained_variance.total <= 1
+    by_locus = reg.map(tmp_path / "l.png", by="locus")
+    assert by_locus.by == "locus" and by_locus.projection.startswith("PCA of L2-normalised")
 
 
 def test_compare_by_fingerprint_reads_the_behaviour_index_as_route_s_fallbacks_do(reg):
@@ -276,7 +296,8 @@ def _cli(reg, *args) -> str:
 
 def test_clusters_of_fingerprints_read_answer_distances_up_to_a_pool_size(reg, monkeypatch):
     """Each pair's distance is the mean of its two answer distances (the same figure search ranks by);
-    a pool beyond ANSWER_MATRIX_MAX clusters by the index's identity distance, and says so."""
+    a pool beyond ANSWER_MATRIX_MAX clusters by the behaviour index's own distance (the stored vectors,
+    as route's fallbacks read them), and says so."""
     import registry.analytics.search as search
 
     names = [m.name for m in reg.models()]
@@ -291,7 +312,17 @@ def test_clusters_of_fingerprints_read_answer_distances_up_to_a_pool_size(reg, m
     monkeypatch.setattr(search, "ANSWER_MATRIX_MAX", len(names) - 1)
     assert search.answer_distance_matrix(reg.store, names) is None
     larger = reg.clusters(k=3)
-    assert larger.metric == "euclidean" and "identity distance" in larger.heights
+    assert larger.metric == "behaviour" and "stored behaviour vectors" in larger.heights
+    from registry.catalog.fingerprint_store import load_item_table
+
+    stored = search.behaviour_distance_matrix(reg.store, names, batch=2)  # batches give the one matrix
+    assert np.allclose(stored, stored.T) and np.all(np.diag(stored) == 0) and ((stored >= 0) & (stored <= 1)).all()
+    assert np.allclose(stored, search.behaviour_distance_matrix(reg.store, names))
+    table = load_item_table(reg.store, reg.store.config["active_encoder"])
+    near = {n: dict(search.behaviour_neighbours(reg.store, table, n, len(names) - 1)) for n in (a, b)}
+    assert stored[0, 1] == pytest.approx((near[a][b] + near[b][a]) / 2, abs=1e-9)
+    # the merge heights are that matrix's: the root of a complete-linkage tree is its largest distance
+    assert larger.merges[-1].height == pytest.approx(stored.max(), abs=1e-9)
 
 
 def test_the_cli_search_says_which_vector_answered(reg):

@@ -3,12 +3,16 @@
 The paper clusters the models' embeddings hierarchically and shows a dendrogram beside a distance
 heatmap; families and specialisations (math, code) group together. Here:
 
-Agglomerative clustering (scipy) on the cosine distances between the embeddings, the metric
-`registry search` uses. `average`, `complete` and `single` linkage read the cosine distances
-directly; `ward` assumes Euclidean geometry, so it runs on the L2-normalised embeddings, whose
+Agglomerative clustering (scipy) on the distances between the models (answer distances for
+fingerprints, cosine for LOCUS embeddings). Complete linkage by default: a cluster cut at height h
+holds only models that are all within h of each other, which is what a family of models that behave
+alike means. Average linkage chains: cut into as many clusters as there are families (20), it put 42
+of BFCL's 71 models in one cluster (complete linkage: 25 at most), and its clusters agreed with family
+no better than chance by either distance (docs/results/scorecard.md part (i) shows both linkages). `average`, `complete` and `single` linkage read the
+distances directly; `ward` assumes Euclidean geometry, so it runs on the L2-normalised embeddings, whose
 Euclidean distance sqrt(2 * cosine distance) ranks pairs exactly as cosine distance does (its merge
 heights are in those units). The number of clusters is the one with the highest mean silhouette
-(Rousseeuw, 1987; scikit-learn's) over k = 2 .. min(n - 1, 50), measured on the cosine distances, the
+(Rousseeuw, 1987; scikit-learn's) over k = 2 .. min(n - 1, 50), measured on the same distances, the
 smaller k on a tie; the silhouette is reported with Kaufman & Rousseeuw's reading of it (> 0.70
 strong, > 0.50 reasonable, > 0.25 weak, else no substantial structure), so a pool without families
 says so instead of being forced into confident groups. The cophenetic correlation says how faithfully
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from registry.checks import check_count
+from registry.defaults import CLUSTER_LINKAGE, CLUSTER_LINKAGES
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -32,9 +37,10 @@ if TYPE_CHECKING:
     from registry.results import ClustersResult
 
 __all__ = ["clusters", "cluster_distances", "cosine_distances", "silhouette", "adjusted_rand_index", "purity",
-           "family_agreement", "LINKAGES", "MIN_MODELS"]
+           "family_agreement", "LINKAGES", "DEFAULT_LINKAGE", "MIN_MODELS"]
 
-LINKAGES = ("average", "complete", "single", "ward")
+LINKAGES = CLUSTER_LINKAGES
+DEFAULT_LINKAGE = CLUSTER_LINKAGE
 MIN_MODELS = 3  # silhouette needs 2 <= k <= n - 1; a map of two points says nothing a distance does not
 MAX_K = 50
 PERMUTATIONS = 999
@@ -114,8 +120,8 @@ def _structure(score: float) -> str:
     return "none"
 
 
-def cluster_distances(d: np.ndarray, *, linkage: str = "average", k: int | None = None) -> dict[str, Any]:
-    """Hierarchical clustering of an (n, n) distance matrix (cosine distances for the registry).
+def cluster_distances(d: np.ndarray, *, linkage: str = DEFAULT_LINKAGE, k: int | None = None) -> dict[str, Any]:
+    """Hierarchical clustering of an (n, n) distance matrix.
 
     Returns the scipy linkage matrix `Z`, the cut `labels` (cluster ids 1..K numbered in dendrogram
     leaf order), `k`, the leaf `order`, `silhouette` (mean, and per k tried), the `cut_height` between
@@ -209,16 +215,16 @@ def family_agreement(z: np.ndarray, labels: np.ndarray, families: list[str | Non
 
 
 # --------------------------------------------------------------------------- the registry part
-def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: str = "average",
+def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: str = DEFAULT_LINKAGE,
              k: int | None = None, by: str | None = None, min_evals: int | None = None) -> "ClustersResult":
     """Hierarchical clusters of the models (see the module docstring for the rules), on `by`: the
-    behaviour fingerprint (Euclidean: the identity distance; the default when the home has them) or
-    the LOCUS embedding (cosine). Models embedded from fewer than `min_evals` evaluations (default: the
+    behaviour fingerprint (the behaviour distance, `search.fingerprint_distances`; the default when the
+    home has them) or the LOCUS embedding (cosine). Models embedded from fewer than `min_evals` evaluations (default: the
     documented minimum) are left out, named in the result: a vector that noisy would join, and
     reshape, whichever cluster it fell near."""
     from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
     from registry.results import ClustersResult
-    from registry.analytics.search import answer_distance_matrix, embedded_subset, likeness_kind, pairwise_distances
+    from registry.analytics.search import ANSWER_MATRIX_MAX, embedded_subset, fingerprint_distances, likeness_kind
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     left_out: list[str] = []
@@ -230,13 +236,9 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     kept_thin: list[str] = []
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by, min_evals=min_evals,
                                         left_out=left_out, kept_thin=kept_thin)
-    # fingerprints: by behaviour (each pair's answer distance) where the pool is small enough to read every
-    # model's answers; the identity distance ranks by confident answers and misses families
-    # (docs/results/scorecard.md, "clusters vs family")
-    d = answer_distance_matrix(store, names) if by == "fingerprint" else None
-    metric = "cosine" if by == "locus" else ("behaviour" if d is not None else "euclidean")
-    if d is None:
-        d = cosine_distances(z) if by == "locus" else pairwise_distances(z, by)
+    # fingerprints: by behaviour (how often two models' answers disagree); the identity distance ranks by
+    # confident answers and misses families (docs/results/scorecard.md, "clusters vs family")
+    d, metric = fingerprint_distances(store, names, z) if by == "fingerprint" else (cosine_distances(z), "cosine")
     tree = cluster_distances(d, linkage=linkage, k=k)
     labels = tree["labels"]
     families = [records[n].family for n in names]
@@ -253,9 +255,13 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     heights = "cosine distance" if linkage != "ward" else "Euclidean distance of unit vectors, sqrt(2 * cosine)"
     if metric == "euclidean":
         heights = "fingerprint identity distance (RMS logit difference over the probe queries)"
-    elif metric == "behaviour":
+    elif metric == "behaviour" and len(names) <= ANSWER_MATRIX_MAX:
         heights = ("behaviour distance: how often each model's recorded answers would disagree with the other's "
                    "as its fingerprint predicts them, the mean of both directions (1: no task in common)")
+    elif metric == "behaviour":
+        heights = ("behaviour distance: the expected disagreement of the two models' stored behaviour vectors over "
+                   "each one's probe queries, the mean of both directions (more models than "
+                   f"{ANSWER_MATRIX_MAX}: the index's vectors, not every model's answers)")
     result: dict[str, Any] = {
         "n_models": len(names), "by": by, "metric": metric, "linkage": linkage, "heights": heights,
         "k": tree["k"],
@@ -277,8 +283,10 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
 
         path = plot_path(plot)
         dendrogram_heatmap(path, names, d, tree, families=families, linkage=linkage, heights_label=heights,
-                           where=where)
+                           where=where, what="LOCUS embeddings" if by == "locus" else "models by fingerprint",
+                           distance={"cosine": "cosine distance", "behaviour": "behaviour distance",
+                                     "euclidean": "identity distance"}[metric])
         result["plot"] = str(path)
         result["plot_layout"] = ("one figure: dendrogram (left; leaves labelled, branches coloured by cluster, "
-                                 "names coloured by family) beside the cosine-distance heatmap in dendrogram order")
+                                 "names coloured by family) beside the distance heatmap in dendrogram order")
     return ClustersResult.model_validate(result)

@@ -1,9 +1,12 @@
-"""A labelled 2-D map of the models' embeddings (`registry map`).
+"""A labelled 2-D map of the models (`registry map`): the distances `registry clusters` cuts, drawn flat.
 
-PCA of the L2-normalised embeddings (SVD of the centred matrix). On unit vectors this is exactly
-classical MDS of the chord distances sqrt(2 * cosine distance), so the map shows the geometry that
-search and clustering use, it is deterministic, and it says how much it keeps: the variance share
-of each axis and the correlation between map distances and embedding distances.
+By LOCUS: PCA of the L2-normalised embeddings (SVD of the centred matrix), which on unit vectors is
+exactly classical MDS of the chord distances sqrt(2 * cosine distance). By fingerprint: classical MDS
+(Torgerson) of the behaviour distances (`registry.analytics.search.fingerprint_distances`: how often two
+models' answers disagree), the same matrix the clusters are cut from, so two models drawn close are two
+that answer alike. Either way the map is deterministic and says how much it keeps: the share of each
+axis (of the variance; by fingerprint, of the positive eigenvalues) and the correlation between map
+distances and the distances it draws.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import MapResult
 
-__all__ = ["embedding_map", "map_layout", "available_fields", "pca_2d"]
+__all__ = ["embedding_map", "map_layout", "available_fields", "pca_2d", "classical_mds"]
 
 
 def _field_values(records: list[ModelRecord], field: str) -> list[Any]:
@@ -54,14 +57,39 @@ def pca_2d(z: np.ndarray, *, normalise: bool = True) -> tuple[np.ndarray, dict[s
     coords = centred @ vt[:2].T
     if coords.shape[1] < 2:
         coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
-    for j in range(2):
-        if coords[np.argmax(np.abs(coords[:, j])), j] < 0:
-            coords[:, j] = -coords[:, j]
+    coords = _fix_signs(coords)
     var = s ** 2
     total = float(var.sum())
     share = (var / total) if total > 0 else np.zeros_like(var)
     share = np.pad(share, (0, max(0, 2 - len(share))))
     return coords, {"x": float(share[0]), "y": float(share[1]), "total": float(share[0] + share[1])}
+
+
+def _fix_signs(coords: np.ndarray) -> np.ndarray:
+    """Each axis's largest-magnitude coordinate positive: the same map whatever sign the solver returned."""
+    for j in range(coords.shape[1]):
+        if coords[np.argmax(np.abs(coords[:, j])), j] < 0:
+            coords[:, j] = -coords[:, j]
+    return coords
+
+
+def classical_mds(d: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """(n, 2) coordinates whose distances best keep the (n, n) distances `d` (Torgerson's classical MDS:
+    the top two eigenvectors of the double-centred -d^2 / 2, scaled by the roots of their eigenvalues),
+    and each axis's share of the positive eigenvalues (a non-Euclidean `d` has negative ones too)."""
+    d = np.asarray(d, dtype=np.float64)
+    n = len(d)
+    centre = np.eye(n) - 1.0 / n
+    gram = -0.5 * centre @ (d ** 2) @ centre
+    values, vectors = np.linalg.eigh((gram + gram.T) / 2)  # ascending
+    top = values[::-1][:2].clip(min=0.0)
+    coords = vectors[:, ::-1][:, :2] * np.sqrt(top)
+    if coords.shape[1] < 2:
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+        top = np.pad(top, (0, 2 - len(top)))
+    positive = float(values[values > 0].sum())
+    share = top / positive if positive > 0 else np.zeros(2)
+    return _fix_signs(coords), {"x": float(share[0]), "y": float(share[1]), "total": float(share[0] + share[1])}
 
 
 def map_layout(store: "Store", *, color_by: str | None = None, where: str | None = None,
@@ -72,7 +100,9 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
     from scipy.spatial.distance import pdist
     from scipy.stats import pearsonr
 
-    from registry.analytics.search import embedded_subset, likeness_kind
+    from scipy.spatial.distance import squareform
+
+    from registry.analytics.search import embedded_subset, fingerprint_distances, likeness_kind
 
     by = likeness_kind(store, by)
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map", by=by)
@@ -85,17 +115,27 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
             raise InputError(f"no model has a value for {color_by!r}; fields present on {scope}: "
                              f"{', '.join(fields) or '(none)'}", field="color_by")
         values = _field_values(recs, color_by)
-    # fingerprints: PCA of the raw identity vectors (their Euclidean distance is the one that means something)
-    coords, explained = pca_2d(z, normalise=by == "locus")
-    unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) if by == "locus" else z
-    chord, flat = pdist(unit.astype(np.float64)), pdist(coords)
-    fidelity = float(pearsonr(chord, flat)[0]) if len(chord) > 2 and np.ptp(chord) > 0 and np.ptp(flat) > 0 else None
+    if by == "locus":
+        coords, explained = pca_2d(z)
+        unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+        drawn, projection = pdist(unit.astype(np.float64)), PROJECTION
+    else:
+        d, metric = fingerprint_distances(store, names, z)
+        coords, explained = classical_mds(d)
+        drawn, projection = squareform(d, checks=False), PROJECTIONS_BY_FINGERPRINT[metric]
+    flat = pdist(coords)
+    fidelity = float(pearsonr(drawn, flat)[0]) if len(drawn) > 2 and np.ptp(drawn) > 0 and np.ptp(flat) > 0 else None
     return {"names": names, "coords": coords, "values": values, "fields": fields, "explained": explained,
-            "fidelity": fidelity, "by": by,
-            "projection": PROJECTION if by == "locus" else "PCA of the behaviour fingerprints (identity vectors)"}
+            "fidelity": fidelity, "by": by, "projection": projection,
+            "share_of": "the variance" if by == "locus" else "the positive eigenvalues"}
 
 
 PROJECTION = "PCA of L2-normalised embeddings (= classical MDS of chord distances sqrt(2 * cosine distance))"
+PROJECTIONS_BY_FINGERPRINT = {
+    "behaviour": "classical MDS of the behaviour distances, how often two models' answers disagree: "
+                 "the distances registry clusters cuts",
+    "euclidean": "classical MDS of the fingerprint identity distances (this home's indexes are not of its "
+                 "active item table)"}
 
 
 def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None,
@@ -110,7 +150,11 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
     from registry.analytics.plots import plot_path, scatter_map
 
     path = plot_path(plot)
-    colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where)
+    short = ("PCA of L2-normalised embeddings (classical MDS of cosine geometry)" if layout["by"] == "locus"
+             else layout["projection"].split(",")[0])
+    colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where,
+                            what="LOCUS model embeddings" if layout["by"] == "locus" else "models by fingerprint",
+                            projection=short, share_of=layout["share_of"])
     return MapResult.model_validate({
         "plot": str(path), "n_models": len(names), "by": layout["by"], "projection": layout["projection"],
         "explained_variance": explained, "distance_correlation": layout["fidelity"], "color_by": color_by,

@@ -53,7 +53,8 @@ def _save(fig, path: Path) -> None:
 
 def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[str, Any], *,
                        families: list[str | None], linkage: str, heights_label: str,
-                       where: str | None = None) -> None:
+                       where: str | None = None, what: str = "LOCUS embeddings",
+                       distance: str = "cosine distance") -> None:
     """One figure: the dendrogram (left, leaves labelled and coloured by family, branches coloured by
     cluster, the cut marked) beside the distance heatmap in dendrogram order (clusters boxed)."""
     from matplotlib.patches import Patch, Rectangle
@@ -87,7 +88,7 @@ def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[s
     if top > 0:
         ticks = sorted({float(f"{top * (i / 4) ** 2:.2g}") for i in range(5)})
         ax_d.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
-    unit = heights_label if len(heights_label) < 40 else "Euclidean, unit vectors"
+    unit = heights_label if len(heights_label) < 40 else distance
     ax_d.xaxis.tick_top()
     ax_d.xaxis.set_label_position("top")
     ax_d.set_xlabel(f"merge height, \u221a scale\n({unit})", fontsize=8)
@@ -127,13 +128,13 @@ def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[s
                     ax_h.add_patch(Rectangle((n - i, 10 * start), i - start, 10 * (i - start), fill=False,
                                              edgecolor=colour, linewidth=width))
             start = i
-    ax_h.set_title("cosine distance between embeddings (dendrogram order; clusters boxed)", fontsize=10)
+    ax_h.set_title(f"{distance} between the models (dendrogram order; clusters boxed)", fontsize=10)
     bar = fig.colorbar(image, cax=ax_c)
-    bar.set_label("cosine distance", fontsize=9)
+    bar.set_label(distance, fontsize=9)
 
     subtitle = f"; models where {where}" if where else ""
     sil, coph = tree["silhouette"], tree["cophenetic_correlation"]
-    fig.suptitle(f"Model families: hierarchical clustering ({linkage} linkage) of {n} LOCUS embeddings{subtitle}\n"
+    fig.suptitle(f"Model families: hierarchical clustering ({linkage} linkage) of {n} {what}{subtitle}\n"
                  f"{k} clusters" + (f" (mean silhouette {sil:.2f})" if sil is not None else "")
                  + (f", cophenetic correlation {coph:.2f}" if coph is not None else ""), fontsize=11)
     _save(fig, path)
@@ -208,7 +209,10 @@ def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> l
 
 
 def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dict[str, float], *,
-                field: str | None, values: list[Any] | None, where: str | None = None) -> dict[str, Any]:
+                field: str | None, values: list[Any] | None, where: str | None = None,
+                what: str = "LOCUS model embeddings",
+                projection: str = "PCA of L2-normalised embeddings (classical MDS of cosine geometry)",
+                share_of: str = "the variance") -> dict[str, Any]:
     """The labelled 2-D map; categorical fields get a legend, numeric ones a colour map and bar.
     Returns how points were coloured."""
     from matplotlib.colors import LogNorm, Normalize
@@ -268,14 +272,13 @@ def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dic
     span = np.where(span > 0, span, 1.0)
     ax.set_xlim(coords[:, 0].min() - 0.1 * span[0], coords[:, 0].max() + 0.2 * span[0])
     ax.set_ylim(coords[:, 1].min() - 0.08 * span[1], coords[:, 1].max() + 0.08 * span[1])
-    ax.set_xlabel(f"PC1: {100 * explained['x']:.1f}% of variance (unit-sphere coordinates)", fontsize=9)
-    ax.set_ylabel(f"PC2: {100 * explained['y']:.1f}% of variance (unit-sphere coordinates)", fontsize=9)
+    ax.set_xlabel(f"axis 1: {100 * explained['x']:.1f}% of {share_of}", fontsize=9)
+    ax.set_ylabel(f"axis 2: {100 * explained['y']:.1f}% of {share_of}", fontsize=9)
     ax.grid(True, color="#eeeeee", zorder=0)
     scope = f" (models where {where})" if where else ""
     by = f", coloured by {field}" if field else ""
-    ax.set_title(f"Map of {n} LOCUS model embeddings{scope}{by}\nPCA of L2-normalised embeddings "
-                 f"(classical MDS of cosine geometry); the two axes keep {100 * explained['total']:.1f}% "
-                 "of the variance",
+    ax.set_title(f"Map of {n} {what}{scope}{by}\n{projection}; the two axes keep "
+                 f"{100 * explained['total']:.1f}% of {share_of}",
                  fontsize=10)
     _place_labels(ax, fig, coords, names, fs)
     _save(fig, path)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "behaviour_neighbours", "behaviour_neighbours_many", "behaviour_index", "answer_distance_matrix",
-           "answer_keys", "ANSWER_MATRIX_MAX"]
+           "answer_keys", "ANSWER_MATRIX_MAX", "behaviour_distance_matrix", "fingerprint_distances"]
 
 
 class _Records(Mapping):
@@ -618,6 +618,43 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
     d = (d + d.T) / 2.0
     np.fill_diagonal(d, 0.0)
     return d
+
+
+def behaviour_distance_matrix(store: "Store", names: list[str], *, batch: int = 1024) -> np.ndarray | None:
+    """(n, n) behaviour distances between the named models from their stored behaviour vectors (the index's
+    own measure, `ItemTable.behaviour_mean`: the expected disagreement over each one's probe queries of its
+    tasks), the mean of both directions, 0 on the diagonal. For pools past ANSWER_MATRIX_MAX: one matrix
+    product per batch of rows instead of reading every model's answers. None when the behaviour index is not
+    of the active item table or lacks one of the names."""
+    behaviour = behaviour_index(store)
+    models = open_index(store, by="fingerprint")
+    table = _index_table(_evaluations(models, lambda: _as_store(store)), models)
+    position = {n: i for i, n in enumerate(behaviour.names)}
+    if table is None or behaviour.encoder_id != table.table_id or any(n not in position for n in names):
+        return None
+    vectors = behaviour.vectors[[position[n] for n in names]].astype(np.float64)  # (n, S + T)
+    d = np.empty((len(names), len(names)))
+    for lo in range(0, len(names), batch):
+        query, read = table.behaviour_queries(vectors[lo:lo + batch], None)
+        d[lo:lo + batch] = table.behaviour_mean(read, query @ vectors.T)
+    d = np.where(np.isfinite(d), d, 1.0)
+    d = (d + d.T) / 2.0
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def fingerprint_distances(store: "Store", names: list[str], z: np.ndarray) -> tuple[np.ndarray, str]:
+    """((n, n) distances, metric) between the named models by fingerprint, as `clusters` cuts them and `map`
+    draws them (`z` their identity vectors, as `embedded_subset` gives them): the behaviour distance, from each
+    pair's recorded answers up to ANSWER_MATRIX_MAX models (`answer_distance_matrix`), from the behaviour
+    index's stored vectors beyond (`behaviour_distance_matrix`); the identity distance (metric "euclidean")
+    only for a home whose indexes are not of its active item table."""
+    d = answer_distance_matrix(store, names)
+    if d is None and len(names) > ANSWER_MATRIX_MAX:
+        d = behaviour_distance_matrix(store, names)
+    if d is not None:
+        return d, "behaviour"
+    return pairwise_distances(z, "fingerprint"), "euclidean"
 
 
 def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None = None, by: str = "locus") -> float:

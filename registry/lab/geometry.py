@@ -17,8 +17,8 @@ reads a registry view (the models passing a `--where` filter, with the active en
     the same figure with raw disagreement as the distance. Sibling rate (BFCL: `base_model`): among
     models that have a sibling (another model with the same value), how often the nearest neighbour
     is one. ARI: scikit-learn's adjusted Rand index between the family and the hierarchical clusters
-    of `registry.analytics.clusters.cluster_distances` (average linkage, k by silhouette, and k = number of
-    families), on the embedding distances and on raw disagreement.
+    of `registry.analytics.clusters.cluster_distances` (the default linkage, k by silhouette, and k =
+    number of families), on the embedding distances and on raw disagreement.
 (c) distance vs disagreement on held-out queries: over model pairs with common test queries,
     Pearson / Spearman / Kendall between embedding distance (cosine and Euclidean; embeddings built
     without the test queries) and disagreement on the test queries; nearest-neighbour agreement =
@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from registry.analytics.clusters import cluster_distances, cosine_distances
+from registry.defaults import CLUSTER_LINKAGE
 
 __all__ = ["disagreement_matrix", "nearest", "self_retrieval_ranks", "mutual_pair_rate",
            "behavioural_nn_rate", "label_purity", "nn_shares_label", "sibling_rate", "distance_correlations",
@@ -169,10 +170,10 @@ def nn_agreement(dist: np.ndarray, disagreement: np.ndarray) -> float:
     return float(1.0 - values.mean()) if len(values) else float("nan")
 
 
-def cluster_ari(d: np.ndarray, labels: Sequence[Any]) -> dict[str, float]:
-    """Adjusted Rand (scikit-learn) of `labels` against average-linkage clusters of d, with k chosen
-    by silhouette and with k = the number of distinct labels; over the models with a label. NaN in d
-    (no common queries) counts as the largest distance."""
+def cluster_ari(d: np.ndarray, labels: Sequence[Any], *, linkage: str = CLUSTER_LINKAGE) -> dict[str, float]:
+    """Adjusted Rand (scikit-learn) of `labels` against the hierarchical clusters of d (`linkage`, the
+    registry's default unless given), with k chosen by silhouette and with k = the number of distinct
+    labels; over the models with a label. NaN in d (no common queries) counts as the largest distance."""
     from sklearn.metrics import adjusted_rand_score
 
     known = _labels_known(labels)
@@ -187,11 +188,11 @@ def cluster_ari(d: np.ndarray, labels: Sequence[Any]) -> dict[str, float]:
     sub[~np.isfinite(sub)] = finite.max() if len(finite) else 1.0
     sub = (sub + sub.T) / 2
     np.fill_diagonal(sub, 0.0)
-    chosen = cluster_distances(sub)
+    chosen = cluster_distances(sub, linkage=linkage)
     out["ari"] = float(adjusted_rand_score(lab, chosen["labels"]))
     out["k"] = int(chosen["k"])
     if n_labels < len(idx):
-        at = cluster_distances(sub, k=n_labels)
+        at = cluster_distances(sub, linkage=linkage, k=n_labels)
         out["ari_at_label_count"] = float(adjusted_rand_score(lab, at["labels"]))
     return out
 
@@ -522,7 +523,10 @@ def _index_card(store, table, data, own, raw_d, prints, *, families, copy_evals,
             "search_copy_top1": float(np.mean(copy_first)),
             "behavioural_nn": float(np.mean(nn_hits)), "behavioural_nn_hits": int(np.sum(nn_hits)),
             "search_behavioural_nn": float(np.mean(search_hits)), "search_behavioural_nn_hits": int(np.sum(search_hits)),
-            "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels)}
+            "ari": cluster_ari(d, labels), "ari_raw": cluster_ari(sub_raw, labels), "linkage": CLUSTER_LINKAGE,
+            # the linkage that was the default before: both distances agree with family ~0 on BFCL with it
+            "ari_average": cluster_ari(d, labels, linkage="average"),
+            "ari_raw_average": cluster_ari(sub_raw, labels, linkage="average")}
 
 
 def _unseen_queries(table, held, sets, thetas, test_d, is_test) -> dict[str, float]:

@@ -124,8 +124,9 @@ export async function render(root) {
       replace(colourBy, h("option", { value: "" }, "(none)"), map.fields.map((f) => h("option", { value: f, selected: f === wanted }, f)));
       if (wanted && wanted !== map.color_by) return draw(false);
     }
-    caption.textContent = `${map.n_models} models. ${map.projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} of the variance` +
-      (map.distance_correlation === null ? "." : `; map distances correlate with embedding distances at r = ${map.distance_correlation.toFixed(2)}.`);
+    const share = map.by === "locus" ? "of the variance" : "of the positive eigenvalues";
+    caption.textContent = `${map.n_models} models by ${map.by}. ${map.projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} ${share}` +
+      (map.distance_correlation === null ? "." : `; map distances correlate with the distances drawn at r = ${map.distance_correlation.toFixed(2)}.`);
     const paint = colouring(map.points);
     const xs = map.points.map((p) => p.x), ys = map.points.map((p) => p.y);
     const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
