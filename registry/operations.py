@@ -34,6 +34,7 @@ class StoreView:
     def __init__(self, home: Path, store: "Store | None" = None) -> None:
         self.home = home
         self._store = store
+        self._active = None
 
     @property
     def store(self) -> "Store":
@@ -50,10 +51,16 @@ class StoreView:
 
     # -------------------------------------------------------------- encoders and indexes
     def active(self):
-        """The active encoder (registry.catalog.embedding.ActiveEncoder); RegistryError when there is none."""
+        """The active encoder (registry.catalog.embedding.ActiveEncoder); RegistryError when there is none.
+        Kept while the home's config names it (an encoder is content-addressed: its id is verified from its
+        files when loaded): loading and verifying it again cost each add-model ~20 ms."""
         from registry.catalog.embedding import active_encoder
 
-        return active_encoder(self.store)
+        kept = self._active
+        if kept is not None and self.store.config.get("active_encoder") == kept.encoder_id:
+            return kept
+        self._active = active_encoder(self.store)
+        return self._active
 
     def predictor(self):
         """The active encoder with only what a route reads: the predictor G, in numpy (no torch import)."""

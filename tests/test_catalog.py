@@ -220,3 +220,21 @@ def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
     reg.remove("syn-synfam0-7b")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
     assert out.startswith("True") and "syn-synfam0-7b" not in out
+
+
+def test_writes_load_the_active_encoder_once_while_the_config_names_it(reg, monkeypatch):
+    """Loading and verifying the checkpoint cost each add-model ~20 ms: a Registry keeps the one the
+    home's config names, and reads the config afresh, so another encoder made active is picked up."""
+    import registry.catalog.embedding as embedding
+
+    loads = []
+    real = embedding.active_encoder
+    monkeypatch.setattr(embedding, "active_encoder", lambda store, *a: (loads.append(1), real(store, *a))[1])
+    evals = own_evaluations(reg, "syn-synfam0-7b")
+    reg.add_model("first", evals)
+    reg.add_model("second", evals)
+    assert len(loads) == 1
+    reg.store.update_config(active_encoder="0" * 16)  # what another process activating an encoder writes
+    with pytest.raises(RegistryError, match="0000000000000000"):
+        reg.add_model("third", evals)
+    assert len(loads) == 2 and "third" not in [m.name for m in reg.models()]

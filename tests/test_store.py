@@ -147,3 +147,32 @@ def test_read_settled_never_sees_rows_a_failing_transaction_takes_back(tmp_path)
     thread.join(30)
     waiting.join(30)
     assert settled == [["a"]] and len(failures) == 1  # ... then reads what stays
+
+
+def test_a_transaction_opens_each_table_once_and_reads_afresh_after_it(tmp_path):
+    """Inside a transaction one LanceDB handle per table (the writer lock keeps other writers out; a
+    landing opened ~30 handles and listed the tables ~13 times); after it, reads see other writers."""
+    home = tmp_path / "h"
+    store = Store(home)
+    with store.transaction():
+        store.append(QUERIES, _query_rows("a"), QUERY_SCHEMA)
+    connection = store._db
+    opened, listed = [], []
+    real_open, real_list = connection.open_table, connection.list_tables
+    connection.open_table = lambda name, *a, **k: (opened.append(name), real_open(name, *a, **k))[1]
+    connection.list_tables = lambda *a, **k: (listed.append(1), real_list(*a, **k))[1]
+    with store.transaction():
+        before = store.versions()
+        store.append(QUERIES, _query_rows("b"), QUERY_SCHEMA)
+        assert store.count(QUERIES) == 2 and store.read(QUERIES).num_rows == 2  # its own write, seen
+        assert store.versions()[QUERIES] == before[QUERIES] + 1
+        store.delete_in(QUERIES, "query_id", ["a"])
+        assert store.read_where(QUERIES, ["query_id"], "task = 't'").column("query_id").to_pylist() == ["b"]
+        store.add_vectors("enc", ["b"], [[1.0, 0.0]])  # a table made inside it joins the kept names
+        assert "qvec__enc" in store.table_names() and store.vector_dim("enc") == 2
+    assert opened.count(QUERIES) == 1 and len(listed) == 1
+    other = Store(home)
+    with other.transaction():
+        other.append(QUERIES, _query_rows("c"), QUERY_SCHEMA)
+    assert sorted(store.read(QUERIES).column("query_id").to_pylist()) == ["b", "c"]
+    assert opened.count(QUERIES) >= 2  # opened afresh: the transaction's handle was let go
