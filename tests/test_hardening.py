@@ -520,3 +520,64 @@ def test_soak_writers_readers_and_kills(base_home, texts, tmp_path):
     for name in {n for _, n, _ in acked}:  # numbers only grow, none given twice
         numbers = [v.version for v in reg.history(name).versions if v.event not in ("remove", "embed")]
         assert numbers == sorted(set(numbers)), (name, numbers)
+
+
+# ------------------------------------------------------------------ 6. a write's critical path
+def test_a_write_does_not_reload_the_indexes_it_made_stale_and_the_next_read_does(base_home, tmp_path, texts):
+    """The writer needs only the encoder: reloading the indexes before each landing cost an add-model
+    ~110 ms. Readers still see every write: the next read reloads, and finds the new model."""
+    from fastapi.testclient import TestClient
+
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    app = create_app(ServiceSettings(home=copy_home(base_home, tmp_path / "home"), token=TOKEN,
+                                     query_backend="fp32"))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    evaluations = [{"query": text, "score": i % 2} for i, (text, _) in enumerate(texts[:80])]
+    with TestClient(app) as client:
+        state = app.state.warm
+        assert client.get("/v1/models").status_code == 200
+        encoder = state.active()
+        for i in range(3):
+            before = state.reloads
+            r = client.post("/v1/models", json={"name": f"quick-{i}", "evaluations": evaluations}, headers=auth)
+            assert r.status_code == 201, r.text
+            assert state.reloads == before  # the landing reused the loaded encoder
+            assert state.active() is encoder
+            found = client.get("/v1/similar", params={"name": f"quick-{i}", "k": 1})
+            assert found.status_code == 200, found.text  # the read reloaded: the new model is in its index
+            assert state.reloads == before + 1
+        r = client.post("/v1/models", json={"name": "quick-0", "evaluations": evaluations}, headers=auth)
+        assert r.status_code == 409 and "exists" in r.text  # the writer read the store, not a stale index
+
+
+def test_a_job_answered_before_its_file_says_done_is_done_after_a_restart(base_home, tmp_path, texts):
+    """A landed job is answered before its file is rewritten (that write is off the add's path): the
+    completion row landed with the model, so a service that dies in between finds the job done in the
+    store on restart and does not land it again."""
+    from registry import Registry
+    from registry.service.jobs import JobQueue
+    from registry.service.settings import ServiceSettings
+    from registry.service.state import WarmState
+    from registry.service.writer import JobSpec
+
+    home = copy_home(base_home, tmp_path / "home")
+    settings = ServiceSettings(home=home, token=TOKEN, query_backend="fp32")
+    queue = JobQueue(WarmState(settings))
+    persist = queue._persist
+    queue._persist = lambda job: None if job.state == "done" else persist(job)  # dies right after answering
+    evaluations = [{"query": text, "score": i % 2} for i, (text, _) in enumerate(texts[:80])]
+    job = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="answered", evaluations=evaluations))
+    try:
+        assert job.event.wait(120) and job.state == "done", job.error
+    finally:
+        queue.stop()
+    assert json.loads((queue.directory / f"{job.spec.id}.json").read_text("utf-8"))["state"] == "queued"
+    again = JobQueue(WarmState(settings))
+    try:
+        recovered = again.get(job.spec.id)
+        assert recovered.state == "done" and recovered.result["version"] == 1 and again.depth() == 0
+    finally:
+        again.stop()
+    assert [v.version for v in Registry.open(home).history("answered").versions] == [1]

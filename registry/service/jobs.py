@@ -192,9 +192,16 @@ class JobQueue:
                     job.error["status"] = _status_of(err)
                     self.failed += 1
                 job.finished = finished
-                self._persist(job)
-                self._cleanup(job)
-                job.event.set()
+                if job.state == "done":
+                    # answered first: its completion row landed with the model, so a restart before the
+                    # file says "done" finds it done in the store (_recover) and does not land it twice
+                    job.event.set()
+                    self._persist(job)
+                    self._cleanup(job)
+                else:
+                    self._persist(job)
+                    self._cleanup(job)
+                    job.event.set()
             self._forget_old()
 
     def _forget_old(self) -> None:
