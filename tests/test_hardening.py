@@ -581,3 +581,20 @@ def test_a_job_answered_before_its_file_says_done_is_done_after_a_restart(base_h
     finally:
         again.stop()
     assert [v.version for v in Registry.open(home).history("answered").versions] == [1]
+
+
+def test_the_service_imports_lancedb_beside_its_first_requests(base_home, tmp_path):
+    """Reads never need LanceDB; the first write does, and importing it then cost that add-model 1.6 s
+    (bench_service's p99): a fresh service process imports it in a background thread at start-up."""
+    home = copy_home(base_home, tmp_path / "home")
+    code = ("import sys, threading\n"
+            "from registry.service.app import LANCEDB_IMPORT, create_app\n"
+            "from registry.service.settings import ServiceSettings\n"
+            "app = create_app(ServiceSettings(home=sys.argv[1], query_backend='fp32'))\n"
+            "[t.join(120) for t in threading.enumerate() if t.name == LANCEDB_IMPORT]\n"
+            "print('lancedb' in sys.modules)\n"
+            "app.state.jobs.stop()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "True", done.stdout + done.stderr

@@ -10,6 +10,8 @@ those objects through `deps`; errors are `errors`, the middleware is `edge`.
 """
 from __future__ import annotations
 
+import importlib
+import threading
 from dataclasses import fields
 
 from fastapi import FastAPI
@@ -87,10 +89,17 @@ def _check_limits(settings: ServiceSettings) -> None:
 
 def _warm_up(state) -> None:
     """Load everything a request needs before the first request: the snapshot (LOCUS, the index)
-    and the query encoder, with one encoding so that lazy initialisation is paid now."""
+    and the query encoder, with one encoding so that lazy initialisation is paid now. LanceDB, which only
+    writes need (reads go through the saved index and lance), is imported beside the first requests:
+    importing it cost the first add-model 1.6 s (scripts/bench_service.py's add-model p99), and start-up
+    need not wait for it."""
     snap = state.snapshot()
     if snap.active is not None:
         state.query_encoder(snap.active.query_encoder).encode(["warm-up"], progress=False)
+    threading.Thread(target=importlib.import_module, args=("lancedb",), name=LANCEDB_IMPORT, daemon=True).start()
+
+
+LANCEDB_IMPORT = "locus-import-lancedb"
 
 
 def _schema_as_served(app, state, settings) -> None:
