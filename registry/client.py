@@ -17,12 +17,13 @@ from typing import Any
 
 import httpx
 
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
     ListedModel,
     AuditReport,
+    ClustersResult,
     DriftReport,
     DriftRun,
     ModelChange,
@@ -218,6 +219,13 @@ class RegistryClient:
                   if v is not None}
         return PortfolioResult.model_validate(self._call("GET", "/v1/portfolio", params=params))
 
+    def clusters(self, *, where: str | None = None, linkage: str = CLUSTER_LINKAGE, k: int | None = None,
+                 by: str | None = None, min_evals: int | None = None) -> ClustersResult:
+        """`Registry.clusters` without the figure (a plot is drawn where the registry is: `registry clusters`)."""
+        params = {k_: v for k_, v in {"where": where, "linkage": linkage, "k": k, "by": by,
+                                      "min_evals": min_evals}.items() if v is not None}
+        return ClustersResult.model_validate(self._call("GET", "/v1/clusters", params=params))
+
     def suggest_queries(self, name: str | None = None, n: int = 64, *, task: str | None = None,
                         from_pool: bool = False, answered: dict[str, float] | None = None) -> QuerySuggestions:
         from registry.analytics.suggest import check_answered, check_n
@@ -246,11 +254,14 @@ def _quote(part: str) -> str:
 
 
 def _problem(error: dict[str, Any]) -> str:
-    """The message without the where-prefix the service already put in (InputError adds it again)."""
+    """The message without the where-prefix the service already put in (InputError adds it again): the
+    prefix as InputError spells it ("field 'where': ", "FILE, line 3: "), or a bare "where: "."""
     message = error.get("message") or ""
     field = error.get("field")
-    if field and message.startswith(f"{field}: "):
-        return message[len(field) + 2:]
+    prefix = str(InputError("", file=error.get("file"), line=error.get("line"), field=field))
+    for known in (prefix, f"{field}: " if field else ""):
+        if known and message.startswith(known):
+            return message[len(known):]
     return message
 
 

@@ -573,7 +573,8 @@ class Cluster(Result):
     id: int
     size: int
     members: list[str] = Field(description="in dendrogram leaf order")
-    mean_distance_cosine: float = Field(description="mean pairwise cosine distance within the cluster")
+    mean_distance_cosine: float = Field(description="mean pairwise distance within the cluster, in the clustered "
+                                                    "metric (`metric`; the name is from when it was always cosine)")
     families: dict[str, int] = Field(description="members per `family`, most common first")
 
 
@@ -612,18 +613,19 @@ class FamilyAgreement(Result):
 
 
 class ClustersResult(Result):
-    """`clusters`: hierarchical clusters of the models' embeddings (cosine distance)."""
+    """`clusters`: hierarchical clusters of the models (behaviour distances by fingerprint, cosine by LOCUS)."""
 
     n_models: int
     by: Literal["locus", "fingerprint"] = Field("locus", description="the vector clustered")
     metric: Literal["cosine", "euclidean", "behaviour"] = Field(
-        "cosine", description="the distance clustered: cosine (LOCUS), behaviour (fingerprints' answer distances, "
-                              "pools up to 500 models) or euclidean (fingerprint identity distance, larger pools)")
+        "cosine", description="the distance clustered: cosine (LOCUS), behaviour (fingerprints: each pair's answer "
+                              "distances up to 500 models, the behaviour index's stored vectors beyond) or euclidean "
+                              "(the fingerprint identity distance, for a home whose indexes are not of its item table)")
     linkage: Literal["average", "complete", "single", "ward"]
     heights: str = Field(description="what the merge heights measure")
     k: int
     k_rule: str
-    silhouette: float | None = Field(description="mean silhouette on cosine distances (None: 1 or n clusters)")
+    silhouette: float | None = Field(description="mean silhouette on the clustered distances (None: 1 or n clusters)")
     structure: Literal["strong", "reasonable", "weak", "none", "undefined"]
     silhouette_by_k: dict[str, float]
     cophenetic_correlation: float | None

@@ -51,6 +51,8 @@ def page_calls(a: str, b: str, question: str, task: str) -> dict[str, list[tuple
                   ("GET", "/v1/audit", {"params": {"model": a}})],
         "map": [("GET", "/map", {}), ("GET", "/v1/health", {}), ("GET", "/v1/map", {}),
                 ("GET", "/v1/map", {"params": {"color_by": "family"}})],
+        "families": [("GET", "/families", {}), ("GET", "/v1/health", {}),
+                     ("GET", "/v1/clusters", {"params": {"linkage": "complete"}})],
         "audit": [("GET", "/audit", {}), ("GET", "/v1/health", {}), ("GET", "/v1/audit", {"params": {"k": 10}})],
         "route": [("GET", "/route", {}), ("GET", "/v1/health", {}), ("GET", "/v1/stats", {}),
                   ("POST", "/v1/route", {"json": {"queries": [question], "k": 3, "fallback": 3, "exclude": []}}),

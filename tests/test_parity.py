@@ -110,6 +110,10 @@ def test_every_operation_gives_the_same_answer_through_the_library_and_the_servi
     _both(both, lambda api: api.show("prod"))
     _both(both, lambda api: api.history("prod"))
     _both(both, lambda api: api.list("family == parity"))
+    # families: the same clusters (and the same figures) both ways, whichever vector and cut
+    for by in (None, "locus"):
+        _both(both, lambda api: api.clusters(by=by))
+    _both(both, lambda api: api.clusters(linkage="average", k=3, where="family != parity", min_evals=0))
 
     # remove and restore through the alias; then the alias points at a model that is not there
     _both(both, lambda api: api.remove("parity-a"))
@@ -128,6 +132,9 @@ def test_bad_input_is_refused_alike(both):
     _both(both, lambda api: api.route("a question?", k=0), message=False)
     _both(both, lambda api: api.similar("parity-missing", k=2))
     _both(both, lambda api: api.restore("prod", 0), message=False)  # a version is an integer of at least 1
+    _both(both, lambda api: api.clusters(linkage="median"), message=False)
+    _both(both, lambda api: api.clusters(k=0), message=False)
+    _both(both, lambda api: api.clusters(where="colour == red"))  # the filter's own message, both ways
     with pytest.raises(InputError, match="version"):
         both[0].restore("prod", True)
     with pytest.raises(InputError):

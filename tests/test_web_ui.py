@@ -24,7 +24,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # What each page shows once its /v1 calls have answered.
 PAGES = {"/": "#models-table tbody tr", "/map": "#map circle", "/audit": "#calibration", "/route": "#targets input",
-         "/compare?a={a}&b={b}": "#compare-table tbody tr", "/model?name={a}": "#near-behaviour tbody tr"}
+         "/compare?a={a}&b={b}": "#compare-table tbody tr", "/families": "#clusters-table tbody tr",
+         "/model?name={a}": "#near-behaviour tbody tr"}
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +198,30 @@ def test_the_map_draws_every_model_and_a_click_opens_it(tab, server):
     page.get_by_role("button", name="Reset view").click()
     assert page.locator("#map").get_attribute("viewBox") == before
     assert tab.problems() == []
+
+
+def test_the_families_page_shows_the_clusters_the_library_cuts(tab, server, home):
+    from registry import Registry
+
+    expected = Registry.open(home).clusters(linkage="average", k=3)
+    page = tab.page
+    page.goto("/families")
+    page.locator("#clusters-table tbody tr").first.wait_for()
+    page.get_by_label("Linkage").select_option("average")
+    page.get_by_label("Clusters").fill("3")
+    page.get_by_role("button", name="Cluster").click()
+    page.wait_for_url(re.compile(r"linkage=average"))
+    page.locator("#clusters-summary", has_text="3 clusters").wait_for()
+    rows = page.locator("#clusters-table tbody tr")
+    assert rows.count() == 3
+    shown = [[a.inner_text() for a in rows.nth(i).locator("td:nth-child(3) a").all()] for i in range(3)]
+    assert shown == [c.members for c in expected.clusters]
+    assert "adjusted Rand" in page.locator("#family-agreement").inner_text()
+    page.get_by_label("Only models where").fill("colour == red")
+    page.get_by_role("button", name="Cluster").click()
+    page.locator(".error", has_text="unknown field 'colour'").wait_for()
+    assert page.locator("#clusters-table").count() == 0  # the error replaced the table
+    assert [s for s, _ in tab.statuses] == [422] and not tab.failed
 
 
 def test_the_route_playground_returns_a_ranking(tab, server, home):

@@ -38,7 +38,7 @@ _UI_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosnif
 # path -> (page id the script dispatches on, title)
 PAGES = {"/": ("models", "Models"), "/models": ("models", "Models"), "/model": ("model", "Model"),
          "/map": ("map", "Map"), "/audit": ("audit", "Audit"), "/route": ("route", "Route playground"),
-         "/compare": ("compare", "Compare")}
+         "/compare": ("compare", "Compare"), "/families": ("families", "Families")}
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".svg": "image/svg+xml", ".png": "image/png"}
 _ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422)}
