@@ -13,7 +13,7 @@ export async function render(root) {
   const start = params();
   const by = h("select", { id: "fam-by" }, options([["", "default"], ["fingerprint", "fingerprint"], ["locus", "LOCUS"]], start.get("by") || ""));
   const linkage = h("select", { id: "fam-linkage" }, options(LINKAGES.map((l) => [l, l]), start.get("linkage") || "complete"));
-  const k = h("input", { id: "fam-k", type: "number", min: "1", step: "1", value: start.get("k") || "", placeholder: "by silhouette", class: "narrow" });
+  const k = h("input", { id: "fam-k", type: "number", min: "1", step: "1", value: start.get("k") || "", placeholder: "auto", title: "blank: the number with the highest mean silhouette", class: "narrow" });
   const where = h("input", { id: "fam-where", class: "wide", value: start.get("where") || "", spellcheck: "false", placeholder: "e.g. access == open" });
   const form = h("form", { class: "bar", "aria-label": "Clustering options" }, field("By", by), field("Linkage", linkage),
     field("Clusters", k), field("Only models where", where), h("button", { type: "submit" }, "Cluster"));
@@ -40,7 +40,7 @@ export async function render(root) {
       : h("p", { class: "muted" }, "No model carries a family: nothing to compare the clusters with.");
     replace(out,
       h("p", { id: "clusters-summary" }, `${r.n_models} models by ${r.by}, ${r.linkage} linkage on ${r.metric} distances: `,
-        h("strong", {}, `${r.k} clusters`), ` (${r.k_rule})${structure}` + (r.cophenetic_correlation === null ? "." : `; cophenetic correlation ${r.cophenetic_correlation.toFixed(2)}.`)),
+        h("strong", {}, `${r.k} clusters`), `${r.k_rule === "given" ? " (as asked)" : ", the " + r.k_rule}${structure}` + (r.cophenetic_correlation === null ? "." : `; cophenetic correlation ${r.cophenetic_correlation.toFixed(2)}.`)),
       agreement,
       r.evidence_note ? h("p", { class: "muted small" }, r.evidence_note) : "",
       h("div", { class: "table-wrap" }, h("table", { id: "clusters-table" },
