@@ -98,6 +98,10 @@ def main() -> None:
         f"{info['best_epoch']}, validation routing accuracy {info['val_routing_accuracy']:.4f}); each model "
         f"embedded from {min(n_evals)}-{max(n_evals)} evaluations (the n_evals of the models table).")
     say()
+    say("This page is about the LOCUS embeddings' geometry, so every command below asks for them (`--by locus`) "
+        "and for average linkage; the registry's defaults are the fingerprint's behaviour distances and complete "
+        "linkage, which [scorecard.md](scorecard.md) part (i) measures against family.")
+    say()
 
     # ------------------------------------------------------------------ clusters
     result = reg.clusters(plot=FIGURES / "mmlu-pro-clusters.png", by="locus", linkage="average")
