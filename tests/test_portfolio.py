@@ -117,6 +117,39 @@ def test_answer_greedy_covers_the_most_answers_then_the_most_accurate():
         answer_greedy(answers, 5)
 
 
+def _plain_answer_greedy(answers, k):
+    """The greedy as first written: every column's gain recomputed at every step."""
+    chosen, best, means = [], np.zeros(len(answers)), answers.mean(axis=0)
+    while len(chosen) < k:
+        gains = np.maximum(answers - best[:, None], 0.0).sum(axis=0)
+        gains[chosen] = -1.0
+        j = int(np.argmax(gains))
+        if gains[j] <= 1e-12:
+            rest = np.setdiff1d(np.arange(answers.shape[1]), chosen)
+            j = int(rest[np.argmax(means[rest])])
+        chosen.append(j)
+        best = np.maximum(best, answers[:, j])
+    return chosen
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_lazy_answer_greedy_chooses_what_the_plain_one_does(seed):
+    """Ties included: scores in quarters (exact in binary) over few queries make many equal gains, and the
+    later steps run out of anything to cover (the most accurate of the rest)."""
+    from registry.analytics.portfolio import answer_greedy
+
+    rng = np.random.default_rng(seed)
+    queries, models = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    ability = rng.uniform(0.05, 0.95, size=models)
+    answers = (rng.random((queries, models)) < ability).astype(float)
+    if seed % 3 == 0:
+        answers *= rng.integers(1, 5, size=answers.shape) / 4.0  # partial credit, in quarters
+    if seed % 4 == 1:
+        answers[:, rng.integers(0, models)] = answers[:, 0]  # a duplicate column
+    for k in range(1, models + 1):
+        assert answer_greedy(answers, k) == _plain_answer_greedy(answers, k), (seed, k)
+
+
 def test_every_face_of_portfolio_offers_the_same_methods():
     """METHODS is the one list; the CLI's choice, the HTTP pattern and the result's type spell it out."""
     import inspect
