@@ -598,3 +598,31 @@ def test_the_service_imports_lancedb_beside_its_first_requests(base_home, tmp_pa
                           env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "True", done.stdout + done.stderr
+
+
+def test_families_are_computed_once_per_generation_of_the_store(base_home, tmp_path, texts):
+    """GET /v1/clusters (the Families page) is kept with the web UI's other reads until a write."""
+    from fastapi.testclient import TestClient
+
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    app = create_app(ServiceSettings(home=copy_home(base_home, tmp_path / "home"), token=TOKEN,
+                                     query_backend="fp32"))
+    reader = app.state.reader
+    calls = []
+    real = reader.clusters
+    reader.clusters = lambda **kw: (calls.append(kw), real(**kw))[1]
+    with TestClient(app) as client:
+        first = client.get("/v1/clusters", params={"linkage": "average"})
+        assert first.status_code == 200, first.text
+        assert client.get("/v1/clusters", params={"linkage": "average"}).json() == first.json()
+        assert len(calls) == 1
+        client.get("/v1/clusters")  # another question: computed
+        assert len(calls) == 2
+        evaluations = [{"query": text, "score": i % 2} for i, (text, _) in enumerate(texts[:80])]
+        r = client.post("/v1/models", json={"name": "newcomer", "evaluations": evaluations},
+                        headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 201, r.text
+        after = client.get("/v1/clusters", params={"linkage": "average"}).json()
+        assert len(calls) == 3 and "newcomer" in after["order"]  # a write: computed afresh

@@ -22,8 +22,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from registry.defaults import CLUSTER_LINKAGE
 from registry.errors import NotFoundError
-from registry.results import Alias, Comparison, ErrorResponse
+from registry.evidence import MIN_EVALS
+from registry.results import Alias, ClustersResult, Comparison, ErrorResponse
 
 __all__ = ["web_router", "CSP", "PAGES"]
 
@@ -184,6 +186,18 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
         """Every embedded model as a point of `registry map`'s projection, with its colour field's value."""
         return cached(("map", color_by or None, where or None, by),
                       lambda: browse.map_view(reader.store, color_by=color_by or None, where=where or None, by=by))
+
+    @router.get("/v1/clusters", response_model=ClustersResult, responses=_ERRORS, tags=["analytics"])
+    def clusters(where: str | None = Query(default=None, max_length=limits.max_where_chars),
+                 linkage: str = Query(default=CLUSTER_LINKAGE, pattern="^(average|complete|single|ward)$"),
+                 k: int | None = Query(default=None, ge=1, le=limits.max_k,
+                                       description="cut into this many clusters (default: the mean-silhouette maximum)"),
+                 by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$"),
+                 min_evals: int = Query(default=MIN_EVALS, ge=0, le=2**31 - 1,
+                                        description="models embedded from fewer evaluations are left out (0: none)")):
+        """Model families: hierarchical clusters of the models (`registry clusters`, without the figure)."""
+        return cached(("clusters", where or None, linkage, k, by, min_evals),
+                      lambda: reader.clusters(where=where or None, linkage=linkage, k=k, by=by, min_evals=min_evals))
 
     @router.get("/v1/compare", response_model=Comparison, responses=_ERRORS, tags=["analytics"])
     def compare(a: str = Query(min_length=1, max_length=limits.max_name_chars),

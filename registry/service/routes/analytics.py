@@ -1,12 +1,12 @@
-"""Analytics over the pool: duplicates (audit), the models nearest a hypothetical profile, a small
-covering portfolio and the families (clusters); from the reader."""
+"""Analytics over the pool: duplicates (audit), the models nearest a hypothetical profile, and a
+small covering portfolio; from the reader. The families (GET /v1/clusters) are with the web UI's reads
+(registry.service.web), whose answers are kept per generation of the store."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
 from registry import results as r
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
-from registry.evidence import MIN_EVALS
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Reader
 from registry.service.errors import ERRORS
@@ -49,19 +49,6 @@ def portfolio(reader: Reader,
     """A small set of models that covers the pool, with routing accuracies."""
     return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
                             include_unknown_params=include_unknown_params, seed=seed, by=by)
-
-
-@router.get("/v1/clusters", response_model=r.ClustersResult, responses=ERRORS, tags=["analytics"])
-def clusters(reader: Reader,
-             where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
-             linkage: str = Query(default=CLUSTER_LINKAGE, pattern="^(average|complete|single|ward)$"),
-             k: int | None = Query(default=None, ge=1, le=LIMITS.max_k,
-                                   description="cut into this many clusters (default: the mean-silhouette maximum)"),
-             by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$"),
-             min_evals: int = Query(default=MIN_EVALS, ge=0, le=2**31 - 1,
-                                    description="models embedded from fewer evaluations are left out (0: none)")):
-    """Model families: hierarchical clusters of the models (registry clusters, without the figure)."""
-    return reader.clusters(where=where, linkage=linkage, k=k, by=by, min_evals=min_evals)
 
 
 # drift (issue 26): a read per model; the CI run writes its marker, so it needs the token
