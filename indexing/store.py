@@ -510,7 +510,6 @@ class Store:
             (self.home / _JOURNAL).unlink()
             raise
         self._in_transaction = False
-        self._handles = self._names = None
         if self._lease is not None:
             self._lease.check()  # an s3 writer commits only while it provably still holds the lease
         self._bump_generation()

@@ -31,7 +31,7 @@ def plain_greedy(answers: np.ndarray, k: int) -> list[int]:
         gains = np.maximum(answers - best[:, None], 0.0).sum(axis=0)
         gains[chosen] = -1.0
         j = int(np.argmax(gains))
-        if gains[j] <= 1e-12:
+        if gains[j] <= 1e-9:  # the _TOL it used
             rest = np.setdiff1d(np.arange(answers.shape[1]), chosen)
             j = int(rest[np.argmax(means[rest])])
         chosen.append(j)

@@ -118,24 +118,27 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
     if by == "locus":
         coords, explained = pca_2d(z)
         unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-        drawn, projection = pdist(unit.astype(np.float64)), PROJECTION
+        drawn, metric = pdist(unit.astype(np.float64)), "cosine"
     else:
         d, metric = fingerprint_distances(store, names, z)
         coords, explained = classical_mds(d)
-        drawn, projection = squareform(d, checks=False), PROJECTIONS_BY_FINGERPRINT[metric]
+        drawn = squareform(d, checks=False)
     flat = pdist(coords)
     fidelity = float(pearsonr(drawn, flat)[0]) if len(drawn) > 2 and np.ptp(drawn) > 0 and np.ptp(flat) > 0 else None
     return {"names": names, "coords": coords, "values": values, "fields": fields, "explained": explained,
-            "fidelity": fidelity, "by": by, "projection": projection,
+            "fidelity": fidelity, "by": by, "projection": PROJECTIONS[metric][0], "title": PROJECTIONS[metric][1],
             "share_of": "the variance" if by == "locus" else "the positive eigenvalues"}
 
 
-PROJECTION = "PCA of L2-normalised embeddings (= classical MDS of chord distances sqrt(2 * cosine distance))"
-PROJECTIONS_BY_FINGERPRINT = {
-    "behaviour": "classical MDS of the behaviour distances, how often two models' answers disagree: "
-                 "the distances registry clusters cuts",
-    "euclidean": "classical MDS of the fingerprint identity distances (this home's indexes are not of its "
-                 "active item table)"}
+# per distance drawn: what the projection is (the result's and the web UI's words), and the figure's title
+PROJECTIONS = {
+    "cosine": ("PCA of L2-normalised embeddings (= classical MDS of chord distances sqrt(2 * cosine distance))",
+               "PCA of L2-normalised embeddings (classical MDS of cosine geometry)"),
+    "behaviour": ("classical MDS of the behaviour distances, how often two models' answers disagree: the "
+                  "distances registry clusters cuts", "classical MDS of the behaviour distances"),
+    "euclidean": ("classical MDS of the fingerprint identity distances (this home's indexes are not of its "
+                  "active item table)", "classical MDS of the fingerprint identity distances"),
+}
 
 
 def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: str | None = None,
@@ -150,11 +153,9 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
     from registry.analytics.plots import plot_path, scatter_map
 
     path = plot_path(plot)
-    short = ("PCA of L2-normalised embeddings (classical MDS of cosine geometry)" if layout["by"] == "locus"
-             else layout["projection"].split(",")[0])
     colouring = scatter_map(path, names, coords, explained, field=color_by, values=layout["values"], where=where,
                             what="LOCUS model embeddings" if layout["by"] == "locus" else "models by fingerprint",
-                            projection=short, share_of=layout["share_of"])
+                            projection=layout["title"], share_of=layout["share_of"])
     return MapResult.model_validate({
         "plot": str(path), "n_models": len(names), "by": layout["by"], "projection": layout["projection"],
         "explained_variance": explained, "distance_correlation": layout["fidelity"], "color_by": color_by,

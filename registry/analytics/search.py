@@ -613,7 +613,12 @@ def answer_distance_matrix(store: "Store", names: list[str]) -> np.ndarray | Non
         return table.answer_distances(thetas, q, scores, query_tasks=[task_of.get(x) for x in q], other_tasks=held,
                                       max_answers=ANSWER_MATRIX_ANSWERS)
 
-    d = np.stack([row(name) for name in names])
+    return _symmetric(np.stack([row(name) for name in names]))
+
+
+def _symmetric(d: np.ndarray) -> np.ndarray:
+    """Directed distances (each row one model's view of the others; +inf for no task in common) as one
+    symmetric matrix: the mean of both directions, 1.0 (every answer different) with nothing in common."""
     d = np.where(np.isfinite(d), d, 1.0)
     d = (d + d.T) / 2.0
     np.fill_diagonal(d, 0.0)
@@ -637,10 +642,7 @@ def behaviour_distance_matrix(store: "Store", names: list[str], *, batch: int = 
     for lo in range(0, len(names), batch):
         query, read = table.behaviour_queries(vectors[lo:lo + batch], None)
         d[lo:lo + batch] = table.behaviour_mean(read, query @ vectors.T)
-    d = np.where(np.isfinite(d), d, 1.0)
-    d = (d + d.T) / 2.0
-    np.fill_diagonal(d, 0.0)
-    return d
+    return _symmetric(d)
 
 
 def fingerprint_distances(store: "Store", names: list[str], z: np.ndarray) -> tuple[np.ndarray, str]:
