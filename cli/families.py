@@ -82,9 +82,8 @@ def map_(ctx, plot, color_by, where, by, as_json) -> None:
 def _echo_map(result) -> None:
     e = result.explained_variance
     fidelity = result.distance_correlation
-    share = "the variance" if result.by == "locus" else "the positive eigenvalues"
     click.echo(f"map of {result.n_models} models by {result.by} ({result.projection})")
-    click.echo(f"axis 1 {100 * e.x:.1f}% + axis 2 {100 * e.y:.1f}% of {share}"
+    click.echo(f"axis 1 {100 * e.x:.1f}% + axis 2 {100 * e.y:.1f}% of {result.share_of}"
                + (f"; map distances vs the distances drawn r = {fidelity:.3f}" if fidelity is not None else ""))
     click.echo(f"plot: {result.plot}")
 

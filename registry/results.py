@@ -663,6 +663,8 @@ class MapResult(Result):
     explained_variance: ExplainedVariance = Field(
         description="each axis's share: of the variance (by locus), of classical MDS's positive eigenvalues "
                     "(by fingerprint)")
+    share_of: str = Field("the variance", description="what explained_variance is a share of: \"the variance\" "
+                          "(by locus) or \"the positive eigenvalues\" (by fingerprint)")
     distance_correlation: float | None = Field(
         description="Pearson r of the map's distances vs the distances it draws (chord distances by locus, "
                     "behaviour distances by fingerprint)")

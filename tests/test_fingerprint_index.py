@@ -260,8 +260,10 @@ def test_the_map_by_fingerprint_draws_the_distances_clusters_cut(reg, tmp_path):
     assert drawn.distance_correlation == pytest.approx(pearsonr(squareform(d, checks=False), flat)[0], abs=1e-9)
     assert drawn.distance_correlation > 0.5
     assert 0 < drawn.explained_variance.y <= drawn.explained_variance.x and drawn.explained_variance.total <= 1
+    assert drawn.share_of == "the positive eigenvalues"  # classical MDS: a non-Euclidean d has negative ones too
     by_locus = reg.map(tmp_path / "l.png", by="locus")
     assert by_locus.by == "locus" and by_locus.projection.startswith("PCA of L2-normalised")
+    assert by_locus.share_of == "the variance"
 
 
 def test_compare_by_fingerprint_reads_the_behaviour_index_as_route_s_fallbacks_do(reg):

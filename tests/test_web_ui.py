@@ -178,7 +178,9 @@ def test_the_map_draws_every_model_and_a_click_opens_it(tab, server):
     page.locator("#map circle").first.wait_for()
     with server.client(auth=False) as c:
         embedded = c.get("/v1/health").json()["embedded"]
+        share_of = c.get("/v1/map").json()["share_of"]
     circles = page.locator("#map circle")
+    assert f"of {share_of}" in page.locator("#map-caption").inner_text()
     assert circles.count() == embedded
     assert page.get_by_label("Colour by").input_value() == "family"
     assert page.locator("#legend span").count() >= 2
@@ -337,6 +339,7 @@ def test_map_compare_and_alias_endpoints(server, home, names, tmp_path):
         assert [(p["name"], p["x"], p["y"]) for p in served["points"]] == [
             (p.name, pytest.approx(p.x), pytest.approx(p.y)) for p in drawn.coordinates]
         assert {p["value"] for p in served["points"]} == {reg.get(n).family for n in names}
+        assert (served["by"], served["share_of"]) == (drawn.by, drawn.share_of)
         bad = c.get("/v1/map", params={"color_by": "colour"})
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "color_by"
 

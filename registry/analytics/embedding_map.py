@@ -158,6 +158,7 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
                             projection=layout["title"], share_of=layout["share_of"])
     return MapResult.model_validate({
         "plot": str(path), "n_models": len(names), "by": layout["by"], "projection": layout["projection"],
-        "explained_variance": explained, "distance_correlation": layout["fidelity"], "color_by": color_by,
+        "explained_variance": explained, "share_of": layout["share_of"], "distance_correlation": layout["fidelity"],
+        "color_by": color_by,
         "colouring": colouring,
         "coordinates": [{"name": n, "x": float(x), "y": float(y)} for n, (x, y) in zip(names, coords)]})

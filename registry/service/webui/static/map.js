@@ -124,9 +124,8 @@ export async function render(root) {
       replace(colourBy, h("option", { value: "" }, "(none)"), map.fields.map((f) => h("option", { value: f, selected: f === wanted }, f)));
       if (wanted && wanted !== map.color_by) return draw(false);
     }
-    const share = map.by === "locus" ? "of the variance" : "of the positive eigenvalues";
     const projection = map.projection.charAt(0).toUpperCase() + map.projection.slice(1);
-    caption.textContent = `${map.n_models} models by ${map.by}. ${projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} ${share}` +
+    caption.textContent = `${map.n_models} models by ${map.by}. ${projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} of ${map.share_of}` +
       (map.distance_correlation === null ? "." : `; map distances correlate with the distances drawn at r = ${map.distance_correlation.toFixed(2)}.`);
     const paint = colouring(map.points);
     const xs = map.points.map((p) => p.x), ys = map.points.map((p) => p.y);
