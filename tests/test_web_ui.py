@@ -25,6 +25,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # What each page shows once its /v1 calls have answered.
 PAGES = {"/": "#models-table tbody tr", "/map": "#map circle", "/audit": "#calibration", "/route": "#targets input",
          "/compare?a={a}&b={b}": "#compare-table tbody tr", "/families": "#clusters-table tbody tr",
+         "/portfolio": "#portfolio-table tbody tr",
          "/model?name={a}": "#near-behaviour tbody tr"}
 
 
@@ -223,6 +224,35 @@ def test_the_families_page_shows_the_clusters_the_library_cuts(tab, server, home
     page.get_by_role("button", name="Cluster").click()
     page.locator(".error", has_text="unknown field 'colour'").wait_for()
     assert page.locator("#clusters-table").count() == 0  # the error replaced the table
+    assert [s for s, _ in tab.statuses] == [422] and not tab.failed
+
+
+def test_the_portfolio_page_shows_the_library_s_choice_and_refuses_bad_input(tab, server, home):
+    from registry import Registry
+
+    expected = Registry.open(home).portfolio(k=2, method="kmedoids", by="locus")
+    page = tab.page
+    page.goto("/portfolio")
+    page.locator("#portfolio-table tbody tr").first.wait_for()
+    page.locator("#pf-k").fill("2")
+    page.get_by_label("Method").select_option("kmedoids")
+    page.locator("#pf-by").select_option("locus")
+    page.get_by_role("button", name="Choose").click()
+    page.wait_for_url(re.compile(r"method=kmedoids"))
+    page.locator("#portfolio-summary", has_text="kmedoids portfolio of 2 models").wait_for()
+    rows = page.locator("#portfolio-table tbody tr")
+    assert [rows.nth(i).locator("a").inner_text() for i in range(rows.count())] == expected.models
+    shown = page.locator("#portfolio-accuracy").inner_text()
+    assert f"{expected.routing_accuracy:.3f}" in shown and f"{expected.full_pool_routing_accuracy:.3f}" in shown
+    # both limits at once is refused on the page; a bad filter by the server, naming the field
+    page.get_by_label("Budget (B params)").fill("10")
+    page.get_by_role("button", name="Choose").click()
+    page.locator(".error", has_text="not both").wait_for()
+    page.get_by_label("Budget (B params)").fill("")
+    page.get_by_label("Only models where").fill("colour == red")
+    page.get_by_role("button", name="Choose").click()
+    page.locator(".error", has_text="unknown field 'colour'").wait_for()
+    assert page.locator("#portfolio-table").count() == 0
     assert [s for s, _ in tab.statuses] == [422] and not tab.failed
 
 
