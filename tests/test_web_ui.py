@@ -289,10 +289,13 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
         refined = c.post(f"/v1/models/{quote(name)}/refine", json={"evaluations": evaluations})
         assert refined.status_code == 201, refined.text
         assert refined.json()["version"] == 2
+        drift = c.get(f"/v1/models/{quote(name)}/drift").json()
     page = tab.page
     page.goto(f"/model?name={quote(name)}")
     restore = page.get_by_role("button", name="Restore version 1")
     restore.wait_for()
+    page.locator(f"#drift[data-status='{drift['status']}']").wait_for()  # the drift of version 2 against 1
+    assert drift["sentence"] in page.locator("#drift").inner_text() and drift["newest_version"] == 2
     restore.click()
     error = page.locator("#write-status .error")
     error.wait_for()
@@ -321,7 +324,7 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     writes = [r for r in tab.requests if r.method in ("POST", "PUT")]
     assert [r.headers.get("authorization") for r in writes] == [None, f"Bearer {TOKEN}", f"Bearer {TOKEN}"]
     assert all(TOKEN not in r.url for r in tab.requests)  # the token travels in a header, never in a URL
-    assert [s for s, _ in tab.statuses] == [401]
+    assert [s for s, _ in tab.statuses] == [401], tab.statuses
 
 
 # ------------------------------------------------------------------ the /v1 endpoints the pages use

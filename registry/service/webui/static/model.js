@@ -113,9 +113,11 @@ async function versions(name, el, refresh) {
       return `alias ${a.alias} → ${a.name}${a.version ? "@" + a.version : ""}`;
     });
   } }, field("Alias", aliasName), field("Points at", aliasVersion), h("button", { type: "submit" }, "Set alias"));
+  const drifted = h("p", { id: "drift", class: "muted", "aria-live": "polite" });
   replace(el, h("h2", { id: "h-versions" }, "Versions"),
     h("div", { class: "table-wrap" }, h("table", { id: "versions-table" }, h("thead", {}, h("tr", {},
       ["version", "event", "time", "encoder", "evaluations", "family", "action"].map((c) => h("th", { scope: "col" }, c)))), h("tbody", {}, rows))),
+    live === null ? "" : drifted,
     status,
     h("h2", {}, "Aliases"),
     mine.length ? h("ul", { id: "aliases" }, mine.map((a) => h("li", {}, h("code", {}, a.alias), ` → ${a.name}${a.version ? "@" + a.version : " (live version)"} `,
@@ -125,6 +127,20 @@ async function versions(name, el, refresh) {
       }) }, `Delete ${a.alias}`)))) : h("p", { class: "muted" }, "No alias points at this model."),
     aliasForm,
     h("p", { class: "muted small" }, "Restore and alias changes need the server's bearer token (the Token box at the top) unless the server runs without one on loopback."));
+  if (live !== null) await drift(past.name, drifted);
+}
+
+// Whether the newest version behaves like the earlier ones (`registry drift`), in the API's own words.
+async function drift(name, el) {
+  replace(el, "Drift: testing the newest version against the earlier ones …");
+  try {
+    const r = await api(`/v1/models/${enc(name)}/drift`);
+    el.className = r.moved ? "warn" : "muted";
+    el.dataset.status = r.status;
+    replace(el, h("strong", {}, `Drift (${r.status}): `), r.sentence);
+  } catch (err) {
+    replace(el, errorBox(err));
+  }
 }
 
 async function neighbours(name, el) {
