@@ -272,6 +272,21 @@ def test_the_route_playground_returns_a_ranking(tab, server, home):
     assert shown.count() == 2
     assert shown.first.locator("a").inner_text() == answer["ranking"][0]["name"]
     assert f"{answer['ranking'][0]['p_correct']:.3f}" in shown.first.inner_text()
+    fallback = answer["fallbacks"][0]  # named in the metric of the index that found it, as the API says
+    assert f"{fallback['metric']} d {fallback['distance']:.4f}" in page.locator("#route-out [data-query='0'] .fallbacks").inner_text()
+
+    # a cost trade-off: ranked by utility, each model with its cost per call, as the API ranks them
+    page.get_by_label("Willingness to pay λ").fill("0.01")
+    page.get_by_role("button", name="Route").click()
+    page.locator("#route-out li", has_text="a call").first.wait_for()
+    with server.client(auth=False) as c:
+        priced = c.post("/v1/route", json={"queries": [question], "k": 2, "willingness_to_pay": 0.01}).json()["results"][0]
+    shown = page.locator("#route-out [data-query='0'] ol li")
+    assert [shown.nth(i).locator("a").inner_text() for i in range(2)] == [m["name"] for m in priced["ranking"]]
+    assert f"utility {priced['ranking'][0]['utility']:.3f}" in shown.first.inner_text()
+    if priced["cost_note"]:
+        assert priced["cost_note"] in page.locator("#route-out").inner_text()
+    page.get_by_label("Willingness to pay λ").fill("")
 
     page.get_by_label("math accuracy").fill("0.9")
     page.get_by_role("button", name="Find models").click()

@@ -10,25 +10,40 @@ export async function render(root) {
   const exclude = h("input", { id: "route-exclude", placeholder: "names, comma-separated" });
   const k = h("input", { id: "route-k", type: "number", min: 1, max: 100, value: 3 });
   const fallback = h("input", { id: "route-fallback", type: "number", min: 0, max: 100, value: 3 });
+  const maxCost = h("input", { id: "route-max-cost", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "only models costing at most this per call (price metadata, else the params_b proxy)" });
+  const pay = h("input", { id: "route-wtp", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "rank by P(correct) − λ · cost per call" });
   const routeOut = h("div", { id: "route-out", "aria-live": "polite" });
   const routeForm = h("form", { class: "stack", id: "route-form", "aria-labelledby": "h-route" },
     field("Questions (one per line)", questions),
     h("div", { class: "row" }, field("Only models where", where), field("Exclude (down or unwanted)", exclude), field("Top k", k), field("Fallbacks", fallback),
+      field("Max cost (USD/call)", maxCost), field("Willingness to pay λ", pay),
       h("button", { type: "submit" }, "Route")));
+  const number = (input) => (input.value.trim() === "" ? null : Number(input.value));
+  const ranked = (m) => h("li", {}, modelLink(m.name), ` — P(correct) ${m.p_correct.toFixed(3)}`,
+    m.cost_usd === undefined ? "" : `, $${m.cost_usd.toPrecision(3)} a call${m.cost_source === "params_b" ? " (size proxy)" : ""}`
+      + (m.utility === null || m.utility === undefined ? "" : `, utility ${m.utility.toFixed(3)}`),
+    m.low_evidence ? h("span", { class: "low", title: "embedded from few evaluations" }, " *") : "");
+  // a fallback's distance is in the metric of the index that found it (behaviour by default), not LOCUS's cosine
+  const near = (f) => (f.distance === null || f.distance === undefined ? `cosine d ${fmt.dist(f.distance_cosine)}` : `${f.metric} d ${fmt.dist(f.distance)}`);
   routeForm.addEventListener("submit", async (event) => {
     event.preventDefault();
     const texts = questions.value.split("\n").map((s) => s.trim()).filter(Boolean);
     if (!texts.length) { replace(routeOut, h("div", { class: "error", role: "alert" }, "queries: type at least one question")); return; }
     replace(routeOut, h("p", { class: "muted" }, "Routing …"));
     try {
-      const r = await api("/v1/route", { method: "POST", body: { queries: texts, k: Number(k.value), fallback: Number(fallback.value),
-        exclude: list(exclude.value), where: where.value.trim() || null } });
+      const body = { queries: texts, k: Number(k.value), fallback: Number(fallback.value), exclude: list(exclude.value),
+        where: where.value.trim() || null };
+      if (number(maxCost) !== null) body.max_cost = number(maxCost);
+      if (number(pay) !== null) body.willingness_to_pay = number(pay);
+      const r = await api("/v1/route", { method: "POST", body });
       replace(routeOut, r.results.map((d, i) => h("div", { class: "flag ranking", "data-query": i },
         h("strong", {}, d.query),
-        h("ol", {}, d.ranking.map((m) => h("li", {}, modelLink(m.name), ` — P(correct) ${m.p_correct.toFixed(3)}`))),
-        d.fallbacks.length ? h("p", { class: "small" }, "Fallbacks if the first is down: ",
-          d.fallbacks.map((f, j) => [j ? ", " : "", modelLink(f.name), ` (cosine d ${fmt.dist(f.distance_cosine)})`])) : "")),
-      h("p", { class: "muted small" }, `${r.encoded_texts} new text(s) encoded; the rest came from the cache.`));
+        h("ol", {}, d.ranking.map(ranked)),
+        d.fallbacks.length ? h("p", { class: "small fallbacks" }, "Fallbacks if the first is down: ",
+          d.fallbacks.map((f, j) => [j ? ", " : "", modelLink(f.name), ` (${near(f)})`])) : "")),
+      [...new Set(r.results.flatMap((d) => [d.cost_note, d.evidence_note]).filter(Boolean))].map((note) => h("p", { class: "muted small route-note" }, note)),
+      h("p", { class: "muted small" }, `P(correct) from ${r.results[0].predictor === "locus+item" ? "LOCUS blended with the item table" : "LOCUS"}; `
+        + `${r.encoded_texts} new text(s) encoded, the rest came from the cache.`));
     } catch (err) {
       replace(routeOut, errorBox(err));
     }
