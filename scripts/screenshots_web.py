@@ -5,7 +5,8 @@
 Builds the demo home first when HOME holds no registry (`registry --home HOME demo`, about half a
 minute), starts `registry serve` on a free loopback port, opens each page in Debian's headless
 Chromium (Playwright, /usr/bin/chromium), waits for its /v1 calls, and saves one PNG per page:
-models.png, model.png (the first model the audit flags), map.png, families.png, portfolio.png, audit.png, route.png (two of the
+models.png, model.png (the first model the audit flags), map.png, families.png, portfolio.png, add.png (eight
+queries suggested), audit.png, route.png (two of the
 home's questions routed, a profile asked), compare.png (the flagged pair). docs/service.md's "Web UI" and the README show them.
 """
 from __future__ import annotations
@@ -115,6 +116,13 @@ def main() -> None:
             shot("map", "/map", "#map circle", full=False)
             shot("families", "/families", "#clusters-table tbody tr")
             shot("portfolio", "/portfolio", "#portfolio-table tbody tr")
+
+            def suggest() -> None:
+                page.get_by_label("Queries", exact=True).fill("8")
+                page.get_by_role("button", name="Suggest").click()
+                page.locator("#suggest-table tbody tr").first.wait_for(timeout=120_000)
+
+            shot("add", "/add", "#suggest form", then=suggest)
             shot("audit", "/audit", "#calibration")
             shot("route", "/route", "#targets input", then=route)
             shot("compare", f"/compare?a={quote(a)}&b={quote(b)}", "#compare-table tbody tr")

@@ -25,7 +25,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # What each page shows once its /v1 calls have answered.
 PAGES = {"/": "#models-table tbody tr", "/map": "#map circle", "/audit": "#calibration", "/route": "#targets input",
          "/compare?a={a}&b={b}": "#compare-table tbody tr", "/families": "#clusters-table tbody tr",
-         "/portfolio": "#portfolio-table tbody tr",
+         "/portfolio": "#portfolio-table tbody tr", "/add": "#suggest form",
          "/model?name={a}": "#near-behaviour tbody tr"}
 
 
@@ -340,6 +340,67 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     assert [r.headers.get("authorization") for r in writes] == [None, f"Bearer {TOKEN}", f"Bearer {TOKEN}"]
     assert all(TOKEN not in r.url for r in tab.requests)  # the token travels in a header, never in a URL
     assert [s for s, _ in tab.statuses] == [401], tab.statuses
+
+
+def test_add_a_model_from_the_suggested_queries_file(tab, server, home, names, tmp_path):
+    """The onboarding flow in the browser: suggest, download the file to fill in, upload it with the token."""
+    import json
+
+    from registry import Registry
+
+    page = tab.page
+    page.goto("/add")
+    page.get_by_label("Queries", exact=True).fill("8")
+    page.get_by_role("button", name="Suggest").click()
+    page.locator("#suggest-table tbody tr").first.wait_for()
+    with server.client(auth=False) as c:
+        expected = c.get("/v1/suggest-queries", params={"n": 8, "from_pool": True}).json()["queries"]
+    rows = page.locator("#suggest-table tbody tr")
+    assert [rows.nth(i).locator("code").inner_text() for i in range(rows.count())] == [q["query_id"] for q in expected]
+    download = page.locator("#suggest-download")
+    assert download.get_attribute("download") == "suggested-queries.jsonl"
+    with page.expect_download() as saved:
+        download.click()
+    text = Path(saved.value.path()).read_text()
+    template = [json.loads(line) for line in text.splitlines()]
+    assert [(t["query_id"], t["query"], t["score"]) for t in template] == [(q["query_id"], q["text"], None) for q in expected]
+
+    # the new model answers as the first stored one did
+    reg = Registry.open(home)
+    scores = {r["query_id"]: r["score"] for r in reg.store.read("evaluations").to_pylist() if r["model"] == names[0]}
+    filled = [dict(t, score=scores[t["query_id"]]) for t in template if t["query_id"] in scores]
+    assert len(filled) >= 4
+    good = tmp_path / "answers.jsonl"
+    good.write_text("".join(json.dumps(row) + "\n" for row in filled))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps(dict(row, score=2 if i == 1 else row["score"])) + "\n" for i, row in enumerate(filled)))
+
+    page.get_by_label("Name", exact=True).fill("web-added")
+    page.get_by_label("Metadata").fill("family=web\nparams_b=7")
+    page.locator("#add-file").set_input_files(str(good))
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-out .error", has_text="bearer token is required").wait_for()  # writes need the token
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_label("Token").press("Enter")
+    page.locator("#add-file").set_input_files(str(bad))
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-out .error", has_text="line 2").wait_for()  # the file's own line, named
+    page.get_by_label("Metadata").fill("family=web\noops")
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-out .error", has_text="metadata line 2").wait_for()
+    with server.client(auth=False) as c:
+        assert c.get("/v1/models/web-added").status_code == 404  # nothing half-written by the refusals
+    page.get_by_label("Metadata").fill("family=web\nparams_b=7")
+    page.locator("#add-file").set_input_files(str(good))
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-result").wait_for()
+    assert "web-added is version 1 (add)" in page.locator("#add-result").inner_text()
+    with server.client() as c:
+        info = c.get("/v1/models/web-added").json()
+        assert (info["record"]["family"], info["record"]["params_b"], info["n_evals"]) == ("web", 7, len(filled))
+        assert info["low_evidence"] and "fewer than" in page.locator("#add-result .warn").inner_text()  # thin: said so
+        assert c.delete("/v1/models/web-added").status_code == 200  # the module's other tests see the pool as it was
+    assert [s for s, _ in tab.statuses] == [401, 422], tab.statuses
 
 
 # ------------------------------------------------------------------ the /v1 endpoints the pages use

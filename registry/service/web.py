@@ -41,7 +41,7 @@ _UI_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosnif
 PAGES = {"/": ("models", "Models"), "/models": ("models", "Models"), "/model": ("model", "Model"),
          "/map": ("map", "Map"), "/audit": ("audit", "Audit"), "/route": ("route", "Route playground"),
          "/compare": ("compare", "Compare"), "/families": ("families", "Families"),
-         "/portfolio": ("portfolio", "Portfolio")}
+         "/portfolio": ("portfolio", "Portfolio"), "/add": ("add", "Add a model")}
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".svg": "image/svg+xml", ".png": "image/png"}
 _ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422)}

@@ -58,11 +58,13 @@ export async function api(path, { method = "GET", params = null, body = undefine
     if (text) url += "?" + text;
   }
   const headers = { Accept: "application/json" };
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // a FormData body (a file upload) goes as multipart, its boundary set by the browser
+  const form = typeof FormData !== "undefined" && body instanceof FormData;
+  if (body !== undefined && !form) headers["Content-Type"] = "application/json";
   if (write && token.get()) headers.Authorization = "Bearer " + token.get();
   let response;
   try {
-    response = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    response = await fetch(url, { method, headers, body: body === undefined ? undefined : form ? body : JSON.stringify(body) });
   } catch (err) {
     throw new ApiError(0, { message: `the server did not answer (${err.message})` });
   }
