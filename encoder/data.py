@@ -7,7 +7,7 @@ every query), so nothing here assumes it is full; `dense()` marks holes with NaN
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,8 @@ class EvalData:
     model_index: np.ndarray  # (E,) int64 into models
     query_index: np.ndarray  # (E,) int64 into query_ids
     scores: np.ndarray  # (E,) float32 in [0, 1]
+    # per model, evaluations the source held but left out because their query has no vector (not in E)
+    unvectored: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_models(self) -> int:

@@ -109,6 +109,12 @@ class ItemTable:
             if query_vectors is None:
                 raise ValueError(f"{int((~known).sum())} query id(s) unknown to the item table and no query vectors given")
             v = np.asarray(query_vectors)[~known].astype(np.float64)  # rows first: the known ones need no copy
+            if v.shape[1] != self.text_map.shape[0] - 1:
+                from indexing.errors import RegistryError
+
+                raise RegistryError(f"the item table places new queries from {self.text_map.shape[0] - 1}-d query "
+                                    f"vectors, not {v.shape[1]}-d ones: the registry's query encoder is not the one "
+                                    "the table was fitted with (registry fit-fingerprints refits it)")
             mapped = np.concatenate([v, np.ones((len(v), 1))], 1) @ self.text_map  # (u, r+1)
             f[~known], b[~known] = mapped[:, :-1], mapped[:, -1]
         return f, b

@@ -104,7 +104,20 @@ class Registry:
 
         if not isinstance(name, str) or not name.strip():
             raise InputError("the query encoder name is empty", field="encoder")
-        self.store.update_config(query_encoder=canonical_encoder_name(name))
+        name = canonical_encoder_name(name)
+        if name != self.query_encoder:
+            self._refuse_other_encoder(name, "registry init --encoder")
+        self.store.update_config(query_encoder=name)
+
+    def _refuse_other_encoder(self, name: str, what: str) -> None:
+        """A home that holds queries (or an encoder trained on them) keeps the query encoder it has: texts
+        encoded by another would have no vector the active encoder reads, and their evaluations would be
+        left out of every embedding."""
+        if self._is_empty() and not self.store.config.get("active_encoder"):
+            return
+        raise InputError(f"this registry's query encoder is {self.query_encoder} (its queries have its vectors and "
+                         f"its LOCUS encoder reads them); {what} {name} would give new texts vectors nothing reads. "
+                         "Use a new home for another query encoder", field="encoder")
 
     def info(self) -> HomeInfo:
         """Where the registry lives and which encoders it uses."""
@@ -145,6 +158,8 @@ class Registry:
 
         log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
+        if encoder_name != self.query_encoder:
+            self._refuse_other_encoder(encoder_name, "import --encoder")
         precomputed = None
         if (query_embeddings is None) != (query_ids is None):
             raise InputError("query embeddings and their query ids go together: give both or neither",

@@ -36,6 +36,7 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     query_index = np.fromiter((q_pos.get(q, -1) for q in evals.column("query_id").to_pylist()),
                               dtype=np.int64, count=len(eval_models))
     keep = (model_index >= 0) & (query_index >= 0)
+    lost = np.bincount(model_index[(model_index >= 0) & (query_index < 0)], minlength=len(names))
     # Only the queries some model of the pool was evaluated on: in a registry holding two datasets a
     # per-dataset pool must not split, route or score on the other dataset's queries, where nobody
     # in it has a score.
@@ -54,6 +55,7 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
         model_index=model_index[keep],
         query_index=renumber[query_index[keep]].astype(np.int64),
         scores=evals.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
+        unvectored={names[i]: int(lost[i]) for i in np.flatnonzero(lost)},
     )
 
 

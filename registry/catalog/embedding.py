@@ -242,7 +242,27 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
                             f"{active.query_encoder} gives {data.query_vectors.shape[1]}-d")
     per_model = embedding_evals(data, max_evals=max_evals, seed=seed)
     vectors = embed_models(active.locus, data, per_model)  # (M, d), NaN for a model without evaluations
-    return write_embeddings(store, active.encoder_id, data.models, vectors, [len(e) for e in per_model])
+    report = write_embeddings(store, active.encoder_id, data.models, vectors, [len(e) for e in per_model])
+    left_out = unvectored_warning(data, active.query_encoder)
+    if left_out:
+        report.warnings.append(left_out)
+    return report
+
+
+def unvectored_warning(data, query_encoder: str) -> str | None:
+    """What an embedding left out because a query had no vector from the query encoder (stored with
+    --no-encode, say): the models, how many of their evaluations, and how to encode them."""
+    if not data.unvectored:
+        return None
+    held = np.bincount(data.model_index, minlength=data.n_models)
+    position = {name: i for i, name in enumerate(data.models)}
+    parts = []
+    for name, lost in sorted(data.unvectored.items()):
+        kept = int(held[position[name]])
+        parts.append(f"{name} ({lost} of {lost + kept}{'' if kept else ', not embedded'})")
+    shown = ", ".join(parts[:10]) + (f" and {len(parts) - 10} more" if len(parts) > 10 else "")
+    return (f"{len(parts)} model(s) have evaluations on queries with no {query_encoder} vector, left out of their "
+            f"embeddings: {shown}; import their files again (with encoding on) to encode those queries")
 
 
 def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: np.ndarray,

@@ -210,7 +210,9 @@ def ingest(
         vectors_to_store[precomputed.encoder] = {h: (v, True) for h, v in given.items() if h not in cached}
     if encoder is not None:
         pending = vectors_to_store.setdefault(encoder, {})
-        wanted = {d: q.text for q, d in new_queries if d not in pending}
+        # every text of the batch, stored ones too: a query stored without a vector (--no-encode) gets it
+        # when its file is imported again with encoding on; the cache keeps the others from being redone
+        wanted = {batch_hash[q.id]: q.text for q in batch.queries if batch_hash[q.id] not in pending}
         cached = store.cached_vectors(encoder, list(wanted))
         todo = [(d, t) for d, t in wanted.items() if d not in cached]
         if todo:

@@ -1,0 +1,78 @@
+"""A home keeps the query encoder its queries and its LOCUS encoder were made with: switching it would give
+new texts vectors nothing reads, and their evaluations would drop out of every embedding unseen. What an
+embedding does leave out (queries stored without a vector) it says, per model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import SMALL_TRAINED
+
+pytestmark = pytest.mark.usefixtures("offline")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def reg(synthetic_home):
+    from registry import Registry
+
+    return Registry.open(synthetic_home("guard", **SMALL_TRAINED))
+
+
+def _cli(*args):
+    from cli.main import cli
+
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_init_does_not_switch_the_query_encoder_of_a_home_with_queries(reg):
+    from registry.errors import InputError
+
+    before = reg.info()
+    with pytest.raises(InputError) as err:
+        reg.set_query_encoder("all-mpnet-base-v2")
+    assert err.value.field == "encoder" and "all-MiniLM-L6-v2" in str(err.value) and "new home" in str(err.value)
+    reg.set_query_encoder("sentence-transformers/all-MiniLM-L6-v2")  # the same encoder, spelled otherwise: fine
+    out = _cli("--home", str(reg.home), "init", "--encoder", "all-mpnet-base-v2")
+    assert out.exit_code != 0 and "query encoder is all-MiniLM-L6-v2" in out.output
+    assert reg.info() == before
+
+
+def test_import_with_another_encoder_is_refused_and_stores_nothing(reg, tmp_path):
+    from registry.errors import InputError
+
+    stats = reg.stats().model_dump()
+    path = tmp_path / "more.jsonl"
+    path.write_text(json.dumps({"model": "other", "query": "A brand new question about owls?", "score": 1}) + "\n")
+    with pytest.raises(InputError) as err:
+        reg.import_path(path, encoder="all-mpnet-base-v2")
+    assert err.value.field == "encoder"
+    assert reg.stats().model_dump() == stats
+    reg.import_path(path, encoder="all-MiniLM-L6-v2")  # the home's own encoder, named: imported as usual
+    assert "other" in [m.name for m in reg.models()]
+
+
+def test_embed_names_the_evaluations_it_left_out_for_want_of_a_query_vector(reg, tmp_path):
+    stored = reg.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    path = tmp_path / "unencoded.jsonl"
+    rows = [{"model": "half", "query_id": stored[0], "score": 1},
+            {"model": "half", "query": "An unencoded question about bats?", "score": 0},
+            {"model": "none", "query": "Another unencoded question, on owls?", "score": 1}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reg.import_path(path, encode=False)
+    report = reg.embed_all()
+    assert report.n_evals["half"] == 1 and "none" not in report.n_evals
+    [warning] = [w for w in report.warnings if "no all-MiniLM-L6-v2 vector" in w]
+    assert "half (1 of 2)" in warning and "none (1 of 1, not embedded)" in warning
+    assert "2 model(s)" in warning and "import their files again" in warning
+    # once encoded (the same file imported with encoding on), nothing is left out
+    reg.import_path(path)
+    again = reg.embed_all()
+    assert again.n_evals["half"] == 2 and again.n_evals["none"] == 1
+    assert not [w for w in again.warnings if "vector" in w]
