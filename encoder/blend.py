@@ -49,8 +49,11 @@ class Blend:
     fit: str = "logistic"  # or "routing" (fit_routing_blend)
     query_weights: tuple[float, ...] = ()  # per component: weight of its mean logit over the rows (models)
 
-    def predict(self, probabilities: dict[str, np.ndarray]) -> np.ndarray:
-        """P(correct) from each component's probabilities (arrays of one shape), float32."""
+    def predict(self, probabilities: dict[str, np.ndarray], *, reference: np.ndarray | None = None) -> np.ndarray:
+        """P(correct) from each component's probabilities (arrays of one shape, (M, Q)), float32. The query
+        term reads each component's mean logit over the rows `reference` (indices; None: every row): the
+        fit's rows were the training pool's models, so a registry passes the rows of those, and a model
+        added or removed later then changes no other model's P(correct)."""
         missing = [c for c in self.components if c not in probabilities]
         if missing:
             raise ValueError(f"blend needs {', '.join(missing)}")
@@ -58,7 +61,8 @@ class Blend:
         for name, w in zip(self.components, self.weights):
             z += w * logit(probabilities[name])
         for name, v in zip(self.components, self.query_weights):  # the same for every row: no change of argmax
-            z += v * logit(probabilities[name]).mean(axis=0, keepdims=True)
+            rows = probabilities[name] if reference is None else np.asarray(probabilities[name])[reference]
+            z += v * logit(rows).mean(axis=0, keepdims=True)
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 
     def to_json(self) -> str:

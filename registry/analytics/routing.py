@@ -88,7 +88,12 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
         thetas = table.thetas_of(identity)
         f, b = table.item_params([None] * len(phi), phi)  # every text by its vector (see above)
         p_item[have] = table.probabilities(thetas, f, b)
-    return blend.predict({"locus": p_locus, "item": p_item}), "locus+item"
+    # the query term's mean over the models the blend was fitted on (those still embedded), not over
+    # whatever the index holds now: adding a thin model must not move every other model's P(correct)
+    pool = getattr(active, "pool", frozenset())
+    reference = np.asarray([i for i, n in enumerate(names) if n in pool], np.int64)
+    return (blend.predict({"locus": p_locus, "item": p_item}, reference=reference if len(reference) else None),
+            "locus+item")
 
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,

@@ -40,6 +40,7 @@ class ActiveEncoder:
     query_encoder: str
     directory: Path
     blend: Any = None  # encoder.blend.Blend of LOCUS and the item table for routing; None: LOCUS alone
+    pool: frozenset = frozenset()  # the models it was trained on (training.json): the blend's reference rows
 
 
 ROUTER_BLEND = "router_blend.json"
@@ -217,7 +218,8 @@ def _load_active(store: Store, encoder_id: str | None, load) -> ActiveEncoder:
     if loaded_id != encoder_id:
         raise RegistryError(f"checkpoint in {directory} has id {loaded_id}, not {encoder_id}")
     info = json.loads((directory / "training.json").read_text("utf-8"))
-    return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory, load_router_blend(directory))
+    return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory, load_router_blend(directory),
+                         frozenset(info.get("models") or ()))
 
 def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
     """Per model, the evaluations its embedding is built from: all, or a seeded sample of
