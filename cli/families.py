@@ -76,6 +76,7 @@ def _echo_clusters(result) -> None:
 def map_(ctx, plot, color_by, where, by, as_json) -> None:
     """A labelled 2-D map of the models (their behaviour distances by fingerprint, or PCA of unit LOCUS vectors)."""
     result = _registry(ctx, create=False).map(plot, color_by=color_by, where=where, by=by)
+    echo_evidence_note(result.note)
     emit(result, as_json, _echo_map)
 
 

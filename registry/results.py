@@ -638,6 +638,8 @@ class ClustersResult(Result):
     plot_layout: str | None = None
     min_evals: int = Field(MIN_EVALS, description="models embedded from fewer evaluations are left out of the clustering")
     left_out: list[str] = Field(default_factory=list, description="models left out as thin evidence")
+    without_vector: list[str] = Field(default_factory=list, description="models that match but have no vector of "
+                                      "`by` (no fingerprint: too few evaluations; or not embedded): not clustered")
     evidence_note: str | None = Field(None, description="what was left out and how to include it (None: nothing)")
 
 
@@ -665,6 +667,9 @@ class MapResult(Result):
                     "(by fingerprint)")
     share_of: str = Field("the variance", description="what explained_variance is a share of: \"the variance\" "
                           "(by locus) or \"the positive eigenvalues\" (by fingerprint)")
+    without_vector: list[str] = Field(default_factory=list, description="models that match but have no vector of "
+                                      "`by` (no fingerprint: too few evaluations; or not embedded): not drawn")
+    note: str | None = Field(None, description="what was left out of the map and how to include it (None: nothing)")
     distance_correlation: float | None = Field(
         description="Pearson r of the map's distances vs the distances it draws (chord distances by locus, "
                     "behaviour distances by fingerprint)")

@@ -95,3 +95,21 @@ def test_adding_a_model_moves_no_other_model_s_p_correct(reg):
     assert {n: p for n, p in p_of(after).items() if n != "thin-newcomer"} == pytest.approx(p_of(before), abs=1e-6)
     reg.remove("thin-newcomer")
     assert p_of(reg.route(text, k=50)) == pytest.approx(p_of(before), abs=1e-6)
+
+
+def test_clusters_and_map_name_the_models_they_cannot_place(reg, tmp_path):
+    """A model with no behaviour fingerprint (too few evaluations for one) is not clustered or drawn by
+    fingerprint: the result names it and says how to include it, rather than dropping it unsaid."""
+    from registry.catalog.fingerprint_store import MIN_FINGERPRINT_EVALS
+
+    assert MIN_FINGERPRINT_EVALS > 1  # one evaluation gives no fingerprint
+    reg.add_model("no-print", [{"query": "A question nobody else was asked, about moths?", "score": 1}])
+    grouped = reg.clusters()
+    assert grouped.by == "fingerprint" and grouped.without_vector == ["no-print"]
+    assert "no-print" in grouped.evidence_note and "--by locus" in grouped.evidence_note
+    assert "no-print" not in [m for c in grouped.clusters for m in c.members]
+    drawn = reg.map(tmp_path / "m.png")
+    assert drawn.without_vector == ["no-print"] and "no-print" in drawn.note
+    assert "no-print" not in [c.name for c in drawn.coordinates]
+    by_locus = reg.clusters(by="locus", min_evals=0)  # it has a LOCUS vector: clustered by that
+    assert by_locus.without_vector == [] and "no-print" in [m for c in by_locus.clusters for m in c.members]

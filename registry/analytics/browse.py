@@ -91,6 +91,7 @@ class MapView(_Result):
     projection: str
     explained_variance: dict[str, float]
     share_of: str = Field("the variance", description="what explained_variance is a share of (as `map`)")
+    note: str | None = Field(None, description="models left out of the map, and how to include them (as `map`)")
     distance_correlation: float | None
     color_by: str | None
     fields: list[str] = Field(description="metadata fields a point can be coloured by")
@@ -269,7 +270,7 @@ def map_view(store: "Store", *, color_by: str | None = None, where: str | None =
     values = layout["values"] or [None] * len(layout["names"])
     return MapView(
         n_models=len(layout["names"]), by=layout["by"], projection=layout["projection"], explained_variance=layout["explained"],
-        share_of=layout["share_of"], distance_correlation=layout["fidelity"], color_by=color_by, fields=layout["fields"],
+        share_of=layout["share_of"], note=layout["note"], distance_correlation=layout["fidelity"], color_by=color_by, fields=layout["fields"],
         points=[MapPointView(name=n, x=float(x), y=float(y), value=v)
                 for n, (x, y), v in zip(layout["names"], layout["coords"], values)])
 

@@ -224,7 +224,8 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     reshape, whichever cluster it fell near."""
     from registry.evidence import MIN_EVALS, check_min_evals, evidence_note
     from registry.results import ClustersResult
-    from registry.analytics.search import ANSWER_MATRIX_MAX, embedded_subset, fingerprint_distances, likeness_kind
+    from registry.analytics.search import (ANSWER_MATRIX_MAX, embedded_subset, fingerprint_distances, likeness_kind,
+                                           without_vector_note)
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     left_out: list[str] = []
@@ -234,8 +235,9 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     k = check_count(k, "k", 1, optional=True)
     by = likeness_kind(store, by)
     kept_thin: list[str] = []
+    without: list[str] = []
     names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="clustering", by=by, min_evals=min_evals,
-                                        left_out=left_out, kept_thin=kept_thin)
+                                        left_out=left_out, kept_thin=kept_thin, without=without)
     # fingerprints: by behaviour (how often two models' answers disagree); the identity distance ranks by
     # confident answers and misses families (docs/results/scorecard.md, "clusters vs family")
     d, metric = fingerprint_distances(store, names, z) if by == "fingerprint" else (cosine_distances(z), "cosine")
@@ -273,10 +275,12 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
         "cophenetic_correlation": tree["cophenetic_correlation"], "cut_height": tree["cut_height"],
         "clusters": groups, "order": [names[i] for i in order], "merges": _merges(tree["Z"], names),
         "family_agreement": family_agreement(tree["Z"], labels, families),
-        "plot": None, "min_evals": min_evals, "left_out": left_out,
-        "evidence_note": evidence_note(left_out, min_evals, what="left out of the clustering") or evidence_note(
-            kept_thin, min_evals, what=f"clustered all the same (fewer than {MIN_MODELS} models have more), so "
-                                       "these clusters rest on thin evidence", how="refine them with more evaluations"),
+        "plot": None, "min_evals": min_evals, "left_out": left_out, "without_vector": without,
+        "evidence_note": "; ".join(filter(None, [
+            evidence_note(left_out, min_evals, what="left out of the clustering") or evidence_note(
+                kept_thin, min_evals, what=f"clustered all the same (fewer than {MIN_MODELS} models have more), so "
+                                           "these clusters rest on thin evidence", how="refine them with more evaluations"),
+            without_vector_note(without, by, "the clustering")])) or None,
     }
     if plot is not None:
         from registry.analytics.plots import dendrogram_heatmap, plot_path

@@ -102,10 +102,11 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
 
     from scipy.spatial.distance import squareform
 
-    from registry.analytics.search import embedded_subset, fingerprint_distances, likeness_kind
+    from registry.analytics.search import embedded_subset, fingerprint_distances, likeness_kind, without_vector_note
 
     by = likeness_kind(store, by)
-    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map", by=by)
+    without: list[str] = []
+    names, z, records = embedded_subset(store, where, need=MIN_MODELS, what="a map", by=by, without=without)
     recs = [records[n] for n in names]
     fields = available_fields(recs)
     values = None
@@ -127,7 +128,8 @@ def map_layout(store: "Store", *, color_by: str | None = None, where: str | None
     fidelity = float(pearsonr(drawn, flat)[0]) if len(drawn) > 2 and np.ptp(drawn) > 0 and np.ptp(flat) > 0 else None
     return {"names": names, "coords": coords, "values": values, "fields": fields, "explained": explained,
             "fidelity": fidelity, "by": by, "projection": PROJECTIONS[metric][0], "title": PROJECTIONS[metric][1],
-            "share_of": "the variance" if by == "locus" else "the positive eigenvalues"}
+            "share_of": "the variance" if by == "locus" else "the positive eigenvalues",
+            "without_vector": without, "note": without_vector_note(without, by, "the map")}
 
 
 # per distance drawn: what the projection is (the result's and the web UI's words), and the figure's title
@@ -158,7 +160,8 @@ def embedding_map(store: "Store", plot, *, color_by: str | None = None, where: s
                             projection=layout["title"], share_of=layout["share_of"])
     return MapResult.model_validate({
         "plot": str(path), "n_models": len(names), "by": layout["by"], "projection": layout["projection"],
-        "explained_variance": explained, "share_of": layout["share_of"], "distance_correlation": layout["fidelity"],
+        "explained_variance": explained, "share_of": layout["share_of"], "without_vector": layout["without_vector"],
+        "note": layout["note"], "distance_correlation": layout["fidelity"],
         "color_by": color_by,
         "colouring": colouring,
         "coordinates": [{"name": n, "x": float(x), "y": float(y)} for n, (x, y) in zip(names, coords)]})

@@ -116,18 +116,34 @@ def pairwise_distances(z: np.ndarray, by: str) -> np.ndarray:
     return d
 
 
+def without_vector_note(without: list[str], by: str, what: str) -> str | None:
+    """The sentence naming the models an operation over the index could not place, having no `by` vector."""
+    if not without:
+        return None
+    shown = ", ".join(without[:10]) + (f" and {len(without) - 10} more" if len(without) > 10 else "")
+    why = ("no behaviour fingerprint (too few evaluations for one; registry refine adds them), "
+           "--by locus includes them") if by == "fingerprint" else "no LOCUS embedding (registry embed --all)"
+    return f"{len(without)} model(s) left out of {what}: {shown}: {why}"
+
+
 def embedded_subset(store: "Store", where: str | None, *, need: int, what: str, by: str | None = "locus",
-                    min_evals: int = 0, left_out: list[str] | None = None,
-                    kept_thin: list[str] | None = None) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
+                    min_evals: int = 0, left_out: list[str] | None = None, kept_thin: list[str] | None = None,
+                    without: list[str] | None = None) -> tuple[list[str], np.ndarray, dict[str, ModelRecord]]:
     """(names, (n, d) float32 vectors, records) of the models that match `where` and have the `by`
     vector (None: the likeness default), less those embedded from fewer than `min_evals` evaluations
     (appended to `left_out`) when at least `need` others remain (else they stay, appended to
     `kept_thin`: with no well-evidenced models to rank before, they outrank none); refuses fewer than
-    `need` of them, saying `what` needs them."""
+    `need` of them, saying `what` needs them. The models that match but have no such vector (not
+    embedded, or too few evaluations for a fingerprint) are appended to `without`."""
     from registry.evidence import thin_names
 
     models = open_embedded(store, by)
     names, z = list(models.index.names), models.index.vectors
+    if without is not None:
+        from registry.filters import matching
+
+        indexed = set(names)
+        without.extend(n for n in matching(where, list(models.records.values()), field="where") if n not in indexed)
     rows = models.allowed_rows(where)
     if rows is not None:
         if not len(rows):

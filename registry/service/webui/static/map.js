@@ -126,7 +126,8 @@ export async function render(root) {
     }
     const projection = map.projection.charAt(0).toUpperCase() + map.projection.slice(1);
     caption.textContent = `${map.n_models} models by ${map.by}. ${projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} of ${map.share_of}` +
-      (map.distance_correlation === null ? "." : `; map distances correlate with the distances drawn at r = ${map.distance_correlation.toFixed(2)}.`);
+      (map.distance_correlation === null ? "." : `; map distances correlate with the distances drawn at r = ${map.distance_correlation.toFixed(2)}.`) +
+      (map.note ? ` Note: ${map.note}.` : "");
     const paint = colouring(map.points);
     const xs = map.points.map((p) => p.x), ys = map.points.map((p) => p.y);
     const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
