@@ -12,10 +12,14 @@ Fields: `name`, the typed metadata (family, params_b, provider, endpoint, licenc
 any free-form metadata key present on at least one model. Operators: == != < <= > >= (numbers compare
 as numbers), `in (a, b, ...)`, `~` (substring, case-insensitive), `has` (a tag in tags). Combine with
 and / or / not and parentheses. Values are bare words, numbers or quoted strings. A model without the
-field never matches a comparison (except !=).
+field never matches a comparison (except !=). `params_b` values are read as the rest of the registry
+reads them (registry.records.parse_params_b): 7B, 7b, 7, 350M, 1.5T. < <= > >= compare numbers: one whose
+value is not a number (`params_b > abc`) is refused naming the field and the value, rather than
+matching nothing.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -90,18 +94,35 @@ def _number(value: Any) -> float | None:
         return None
 
 
+_ORDERING = ("<", "<=", ">", ">=")
+
+
 def _compare(op: str, actual: Any, expected: str) -> bool:
     if actual is None:
         return op == "!="
     a, e = _number(actual), _number(expected)
     if a is not None and e is not None:
-        left, right = a, e
-    else:
-        left, right = str(actual).lower(), expected.lower()
-        if op in ("<", "<=", ">", ">="):
-            return False
-    return {"==": left == right, "!=": left != right, "<": left < right, "<=": left <= right,
-            ">": left > right, ">=": left >= right}[op]
+        # equal within rounding: 350M is 350 * 0.001 billions, a hair above the 0.35 a file may say
+        close = math.isclose(a, e, rel_tol=1e-9, abs_tol=1e-12)
+        return {"==": close, "!=": not close, "<": a < e and not close, "<=": a < e or close,
+                ">": a > e and not close, ">=": a > e or close}[op]
+    if op in _ORDERING:
+        return False  # a stored value that is not a number (the filter's own value is one: checked when parsed)
+    left, right = str(actual).lower(), expected.lower()
+    return left == right if op == "==" else left != right
+
+
+def _field_value(field: str, value: str) -> str:
+    """A filter's value as the field's own parser reads it: `params_b` takes 7B, 350M, 1.5T (as `--meta
+    params_b=` and `--budget` do), compared as the number of billions; any other value stays as written."""
+    if field != "params_b":
+        return value
+    from registry.records import parse_params_b
+
+    try:
+        return repr(parse_params_b(value))
+    except ValueError:
+        return value  # not a size: an equality compares it as text (and matches nothing), an ordering is refused
 
 
 MAX_DEPTH = 32  # nested parentheses and `not`s: each is a Python call when parsing and when matching
@@ -195,10 +216,10 @@ class _Parser:
         kind, op = self.take()
         if (kind, op) == ("kw", "in"):
             self.expect("(")
-            options = [self.value()]
+            options = [_field_value(field, self.value())]
             while self.peek() == ("op", ","):
                 self.take()
-                options.append(self.value())
+                options.append(_field_value(field, self.value()))
             self.expect(")")
             return lambda m: any(_compare("==", m.get(field), o) for o in options)
         if (kind, op) == ("kw", "has"):
@@ -209,7 +230,11 @@ class _Parser:
             return lambda m: m.get(field) is not None and needle in str(m.get(field)).lower()
         if kind != "op" or op not in ("==", "!=", "<", "<=", ">", ">="):
             raise InputError(f"expected an operator after {field!r} in the filter, found {op!r}", field="filter")
-        expected = self.value()
+        expected = _field_value(field, self.value())
+        if op in _ORDERING and _number(expected) is None:
+            raise InputError(f"{field} {op} {expected!r}: {expected!r} is not a number, and {op} compares numbers"
+                             + (" (params_b takes 8B, 8b or 8, 350M, 1.5T)" if field == "params_b" else ""),
+                             field="filter")
         return lambda m: _compare(op, m.get(field), expected)
 
 

@@ -28,7 +28,8 @@ DEFAULT_TASK = "default"  # the task of a query whose file gives none
 def check_model_name(name: str, *, file: str | Path | None = None, line: int | None = None,
                      field: str = "name") -> str:
     """A model name as given, or an InputError naming `field` (not text, empty, padded, too long, control
-    characters). The one check of a name: the CLI, the importers and every HTTP path use it."""
+    characters, invisible format characters: zero-width, bidi overrides). The one check of a name: the CLI,
+    the importers and every HTTP path use it."""
     if not isinstance(name, str):
         raise InputError(f"the model name must be text, not {type(name).__name__}", file=file, line=line, field=field)
     if not name.strip():
@@ -42,6 +43,17 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
     if any(unicodedata.category(c) == "Cc" for c in name):  # line breaks, tabs, NUL, escapes, DEL, C1
         raise InputError(f"model name {name[:60]!r} holds a control character (a line break, tab, NUL, ...)",
                          file=file, line=line, field=field)
+    if name in (".", ".."):  # a URL path segment that clients normalise away: /v1/models/. is /v1/models/
+        raise InputError(f"model name {name!r} is a path segment HTTP clients remove: choose another name",
+                         file=file, line=line, field=field)
+    # Format characters (Unicode category Cf): zero-width spaces and joiners, bidi overrides and isolates,
+    # soft hyphens, BOMs. Invisible, they make two names that print alike differ (or one print reversed).
+    invisible = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    if invisible is not None:
+        what = unicodedata.name(invisible, "a format character")
+        raise InputError(f"model name {name[:60]!r} holds the invisible formatting character U+{ord(invisible):04X} "
+                         f"({what}) at position {name.index(invisible) + 1}: zero-width and bidirectional formatting "
+                         "characters are refused in names", file=file, line=line, field=field)
     return name
 
 

@@ -49,3 +49,40 @@ def test_filters_select(text, expected):
 def test_bad_filters_are_refused(text, problem):
     with pytest.raises(InputError, match=problem):
         parse_filter(text, RECORDS)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("params_b > 7B", ["Llama-3-8B", "Llama-3-70B-Instruct", "Qwen2-72B"]),
+    ("params_b >= 70b", ["Llama-3-70B-Instruct", "Qwen2-72B"]),
+    ("params_b < 0.071T", ["Llama-3-8B", "Llama-3-70B-Instruct"]),
+    ("params_b > 350M and params_b <= 8B", ["Llama-3-8B"]),
+    ("params_b == 8B", ["Llama-3-8B"]),
+    ("params_b in (8B, 72000M)", ["Llama-3-8B", "Qwen2-72B"]),
+])
+def test_params_b_filters_read_sizes_as_the_cli_writes_them(text, expected):
+    assert names(text) == expected
+
+
+def test_params_b_of_350m_equals_0_35():
+    records = [ModelRecord.from_flat("small", {"params_b": "0.35"}), ModelRecord.from_flat("tiny", {"params_b": "350M"})]
+    assert [r.name for r in parse_filter("params_b == 350M", records).select(records)] == ["small", "tiny"]
+    assert [r.name for r in parse_filter("params_b >= 0.35", records).select(records)] == ["small", "tiny"]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("params_b > abc", "abc"), ("params_b <= 7Bn", "7Bn"), ("instruct >= yes", "yes"), ("name < m", "m"),
+])
+def test_an_ordering_on_a_value_that_is_not_a_number_is_refused_naming_the_field(text, value):
+    with pytest.raises(InputError) as caught:
+        parse_filter(text, RECORDS)
+    assert caught.value.field == "where"
+    field = text.split()[0]
+    assert caught.value.problem.startswith(f"{field} ") and f"{value!r} is not a number" in caught.value.problem
+
+
+def test_equality_on_text_still_works_after_the_params_b_change():
+    assert names("family == llama3 and params_b != 8B") == ["Llama-3-70B-Instruct"]
+    assert names("params_b == abc") == []  # an equality with a non-size: matches nothing, as before
+    with pytest.raises(InputError) as caught:
+        parse_filter("params_b > 7X", RECORDS, field="pool")  # the argument the filter came in is named
+    assert caught.value.field == "pool" and "'7X' is not a number" in caught.value.problem

@@ -16,8 +16,8 @@ from registry.importers.tabular import looks_like, read_tabular
 ROWS: list[dict[str, Any]] = [
     {"model": "org/a", "score": 1, "query": "What is 2+2?", "task": "math"},  # text only: derived id
     {"model": "org/b", "score": 0.25, "query": "What is 2+2?", "task": "math"},
-    {"model": "org/a", "score": False, "query_id": "mmlu:17"},  # id only: a query already stored
-    {"model": "org/b", "score": True, "query_id": "gsm:3", "query": "Tom has 3 apples.", "task": "gsm8k"},
+    {"model": "org/a", "score": 0, "query_id": "mmlu:17"},  # id only: a query already stored
+    {"model": "org/b", "score": 1, "query_id": "gsm:3", "query": "Tom has 3 apples.", "task": "gsm8k"},
 ]
 
 
@@ -192,7 +192,8 @@ def _good_columns(**changes: Any) -> dict[str, Any]:
         pytest.param(_good_columns(query=None), None, "query", "missing column", id="query-missing"),
         pytest.param(_good_columns(query=["q", None]), 2, "query", "no query text", id="query-null"),
         pytest.param(_good_columns(model=["m", None]), 2, "model", "empty", id="model-null"),
-        pytest.param(_good_columns(score=["1", "high"]), 2, "score", "not a number", id="score-not-number"),
+        # a string column is no score column, "1" on row 1 included (JSON Lines refuses "0.5" the same way)
+        pytest.param(_good_columns(score=["1", "high"]), 1, "score", "not a number", id="score-not-number"),
         pytest.param(_good_columns(score=[1.0, None]), 2, "score", "not a number", id="score-null"),
         pytest.param(_good_columns(score=[1.5, 0.0]), 1, "score", "outside [0, 1]", id="score-above-1"),
         pytest.param(_good_columns(score=[0.0, float("nan")]), 2, "score", "NaN", id="score-nan"),
@@ -235,3 +236,120 @@ def test_other_suffixes_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match=".jsonl or .parquet"):
         read_tabular(path)
+
+
+# ------------------------------------------------------------------ scores are numbers in typed formats
+@pytest.mark.parametrize(("score", "problem"), [
+    (True, "score true is a boolean, not a number"),
+    (False, "score false is a boolean, not a number"),
+    ("0.5", "score '0.5' is a string, not a number: write 0.5 without quotes"),
+    ("1", "score '1' is a string, not a number"),
+])
+@pytest.mark.parametrize("reader", ["import", "add-model"])
+def test_a_jsonl_boolean_or_string_score_is_refused_naming_the_line(tmp_path: Path, score: Any, problem: str,
+                                                                  reader: str) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = write_jsonl(tmp_path / "evals.jsonl", [
+        {"model": "m", "score": 1, "query_id": "q1"}, {"model": "m", "score": score, "query_id": "q2"}])
+
+    with pytest.raises(InputError) as caught:
+        read_tabular(path) if reader == "import" else read_model_evaluations(path, "m")
+
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 2, "score")
+    assert problem in caught.value.problem
+
+
+@pytest.mark.parametrize("column", [pa.array([True, False]), pa.array(["1", "0"])], ids=["bool", "string"])
+def test_a_parquet_bool_or_string_score_column_is_refused_naming_the_row(tmp_path: Path, column: Any) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = write_parquet(tmp_path / "evals.parquet", {"score": column, "query_id": ["q1", "q2"]})
+
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+
+    assert (caught.value.line, caught.value.field) == (1, "score")
+    assert caught.value.problem.startswith("row 1: score ") and "not a number" in caught.value.problem
+
+
+def test_csv_score_cells_are_still_read_as_numbers(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "evals.csv"
+    path.write_text("query_id,score\nq1,1\nq2,0.5\nq3, 0 \n", encoding="utf-8")
+
+    assert read_model_evaluations(path, "m").eval_scores == [1.0, 0.5, 0.0]
+
+
+# ------------------------------------------------------------------ an add-model CSV without a query column
+def test_a_csv_without_a_query_or_query_id_column_is_refused_on_line_1(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    path.write_text("qid,score\nsyn-math-0000,1\n", encoding="utf-8")
+
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 1, None)
+    assert caught.value.problem == "no query or query_id column; the header has qid, score"
+
+
+def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    path.write_text("query_id,score\nq1,1\nq2,\n", encoding="utf-8")
+
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+
+    assert (caught.value.line, caught.value.field) == (3, "score")
+    assert "empty" in caught.value.problem and "None" not in caught.value.problem
+
+
+def test_columns_add_model_does_not_read_are_named_in_a_warning(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    path.write_text("query_id,score,qid,model\nq1,1,x,other\n", encoding="utf-8")
+
+    batch = read_model_evaluations(path, "m")
+
+    assert batch.eval_models == ["m"]
+    assert batch.warnings == ["t.csv: column(s) qid, model not read; add-model reads query, query_id, score, task"]
+
+
+# ------------------------------------------------------------------ tasks that disagree within a file
+def test_a_query_given_two_tasks_in_one_add_model_file_is_warned_naming_both(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    path.write_text("query,query_id,score,task\nWhat is 2+2?,q1,1,math\nWhat is 2+2?,q1,1,law\n", encoding="utf-8")
+
+    batch = read_model_evaluations(path, "m")
+
+    assert [q.task for q in batch.queries] == ["math"]
+    assert batch.given_tasks == {"q1": ("math", 2)}
+    assert ("t.csv line 3: query 'q1' is given task 'law' here and task 'math' on line 2; the first is kept"
+            in batch.warnings)
+
+
+def test_stored_task_warnings_name_the_query_and_both_tasks() -> None:
+    from registry.importers._common import ImportBatch
+
+    batch = ImportBatch(source="test")
+    batch.add_evaluation("m", "syn-math-0000", 1.0, file="t.csv", line=2, task="law")
+    batch.add_evaluation("m", "t:abc", 1.0, file="t.csv", line=3, task="math")  # lands on stored id q9
+    batch.add_evaluation("m", "q-new", 1.0, file="t.csv", line=4, task="law")  # not stored: no warning
+    batch.add_evaluation("m", "q-same", 1.0, file="t.csv", line=5, task="math")
+
+    warnings = batch.stored_task_warnings({"syn-math-0000": "math", "q9": "law", "q-same": "math"}, {"t:abc": "q9"})
+
+    assert warnings == [
+        "line 2: query 'syn-math-0000' is stored with task 'math'; the task 'law' given here was not applied "
+        "(a stored query keeps its task)",
+        "line 3: query 'q9' is stored with task 'law'; the task 'math' given here was not applied "
+        "(a stored query keeps its task)",
+    ]

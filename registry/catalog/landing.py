@@ -70,6 +70,7 @@ class _Prepared:
     hashes: list[str] = field(default_factory=list)  # per final evaluation: its query's text hash
     scores: np.ndarray | None = None  # per final evaluation
     new_evaluations: int = 0
+    warnings: list[str] = field(default_factory=list)  # decided against the store (each attempt afresh)
 
 
 class _Moved(Exception):
@@ -116,7 +117,7 @@ def land(view, changes: list[Change], *,
 
 
 def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
-             claimed: dict[str, str]) -> _Prepared:
+             claimed: dict[str, str], stored_tasks: dict[str, str] | None = None) -> _Prepared:
     from registry.catalog.rows import record_of
 
     existing = stored_models.get(change.name)
@@ -160,7 +161,9 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
             file, line = batch.where(i)
             raise InputError(f"query id {query_id!r} is neither in these evaluations nor in the store",
                              file=file, line=line, field="query_id")
-    return _Prepared(change, record, existing, new_queries)
+    # a stored query keeps its task: a row giving it another one is said so, not silently dropped
+    warnings = batch.stored_task_warnings(stored_tasks or {}, renamed)
+    return _Prepared(change, record, existing, new_queries, warnings=warnings)
 
 
 def _land(view, changes: list[Change], outcomes, on_commit) -> None:
@@ -177,12 +180,13 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     queries = store.read(QUERIES, ["query_id", "text_hash", "task"])
     by_id = dict(zip(queries.column("query_id").to_pylist(), queries.column("text_hash").to_pylist()))
     by_hash = {h: q for q, h in by_id.items()}
+    stored_tasks = dict(zip(queries.column("query_id").to_pylist(), queries.column("task").to_pylist()))
 
     prepared: list[_Prepared] = []
     claimed: dict[str, str] = {}
     for change in changes:
         try:
-            job = _prepare(change, stored_models, by_id, by_hash, claimed)
+            job = _prepare(change, stored_models, by_id, by_hash, claimed, stored_tasks)
         except RegistryError as err:
             outcomes[change.id] = err
             continue
@@ -285,7 +289,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
                 name=p.change.name, version=row["version"], event=event,
                 encoder_id=active.encoder_id, n_evals=row["n_evals"], new_evaluations=p.new_evaluations,
                 encoded_texts=sum(1 for _, d in p.new_queries if d in encoded),
-                warnings=list(p.change.batch.warnings) + _thin(p.change.name, row["n_evals"]))
+                warnings=list(p.change.batch.warnings) + p.warnings + _thin(p.change.name, row["n_evals"]))
         store.upsert(MODELS, model_rows, MODEL_SCHEMA, "name")
         store.append(VERSIONS, [version_row(row, event, now) for row, event in zip(model_rows, events)],
                      VERSION_SCHEMA)

@@ -70,7 +70,8 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         if isinstance(text, str) and text.strip() and query_id not in seen:
             seen[query_id] = text
             batch.add_query(Query(id=query_id, text=text, task=task or ""), file="evaluations", line=i, field="query")
-        batch.add_evaluation(name, query_id, score, file="evaluations", line=i)
+        batch.add_evaluation(name, query_id, score, file="evaluations", line=i,
+                             task=task if isinstance(task, str) else None)
     if not batch.n_evaluations:
         raise InputError("no evaluations given", file="evaluations")
     batch.refuse_conflicting_scores()

@@ -6,7 +6,7 @@ import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -47,13 +47,19 @@ class ImportBatch:
     eval_file_index: list[int] = field(default_factory=list)
     eval_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # query id -> (task, line): the first task a row gives each query (rows without a task are not kept)
+    given_tasks: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def add_query(self, query: Query, *, file: str, line: int, field: str = "text") -> None:
         check_query_text(query.text, file=file, line=line, field=field)
         self.queries.append(query)
         self.query_origins.append((file, line))
 
-    def add_evaluation(self, model: str, query: str, score: float, *, file: str, line: int) -> None:
+    def add_evaluation(self, model: str, query: str, score: float, *, file: str, line: int,
+                       task: str | None = None) -> None:
+        """One evaluation; `task`, when the row gives one, is remembered for `stored_task_warnings`."""
+        if task is not None and str(task).strip():
+            self.given_tasks.setdefault(query, (str(task).strip(), line))
         if len(model) > MAX_NAME_CHARS:
             check_model_name(model, file=file, line=line, field="model")
         if not self.eval_files or self.eval_files[-1] != file:
@@ -90,6 +96,23 @@ class ImportBatch:
                 except ValueError as err:
                     raise InputError(f"--meta: {err}", field="meta") from None
         self.models = tagged
+
+    def stored_task_warnings(self, stored_tasks: Mapping[str, str], renamed: Mapping[str, str] | None = None,
+                             *, limit: int = 5) -> list[str]:
+        """Warnings for the rows whose task differs from the task of the stored query they land on (a stored
+        query keeps its task: the row's is not applied). `renamed` maps a batch query id to the stored id it
+        lands on (a text already stored under another id). At most `limit` queries are named, then a count."""
+        conflicts = []
+        for query_id, (task, line) in self.given_tasks.items():
+            target = (renamed or {}).get(query_id, query_id)
+            stored = stored_tasks.get(target)
+            if stored is not None and stored != task:
+                conflicts.append(f"line {line}: query {target!r} is stored with task {stored!r}; "
+                                 f"the task {task!r} given here was not applied (a stored query keeps its task)")
+        if len(conflicts) > limit:
+            conflicts[limit:] = [f"{len(conflicts) - limit} more queries are given a task other than their "
+                                 "stored one; their stored tasks were kept"]
+        return conflicts
 
     def where(self, i: int) -> tuple[str, int]:
         return self.eval_files[self.eval_file_index[i]], self.eval_lines[i]
@@ -151,11 +174,12 @@ def read_utf8(path: Path) -> str:
     return text
 
 
-def read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+def read_csv(path: Path, required: tuple[str, ...], *,
+             one_of: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str]]]:
     """Rows of a CSV file with a header, as (line number where the row starts, row).
 
-    Refuses an empty file, a file with a header and no rows, missing columns, and rows whose
-    field count differs from the header's.
+    Refuses an empty file, a file with a header and no rows, missing columns (every one of
+    `required`, at least one of `one_of`), and rows whose field count differs from the header's.
     """
     text = read_utf8(path)
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -168,6 +192,8 @@ def read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[
             file=path,
             line=1,
         )
+    if one_of and not set(one_of) & set(header):
+        raise InputError(f"no {' or '.join(one_of)} column; the header has {', '.join(header)}", file=path, line=1)
     n_rows = 0
     start = reader.line_num + 1
     for row in reader:
@@ -186,10 +212,36 @@ def read_csv(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[
 
 
 def parse_score(value: object, *, file: Path | str, line: int, field: str) -> float:
+    """A score from text (a CSV cell) or a number; a bool counts as 0/1 (lm-eval logs some metrics as
+    booleans: that importer is the one caller that passes them). An empty cell is said to be empty."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InputError("score is empty, not a number in [0, 1]", file=file, line=line, field=field)
     try:
         return check_score(value)
     except ValueError as err:
         raise InputError(str(err), file=file, line=line, field=field) from None
+
+
+def parse_typed_score(value: object, *, file: Path | str, line: int, field: str) -> float:
+    """A score from a typed format (a JSON Lines value, a Parquet cell): a number in [0, 1]. A boolean
+    or a string is refused, as the HTTP API's JSON body refuses them: JSON `true` and `"0.5"` are not
+    scores (CSV cells, text by nature, go through `parse_score`)."""
+    if value is None:
+        raise InputError("score is null, not a number in [0, 1]", file=file, line=line, field=field)
+    if isinstance(value, bool):
+        raise InputError(f"score {str(value).lower()} is a boolean, not a number: write 1 or 0",
+                         file=file, line=line, field=field)
+    if isinstance(value, (str, bytes)):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        hint = ""
+        try:
+            float(text)
+            hint = f": write {text.strip()} without quotes"
+        except ValueError:
+            pass
+        kind = "bytes" if isinstance(value, bytes) else "a string"
+        raise InputError(f"score {text!r} is {kind}, not a number{hint}", file=file, line=line, field=field)
+    return parse_score(value, file=file, line=line, field=field)
 
 
 def required_text(value: object, *, file: Path | str, line: int, field: str) -> str:

@@ -1,7 +1,9 @@
 """Plain evaluation tables: JSON Lines (.jsonl) or Parquet (.parquet), one evaluation per row.
 
     model     the model's name, its key in the registry
-    score     a number in [0, 1] (a bool counts as 0/1)
+    score     a number in [0, 1]: a JSON number, a numeric Parquet column. A boolean (`true`) or a
+              string (`"0.5"`) is refused naming the line (row) and `score`, as the HTTP API's JSON
+              body refuses it; only CSV cells (add-model), text by nature, are parsed as numbers
     query     the query's text     } at least one of the two per row
     query_id  the query's id       }
     task      optional
@@ -24,11 +26,15 @@ from typing import Any, Iterator
 
 from registry.errors import InputError
 from registry.limits import check_file_size
-from registry.importers._common import ImportBatch, parse_score, query_id_for_text, read_jsonl, required_text
+from registry.importers._common import (
+    ImportBatch, parse_score, parse_typed_score, query_id_for_text, read_jsonl, required_text,
+)
 from registry.records import ModelRecord, Query
 
 SUFFIXES = (".jsonl", ".parquet")
 _TEXT_COLUMNS = ("model", "query", "query_id", "task")
+_EVALS_COLUMNS = ("query", "query_id", "score", "task")  # what add-model reads of a file
+_NAMED = 5  # queries a warning names before it counts the rest
 
 
 def looks_like(path: Path) -> bool:
@@ -57,13 +63,7 @@ def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
         raise InputError(f"expected a {' or '.join(SUFFIXES)} file", file=path)
 
     batch = ImportBatch(source=f"{kind}:{path.resolve()}")
-    try:
-        task_conflicts = _add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
-    except InputError as err:
-        if kind == "parquet" and err.line is not None and not err.problem.startswith("row "):
-            # Parquet has rows, not lines: say so, as the rest of the Parquet errors do.
-            raise InputError(f"row {err.line}: {err.problem}", file=err.file, line=err.line, field=err.field) from None
-        raise
+    task_conflicts, _ = _add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
 
     for name in dict.fromkeys(batch.eval_models):
         batch.models.append(ModelRecord(name=name))
@@ -83,23 +83,42 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
     if not path.is_file():
         raise InputError("no such file", file=path)
     suffix = path.suffix.lower()
+    columns: dict[str, None] = {}  # every column (JSON Lines: key) the file has, in order
     if suffix == ".csv":
         from registry.importers._common import read_csv
 
         rows, kind = ((line, {k: (v if v != "" else None) for k, v in row.items()}) for line, row in
-                      read_csv(path, ("score",))), "csv"
+                      read_csv(path, ("score",), one_of=("query", "query_id"))), "csv"
     elif suffix == ".jsonl":
         rows, kind = _jsonl_rows(path, required=("score",)), "jsonl"
     elif suffix == ".parquet":
         rows, kind = _parquet_rows(path, required=("score",)), "parquet"
+        columns.update(dict.fromkeys(_parquet_columns(path) or ()))
     else:
         raise InputError("expected a .csv, .jsonl or .parquet file of query/query_id, score[, task]", file=path)
     batch = ImportBatch(source=f"add-model:{path.resolve()}")
-    owned = ((line, {**row, "model": model}) for line, row in rows)
-    _add_rows(batch, owned, path=path, id_prefix=id_prefix, kind=kind)
+
+    def owned():
+        for line, row in rows:
+            columns.update(dict.fromkeys(row))
+            yield line, {**row, "model": model}
+
+    _, conflicts = _add_rows(batch, owned(), path=path, id_prefix=id_prefix, kind=kind)
     if not batch.n_evaluations:
         raise InputError("no evaluations", file=path)
     batch.refuse_conflicting_scores()
+    unread = [column for column in columns if column not in _EVALS_COLUMNS]
+    if unread:
+        batch.warnings.append(f"{path.name}: column(s) {', '.join(map(str, unread))} not read; "
+                              f"add-model reads {', '.join(_EVALS_COLUMNS)}")
+    where = _where(kind)
+    named = [f"{path.name} {where} {line}: query {query_id!r} is given task {task!r} here and "
+             + (f"task {first!r}" if first else "no task") + f" on {where} {first_line}; the first is kept"
+             for query_id, task, line, first, first_line in conflicts[:_NAMED]]
+    if len(conflicts) > _NAMED:
+        named.append(f"{path.name}: {len(conflicts) - _NAMED} more rows give a query another task than its "
+                     "first row; the first is kept")
+    batch.warnings.extend(named)
     dropped = batch.drop_duplicate_evaluations()
     if dropped:
         batch.warnings.append(f"{path.name}: {dropped} repeated queries with the same score; one of each was kept")
@@ -108,14 +127,34 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
 
 def _add_rows(
     batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
-) -> int:
-    """Adds every row's query and evaluation; returns how many rows disagree on a query's task."""
+) -> tuple[int, list[tuple[str, str, int, str, int]]]:
+    """Adds every row's query and evaluation. Returns how many rows with text disagree on a query's task
+    with its first row with text, and the rows that give a query a task other than its first row's, as
+    (query id, task, line, first row's task or "", first row's line).
+
+    Scores: CSV cells are text, parsed as numbers; JSON Lines values and Parquet cells must be numbers
+    (a boolean or a string is refused, see parse_typed_score)."""
+    try:
+        return _add_each_row(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
+    except InputError as err:
+        if kind == "parquet" and err.line is not None and not err.problem.startswith("row "):
+            # Parquet has rows, not lines: say so, as the rest of the Parquet errors do.
+            raise InputError(f"row {err.line}: {err.problem}", file=err.file, line=err.line, field=err.field) from None
+        raise
+
+
+def _add_each_row(
+    batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
+) -> tuple[int, list[tuple[str, str, int, str, int]]]:
     file_name = str(path)
     firsts: dict[str, tuple[str, str, int]] = {}  # query id -> (text, task, line) of its first row with text
+    first_tasks: dict[str, tuple[str, int]] = {}  # query id -> (task or "", line) of its first row
+    conflicts: list[tuple[str, str, int, str, int]] = []
     task_conflicts = 0
+    score_of = parse_score if kind == "csv" else parse_typed_score
     for line, row in rows:
         model = required_text(row.get("model"), file=path, line=line, field="model")
-        score = parse_score(row.get("score"), file=path, line=line, field="score")
+        score = score_of(row.get("score"), file=path, line=line, field="score")
         text = _optional_text(row.get("query"), file=path, line=line, field="query")
         given_id = _optional_text(row.get("query_id"), file=path, line=line, field="query_id")
         task = _optional_text(row.get("task"), file=path, line=line, field="task") or ""
@@ -138,8 +177,11 @@ def _add_rows(
                 )
             else:
                 task_conflicts += task != first[1]
-        batch.add_evaluation(model, query_id, score, file=file_name, line=line)
-    return task_conflicts
+        first_task = first_tasks.setdefault(query_id, (task, line))
+        if task and task != first_task[0]:
+            conflicts.append((query_id, task, line, *first_task))
+        batch.add_evaluation(model, query_id, score, file=file_name, line=line, task=task or None)
+    return task_conflicts, conflicts
 
 
 def _optional_text(value: Any, *, file: Path, line: int, field: str) -> str | None:

@@ -1,0 +1,218 @@
+"""Input rules end to end: the CLI, the Python API and the HTTP service refuse (or warn about) the same
+things in the same words: JSON Lines/Parquet scores that are booleans or strings, filters whose ordering
+value is not a number, an evaluations CSV without a query column, a task that contradicts the stored
+one, and model names holding invisible format characters (zero-width, bidi overrides)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import SMALL_TRAINED
+from service_harness import TOKEN, copy_home
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+CF_NAMES = {"zero\u200bwidth": "U+200B", "rtl\u202eevil": "U+202E", "joined\u200dname": "U+200D",
+            "soft\u00adhyphen": "U+00AD", "\ufeffbom": "U+FEFF"}
+
+
+@pytest.fixture(scope="module")
+def base_home(synthetic_home) -> Path:
+    return synthetic_home("input-rules", **SMALL_TRAINED)
+
+
+@pytest.fixture
+def home(base_home, tmp_path) -> Path:
+    return copy_home(base_home, tmp_path / "home")
+
+
+def _stored(home: Path) -> list[dict]:
+    """The stored queries: query_id, text, task."""
+    from registry import Registry
+
+    return Registry.open(home).store.read("queries", ["query_id", "text", "task"]).to_pylist()
+
+
+def _model_names(home: Path) -> set[str]:
+    from registry import Registry
+
+    return {m.name for m in Registry.open(home).list()}
+
+
+def _cli(home: Path, *args: str, code: int = 0):
+    result = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def _app(home: Path):
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    return create_app(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
+
+
+def _other_task(task: str, tasks: set[str]) -> str:
+    return sorted(tasks - {task})[0]
+
+
+# ------------------------------------------------------------------ 1. scores in JSON Lines are JSON numbers
+@pytest.mark.parametrize("score, words", [(True, "score true is a boolean"), ("0.5", "score '0.5' is a string")])
+def test_cli_add_model_refuses_a_jsonl_boolean_or_string_score(home, tmp_path, score, words):
+    queries = _stored(home)
+    evals = tmp_path / "e.jsonl"
+    evals.write_text(json.dumps({"query_id": queries[0]["query_id"], "score": 1}) + "\n"
+                     + json.dumps({"query_id": queries[1]["query_id"], "score": score}) + "\n", encoding="utf-8")
+
+    result = _cli(home, "add-model", "typed-scores", "--evals", str(evals), code=1)
+
+    assert f"{evals}, line 2, field 'score'" in result.output and words in result.output
+    assert "typed-scores" not in _model_names(home)
+
+
+@pytest.mark.parametrize("score, words", [(True, "score true is a boolean"), ("0.5", "score '0.5' is a string")])
+def test_http_file_upload_refuses_a_jsonl_boolean_or_string_score_as_the_json_body_does(home, score, words):
+    from fastapi.testclient import TestClient
+
+    query = _stored(home)[0]
+    upload = (json.dumps({"query_id": query["query_id"], "score": score}) + "\n").encode()
+    with TestClient(_app(home)) as client:
+        body = client.post("/v1/models", headers=AUTH,
+                           json={"name": "typed", "evaluations": [{"query_id": query["query_id"], "score": score}]})
+        assert body.status_code == 422 and body.json()["error"]["field"] == "evaluations.0.score", body.text
+        r = client.post("/v1/models/typed/file", headers=AUTH, files={"file": ("mine.jsonl", upload)})
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert (error["file"], error["line"], error["field"]) == ("mine.jsonl", 1, "score")
+        assert words in error["message"]
+        assert client.get("/v1/models/typed").status_code == 404
+
+
+# ------------------------------------------------------------------ 2. params_b filters read 7B
+def test_cli_models_list_where_params_b_reads_sizes_and_refuses_a_non_number(home):
+    from registry import Registry
+
+    sizes = {m.name: m.params_b for m in Registry.open(home).list()}
+    above_7 = sorted(name for name, size in sizes.items() if size is not None and size > 7)
+    assert above_7 and len(above_7) < len(sizes)  # the recipe has 1B, 7B and 13B models
+
+    listed = json.loads(_cli(home, "models", "list", "--where", "params_b > 7B", "--json").stdout)
+    assert sorted(m["name"] for m in listed) == above_7
+
+    refused = _cli(home, "models", "list", "--where", "params_b > abc", code=1)
+    assert "where" in refused.output and "params_b > 'abc'" in refused.output and "not a number" in refused.output
+
+
+# ------------------------------------------------------------------ 3. a CSV without a query column
+def test_cli_add_model_csv_without_a_query_column_is_refused_on_line_1(home, tmp_path):
+    evals = tmp_path / "t.csv"
+    evals.write_text(f"qid,score\n{_stored(home)[0]['query_id']},1\n", encoding="utf-8")
+
+    result = _cli(home, "add-model", "t", "--evals", str(evals), code=1)
+
+    assert f"{evals}, line 1: no query or query_id column; the header has qid, score" in result.output
+    assert "t" not in _model_names(home)
+
+
+# ------------------------------------------------------------------ 4. a task that contradicts the stored one
+def test_cli_add_model_warns_when_a_row_gives_a_stored_query_another_task(home, tmp_path):
+    queries = _stored(home)
+    first = queries[0]
+    other = _other_task(first["task"], {q["task"] for q in queries})
+    evals = tmp_path / "t.csv"
+    evals.write_text("query_id,score,task\n" + f"{first['query_id']},1,{other}\n"
+                     + "".join(f"{q['query_id']},{i % 2},{q['task']}\n" for i, q in enumerate(queries[1:40])),
+                     encoding="utf-8")
+
+    result = _cli(home, "add-model", "t", "--evals", str(evals), "--json")
+
+    warnings = json.loads(result.stdout)["warnings"]
+    assert (f"line 2: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} "
+            "given here was not applied (a stored query keeps its task)") in warnings
+    assert len([w for w in warnings if "stored with task" in w]) == 1  # the rows that agree are not named
+    assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]
+
+
+def test_http_add_and_refine_warn_when_a_row_gives_a_stored_query_another_task(home):
+    from fastapi.testclient import TestClient
+
+    queries = _stored(home)
+    first = queries[0]
+    other = _other_task(first["task"], {q["task"] for q in queries})
+    evaluations = [{"query_id": q["query_id"], "score": i % 2, "task": q["task"]} for i, q in enumerate(queries[1:40])]
+    with TestClient(_app(home)) as client:
+        r = client.post("/v1/models", headers=AUTH, json={"name": "tasks", "evaluations": evaluations})
+        assert r.status_code == 201, r.text
+        assert not [w for w in r.json()["warnings"] if "stored with task" in w]
+        r = client.post("/v1/models/tasks/refine", headers=AUTH, json={"evaluations": [
+            {"query": first["text"], "score": 1, "task": other}]})
+        assert r.status_code in (200, 201), r.text
+        assert [w for w in r.json()["warnings"] if "stored with task" in w] == [
+            f"line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} given "
+            "here was not applied (a stored query keeps its task)"]
+
+
+# ------------------------------------------------------------------ 5. invisible characters in names
+@pytest.mark.parametrize("name", list(CF_NAMES))
+def test_a_name_with_an_invisible_format_character_is_refused_by_the_cli_the_api_and_http(home, tmp_path, name):
+    from fastapi.testclient import TestClient
+
+    from registry import Registry
+    from registry.errors import InputError
+
+    point = CF_NAMES[name]
+    queries = _stored(home)
+    before = _model_names(home)
+    evals = tmp_path / "e.csv"
+    evals.write_text("query_id,score\n" + "".join(f"{q['query_id']},{i % 2}\n" for i, q in enumerate(queries[:8])),
+                     encoding="utf-8")
+
+    cli_refusal = _cli(home, "add-model", "--evals", str(evals), "--", name, code=1).output
+    assert point in cli_refusal and "argument NAME" in cli_refusal
+
+    with pytest.raises(InputError) as api_refusal:
+        Registry.open(home).add_model(name, evals)
+    assert api_refusal.value.field == "name" and point in api_refusal.value.problem
+
+    with TestClient(_app(home)) as client:
+        body = client.post("/v1/models", headers=AUTH, json={"name": name, "evaluations": [
+            {"query_id": q["query_id"], "score": 1} for q in queries[:2]]})
+        assert body.status_code == 422 and body.json()["error"]["field"] == "name", body.text
+        assert point in body.json()["error"]["message"]
+        upload = client.post(f"/v1/models/{quote(name, safe='')}/file", headers=AUTH,
+                             files={"file": ("e.csv", evals.read_bytes())})
+        assert upload.status_code == 422 and upload.json()["error"]["field"] == "name", upload.text
+        assert point in upload.json()["error"]["message"]
+
+    assert _model_names(home) == before
+
+
+def test_names_with_visible_unicode_are_still_accepted(home, tmp_path):
+    queries = _stored(home)
+    evals = tmp_path / "e.csv"
+    evals.write_text("query_id,score\n" + "".join(f"{q['query_id']},{i % 2}\n" for i, q in enumerate(queries[:8])),
+                     encoding="utf-8")
+
+    _cli(home, "add-model", "--evals", str(evals), "--", "ünï cødé/β-עברית")
+
+    assert "ünï cødé/β-עברית" in _model_names(home)
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_name_that_is_a_dot_path_segment_is_refused(home, tmp_path, name):
+    """/v1/models/. and /v1/models/.. are normalised away by HTTP clients: such a model could not be reached."""
+    from registry import Registry
+    from registry.errors import InputError
+
+    evals = tmp_path / "e.csv"
+    evals.write_text("query_id,score\n" + "".join(f"{q['query_id']},{i % 2}\n" for i, q in enumerate(_stored(home)[:8])),
+                     encoding="utf-8")
+    before = _model_names(home)
+    with pytest.raises(InputError) as refusal:
+        Registry.open(home).add_model(name, evals)
+    assert refusal.value.field == "name" and "path segment" in refusal.value.problem
+    assert _model_names(home) == before
