@@ -34,8 +34,12 @@ INNER = "inner"  # the raw inner product (a behaviour index's only metric)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
+    # scaled by the largest entry first: a tiny non-zero vector ([1e-18] * d) keeps its direction (its norm
+    # is below any floor, so dividing by a floor left it near zero: every cosine distance 1); zero rows stay 0
+    scale = np.abs(x).max(axis=1, keepdims=True)
+    x = x / np.where(scale > 0, scale, 1)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    return x / np.where(norms > 0, norms, 1)
 
 
 def _to_gpu(index):

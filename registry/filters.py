@@ -86,11 +86,9 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int beyond float (older homes may hold one): not a number
         return None
 
 

@@ -40,6 +40,7 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
     if len(name) > MAX_NAME_CHARS:
         raise InputError(f"model name of {len(name):,} characters (starting {name[:40]!r}); the limit is "
                          f"{MAX_NAME_CHARS}", file=file, line=line, field=field)
+    check_utf8(name, file=file, line=line, field=field)
     if any(unicodedata.category(c) == "Cc" for c in name):  # line breaks, tabs, NUL, escapes, DEL, C1
         raise InputError(f"model name {name[:60]!r} holds a control character (a line break, tab, NUL, ...)",
                          file=file, line=line, field=field)
@@ -62,6 +63,18 @@ def check_query_text(text: str, *, file: str | Path | None = None, line: int | N
     if len(text) > MAX_QUERY_CHARS:
         raise InputError(f"query text of {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}",
                          file=file, line=line, field=field)
+    check_utf8(text, file=file, line=line, field=field)
+    return text
+
+
+def check_utf8(text: str, *, file: str | Path | None = None, line: int | None = None, field: str = "text") -> str:
+    """Text that can be stored: a lone surrogate (a JSON escape such as \\udfff with no pair) is no character
+    and cannot be written as UTF-8; refused naming the field, before anything is written."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InputError(f"holds U+{ord(text[err.start]):04X}, a lone surrogate (half of a UTF-16 pair), which is "
+                         "not a character", file=file, line=line, field=field) from None
     return text
 
 

@@ -54,7 +54,10 @@ def parse_params_b(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"params_b {value!r} is not a number of parameters")
     if isinstance(value, (int, float)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError(f"params_b {value}: too large to be a number of parameters") from None
     else:
         match = _PARAMS.match(str(value))
         if not match:
@@ -121,8 +124,29 @@ class ModelRecord(BaseModel):
     @classmethod
     def _numbers_are_plain(cls, value: dict) -> dict:
         for key, item in value.items():
-            if isinstance(item, float) and not (math.isfinite(item) and abs(item) <= MAX_EXTRA_NUMBER):
-                raise ValueError(f"{key}={item}: a metadata number must be finite and within +-{MAX_EXTRA_NUMBER:g}")
+            # an int too: 10**400 was stored, then every filter or sort on its key failed converting it to float
+            number = isinstance(item, (int, float)) and not isinstance(item, bool)
+            if number and not (abs(item) <= MAX_EXTRA_NUMBER and math.isfinite(item)):  # abs first: a huge int
+                shown = item if isinstance(item, float) or abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
+                raise ValueError(f"{key}={shown}: a metadata number must be finite and within +-{MAX_EXTRA_NUMBER:g}")
+            for text in (key, item):
+                if isinstance(text, str):
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:
+                        raise ValueError(f"{key[:40]!r}: a lone surrogate (half of a UTF-16 pair) is not a "
+                                         "character") from None
+        return value
+
+    @field_validator("family", "provider", "endpoint", "licence", "access", "tags")
+    @classmethod
+    def _text_is_storable(cls, value):
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("a lone surrogate (half of a UTF-16 pair) is not a character") from None
         return value
 
     @field_validator("name")

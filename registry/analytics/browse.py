@@ -221,7 +221,7 @@ def _ordered(rows: list[_Entry], key, descending: bool) -> list[_Entry]:
     def rank(item):
         v = item[0]
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return (0, float(v), "")
+            return (0, max(min(v, 1e308), -1e308), "")  # an int beyond float (an older home's) sorts at the end
         return (1, 0.0, str(v).lower())
 
     present.sort(key=rank, reverse=descending)

@@ -11,7 +11,7 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from registry.errors import InputError
-from registry.limits import MAX_NAME_CHARS, check_file_size, check_model_name, check_query_text
+from registry.limits import MAX_NAME_CHARS, check_file_size, check_model_name, check_query_text, check_utf8
 from registry.records import ModelRecord, Query, check_score
 
 csv.field_size_limit(1 << 30)  # query texts with ten options and code blocks exceed the 128 KiB default
@@ -248,7 +248,7 @@ def required_text(value: object, *, file: Path | str, line: int, field: str) -> 
     text = "" if value is None else str(value).strip()
     if not text:
         raise InputError("empty value", file=file, line=line, field=field)
-    return text
+    return check_utf8(text, file=file, line=line, field=field)
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -269,6 +269,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             value = json.loads(raw)
         except json.JSONDecodeError as err:
             raise InputError(f"not JSON ({err.msg} at column {err.colno})", file=path, line=number) from None
+        except RecursionError:
+            raise InputError("not JSON this reader takes: nested too deeply", file=path, line=number) from None
         if not isinstance(value, dict):
             raise InputError(f"expected a JSON object, found {type(value).__name__}", file=path, line=number)
         yield number, value

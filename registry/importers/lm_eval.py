@@ -204,6 +204,8 @@ def _model_name_in(results_path: Path, *, required: bool) -> str | None:
         results = json.loads(text)
     except json.JSONDecodeError as err:
         raise InputError(f"not JSON ({err.msg})", file=results_path, line=err.lineno) from None
+    except RecursionError:
+        raise InputError("not JSON this reader takes: nested too deeply", file=results_path) from None
     if not isinstance(results, dict):
         raise InputError("expected a JSON object", file=results_path)
     name = results.get("model_name")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from registry.errors import InputError
-from registry.limits import check_file_size
+from registry.limits import check_file_size, check_utf8
 from registry.importers._common import (
     ImportBatch, parse_score, parse_typed_score, query_id_for_text, read_jsonl, required_text,
 )
@@ -194,6 +194,7 @@ def _optional_text(value: Any, *, file: Path, line: int, field: str) -> str | No
         if field != "query_id":
             raise InputError("expected text, found a number", file=file, line=line, field=field)
         return str(value)
+    check_utf8(value, file=file, line=line, field=field)  # a lone surrogate escape: not storable text
     return value if value.strip() else None
 
 
@@ -295,6 +296,6 @@ def _first_jsonl_keys(path: Path) -> set[str] | None:
                 if raw.strip():
                     value = json.loads(raw.decode("utf-8"))
                     return set(value) if isinstance(value, dict) else None
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return None

@@ -54,6 +54,11 @@ async def _registry_error(request: Request, err: RegistryError):
 async def _validation(request: Request, err: RequestValidationError):
     problems = err.errors()
     first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":  # its loc is ("body", character offset): the body is the field
+        offset = first.get("loc", ("body", None))[-1]
+        at = f" at character {offset}" if isinstance(offset, int) else ""
+        return error_response(422, "ValidationError", f"body: not JSON ({first.get('msg', 'decode error')}{at})",
+                              field="body")
     loc = [str(p) for p in first.get("loc", ())]
     if loc and loc[0] in ("body", "query", "path", "form", "header"):
         loc = loc[1:]  # where the field sits (body, query string) is not part of its name

@@ -10,6 +10,7 @@ lost and nothing lands twice.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -21,6 +22,8 @@ from typing import Any
 from indexing.home import as_path, write_text_atomic
 from registry.errors import RegistryError
 from registry.service.writer import JobSpec, done_job_ids, land_jobs
+
+log = logging.getLogger("locus.service")
 
 __all__ = ["JobQueue", "JobRecord"]
 
@@ -49,6 +52,9 @@ class JobRecord:
 
 
 def error_body(err: Exception) -> dict[str, Any]:
+    if not isinstance(err, RegistryError):  # a bug: its text is for the log, not for the client (as a 500 answer)
+        return {"type": "InternalError", "message": "the server failed on this job; see its log", "field": None,
+                "file": None, "line": None}
     return {"type": type(err).__name__, "message": str(err), "field": getattr(err, "field", None),
             "file": getattr(err, "file", None), "line": getattr(err, "line", None)}
 
@@ -176,7 +182,15 @@ class JobQueue:
             try:
                 outcomes = land_jobs(self.state, [job.spec for job in batch])
             except Exception as err:  # noqa: BLE001 - a bug must fail the jobs, not the writer thread
+                log.exception("a batch of %d job(s) failed to land", len(batch))
                 outcomes = {job.spec.id: err for job in batch}
+                if len(batch) > 1:  # nothing of it landed (one transaction): each alone, so only a bad one fails
+                    for job in batch:
+                        try:
+                            outcomes.update(land_jobs(self.state, [job.spec]))
+                        except Exception as alone:  # noqa: BLE001
+                            log.exception("job %s failed to land", job.spec.id)
+                            outcomes[job.spec.id] = alone
             self.batches += 1
             self.batch_sizes.append(len(batch))
             del self.batch_sizes[:-1000]

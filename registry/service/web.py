@@ -26,6 +26,7 @@ from registry.defaults import CLUSTER_LINKAGE
 from registry.errors import NotFoundError
 from registry.evidence import MIN_EVALS
 from registry.results import Alias, ClustersResult, Comparison, ErrorResponse
+from registry.service.deps import Name
 
 __all__ = ["web_router", "CSP", "PAGES"]
 
@@ -176,7 +177,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
                                   descending=order == "desc", offset=offset, limit=limit)
 
     @router.get("/v1/models/{name}/accuracy", response_model=browse.ModelRow, responses=_ERRORS, tags=["models"])
-    def accuracy(name: str):
+    def accuracy(name: Name):
         """A model's stored evaluations and measured accuracy per task."""
         return browse.model_row(data(), reader.resolve(name))
 

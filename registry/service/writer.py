@@ -9,6 +9,7 @@ completion row written in that transaction (so a job and its model land together
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import pyarrow as pa
 
 from indexing.store import now_utc
 from registry.errors import InputError, RegistryError
+
+log = logging.getLogger("locus.service")
 
 __all__ = ["JobSpec", "land_jobs", "JOBS_TABLE", "JOB_SCHEMA", "done_job_ids"]
 
@@ -62,6 +65,9 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
             changes.append(_change(state, spec))
         except RegistryError as err:
             outcomes[spec.id] = err
+        except Exception as err:  # noqa: BLE001 - a bug in one job's input fails that job, not its batch
+            log.exception("job %s failed while it was read", spec.id)
+            outcomes[spec.id] = err
     kinds = {spec.id: spec.kind for spec in specs}
 
     def completion_rows(store, results) -> None:
@@ -70,9 +76,20 @@ def land_jobs(state, specs: list[JobSpec]) -> dict[str, dict[str, Any] | Registr
                                    "result": json.dumps(r.model_dump(mode="json")), "time": now}
                                   for i, r in results.items()], JOB_SCHEMA)
 
+    by_id = {spec.id: spec for spec in specs}
     for job_id, outcome in land(state, changes, on_commit=completion_rows).items():
+        if isinstance(outcome, InputError) and by_id[job_id].file is not None:
+            outcome = _named_as_sent(outcome, by_id[job_id])  # a row refused against the store names the upload
         outcomes[job_id] = outcome if isinstance(outcome, RegistryError) else outcome.model_dump(mode="json")
     return outcomes
+
+
+def _named_as_sent(err: InputError, spec: JobSpec) -> InputError:
+    """`err` naming the uploaded file as the client sent it, never the server's spool path."""
+    label = spec.file_label or "upload"
+    spooled = (spec.file, Path(spec.file).name)
+    file = label if err.file is not None and any(p in str(err.file) for p in spooled) else err.file
+    return InputError(_unspooled(err.problem, spooled, label), file=file, line=err.line, field=err.field)
 
 
 def _change(state, spec: JobSpec):

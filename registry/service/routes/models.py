@@ -105,8 +105,8 @@ def _metadata(name: str, metadata: str) -> dict:
     """An upload's metadata form field: a JSON object that makes a valid record, or a 422 now."""
     try:
         meta = json.loads(metadata)
-    except ValueError:
-        raise InputError("metadata is not JSON", field="metadata") from None
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply for the parser
+        raise InputError("metadata is not JSON (or nested too deeply)", field="metadata") from None
     if not isinstance(meta, dict):
         raise InputError("metadata must be a JSON object", field="metadata")
     record_from_metadata(name, meta)

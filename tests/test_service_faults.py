@@ -1,0 +1,137 @@
+"""What an HTTP fuzz campaign and hand probing found in `registry serve`, each pinned: input that used to
+reach the writer as an exception (a deeply nested or half-surrogate JSON value, a 400-digit integer) is a
+422 naming its field; one bad job fails alone, never its batch; an upload refused against the store names
+the client's file, not the spool path; every model path reads names that need percent-encoding; a
+malformed body is the body's error; a tiny search vector keeps its direction."""
+from __future__ import annotations
+
+import threading
+import types
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+
+from helpers import SMALL_TRAINED
+from service_harness import TOKEN, copy_home
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def base_home(synthetic_home) -> Path:
+    return synthetic_home("service-faults", **SMALL_TRAINED)
+
+
+@pytest.fixture
+def client(base_home, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from registry.service.app import create_app
+    from registry.service.settings import ServiceSettings
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    home = copy_home(base_home, tmp_path / "home")
+    with TestClient(create_app(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))) as c:
+        c.home = home
+        yield c
+
+
+def _ids(client) -> list[str]:
+    from registry import Registry
+
+    return Registry.open(client.home).store.read("queries", ["query_id"]).column("query_id").to_pylist()
+
+
+def _names(client) -> list[str]:
+    return sorted(m["name"] for m in client.get("/v1/models").json())
+
+
+def test_values_that_broke_the_writer_are_422s_naming_their_field(client):
+    q = _ids(client)[0]
+    before = _names(client)
+    deep = '{"query_id": "%s", "score": 1, "task": %s}\n' % (q, "[" * 50_000 + "]" * 50_000)
+    r = client.post("/v1/models/deep/file", headers=AUTH, files={"file": ("deep.jsonl", deep.encode())})
+    assert r.status_code == 422 and r.json()["error"]["line"] == 1 and "nested too deeply" in r.text, r.text
+    half = b'{"query": "lone \\udfff text", "score": 1}\n'  # a JSON escape of half a UTF-16 pair
+    r = client.post("/v1/models/half/file", headers=AUTH, files={"file": ("half.jsonl", half)})
+    assert r.status_code == 422 and "lone surrogate" in r.text and r.json()["error"]["line"] == 1, r.text
+    r = client.post(
+        "/v1/models", headers={**AUTH, "Content-Type": "application/json"},
+        content=b'{"name": "m", "evaluations": [{"query_id": "%s", "score": 1}], "metadata": {"k": "v\\udfff"}}'
+        % q.encode())
+    assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+    r = client.post("/v1/models/m/file", headers=AUTH, files={"file": ("e.csv", f"query_id,score\n{q},1\n".encode())},
+                    data={"metadata": "[" * 100_000 + "]" * 100_000})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+    r = client.post("/v1/models", headers={**AUTH, "Content-Type": "application/json"},
+                    content=('{"name": "big", "evaluations": [{"query_id": "%s", "score": 1}], "metadata": '
+                             '{"big": %s}}' % (q, 10 ** 400)).encode())
+    assert r.status_code == 422 and r.json()["error"]["field"] == "metadata" and "401 digits" in r.text, r.text
+    assert _names(client) == before  # nothing of any of them was stored
+
+
+def test_an_upload_refused_against_the_store_names_the_client_s_file(client):
+    r = client.post("/v1/models/up/file", headers=AUTH, files={"file": ("unknown.csv", b"query_id,score\nnope-1,1\n")})
+    error = r.json()["error"]
+    assert r.status_code == 422 and error["file"] == "unknown.csv" and error["line"] == 2, r.text
+    assert "uploads" not in r.text and str(client.home) not in r.text
+
+
+def test_the_accuracy_path_reads_a_name_that_needs_encoding(client):
+    name = "org/my model+1"
+    r = client.post("/v1/models", headers=AUTH, json={"name": name, "evaluations": [
+        {"query_id": q, "score": i % 2} for i, q in enumerate(_ids(client)[:4])]})
+    assert r.status_code == 201, r.text
+    row = client.get(f"/v1/models/{quote(name, safe='')}/accuracy")
+    assert row.status_code == 200 and row.json()["name"] == name, row.text
+
+
+def test_a_malformed_json_body_is_the_body_s_error(client):
+    r = client.post("/v1/route", headers={"Content-Type": "application/json"}, content=b'{"query": "a",}')
+    error = r.json()["error"]
+    assert r.status_code == 422 and error["field"] == "body" and "not JSON" in error["message"], r.text
+
+
+def test_a_tiny_search_vector_keeps_its_direction(client):
+    from registry import Registry
+
+    reg = Registry.open(client.home)
+    vector = np.asarray(reg.store.read("models", ["name", "vector"]).to_pylist()[0]["vector"], np.float64)
+    name = reg.store.read("models", ["name"]).column("name")[0].as_py()
+    plain = client.post("/v1/similar", json={"vector": vector.tolist(), "k": 3}).json()["neighbours"]
+    tiny = client.post("/v1/similar", json={"vector": (vector * 1e-18).tolist(), "k": 3}).json()["neighbours"]
+    assert [n["name"] for n in tiny] == [n["name"] for n in plain] and plain[0]["name"] == name
+    assert [n["distance"] for n in tiny] == pytest.approx([n["distance"] for n in plain], abs=1e-5)
+    assert tiny[0]["distance"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_path):
+    """The writer lands a batch in one transaction; when it fails for a reason that is not the registry's
+    (a bug), each job is tried alone, so only the bad one fails, with a generic message (its text is for the
+    log), and the others land."""
+    from registry.service import jobs
+    from registry.service.writer import JobSpec
+
+    calls = []
+
+    def land(state, specs):
+        calls.append([s.name for s in specs])
+        if any(s.name == "bad" for s in specs):
+            raise RuntimeError("secret internals")
+        return {s.id: {"name": s.name} for s in specs}
+
+    monkeypatch.setattr(jobs, "land_jobs", land)
+    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path))
+    try:
+        with queue._cond:  # all three wait before the writer takes any: one batch
+            records = [queue.submit(JobSpec(id=queue.new_id(), kind="add", name=n)) for n in ("a", "bad", "c")]
+        for record in records:
+            assert record.event.wait(30)
+    finally:
+        queue.stop()
+    assert calls[0] == ["a", "bad", "c"] and sorted(calls[1:]) == [["a"], ["bad"], ["c"]]
+    good, bad, other = records
+    assert (good.state, other.state, bad.state) == ("done", "done", "failed")
+    assert bad.error["type"] == "InternalError" and "secret" not in bad.error["message"] and bad.error["status"] == 500
