@@ -678,7 +678,7 @@ def check(ctx, as_json) -> None:
               help="Build from this triple-format directory instead of the synthetic pool.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--epochs", default=150, show_default=True,
-              help="Training budget in epochs (the demo also stops at 60 s) when no encoder is active yet.")
+              help="Training budget in epochs (no wall-clock cap) when no encoder is active yet.")
 @json_option
 @click.pass_context
 def demo(ctx: click.Context, data: Path | None, seed: int, epochs: int, as_json: bool) -> None:

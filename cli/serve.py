@@ -60,6 +60,8 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     if token is None and not is_loopback(host):
         raise click.UsageError(f"refusing to listen on {host} without a token: pass --token-file or set "
                                f"${TOKEN_ENV} (without one, only a loopback address is allowed)")
+    if port:
+        _check_port_free(host, port)
 
     # Start-up takes seconds to tens of seconds (torch, LanceDB, the query encoder): each stage says
     # what it is doing on stderr, so that a silent terminal is never a mystery.
@@ -102,6 +104,21 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
         server.run()
     finally:
         _withdraw(home)  # also when start-up failed; after a SIGTERM uvicorn re-raises it: on_stopped did it
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on now, before the seconds of loading (uvicorn would only
+    find out after them). A probe bind, released at once; the race with another starter stays uvicorn's."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no clash
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise click.UsageError(f"cannot listen on {host}:{port}: {err.strerror or err} "
+                                   "(another process has it? --port picks another; --port 0 any free one)") from None
 
 
 def _advertise(home, url: str, host: str) -> None:

@@ -21,7 +21,8 @@ DRY_RUN=0
 
 step() { printf '\n==> [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 run() {
-    printf '    $ %s\n' "$*"
+    # each word shell-quoted: a printed line pastes back as the same command (torch>=2.4,<2.15, .[test])
+    printf '    $'; printf ' %q' "$@"; printf '\n'
     [ "$DRY_RUN" = 1 ] || "$@"
 }
 # 0 when the index answers for torch within 10 s (a proxy or firewall that drops the request fails).

@@ -165,6 +165,22 @@ def test_serve_refuses_a_public_address_without_a_token(base_home, monkeypatch):
     assert result.exit_code == 2 and "without a token" in result.output
 
 
+def test_serve_refuses_a_busy_port_before_loading_anything(base_home):
+    import socket
+
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["--home", str(base_home), "serve", "--port", str(port)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output, result.output
+    assert "loading the registry" not in result.output  # refused before the start-up stages
+
+
 def test_limits_name_the_field(server, texts):
     with server.client() as c:
         before = _stats(c)

@@ -5,7 +5,6 @@ the client's file, not the spool path; every model path reads names that need pe
 malformed body is the body's error; a tiny search vector keeps its direction."""
 from __future__ import annotations
 
-import threading
 import types
 from pathlib import Path
 from urllib.parse import quote

@@ -328,6 +328,12 @@ def test_setup_falls_back_to_the_package_index_and_says_what_it_costs():
     out = _setup_dry_run("http://127.0.0.1:9/unreachable")
     assert "is unreachable from here" in out and "2.7 GB" in out
     assert "torch==2.13.0+cpu" in out and "--index-url" not in out
+    # a printed command pastes back into a shell as itself: `.[test,ray,s3]` is no glob, `<2.15` no redirection
+    import shlex
+
+    printed = [shlex.split(line.strip()[1:]) for line in out.splitlines() if line.strip().startswith("$ ")]
+    assert [".[test,ray,s3]"] in [w[w.index("-e") + 1:] for w in printed if "-e" in w]
+    assert any(any(word.startswith("torch>=") and "<" in word for word in w) for w in printed)
     assert [line.split("]")[1].strip()[:3] for line in out.splitlines() if line.startswith("==>")] == [
         "1/5", "2/5", "3/5", "4/5", "5/5"]
 
