@@ -134,3 +134,14 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
     good, bad, other = records
     assert (good.state, other.state, bad.state) == ("done", "done", "failed")
     assert bad.error["type"] == "InternalError" and "secret" not in bad.error["message"] and bad.error["status"] == 500
+
+
+def test_the_schema_lists_the_403_and_413_every_route_can_answer(client):
+    schema = client.get("/openapi.json").json()
+    operations = [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()]
+    assert len(operations) > 20
+    missing = [(path, method) for path, method, op in operations if not {"403", "413"} <= set(op["responses"])]
+    assert missing == []
+    big = client.put("/v1/aliases/foo", headers={**AUTH, "Content-Type": "application/json"},
+                     content=b'{"target": "' + b"x" * (70 * 1024 * 1024) + b'"}')
+    assert big.status_code == 413

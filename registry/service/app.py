@@ -116,6 +116,13 @@ def _schema_as_served(app, state, settings) -> None:
                 for operation in item.values():
                     if isinstance(operation, dict):
                         operation.pop("security", None)
+        # every route answers 403 (the Host / Origin checks) and 413 (the body limit) before it runs
+        error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+        for item in schema["paths"].values():
+            for operation in item.values():
+                if isinstance(operation, dict) and "responses" in operation:
+                    for code, why in (("403", "Refused by the Host or Origin check"), ("413", "Request body too large")):
+                        operation["responses"].setdefault(code, {"description": why, **error})
         vector = schema["components"]["schemas"]["SimilarByVector"]["properties"]["vector"]
         models = state.snapshot().models
         if models is not None:

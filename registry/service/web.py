@@ -45,7 +45,7 @@ PAGES = {"/": ("models", "Models"), "/models": ("models", "Models"), "/model": (
          "/portfolio": ("portfolio", "Portfolio"), "/add": ("add", "Add a model")}
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".svg": "image/svg+xml", ".png": "image/png"}
-_ERRORS = {code: {"model": ErrorResponse} for code in (401, 404, 409, 422)}
+_ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422)}
 
 
 class AliasTarget(BaseModel):
