@@ -16,7 +16,7 @@ from pathlib import Path
 from registry.errors import InputError
 
 __all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
-           "check_model_name", "check_query_text", "check_file_size"]
+           "check_model_name", "check_query_text", "check_task_name", "check_utf8", "check_file_size"]
 
 MAX_NAME_CHARS = 200  # a model's name (Hugging Face repo ids are at most 96 characters)
 MAX_QUERY_CHARS = 100_000  # one query's text; the query encoders read at most a few hundred tokens of it
@@ -65,6 +65,22 @@ def check_query_text(text: str, *, file: str | Path | None = None, line: int | N
                          file=file, line=line, field=field)
     check_utf8(text, file=file, line=line, field=field)
     return text
+
+
+def check_task_name(task: str, *, file: str | Path | None = None, line: int | None = None,
+                    field: str = "task") -> str:
+    """A query's task as given, or an InputError naming `field`: the rules of a model name's characters
+    (no control or invisible format character, storable text) and its length. A task is printed in tables
+    and compared as a key: a line break broke `stats`, a trailing NUL made it unequal to itself in numpy."""
+    if len(task) > MAX_NAME_CHARS:
+        raise InputError(f"task name of {len(task):,} characters; the limit is {MAX_NAME_CHARS}",
+                         file=file, line=line, field=field)
+    check_utf8(task, file=file, line=line, field=field)
+    bad = next((c for c in task if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if bad is not None:
+        raise InputError(f"task {task[:60]!r} holds U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}), "
+                         "a control or invisible formatting character", file=file, line=line, field=field)
+    return task
 
 
 def check_utf8(text: str, *, file: str | Path | None = None, line: int | None = None, field: str = "text") -> str:

@@ -145,3 +145,23 @@ def test_the_schema_lists_the_403_and_413_every_route_can_answer(client):
     big = client.put("/v1/aliases/foo", headers={**AUTH, "Content-Type": "application/json"},
                      content=b'{"target": "' + b"x" * (70 * 1024 * 1024) + b'"}')
     assert big.status_code == 413
+
+
+@pytest.mark.parametrize("task", ["x\u001b[31mRED\nfake-line", "ends-in-nul\u0000", "zero\u200bwidth"])
+def test_a_task_with_a_control_or_invisible_character_is_refused(client, tmp_path, task):
+    """A task is printed in tables and compared as a key, so it follows a model name's character rules."""
+    from registry import Registry
+    from registry.errors import InputError
+
+    before = _names(client)
+    r = client.post("/v1/models", headers=AUTH, json={"name": "taskctl", "evaluations": [
+        {"query": "A question with an odd task?", "score": 1, "task": task}]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "task", r.text
+    upload = tmp_path / "e.jsonl"
+    upload.write_text('{"query": "Another odd one?", "score": 1, "task": %s}\n' % __import__("json").dumps(task))
+    r = client.post("/v1/models/taskctl/file", headers=AUTH, files={"file": ("e.jsonl", upload.read_bytes())})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "task" and r.json()["error"]["line"] == 1, r.text
+    with pytest.raises(InputError) as refusal:
+        Registry.open(client.home).add_model("taskctl", upload)
+    assert refusal.value.field == "task" and "U+" in refusal.value.problem
+    assert _names(client) == before

@@ -11,7 +11,8 @@ from typing import Iterator, Mapping
 import numpy as np
 
 from registry.errors import InputError
-from registry.limits import MAX_NAME_CHARS, check_file_size, check_model_name, check_query_text, check_utf8
+from registry.limits import (MAX_NAME_CHARS, check_file_size, check_model_name, check_query_text, check_task_name,
+                             check_utf8)
 from registry.records import ModelRecord, Query, check_score
 
 csv.field_size_limit(1 << 30)  # query texts with ten options and code blocks exceed the 128 KiB default
@@ -52,6 +53,8 @@ class ImportBatch:
 
     def add_query(self, query: Query, *, file: str, line: int, field: str = "text") -> None:
         check_query_text(query.text, file=file, line=line, field=field)
+        if query.task:
+            check_task_name(query.task, file=file, line=line)
         self.queries.append(query)
         self.query_origins.append((file, line))
 
