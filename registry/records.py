@@ -103,6 +103,20 @@ class Evaluation(BaseModel):
         return check_score(value)
 
 
+_SURROGATE = "a lone surrogate (half of a UTF-16 pair) is not a character"
+
+
+def _storable(value: Any) -> bool:
+    """Not text, or text that can be written as UTF-8 (a JSON escape such as \\udfff alone cannot)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ModelRecord(BaseModel):
     """One model (or endpoint) and what we know about it."""
 
@@ -129,24 +143,15 @@ class ModelRecord(BaseModel):
             if number and not (abs(item) <= MAX_EXTRA_NUMBER and math.isfinite(item)):  # abs first: a huge int
                 shown = item if isinstance(item, float) or abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
                 raise ValueError(f"{key}={shown}: a metadata number must be finite and within +-{MAX_EXTRA_NUMBER:g}")
-            for text in (key, item):
-                if isinstance(text, str):
-                    try:
-                        text.encode("utf-8")
-                    except UnicodeEncodeError:
-                        raise ValueError(f"{key[:40]!r}: a lone surrogate (half of a UTF-16 pair) is not a "
-                                         "character") from None
+            if not all(_storable(text) for text in (key, item)):
+                raise ValueError(f"{key[:40]!r}: {_SURROGATE}")
         return value
 
     @field_validator("family", "provider", "endpoint", "licence", "access", "tags")
     @classmethod
     def _text_is_storable(cls, value):
-        for text in value if isinstance(value, list) else [value]:
-            if isinstance(text, str):
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError("a lone surrogate (half of a UTF-16 pair) is not a character") from None
+        if not all(_storable(text) for text in (value if isinstance(value, list) else [value])):
+            raise ValueError(_SURROGATE)
         return value
 
     @field_validator("name")

@@ -61,6 +61,11 @@ def test_values_that_broke_the_writer_are_422s_naming_their_field(client):
         content=b'{"name": "m", "evaluations": [{"query_id": "%s", "score": 1}], "metadata": {"k": "v\\udfff"}}'
         % q.encode())
     assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+    r = client.post(
+        "/v1/models", headers={**AUTH, "Content-Type": "application/json"},
+        content=b'{"name": "m", "evaluations": [{"query_id": "%s", "score": 1}], "metadata": {"family": "x\\udfff"}}'
+        % q.encode())
+    assert r.status_code == 422 and r.json()["error"]["field"] == "metadata" and "surrogate" in r.text, r.text
     r = client.post("/v1/models/m/file", headers=AUTH, files={"file": ("e.csv", f"query_id,score\n{q},1\n".encode())},
                     data={"metadata": "[" * 100_000 + "]" * 100_000})
     assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text

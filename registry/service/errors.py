@@ -34,8 +34,17 @@ class HTTPError(Exception):
 
 def error_response(status: int, type_: str, message: str, *, field=None, file=None, line=None,
                    headers=None) -> JSONResponse:
-    body = {"error": {"type": type_, "message": message, "field": field, "file": file, "line": line}}
+    body = {"error": {"type": type_, "message": _printable(message), "field": _printable(field),
+                      "file": _printable(file), "line": line}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _printable(text):
+    """An error may quote the input it refuses: a lone surrogate in it (no character, no UTF-8) is written
+    as its escape, or the answer itself could not be sent."""
+    if not isinstance(text, str):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _registry_status(err: RegistryError) -> int:
