@@ -219,9 +219,11 @@ def test_the_first_import_with_an_encoder_makes_it_the_registrys(tmp_path):
     assert "query encoder is now all-MiniLM-L6-v2" in result.output
     for stage in ("reading ", "checking 10 evaluations", "encoding 5 new texts", "encoded 5/5 texts", "writing "):
         assert stage in result.stderr, stage
-    # a second import with another encoder does not change it
+    # a second import with another encoder is refused (its texts would have no vector the registry reads)
     other = write_triple(tmp_path / "d2", queries=[("z1", "math", "What is 9 times 9?")])
-    Registry.open(home).import_path(other, encoder="all-mpnet-base-v2", encode=False)
+    with pytest.raises(InputError, match="query encoder is all-MiniLM-L6-v2") as refused:
+        Registry.open(home).import_path(other, encoder="all-mpnet-base-v2", encode=False)
+    assert refused.value.field == "encoder"
     assert Registry.open(home).query_encoder == "all-MiniLM-L6-v2"
 
 
@@ -230,7 +232,8 @@ def test_train_on_a_home_without_its_encoders_vectors_says_how_to_fix_it(tmp_pat
 
     reg = Registry.open(tmp_path / "h")
     reg.import_path(write_triple(tmp_path / "d"), encoder="all-MiniLM-L6-v2")
-    reg.set_query_encoder("all-mpnet-base-v2")  # as a user who imported with another encoder would have
+    # a home switched before `init --encoder` refused that (or by hand): its config names another encoder
+    reg.store.update_config(query_encoder="all-mpnet-base-v2")
     with pytest.raises(RegistryError, match="registry init --encoder all-MiniLM-L6-v2"):
         reg.train(config=TrainConfig(epochs=1, max_seconds=None))
 
