@@ -113,3 +113,13 @@ def test_clusters_and_map_name_the_models_they_cannot_place(reg, tmp_path):
     assert "no-print" not in [c.name for c in drawn.coordinates]
     by_locus = reg.clusters(by="locus", min_evals=0)  # it has a LOCUS vector: clustered by that
     assert by_locus.without_vector == [] and "no-print" in [m for c in by_locus.clusters for m in c.members]
+
+
+def test_a_search_from_a_model_without_a_fingerprint_says_why_it_read_locus(reg):
+    stored = reg.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    reg.add_model("few-answers", [{"query_id": q, "score": i % 2} for i, q in enumerate(stored[:3])])
+    found = reg.similar("few-answers", k=3)
+    assert found.by == "locus" and "few-answers has no behaviour fingerprint" in found.evidence_note
+    well = next(m.name for m in reg.models() if m.name != "few-answers")
+    assert reg.similar(well, k=3).by == "fingerprint"
+    assert not (reg.similar("few-answers", k=3, by="locus").evidence_note or "").count("fingerprint")  # asked for

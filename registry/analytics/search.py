@@ -237,9 +237,18 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
     left_out: list[str] = []
     used, hits = _answer(store, query, k=k, metric=metric, where=where, by=by, open_store=open_store,
                          warm=warm, min_evals=min_evals, left_out=left_out)
+    notes = [evidence_note(left_out, min_evals)]
+    if by is None and isinstance(query, str) and used == "locus":
+        # the likeness default is the fingerprint: say why this model was searched by LOCUS instead
+        prints = open_index(store, store=open_store, by="fingerprint").index.names
+        if prints and query not in prints:
+            from registry.catalog.fingerprint_store import MIN_FINGERPRINT_EVALS
+
+            notes.append(f"{query} has no behaviour fingerprint (fewer than {MIN_FINGERPRINT_EVALS} evaluations on "
+                         "the item table's queries; registry refine adds them): searched by its LOCUS embedding")
     return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
                         where=where, by=used, neighbours=hits, min_evals=min_evals,
-                        evidence_note=evidence_note(left_out, min_evals))
+                        evidence_note="; ".join(n for n in notes if n) or None)
 
 
 def _answer(store, query, *, k, metric, where, by, open_store, warm=None, min_evals=0,
