@@ -16,7 +16,8 @@ from pathlib import Path
 from registry.errors import InputError
 
 __all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
-           "check_model_name", "check_query_text", "check_task_name", "check_utf8", "check_file_size"]
+           "check_model_name", "check_query_text", "check_task_name", "check_utf8", "lone_surrogate",
+           "check_file_size"]
 
 MAX_NAME_CHARS = 200  # a model's name (Hugging Face repo ids are at most 96 characters)
 MAX_QUERY_CHARS = 100_000  # one query's text; the query encoders read at most a few hundred tokens of it
@@ -41,7 +42,7 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
         raise InputError(f"model name of {len(name):,} characters (starting {name[:40]!r}); the limit is "
                          f"{MAX_NAME_CHARS}", file=file, line=line, field=field)
     check_utf8(name, file=file, line=line, field=field)
-    if any(unicodedata.category(c) == "Cc" for c in name):  # line breaks, tabs, NUL, escapes, DEL, C1
+    if _first_of(name, ("Cc",)) is not None:  # line breaks, tabs, NUL, escapes, DEL, C1
         raise InputError(f"model name {name[:60]!r} holds a control character (a line break, tab, NUL, ...)",
                          file=file, line=line, field=field)
     if name in (".", ".."):  # a URL path segment that clients normalise away: /v1/models/. is /v1/models/
@@ -49,7 +50,7 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
                          file=file, line=line, field=field)
     # Format characters (Unicode category Cf): zero-width spaces and joiners, bidi overrides and isolates,
     # soft hyphens, BOMs. Invisible, they make two names that print alike differ (or one print reversed).
-    invisible = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    invisible = _first_of(name, ("Cf",))
     if invisible is not None:
         what = unicodedata.name(invisible, "a format character")
         raise InputError(f"model name {name[:60]!r} holds the invisible formatting character U+{ord(invisible):04X} "
@@ -76,21 +77,36 @@ def check_task_name(task: str, *, file: str | Path | None = None, line: int | No
         raise InputError(f"task name of {len(task):,} characters; the limit is {MAX_NAME_CHARS}",
                          file=file, line=line, field=field)
     check_utf8(task, file=file, line=line, field=field)
-    bad = next((c for c in task if unicodedata.category(c) in ("Cc", "Cf")), None)
+    bad = _first_of(task, ("Cc", "Cf"))
     if bad is not None:
         raise InputError(f"task {task[:60]!r} holds U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}), "
                          "a control or invisible formatting character", file=file, line=line, field=field)
     return task
 
 
-def check_utf8(text: str, *, file: str | Path | None = None, line: int | None = None, field: str = "text") -> str:
-    """Text that can be stored: a lone surrogate (a JSON escape such as \\udfff with no pair) is no character
-    and cannot be written as UTF-8; refused naming the field, before anything is written."""
+def _first_of(text: str, categories: tuple[str, ...]) -> str | None:
+    """The first character of `text` in these Unicode categories (Cc control, Cf invisible format), or None."""
+    return next((c for c in text if unicodedata.category(c) in categories), None)
+
+
+LONE_SURROGATE = "a lone surrogate (half of a UTF-16 pair), which is not a character"
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The position of the first lone surrogate in `text` (a JSON escape such as \\udfff with no pair: no
+    character, and no UTF-8 can hold it), or None when the text can be stored."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise InputError(f"holds U+{ord(text[err.start]):04X}, a lone surrogate (half of a UTF-16 pair), which is "
-                         "not a character", file=file, line=line, field=field) from None
+        return err.start
+    return None
+
+
+def check_utf8(text: str, *, file: str | Path | None = None, line: int | None = None, field: str = "text") -> str:
+    """Text that can be stored, or an InputError naming the field, before anything is written."""
+    at = lone_surrogate(text)
+    if at is not None:
+        raise InputError(f"holds U+{ord(text[at]):04X}, {LONE_SURROGATE}", file=file, line=line, field=field)
     return text
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from registry.limits import DEFAULT_TASK
+from registry.limits import DEFAULT_TASK, LONE_SURROGATE, lone_surrogate
 
 __all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
 
@@ -103,18 +103,9 @@ class Evaluation(BaseModel):
         return check_score(value)
 
 
-_SURROGATE = "a lone surrogate (half of a UTF-16 pair) is not a character"
-
-
 def _storable(value: Any) -> bool:
-    """Not text, or text that can be written as UTF-8 (a JSON escape such as \\udfff alone cannot)."""
-    if not isinstance(value, str):
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """Not text, or text that can be written as UTF-8 (`registry.limits.lone_surrogate`)."""
+    return not isinstance(value, str) or lone_surrogate(value) is None
 
 
 class ModelRecord(BaseModel):
@@ -144,14 +135,14 @@ class ModelRecord(BaseModel):
                 shown = item if isinstance(item, float) or abs(item) < 10**30 else f"an integer of {len(str(abs(item)))} digits"
                 raise ValueError(f"{key}={shown}: a metadata number must be finite and within +-{MAX_EXTRA_NUMBER:g}")
             if not all(_storable(text) for text in (key, item)):
-                raise ValueError(f"{key[:40]!r}: {_SURROGATE}")
+                raise ValueError(f"{key[:40]!r} holds {LONE_SURROGATE}")
         return value
 
     @field_validator("family", "provider", "endpoint", "licence", "access", "tags")
     @classmethod
     def _text_is_storable(cls, value):
         if not all(_storable(text) for text in (value if isinstance(value, list) else [value])):
-            raise ValueError(_SURROGATE)
+            raise ValueError(f"holds {LONE_SURROGATE}")
         return value
 
     @field_validator("name")

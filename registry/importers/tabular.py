@@ -63,7 +63,7 @@ def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
         raise InputError(f"expected a {' or '.join(SUFFIXES)} file", file=path)
 
     batch = ImportBatch(source=f"{kind}:{path.resolve()}")
-    task_conflicts, _ = _add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
+    task_conflicts = len(_add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind))
 
     for name in dict.fromkeys(batch.eval_models):
         batch.models.append(ModelRecord(name=name))
@@ -103,7 +103,7 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
             columns.update(dict.fromkeys(row))
             yield line, {**row, "model": model}
 
-    _, conflicts = _add_rows(batch, owned(), path=path, id_prefix=id_prefix, kind=kind)
+    conflicts = _add_rows(batch, owned(), path=path, id_prefix=id_prefix, kind=kind)
     if not batch.n_evaluations:
         raise InputError("no evaluations", file=path)
     batch.refuse_conflicting_scores()
@@ -127,10 +127,10 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
 
 def _add_rows(
     batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
-) -> tuple[int, list[tuple[str, str, int, str, int]]]:
-    """Adds every row's query and evaluation. Returns how many rows with text disagree on a query's task
-    with its first row with text, and the rows that give a query a task other than its first row's, as
-    (query id, task, line, first row's task or "", first row's line).
+) -> list[tuple[str, str, int, str, int]]:
+    """Adds every row's query and evaluation. Returns the rows that give a query of this file a task other
+    than the one it got (its first row with text), as (query id, task, line, that task or "", that line); a
+    query known only by id keeps its stored task (the landing warns, `ImportBatch.stored_task_warnings`).
 
     Scores: CSV cells are text, parsed as numbers; JSON Lines values and Parquet cells must be numbers
     (a boolean or a string is refused, see parse_typed_score)."""
@@ -145,12 +145,10 @@ def _add_rows(
 
 def _add_each_row(
     batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
-) -> tuple[int, list[tuple[str, str, int, str, int]]]:
+) -> list[tuple[str, str, int, str, int]]:
     file_name = str(path)
     firsts: dict[str, tuple[str, str, int]] = {}  # query id -> (text, task, line) of its first row with text
-    first_tasks: dict[str, tuple[str, int]] = {}  # query id -> (task or "", line) of its first row
-    conflicts: list[tuple[str, str, int, str, int]] = []
-    task_conflicts = 0
+    tasked: list[tuple[str, str, int]] = []  # (query id, task, line) of every row that gives a task
     score_of = parse_score if kind == "csv" else parse_typed_score
     for line, row in rows:
         model = required_text(row.get("model"), file=path, line=line, field="model")
@@ -175,13 +173,11 @@ def _add_each_row(
                     f"query_id {query_id!r} has a different text on {_where(kind)} {first[2]}",
                     file=path, line=line, field="query",
                 )
-            else:
-                task_conflicts += task != first[1]
-        first_task = first_tasks.setdefault(query_id, (task, line))
-        if task and task != first_task[0]:
-            conflicts.append((query_id, task, line, *first_task))
+        if task:
+            tasked.append((query_id, task, line))
         batch.add_evaluation(model, query_id, score, file=file_name, line=line, task=task or None)
-    return task_conflicts, conflicts
+    return [(q, task, line, firsts[q][1], firsts[q][2]) for q, task, line in tasked
+            if q in firsts and task != firsts[q][1]]
 
 
 def _optional_text(value: Any, *, file: Path, line: int, field: str) -> str | None:
