@@ -1,7 +1,7 @@
 // Families: the models' hierarchical clusters as `registry clusters` cuts them (/v1/clusters), each
 // cluster with its members (links to their pages) and the `family` metadata they carry, and how well
 // the clusters agree with that metadata.
-import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams, whereHint } from "./lib.js";
 
 const LINKAGES = ["complete", "average", "single", "ward"];
 
@@ -28,7 +28,7 @@ export async function render(root) {
     try {
       r = await api("/v1/clusters", { params: query });
     } catch (err) {
-      replace(out, errorBox(err, err.field === "where" ? "A filter is FIELD OP VALUE, joined by and/or (see the Models page)." : null));
+      replace(out, errorBox(err, whereHint(err)));
       return;
     }
     const g = r.family_agreement;

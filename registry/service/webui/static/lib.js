@@ -75,6 +75,9 @@ export async function api(path, { method = "GET", params = null, body = undefine
   return data;
 }
 
+// The hint under a refused filter (an error whose field is `where`), else none.
+export const whereHint = (err) => (err.field === "where" ? "A filter is FIELD OP VALUE, joined by and/or (see the Models page)." : null);
+
 export function errorBox(err, hint) {
   const box = h("div", { class: "error", role: "alert" }, err.message || String(err));
   if (err.status === 401) box.append(h("br"), "Paste the token in the Token box at the top of the page, then try again.");

@@ -1,7 +1,7 @@
 // Portfolio: a few models that cover the pool (/v1/portfolio, `registry portfolio`), chosen by a number of
 // models or a parameter budget, with their routing accuracy on held-out test queries against the whole
 // pool and against random subsets of the same size.
-import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams, whereHint } from "./lib.js";
 
 const METHODS = [["", "default"], ["answers", "answers (cover the recorded answers)"], ["kmedoids", "k-medoids"],
   ["kcenter", "k-center"], ["greedy-budget", "greedy under a budget"]];
@@ -34,7 +34,7 @@ export async function render(root) {
     try {
       r = await api("/v1/portfolio", { params: query });
     } catch (err) {
-      replace(out, errorBox(err, err.field === "where" ? "A filter is FIELD OP VALUE, joined by and/or (see the Models page)." : null));
+      replace(out, errorBox(err, whereHint(err)));
       return;
     }
     const limit = r.budget_b === null ? `${r.k} models` : `a budget of ${r.budget_b}B parameters`;
