@@ -21,6 +21,7 @@ def refine(ctx, name, evals_file, as_json) -> None:
         result = _registry(ctx, create=False).refine(name, evals_file)
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
+        f"refine {r.name}: nothing new (version {r.version} stays)" if r.event == "unchanged" else
         f"refine {r.name} (version {r.version}): {r.new_evaluations} new evaluations; embedded from {r.n_evals} "
         f"evaluations with encoder {r.encoder_id}; {r.encoded_texts} new texts encoded"))
 

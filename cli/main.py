@@ -431,8 +431,10 @@ def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
     limit = _evals_option(max_evals, "--max-evals")
     report = _registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers)
     echo_warnings(report.warnings)
-    emit(report, as_json, lambda r: click.echo(f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
-                                       + (f" on Ray ({r.workers} workers, {r.seconds:.1f} s)" if r.engine == "ray" else "")))
+    emit(report, as_json, lambda r: click.echo(
+        f"embedded {r.n_embedded} models with encoder {r.encoder_id}"
+        + (f" on Ray ({r.workers} workers, {r.seconds:.1f} s)" if r.engine == "ray" else "")
+        + (f"; {r.unchanged} unchanged (no new history row)" if r.unchanged else "")))
 
 
 @cli.command()
@@ -593,7 +595,7 @@ def remove(ctx, name, as_json) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("--version", type=int, default=None, help="The version to restore (default: the latest).")
+@click.option("--version", type=int, default=None, help="The version to restore (default, for a removed model: the latest; a live model needs one).")
 @json_option
 @click.pass_context
 def restore(ctx, name, version, as_json) -> None:

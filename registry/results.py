@@ -188,7 +188,8 @@ class ModelChange(Result):
 
     name: str
     version: int
-    event: Literal["add", "replace", "refine"]
+    event: Literal["add", "replace", "refine", "unchanged"] = Field(
+        description="'unchanged': a refine that brought nothing new (no new version; `version` is the current one)")
     encoder_id: str
     n_evals: int = Field(description="evaluations the embedding was built from")
     new_evaluations: int
@@ -251,6 +252,8 @@ class EmbedReport(Result):
 
     encoder_id: str
     n_embedded: int
+    unchanged: int = Field(0, description="of those, models whose stored vectors were already these (no new "
+                                          "history row)")
     n_evals: dict[str, int] = Field(description="per model, the evaluations its embedding was built from")
     engine: str = Field("local", description="'local' (this process) or 'ray'")
     workers: int | None = Field(None, description="Ray actors that embedded (the ray engine)")

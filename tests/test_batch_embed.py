@@ -42,13 +42,21 @@ def vectors(home: Path) -> dict[str, np.ndarray]:
 
 def test_ray_engine_gives_the_single_process_vectors(tiny):
     pytest.importorskip("ray.data", reason="the ray extra is not installed (pip install 'locus-registry[ray]')")
+    reg = Registry.open(tiny, create=False)
+    # Two models with evaluations on queries stored without a vector (--no-encode): both engines say so.
+    stored = reg.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    unencoded = Path(tiny).parent / "unencoded.jsonl"
+    unencoded.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"model": "half", "query_id": stored[0], "score": 1},
+        {"model": "half", "query": "An unencoded question about bats?", "score": 0},
+        {"model": "none", "query": "Another unencoded question, on owls?", "score": 1}]))
+    reg.import_path(unencoded, encode=False)
     local = EmbedReport.model_validate_json(run(tiny, "embed", "--all", "--json").stdout)
     expected = vectors(tiny)
-    assert local.engine == "local" and len(expected) == 6
+    assert local.engine == "local" and len(expected) == 7 and "none" not in expected
     # Spoil the stored vectors so that only a real Ray write can bring them back.
-    reg = Registry.open(tiny, create=False)
-    write_embeddings(reg.store, local.encoder_id, sorted(expected), np.zeros((6, len(next(iter(expected.values())))),
-                                                                              np.float32), [1] * 6)
+    write_embeddings(reg.store, local.encoder_id, sorted(expected), np.zeros((7, len(next(iter(expected.values())))),
+                                                                              np.float32), [1] * 7)
     generation = (tiny / GENERATION_FILE).read_text()
     n_versions = reg.store.count(VERSIONS)
 
@@ -56,13 +64,15 @@ def test_ray_engine_gives_the_single_process_vectors(tiny):
         run(tiny, "embed", "--all", "--engine", "ray", "--workers", "2", "--json").stdout)
     assert (report.engine, report.workers, report.encoder_id) == ("ray", 2, local.encoder_id)
     assert report.seconds > 0 and 0 < report.worker_seconds
-    assert report.n_evals == local.n_evals  # every model, from all 30 of its evaluations
+    assert report.n_evals == local.n_evals  # every model, from all 30 of its evaluations (half: its 1 encoded)
+    [warning] = [w for w in report.warnings if "no all-MiniLM-L6-v2 vector" in w]
+    assert warning in local.warnings and "half (1 of 2)" in warning and "none (1 of 1, not embedded)" in warning
     got = vectors(tiny)
     assert sorted(got) == sorted(expected)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
     # Written through the transaction: a version row per model, and a new generation for the index.
-    assert reg.store.count(VERSIONS) == n_versions + 6
+    assert reg.store.count(VERSIONS) == n_versions + 7
     assert (tiny / GENERATION_FILE).read_text() != generation
     nearest = json.loads(run(tiny, "search", sorted(expected)[0], "-k", "2", "--json").stdout)
     assert nearest  # the index rebuilt from the new vectors answers

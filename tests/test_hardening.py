@@ -84,8 +84,9 @@ def test_version_numbers_are_never_reused(base_home, texts, tmp_path):
 def test_cli_and_service_racing_never_share_a_version(server, texts, tmp_path):
     with server.client() as c:
         assert c.post("/v1/models", json={"name": "race", "evaluations": _evals(texts, 12)}).status_code == 201
-    evals = tmp_path / "more.jsonl"
-    evals.write_text("".join(json.dumps(e) + "\n" for e in _evals(texts, 4, offset=12)))
+    files = [tmp_path / f"more{i}.jsonl" for i in range(2)]  # each brings new evaluations: a refine of
+    for i, evals in enumerate(files):                         # nothing new makes no version
+        evals.write_text("".join(json.dumps(e) + "\n" for e in _evals(texts, 2, offset=12 + 2 * i)))
     errors: list[str] = []
 
     def http() -> None:
@@ -97,7 +98,7 @@ def test_cli_and_service_racing_never_share_a_version(server, texts, tmp_path):
 
     thread = threading.Thread(target=http)
     thread.start()
-    for _ in range(2):
+    for evals in files:
         out = _cli(server.home, "refine", "race", "--evals", str(evals))
         if out.returncode != 0:
             errors.append(out.stderr[-500:])
@@ -117,7 +118,7 @@ def test_any_accepted_name_works_on_every_path_and_in_the_client(server, texts, 
     from registry.client import RegistryClient
 
     upload = tmp_path / "evals.csv"
-    upload.write_text("query,score\n" + "".join(f'"{t}",{i % 2}\n' for i, (t, _) in enumerate(texts[:6])))
+    upload.write_text("query,score\n" + "".join(f'"{t}",{(i + 1) % 2}\n' for i, (t, _) in enumerate(texts[:6])))
     with RegistryClient(server.url, token=TOKEN) as reg:
         for name in NAMES:
             assert reg.add_model(name, [(t, i % 2) for i, (t, _) in enumerate(texts[:8])]).version == 1
@@ -199,6 +200,7 @@ def test_with_a_token_nothing_changes_for_clients(server, texts):
         r = c.post("/v1/models/tok-file/file", headers={"Origin": "http://elsewhere.example"},
                    files={"file": ("e.csv", ("query,score\n" + f'"{texts[0][0]}",1\n').encode())})
         assert r.status_code == 201, r.text
+        assert c.delete("/v1/models/tok-file", headers={"Host": "registry.internal"}).status_code == 200
         assert c.post("/v1/models/tok-file/restore", headers={"Host": "registry.internal"}).status_code == 200
 
 

@@ -42,9 +42,10 @@ def home(trained_home, tmp_path) -> Path:
     return copy
 
 
-def _evals_file(reg: Registry, name: str, path: Path, n: int | None = None) -> Path:
+def _evals_file(reg: Registry, name: str, path: Path, n: int | None = None, flip: bool = False) -> Path:
+    """The model's own evaluations (`flip`: with every score flipped, a change a refine makes a version of)."""
     texts = {r["query_id"]: r["text"] for r in reg.store.read("queries").to_pylist()}
-    rows = [{"query": texts[r["query_id"]], "score": r["score"]}
+    rows = [{"query": texts[r["query_id"]], "score": 1 - r["score"] if flip else r["score"]}
             for r in reg.store.read("evaluations").to_pylist() if r["model"] == name][:n]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
@@ -62,7 +63,9 @@ def test_add_model_on_an_existing_name_points_at_refine_and_refine_makes_a_new_v
     history = _run(home, "history", name)
     assert "v2" in history and "refine" in history
     refined = CliRunner().invoke(cli, ["--home", str(home), "refine", name, "--evals", str(evals), "--json"])
-    assert json.loads(refined.stdout)["version"] == 3  # stdout: a thin model's warning goes to stderr
+    again = json.loads(refined.stdout)  # stdout: a thin model's warning goes to stderr
+    assert (again["version"], again["event"]) == (2, "unchanged")  # the same file again: nothing new, no version
+    assert f"refine {name}: nothing new (version 2 stays)" in _run(home, "refine", name, "--evals", str(evals))
     assert "no model named 'nobody'" in _run(home, "refine", "nobody", "--evals", str(evals), code=1)
 
 
@@ -99,7 +102,7 @@ def test_a_pinned_alias_refuses_a_version_that_is_no_longer_live(home, tmp_path)
     reg = Registry.open(home)
     name = reg.models()[0].name
     _run(home, "alias", "set", "stable", f"{name}@1")
-    _run(home, "refine", name, "--evals", str(_evals_file(reg, name, tmp_path / "e.jsonl", n=5)))
+    _run(home, "refine", name, "--evals", str(_evals_file(reg, name, tmp_path / "e.jsonl", n=5, flip=True)))
     out = _run(home, "show", "stable", code=1)
     assert f"alias 'stable' points to {name} version 1, but the live version is 2" in out
     assert f"registry restore {name} --version 1" in out

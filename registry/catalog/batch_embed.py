@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store, vector_table_name
-from registry.catalog.embedding import active_encoder, write_embeddings
+from registry.catalog.embedding import active_encoder, unvectored_warning, write_embeddings
 from registry.catalog.dataset import load_query_vectors
 from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport
@@ -94,15 +94,17 @@ class _EmbedWorker:
         d = self.locus.config.d
         name = str(group["model"][0]) if len(group["model"]) else ""
         empty = {"model": np.zeros(0, dtype=object), "vector": np.zeros((0, d), np.float32),
-                 "n_evals": np.zeros(0, np.int64), "seconds": np.zeros(0, np.float64)}
+                 "n_evals": np.zeros(0, np.int64), "left_out": np.zeros(0, np.int64), "seconds": np.zeros(0, np.float64)}
         started = time.perf_counter()
         if name not in self.live:  # a removed model keeps its evaluations, but is not embedded
             return empty
         q_index = np.fromiter((self.q_pos.get(q, -1) for q in group["query_id"]), np.int64, len(group["query_id"]))
         keep = q_index >= 0  # queries without a vector from the query encoder are left out, as in load_eval_data
         n = int(keep.sum())
-        if n == 0:
-            return empty
+        if n == 0:  # every evaluation on a query without a vector: reported, not embedded
+            return {**empty, "model": np.array([name], dtype=object), "vector": np.full((1, d), np.nan, np.float32),
+                    "n_evals": np.zeros(1, np.int64), "left_out": np.array([len(keep)], np.int64),
+                    "seconds": np.zeros(1)}
         with torch.inference_mode():
             q = torch.from_numpy(q_index[keep])
             proj = QueryProjection(self.proj.base[q][None], self.proj.signed[q][None])  # (1, n, d) each
@@ -110,7 +112,8 @@ class _EmbedWorker:
             # The same forward pass as encoder.inference.embed_models, for one set without padding.
             z = self.locus.encoder.embed(proj, y, torch.zeros((1, n), dtype=torch.bool))  # (1, d)
         return {"model": np.array([name], dtype=object), "vector": z.float().numpy(),
-                "n_evals": np.array([n], np.int64), "seconds": np.array([time.perf_counter() - started])}
+                "n_evals": np.array([n], np.int64), "left_out": np.array([len(keep) - n], np.int64),
+                "seconds": np.array([time.perf_counter() - started])}
 
 
 def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int = 2,
@@ -165,11 +168,13 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
         names: list[str] = []
         vectors: list[np.ndarray] = []
         n_evals: list[int] = []
+        left_out: dict[str, int] = {}
         worker_seconds = 0.0
         for batch in embedded.iter_batches(batch_format="numpy", batch_size=None):
             names.extend(str(n) for n in batch["model"])
             vectors.extend(np.asarray(v, np.float32) for v in batch["vector"])
             n_evals.extend(int(n) for n in batch["n_evals"])
+            left_out.update((str(m), int(n)) for m, n in zip(batch["model"], batch["left_out"]))
             worker_seconds += float(np.sum(batch["seconds"]))
         seconds = time.perf_counter() - t0
     finally:
@@ -179,5 +184,7 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
     matrix = np.stack([vectors[i] for i in order]) if names else np.zeros((0, active.config.d), np.float32)
     report = write_embeddings(store, active.encoder_id, [names[i] for i in order], matrix,
                               [n_evals[i] for i in order], expect_versions=watched)
+    warning = unvectored_warning(left_out, dict(zip(names, n_evals)), active.query_encoder)
     return report.model_copy(update={"engine": "ray", "workers": num_workers, "seconds": seconds,
-                                     "worker_seconds": worker_seconds})
+                                     "worker_seconds": worker_seconds,
+                                     "warnings": report.warnings + ([warning] if warning else [])})

@@ -245,23 +245,24 @@ def embed_all(store: Store, *, max_evals: int | None = DEFAULT_MAX_EMBED_EVALS, 
     per_model = embedding_evals(data, max_evals=max_evals, seed=seed)
     vectors = embed_models(active.locus, data, per_model)  # (M, d), NaN for a model without evaluations
     report = write_embeddings(store, active.encoder_id, data.models, vectors, [len(e) for e in per_model])
-    left_out = unvectored_warning(data, active.query_encoder)
+    held = np.bincount(data.model_index, minlength=data.n_models)
+    left_out = unvectored_warning(data.unvectored, dict(zip(data.models, held.tolist())), active.query_encoder)
     if left_out:
         report.warnings.append(left_out)
     return report
 
 
-def unvectored_warning(data, query_encoder: str) -> str | None:
+def unvectored_warning(lost: dict[str, int], kept: dict[str, int], query_encoder: str) -> str | None:
     """What an embedding left out because a query had no vector from the query encoder (stored with
-    --no-encode, say): the models, how many of their evaluations, and how to encode them."""
-    if not data.unvectored:
+    --no-encode, say): the models (`lost`: name -> evaluations left out; `kept`: name -> evaluations
+    read), how many of their evaluations, and how to encode them."""
+    lost = {name: n for name, n in lost.items() if n}
+    if not lost:
         return None
-    held = np.bincount(data.model_index, minlength=data.n_models)
-    position = {name: i for i, name in enumerate(data.models)}
     parts = []
-    for name, lost in sorted(data.unvectored.items()):
-        kept = int(held[position[name]])
-        parts.append(f"{name} ({lost} of {lost + kept}{'' if kept else ', not embedded'})")
+    for name, n in sorted(lost.items()):
+        k = int(kept.get(name, 0))
+        parts.append(f"{name} ({n} of {n + k}{'' if k else ', not embedded'})")
     shown = ", ".join(parts[:10]) + (f" and {len(parts) - 10} more" if len(parts) > 10 else "")
     return (f"{len(parts)} model(s) have evaluations on queries with no {query_encoder} vector, left out of their "
             f"embeddings: {shown}; import their files again (with encoding on) to encode those queries")
@@ -288,25 +289,43 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
                 raise RegistryError(f"the registry changed while embedding ({', '.join(moved)} written by another "
                                     f"writer); nothing was written: run the embed again")
         rows = {r["name"]: r for r in store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()}  # rewritten below
-        updated = []
+        embedded = []
         for name, z, n in zip(names, vectors, n_evals):
             if name not in rows or not np.isfinite(z).all():
                 continue
             row = dict(rows[name])
             row.update(vector=np.asarray(z, dtype=np.float32).tolist(), encoder_id=encoder_id, n_evals=int(n),
                        embedded_at=now)
-            updated.append(row)
+            embedded.append(row)
         # both vectors in the same transaction: the fingerprint from the evaluations as they are now
-        prints = fingerprint_columns(store, load_item_table(store, encoder_id), [r["name"] for r in updated])
-        for row in updated:
+        prints = fingerprint_columns(store, load_item_table(store, encoder_id), [r["name"] for r in embedded])
+        for row in embedded:
             row.update(prints[row["name"]])
+        # a model whose vectors come out as stored keeps its row and gets no history row: running
+        # `embed --all` again is not a new version of anything
+        updated = [row for row in embedded if not _same_embedding(rows[row["name"]], row)]
         if updated:
             store.upsert(MODELS, updated, MODEL_SCHEMA, "name", insert=False)
             store.append(VERSIONS, [version_row(row, "embed", now) for row in updated], VERSION_SCHEMA)
     from registry.evidence import is_thin, thin_models_warning
 
-    counts = {r["name"]: int(r["n_evals"]) for r in updated}
+    counts = {r["name"]: int(r["n_evals"]) for r in embedded}
     warning = thin_models_warning(counts)
-    return EmbedReport(encoder_id=encoder_id, n_embedded=len(updated), n_evals=counts,
+    return EmbedReport(encoder_id=encoder_id, n_embedded=len(embedded), unchanged=len(embedded) - len(updated),
+                       n_evals=counts,
                        low_evidence=sorted(n for n, c in counts.items() if is_thin(c)),
                        warnings=[warning] if warning else [])
+
+
+def _same_embedding(stored: dict, fresh: dict) -> bool:
+    """Whether a models-table row already holds `fresh`'s vectors (the same encoder, evaluation count,
+    item table, and vectors equal to float32 rounding: the forward pass is deterministic)."""
+    if any(stored.get(k) != fresh.get(k) for k in ("encoder_id", "n_evals", "table_id")):
+        return False
+    for column in ("vector", "fingerprint"):
+        a, b = stored.get(column), fresh.get(column)
+        if (a is None) != (b is None):
+            return False
+        if a is not None and (len(a) != len(b) or not np.allclose(a, b, rtol=0.0, atol=1e-6)):
+            return False
+    return True

@@ -218,6 +218,18 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
                 f"({len(final):,}); see docs/service.md for the limits", field="evaluations")
             prepared.remove(p)
             continue
+        if p.change.kind == "refine" and p.new_evaluations == 0 and _embedded_from(
+                stored_models[p.change.name], active.encoder_id, len(final), p.change.max_evals):
+            # nothing the stored version lacks: no new version (history numbers name changes only)
+            current = stored_models[p.change.name]
+            outcomes[p.change.id] = ModelChange(
+                name=p.change.name, version=int(current.get("version") or 1), event="unchanged",
+                encoder_id=active.encoder_id, n_evals=int(current["n_evals"]), new_evaluations=0, encoded_texts=0,
+                warnings=list(p.change.batch.warnings) + p.warnings + [
+                    f"{p.change.name}: every evaluation given is stored already with the same score; "
+                    f"version {int(current.get('version') or 1)} stays, no new version"])
+            prepared.remove(p)
+            continue
         p.query_ids = list(final)
         p.hashes = [new_hash.get(q) or by_id[q] for q in final]
         p.scores = np.asarray(list(final.values()), dtype=np.float32)
@@ -299,6 +311,12 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         if on_commit is not None:
             on_commit(store, results)
     outcomes.update(results)
+
+
+def _embedded_from(row: dict, encoder_id: str, n_held: int, max_evals: int | None) -> bool:
+    """Whether a stored model row is the embedding a landing of `n_held` evaluations would write now."""
+    wanted = n_held if max_evals is None else min(n_held, max_evals)
+    return row.get("vector") is not None and row.get("encoder_id") == encoder_id and row.get("n_evals") == wanted
 
 
 def _held(prepared: list[_Prepared], vectors: dict, queries) -> HeldEvaluations:

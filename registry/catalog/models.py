@@ -12,10 +12,10 @@ from typing import Any, Iterable, Mapping
 from indexing.store import MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.errors import InputError, NotFoundError
 from registry.catalog.fingerprint_store import load_item_table
-from registry.importers._common import ImportBatch, query_id_for_text
+from registry.importers._common import ImportBatch, parse_typed_score, query_id_for_text
 from registry.catalog.ingest import model_row
 from registry.limits import check_model_name
-from registry.records import ModelRecord, Query, check_score, validation_problem
+from registry.records import ModelRecord, Query, validation_problem
 from registry.results import HistoryEntry, ModelHistory, RemoveResult, RestoreResult
 from registry.catalog.rows import model_rows, next_versions, record_of, version_row, write_model
 
@@ -58,10 +58,8 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
             text, score = values[0], values[1]
             task = values[2] if len(values) == 3 else None
             query_id = None
-        try:
-            score = check_score(score)
-        except ValueError as err:
-            raise InputError(str(err), file="evaluations", line=i, field="score") from None
+        # a number, as in a JSON Lines file or an HTTP body: True or "0.5" is refused alike by every face
+        score = parse_typed_score(score, file="evaluations", line=i, field="score")
         if query_id is None:
             if not isinstance(text, str) or not text.strip():
                 raise InputError("no query text and no query_id", file="evaluations", line=i, field="query")
@@ -111,13 +109,20 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
     version: the restored copy gets the next number, so every number names one thing forever."""
     with store.transaction():
         past = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
+        current = model_rows(store, [name]).get(name)
+        live = None if current is None else int(current.get("version") or 1)
+        if version is None and live is not None:
+            raise InputError(f"model {name!r} is live (version {live}); name the version to bring back: "
+                             f"registry restore {name} --version V (registry history {name} lists them)",
+                             field="version")
         if version is not None:
             past = [r for r in past if r["version"] == version]
             if not past:
                 raise NotFoundError(f"model {name!r} has no version {version}")
         chosen = past[-1]
+        if live is not None and version == live:  # already what the model is: no new version
+            return RestoreResult(name=name, restored_version=live, version=live)
         record = ModelRecord.model_validate_json(chosen["record"])
-        current = model_rows(store, [name]).get(name)
         row = model_row(record, current["added"] if current else chosen["time"])
         row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
                    embedded_at=chosen["time"], version=next_versions(store, [name])[name])
