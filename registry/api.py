@@ -100,13 +100,19 @@ class Registry:
         return self.store.query_encoder
 
     def set_query_encoder(self, name: str) -> None:
-        from encoder.query_encoder import canonical_encoder_name
+        from encoder.query_encoder import DEFAULT_ENCODER, SMALL_ENCODER, canonical_encoder_name, load_query_encoder
 
         if not isinstance(name, str) or not name.strip():
             raise InputError("the query encoder name is empty", field="encoder")
         name = canonical_encoder_name(name)
         if name != self.query_encoder:
             self._refuse_other_encoder(name, "registry init --encoder")
+            if name not in (DEFAULT_ENCODER, SMALL_ENCODER):
+                # a name only a load can check (a hub name, a directory): load it now, not at the first import
+                try:
+                    load_query_encoder(name)
+                except RegistryError as err:
+                    raise InputError(str(err), field="encoder") from None
         self.store.update_config(query_encoder=name)
 
     def _refuse_other_encoder(self, name: str, what: str) -> None:

@@ -123,3 +123,20 @@ def test_a_search_from_a_model_without_a_fingerprint_says_why_it_read_locus(reg)
     well = next(m.name for m in reg.models() if m.name != "few-answers")
     assert reg.similar(well, k=3).by == "fingerprint"
     assert not (reg.similar("few-answers", k=3, by="locus").evidence_note or "").count("fingerprint")  # asked for
+
+
+def test_init_loads_an_encoder_it_does_not_know_by_name(tmp_path):
+    """A name that is neither a packaged encoder nor a model directory is loaded by `init`, so a typo is
+    refused there, not at the first import."""
+    from registry import Registry
+
+    home = tmp_path / "fresh"
+    out = _cli("--home", str(home), "init", "--encoder", "nosuch-encoder")
+    assert out.exit_code != 0 and "cannot load query encoder 'nosuch-encoder'" in out.output
+    assert Registry.open(home).query_encoder == "all-mpnet-base-v2"  # the default, unchanged
+    model_dir = tmp_path / "not-a-model"
+    model_dir.mkdir()
+    out = _cli("--home", str(home), "init", "--encoder", str(model_dir))
+    assert out.exit_code != 0 and "not a sentence-transformers model directory" in out.output
+    assert _cli("--home", str(home), "init", "--encoder", "all-MiniLM-L6-v2").exit_code == 0
+    assert Registry.open(home).query_encoder == "all-MiniLM-L6-v2"
