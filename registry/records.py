@@ -19,6 +19,8 @@ __all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_
 
 # Typed metadata columns of the models table; anything else goes to ModelRecord.extra.
 METADATA_FIELDS = ("family", "params_b", "provider", "endpoint", "licence", "access", "tags")
+# Columns a model has besides its metadata (the table's, the filters'): no metadata key takes these names.
+RESERVED_KEYS = ("name", "version", "n_evals", "accuracy")
 
 
 class Query(BaseModel):
@@ -125,6 +127,19 @@ class ModelRecord(BaseModel):
     tags: list[str] = Field(default_factory=list)
     extra: dict[str, str | float | int | bool | None] = Field(default_factory=dict)
 
+    @field_validator("extra", mode="before")
+    @classmethod
+    def _values_are_scalar(cls, value: Any) -> Any:
+        """One scalar per key (only `tags` is a list), said with the key: pydantic's own message named
+        neither."""
+        if not isinstance(value, dict):
+            return value
+        for key, item in value.items():
+            if not (item is None or isinstance(item, (str, int, float, bool))):
+                raise ValueError(f"{key[:40]}: a metadata value is text, a number, true/false or empty, not a "
+                                 f"{type(item).__name__} (only tags takes a list)")
+        return value
+
     @field_validator("extra")
     @classmethod
     def _numbers_are_plain(cls, value: dict) -> dict:
@@ -159,6 +174,13 @@ class ModelRecord(BaseModel):
         typed: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, raw in fields.items():
+            # a key that shadows a column tables, sorts and filters read by that name (`where name == x`
+            # would never see it) is refused here, where metadata comes in; homes that stored one keep it
+            if not isinstance(key, str) or not key.strip():
+                raise ValueError("a metadata key is empty")
+            if is_reserved_key(key):
+                raise ValueError(f"{key[:40]!r} is a column of its own, not a metadata key (reserved: "
+                                 f"{', '.join(RESERVED_KEYS)} and task:NAME); name it otherwise")
             value = raw.strip() if isinstance(raw, str) else raw
             if value == "":
                 value = None
@@ -185,6 +207,11 @@ class ModelRecord(BaseModel):
         flat = self.model_dump(exclude={"name", "extra"})
         flat.update(self.extra)
         return flat
+
+
+def is_reserved_key(key: str) -> bool:
+    """Whether a metadata key would shadow one of a model's own columns (RESERVED_KEYS, task:NAME)."""
+    return key in RESERVED_KEYS or key.startswith("task:")
 
 
 def _check_price(key: str, value: Any) -> None:

@@ -216,3 +216,87 @@ def test_a_name_that_is_a_dot_path_segment_is_refused(home, tmp_path, name):
         Registry.open(home).add_model(name, evals)
     assert refusal.value.field == "name" and "path segment" in refusal.value.problem
     assert _model_names(home) == before
+
+
+# ------------------------------------------------------------------ 6. metadata keys and values
+@pytest.mark.parametrize("key", ["name", "accuracy", "version", "n_evals", "task:math"])
+def test_a_metadata_key_that_shadows_a_column_is_refused_by_the_cli_the_api_and_http(home, tmp_path, key):
+    from fastapi.testclient import TestClient
+
+    from registry import Registry
+    from registry.errors import InputError
+
+    query = _stored(home)[0]
+    evals = tmp_path / "e.jsonl"
+    evals.write_text(json.dumps({"query_id": query["query_id"], "score": 1}) + "\n", encoding="utf-8")
+    refused = _cli(home, "add-model", "shadow", "--evals", str(evals), "--meta", f"{key}=x", code=1)
+    assert f"{key!r} is a column of its own, not a metadata key" in refused.output
+    with pytest.raises(InputError) as err:
+        Registry.open(home).add_model("shadow", [{"query_id": query["query_id"], "score": 1}], {key: "x"})
+    assert err.value.field == "metadata" and "column of its own" in str(err.value)
+    with TestClient(_app(home)) as client:
+        r = client.post("/v1/models", headers=AUTH, json={
+            "name": "shadow", "metadata": {key: "x"}, "evaluations": [{"query_id": query["query_id"], "score": 1}]})
+        assert r.status_code == 422 and "column of its own" in r.json()["error"]["message"], r.text
+    assert "shadow" not in _model_names(home)
+
+
+def test_a_list_in_metadata_is_refused_naming_its_key(home):
+    from fastapi.testclient import TestClient
+
+    query = _stored(home)[0]
+    with TestClient(_app(home)) as client:
+        r = client.post("/v1/models", headers=AUTH, json={
+            "name": "listy", "metadata": {"regions": ["eu", "us"]},
+            "evaluations": [{"query_id": query["query_id"], "score": 1}]})
+        assert r.status_code == 422, r.text
+        assert "regions: a metadata value is text, a number, true/false or empty, not a list (only tags takes a list)" \
+            in r.json()["error"]["message"]
+        tagged = client.post("/v1/models", headers=AUTH, json={
+            "name": "tagged", "metadata": {"tags": ["eu", "us"]},
+            "evaluations": [{"query_id": query["query_id"], "score": 1}]})
+        assert tagged.status_code == 201, tagged.text
+    assert "listy" not in _model_names(home)
+
+
+def test_a_triple_import_keeps_a_reserved_models_csv_column_out_of_metadata(tmp_path):
+    from registry import Registry
+
+    data = tmp_path / "triple"
+    data.mkdir()
+    (data / "queries.csv").write_text("query_id,task,text\n0,math,What is two plus two?\n1,law,Is a contract binding?\n")
+    (data / "models.csv").write_text("model_id,name,family,accuracy\n0,m-a,fa,0.5\n1,m-b,fb,0.5\n")
+    (data / "evals.csv").write_text("model_id,query_id,score\n0,0,1\n0,1,0\n1,0,0\n1,1,1\n")
+    reg = Registry.open(tmp_path / "home")
+    report = reg.import_path(data, encode=False)
+    assert any("column(s) accuracy not kept as metadata" in w for w in report.warnings)
+    assert [m.extra for m in reg.list()] == [{}, {}] and {m.family for m in reg.list()} == {"fa", "fb"}
+
+
+# ------------------------------------------------------------------ 7. Python scores are numbers too
+@pytest.mark.parametrize("score, words", [(True, "score true is a boolean"), ("0.5", "score '0.5' is a string")])
+def test_the_python_api_refuses_a_boolean_or_string_score_as_files_and_http_do(home, score, words):
+    from registry import Registry
+    from registry.errors import InputError
+
+    query = _stored(home)[0]
+    with pytest.raises(InputError) as err:
+        Registry.open(home).add_model("typed-py", [(query["text"], 1), (query["text"] + " again?", score)])
+    assert (err.value.file, err.value.line, err.value.field) == ("evaluations", 2, "score") and words in str(err.value)
+    assert "typed-py" not in _model_names(home)
+
+
+# ------------------------------------------------------------------ 8. import says when a stored task is kept
+def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_path):
+    queries = _stored(home)
+    first = queries[0]
+    other = _other_task(first["task"], {q["task"] for q in queries})
+    evals = tmp_path / "more.jsonl"
+    rows = [{"model": "importer", "query": first["text"], "score": 1, "task": other}]
+    rows += [{"model": "importer", "query": q["text"], "score": i % 2, "task": q["task"]} for i, q in enumerate(queries[1:5])]
+    evals.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    report = json.loads(_cli(home, "import", str(evals), "--json").stdout)
+    conflicts = [w for w in report["warnings"] if "stored with task" in w]
+    assert conflicts == [f"line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task "
+                         f"{other!r} given here was not applied (a stored query keeps its task)"]
+    assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]

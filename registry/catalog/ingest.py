@@ -29,7 +29,7 @@ from indexing.store import (
 )
 from registry.errors import InputError
 import registry.limits as limits
-from registry.limits import check_file_size, check_model_name
+from registry.limits import DEFAULT_TASK, check_file_size, check_model_name
 from registry.importers._common import ImportBatch, text_hash
 from registry.records import ModelRecord
 from registry.results import ImportReport
@@ -126,12 +126,18 @@ def ingest(
         f"{len(batch.queries):,} queries against the store ...")
 
     # 1. the batch against the store ---------------------------------------------------------
-    stored_q = store.read(QUERIES, ["query_id", "text_hash"])
+    stored_q = store.read(QUERIES, ["query_id", "text_hash", "task"])
     stored_hash = dict(zip(stored_q.column("query_id").to_pylist(), stored_q.column("text_hash").to_pylist()))
-    new_queries, batch_hash = [], {}
+    stored_by_text = {h: q for q, h in stored_hash.items()}
+    new_queries, batch_hash, renamed = [], {}, {}
     for query, (file, line) in zip(batch.queries, batch.query_origins):
         digest = text_hash(query.text)
         batch_hash[query.id] = digest
+        # evaluations given by text land on the stored query with that text, not on a second query of the
+        # same text (as add-model and refine do): the audit and the item table compare by query id
+        if query.id.startswith("t:") and query.id not in stored_hash and digest in stored_by_text:
+            renamed[query.id] = stored_by_text[digest]
+            continue
         known = stored_hash.get(query.id)
         if known is None:
             new_queries.append((query, digest))
@@ -140,11 +146,21 @@ def ingest(
                 f"query id {query.id!r} is already stored with a different text "
                 "(import with --id-prefix to keep both)", file=file, line=line, field="query_id",
             )
+    if renamed:
+        batch.eval_queries = [renamed.get(q, q) for q in batch.eval_queries]
+        batch.drop_duplicate_evaluations()
     for i, query_id in enumerate(batch.eval_queries):
         if query_id not in batch_hash and query_id not in stored_hash:
             file, line = batch.where(i)
             raise InputError(f"query id {query_id!r} is neither in this import nor in the store",
                              file=file, line=line, field="query_id")
+    # a stored query keeps its task: a file giving it another (a row's task, or its query's) is told so, as
+    # add-model and refine are
+    for query, (_, line) in zip(batch.queries, batch.query_origins):
+        if query.task and query.task != DEFAULT_TASK:
+            batch.given_tasks.setdefault(query.id, (query.task, line))
+    report.warnings.extend(batch.stored_task_warnings(
+        dict(zip(stored_q.column("query_id").to_pylist(), stored_q.column("task").to_pylist())), renamed))
 
     if precomputed is not None:
         known_ids = batch_hash.keys() | stored_hash.keys()

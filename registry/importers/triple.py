@@ -14,7 +14,7 @@ from pathlib import Path
 from registry.errors import InputError
 from registry.importers._common import ImportBatch, parse_score, read_csv, required_text
 from registry.limits import check_model_name
-from registry.records import ModelRecord, Query, validation_problem
+from registry.records import ModelRecord, Query, is_reserved_key, validation_problem
 
 FILES = ("queries.csv", "models.csv", "evals.csv")
 
@@ -47,10 +47,17 @@ def read_triple(path: Path, *, id_prefix: str = "") -> ImportBatch:
     models_file = path / "models.csv"
     model_names: dict[str, str] = {}
     seen_names: dict[str, int] = {}
+    reserved: list[str] = []
     for line, row in read_csv(models_file, ("model_id", "name")):
         model_id = required_text(row.pop("model_id"), file=models_file, line=line, field="model_id")
         name = check_model_name(required_text(row.pop("name"), file=models_file, line=line, field="name"),
                                 file=models_file, line=line, field="name")
+        # a column the registry computes itself (accuracy from the evaluations, say) is not metadata: kept,
+        # it would shadow the registry's own in tables and filters
+        for key in [k for k in row if is_reserved_key(k)]:
+            row.pop(key)
+            if key not in reserved:
+                reserved.append(key)
         if model_id in model_names:
             raise InputError(f"model_id {model_id!r} appears twice", file=models_file, line=line, field="model_id")
         if name in seen_names:
@@ -66,6 +73,11 @@ def read_triple(path: Path, *, id_prefix: str = "") -> ImportBatch:
         model_names[model_id] = name
         seen_names[name] = line
         batch.models.append(record)
+
+    if reserved:
+        batch.warnings.append(f"{models_file}: column(s) {', '.join(reserved)} not kept as metadata: the registry "
+                              "has columns of those names (accuracy is computed from the evaluations); rename a "
+                              "column to keep it")
 
     evals_file = path / "evals.csv"
     evals_name = str(evals_file)
