@@ -139,6 +139,16 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
     good, bad, other = records
     assert (good.state, other.state, bad.state) == ("done", "done", "failed")
     assert bad.error["type"] == "InternalError" and "secret" not in bad.error["message"] and bad.error["status"] == 500
+    # read back after a restart (from the job's file): the same times, `started` included
+    restarted = jobs.JobQueue(types.SimpleNamespace(home=tmp_path))
+    try:
+        for record in records:
+            again = restarted.get(record.spec.id)
+            assert again is not record and again.state == record.state
+            assert (again.created, again.started, again.finished) == (record.created, record.started, record.finished)
+            assert again.started is not None and again.started <= again.finished
+    finally:
+        restarted.stop()
 
 
 def test_the_schema_lists_the_403_and_413_every_route_can_answer(client):
@@ -170,3 +180,21 @@ def test_a_task_with_a_control_or_invisible_character_is_refused(client, tmp_pat
         Registry.open(client.home).add_model("taskctl", upload)
     assert refusal.value.field == "task" and "U+" in refusal.value.problem
     assert _names(client) == before
+
+
+def test_a_write_without_the_token_is_401_even_when_its_body_is_bad(client):
+    """FastAPI reads the body before a route's dependencies: the write check runs first all the same, so a
+    client without the token is told that (401), not what was wrong with a body it may not send. With the
+    token, the bad body is the answer (422); reads are not asked for a token."""
+    bodies = [("/v1/models", b'{"name": "x", "evaluations": ['),  # not JSON
+              ("/v1/models", b'{"name": "x"}'),  # JSON missing a field
+              ("/v1/models/x/refine", b'[]')]
+    for path, body in bodies:
+        plain = {"Content-Type": "application/json"}
+        r = client.post(path, headers=plain, content=body)
+        assert r.status_code == 401 and r.json()["error"]["field"] == "Authorization", (path, body, r.text)
+        wrong = client.post(path, headers={**plain, "Authorization": "Bearer nope"}, content=body)
+        assert wrong.status_code == 401, wrong.text
+        assert client.post(path, headers={**plain, **AUTH}, content=body).status_code == 422
+    r = client.post("/v1/route", headers={"Content-Type": "application/json"}, content=b'{"queries": ')
+    assert r.status_code == 422  # a read: its bad body is the answer

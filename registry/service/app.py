@@ -17,7 +17,7 @@ from dataclasses import fields
 from fastapi import FastAPI
 
 from registry.api import Registry
-from registry.service.deps import WRITE
+from registry.service.deps import WRITE, check_write_before_body
 from registry.service.edge import Edge, allowed_methods
 from registry.service.errors import add_error_handlers
 from registry.service.jobs import JobQueue
@@ -67,7 +67,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     app.add_middleware(Edge, max_bytes=limits.max_body_bytes, observe=metrics.observe,
                        allowed=lambda path: allowed_methods(app.routes, path),
                        host_ok=None if settings.token else (lambda host: loopback_host(host, settings.port)))
-    add_error_handlers(app)
+    add_error_handlers(app, before_body=check_write_before_body)
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(web_router(settings, reader=reader, state=state, write=WRITE))  # the web UI at /

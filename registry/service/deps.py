@@ -26,7 +26,7 @@ from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_h
 from registry.service.state import WarmState
 
 __all__ = ["get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads", "require_token",
-           "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name", "WRITE"]
+           "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name", "WRITE"]
 
 
 async def get_settings(request: Request) -> ServiceSettings:
@@ -120,3 +120,16 @@ def _same_origin(origin: str, port: int | None) -> bool:
 
 
 WRITE = [Depends(require_token)]  # a route's `dependencies=`: every write asks for it
+
+
+def check_write_before_body(request: Request) -> None:
+    """The write check for a request whose body FastAPI refused before the route's dependencies ran
+    (it reads the body first): a write without the token is answered 401 (or 403), not 422, so a
+    client learns it is not allowed before it learns what was wrong with its body."""
+    route = request.scope.get("route")
+    if not any(getattr(d, "dependency", None) is require_token for d in getattr(route, "dependencies", ())):
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=given.strip())
+                   if scheme.lower() == "bearer" and given.strip() else None)
+    require_token(request, credentials, request.headers.get(CLIENT_HEADER), request.app.state.settings)

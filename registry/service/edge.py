@@ -54,6 +54,11 @@ class Edge:
                     await PlainTextResponse("", status_code=204, headers={"Allow": allow})(
                         scope, receive, tracking_send)
                     return
+            if scope["method"] == "HEAD" and self.allowed is not None and "GET" in self.allowed(scope["path"]):
+                # HEAD is GET without the body (RFC 9110): FastAPI's routes answer GET only, so a HEAD from a
+                # link checker or a load balancer's probe was a 405
+                await self._limited({**scope, "method": "GET"}, receive, _bodiless(tracking_send), lambda: started)
+                return
             await self._limited(scope, receive, tracking_send, lambda: started)
         except Exception:  # noqa: BLE001 - a bug answers JSON and the connection stays open
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
@@ -111,6 +116,15 @@ class Edge:
 
 class _TooBig(Exception):
     pass
+
+
+def _bodiless(send):
+    """`send` with every response body emptied: the headers (Content-Length included) stay the GET's."""
+    async def headers_only(message):
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+    return headers_only
 
 
 _MODELS_PREFIX = b"/v1/models/"

@@ -105,7 +105,8 @@ class JobQueue:
             return None
         record = JobRecord(JobSpec(**{k: v for k, v in saved["spec"].items()}), saved["state"])
         record.result, record.error = saved.get("result"), saved.get("error")
-        record.created, record.finished = saved.get("created", 0.0), saved.get("finished")
+        record.created, record.started, record.finished = (saved.get("created", 0.0), saved.get("started"),
+                                                           saved.get("finished"))
         return record
 
     def depth(self) -> int:
@@ -122,8 +123,8 @@ class JobQueue:
         spec = asdict(job.spec)
         if job.state in ("done", "failed"):
             spec["evaluations"] = None  # the payload is in the store now (or refused): keep the record small
-        payload = {"spec": spec, "state": job.state, "created": job.created, "finished": job.finished,
-                   "result": job.result, "error": job.error}
+        payload = {"spec": spec, "state": job.state, "created": job.created, "started": job.started,
+                   "finished": job.finished, "result": job.result, "error": job.error}
         write_text_atomic(self.directory / f"{job.spec.id}.json", json.dumps(payload))
 
     def _recover(self) -> None:
