@@ -25,7 +25,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # What each page shows once its /v1 calls have answered.
 PAGES = {"/": "#models-table tbody tr", "/map": "#map circle", "/audit": "#calibration", "/route": "#targets input",
          "/compare?a={a}&b={b}": "#compare-table tbody tr", "/families": "#clusters-table tbody tr",
-         "/portfolio": "#portfolio-table tbody tr", "/add": "#suggest form",
+         "/portfolio": "#portfolio-table tbody tr", "/add": "#suggest form", "/api": "section.operation",
          "/model?name={a}": "#near-behaviour tbody tr"}
 
 
@@ -128,6 +128,26 @@ def test_every_page_loads_without_an_error(tab, names, server):
         assert tab.page.locator(".error").count() == 0, (path, tab.page.locator(".error").all_inner_texts())
         assert tab.problems() == [], (path, tab.problems())
     assert tab.page.locator("#heading").inner_text() == a
+
+
+def test_the_api_page_lists_every_operation_of_the_schema_and_filters_them(tab, server):
+    with server.client(auth=False) as c:
+        schema = c.get("/openapi.json").json()
+        assert c.head("/api").status_code == 200 and c.head("/api").content == b""  # HEAD wherever GET
+    operations = {(m.upper(), p) for p, item in schema["paths"].items() for m in item if m in ("get", "post", "put", "delete")}
+    writes = {(m.upper(), p) for p, item in schema["paths"].items() for m, op in item.items() if op.get("security")}
+    page = tab.page
+    page.goto("/api")
+    page.locator("section.operation").first.wait_for()
+    shown = {tuple(t.split(" ", 1)) for t in page.locator("section.operation h3").evaluate_all(
+        "els => els.map(e => e.querySelectorAll('code')[0].textContent + ' ' + e.querySelectorAll('code')[1].textContent)")}
+    assert shown == operations and len(operations) > 20
+    assert page.locator("section.operation .badge").count() == len(writes) > 0
+    assert page.locator("#fields-AddModelRequest tbody tr").count() == len(schema["components"]["schemas"]["AddModelRequest"]["properties"])
+    page.get_by_label("Filter").fill("aliases put")
+    assert page.locator("section.operation:visible").count() == 1
+    assert page.locator("section.operation:visible h3").inner_text().startswith("PUT /v1/aliases/{alias}")
+    assert tab.problems() == []
 
 
 def test_models_filter_narrows_the_table_and_shows_a_bad_filters_error(tab, server, names):
@@ -299,7 +319,7 @@ def test_restore_is_refused_without_the_token_and_works_with_it(tab, server, hom
     from registry import Registry
 
     name = names[-1]
-    evaluations = own_evaluations(Registry.open(home), name)[:5]
+    evaluations = [{**e, "score": 1 - e["score"]} for e in own_evaluations(Registry.open(home), name)[:5]]  # a change
     with server.client() as c:
         refined = c.post(f"/v1/models/{quote(name)}/refine", json={"evaluations": evaluations})
         assert refined.status_code == 201, refined.text

@@ -42,7 +42,7 @@ _UI_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosnif
 PAGES = {"/": ("models", "Models"), "/models": ("models", "Models"), "/model": ("model", "Model"),
          "/map": ("map", "Map"), "/audit": ("audit", "Audit"), "/route": ("route", "Route playground"),
          "/compare": ("compare", "Compare"), "/families": ("families", "Families"),
-         "/portfolio": ("portfolio", "Portfolio"), "/add": ("add", "Add a model")}
+         "/portfolio": ("portfolio", "Portfolio"), "/add": ("add", "Add a model"), "/api": ("api", "API reference")}
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
           ".svg": "image/svg+xml", ".png": "image/png"}
 _ERRORS = {code: {"model": ErrorResponse} for code in (401, 403, 404, 409, 413, 422)}

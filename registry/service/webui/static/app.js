@@ -5,6 +5,7 @@ import { $, api, h, replace, token } from "./lib.js";
 const PAGES = {
   models: "./models.js", model: "./model.js", map: "./map.js", audit: "./audit.js",
   route: "./route.js", compare: "./compare.js", families: "./families.js", portfolio: "./portfolio.js", add: "./add.js",
+  api: "./api.js",
 };
 
 function tokenBox() {
