@@ -679,6 +679,8 @@ def _train_rank(rank: int, world: int, device: torch.device, send: Callable[[str
 # ---------------------------------------------------------------------------------------------
 
 SPREAD_RATIO_WARNING = 1.5  # models no farther apart than this many self-spreads: "within noise"
+INDISTINCT_Z = 4.0  # two models' accuracies this many standard errors apart are different models
+INDISTINCT_SHARE = 0.05  # warn when this share of the pairs (of different accuracy) sit within one self-spread
 CHANCE_MARGIN = 0.01  # a validation loss within 1% of chance's has learnt nothing usable
 
 
@@ -704,8 +706,19 @@ def embedding_spread(locus: Locus, data: EvalData, per_model: Sequence[np.ndarra
     full = embed_models(locus, data, [per_model[m] if m in set(usable) else per_model[m][:0]
                                       for m in range(data.n_models)])[usable]
     self_d = float(np.median(np.linalg.norm(za - zb, axis=1)))
-    between = float(np.median(pdist(full)))
-    return {"self": self_d, "between": between, "ratio": between / self_d if self_d > 0 else float("inf")}
+    distances = pdist(full)  # (P,) condensed: pairs (i, j), i < j, of `usable`
+    between = float(np.median(distances))
+    # Pairs the encoder puts within one self-spread although their accuracies differ beyond doubt: a median
+    # over all pairs hides a pool whose families each sit at one point (the demo's did, cosine < 0.002)
+    accuracy = np.array([float(data.scores[per_model[m]].mean()) for m in usable])
+    n = np.array([len(per_model[m]) for m in usable], np.float64)
+    i, j = np.triu_indices(len(usable), k=1)
+    se = np.sqrt(accuracy[i] * (1 - accuracy[i]) / n[i] + accuracy[j] * (1 - accuracy[j]) / n[j])
+    differ = np.abs(accuracy[i] - accuracy[j]) > INDISTINCT_Z * np.maximum(se, 1e-9)
+    merged = np.flatnonzero((distances <= self_d) & differ)
+    return {"self": self_d, "between": between, "ratio": between / self_d if self_d > 0 else float("inf"),
+            "indistinct_pairs": int(len(merged)), "pairs": int(len(distances)),
+            "indistinct_examples": [[data.models[usable[i[p]]], data.models[usable[j[p]]]] for p in merged[:3]]}
 
 
 def collapse_warnings(best: Validation | None, spread: dict | None) -> list[str]:
@@ -720,4 +733,11 @@ def collapse_warnings(best: Validation | None, spread: dict | None) -> list[str]
         out.append(f"embeddings are within noise of each other: distinct models lie a median {spread['between']:.4g} "
                    f"apart, two samples of one model {spread['self']:.4g} (ratio {spread['ratio']:.2f} < "
                    f"{SPREAD_RATIO_WARNING}); neighbours in this space mean little")
+    merged = (spread or {}).get("indistinct_pairs") or 0
+    if merged and merged >= INDISTINCT_SHARE * spread["pairs"]:
+        shown = ", ".join(f"{a} ~ {b}" for a, b in spread["indistinct_examples"])
+        out.append(f"{merged} of {spread['pairs']} model pairs lie within two samples of one model's spread "
+                   f"({spread['self']:.4g}) although their accuracies differ by more than {INDISTINCT_Z:g} standard "
+                   f"errors (e.g. {shown}): the encoder does not tell them apart, and route ranks them alike on "
+                   "LOCUS; train longer (more epochs or patience) or with more evaluations per model")
     return out

@@ -49,15 +49,15 @@ def thin_warning(name: str, n_evals: int | None) -> str | None:
             f"route and clusters (--min-evals 0 ranks it with them); add evaluations with `registry refine`")
 
 
-def thin_models_warning(counts: dict[str, int]) -> str | None:
-    """One warning for a batch (import, embed --all): which models are below MIN_EVALS."""
+def thin_models_warning(counts: dict[str, int], *, embedded: bool = False) -> str | None:
+    """One warning for a batch (import; embed --all, `embedded`): which models are below MIN_EVALS."""
     thin = sorted(n for n, c in counts.items() if is_thin(c))
     if not thin:
         return None
     shown = ", ".join(f"{n} ({counts[n]})" for n in thin[:10]) + (f" and {len(thin) - 10} more" if len(thin) > 10 else "")
     return (f"{len(thin)} model{'s' if len(thin) != 1 else ''} with fewer than the documented minimum of {MIN_EVALS} "
-            f"evaluations: {shown}; once embedded they are marked low evidence and ranked after well-evidenced "
-            "models in search, route and clusters (--min-evals 0 ranks them with the others)")
+            f"evaluations: {shown}; {'they are' if embedded else 'once embedded they are'} marked low evidence and "
+            "ranked after well-evidenced models in search, route and clusters (--min-evals 0 ranks them with the others)")
 
 
 def warn_if_thin(change: T) -> T:

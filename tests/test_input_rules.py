@@ -56,8 +56,11 @@ def _app(home: Path):
     return create_app(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
 
 
-def _other_task(task: str, tasks: set[str]) -> str:
-    return sorted(tasks - {task})[0]
+def _conflict(home: Path) -> tuple[list[dict], dict, str]:
+    """The stored queries, the first of them, and a stored task other than its own."""
+    queries = _stored(home)
+    first = queries[0]
+    return queries, first, sorted({q["task"] for q in queries} - {first["task"]})[0]
 
 
 # ------------------------------------------------------------------ 1. scores in JSON Lines are JSON numbers
@@ -120,9 +123,7 @@ def test_cli_add_model_csv_without_a_query_column_is_refused_on_line_1(home, tmp
 
 # ------------------------------------------------------------------ 4. a task that contradicts the stored one
 def test_cli_add_model_warns_when_a_row_gives_a_stored_query_another_task(home, tmp_path):
-    queries = _stored(home)
-    first = queries[0]
-    other = _other_task(first["task"], {q["task"] for q in queries})
+    queries, first, other = _conflict(home)
     evals = tmp_path / "t.csv"
     evals.write_text("query_id,score,task\n" + f"{first['query_id']},1,{other}\n"
                      + "".join(f"{q['query_id']},{i % 2},{q['task']}\n" for i, q in enumerate(queries[1:40])),
@@ -140,9 +141,7 @@ def test_cli_add_model_warns_when_a_row_gives_a_stored_query_another_task(home, 
 def test_http_add_and_refine_warn_when_a_row_gives_a_stored_query_another_task(home):
     from fastapi.testclient import TestClient
 
-    queries = _stored(home)
-    first = queries[0]
-    other = _other_task(first["task"], {q["task"] for q in queries})
+    queries, first, other = _conflict(home)
     evaluations = [{"query_id": q["query_id"], "score": i % 2, "task": q["task"]} for i, q in enumerate(queries[1:40])]
     with TestClient(_app(home)) as client:
         r = client.post("/v1/models", headers=AUTH, json={"name": "tasks", "evaluations": evaluations})
@@ -288,9 +287,7 @@ def test_the_python_api_refuses_a_boolean_or_string_score_as_files_and_http_do(h
 
 # ------------------------------------------------------------------ 8. import says when a stored task is kept
 def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_path):
-    queries = _stored(home)
-    first = queries[0]
-    other = _other_task(first["task"], {q["task"] for q in queries})
+    queries, first, other = _conflict(home)
     evals = tmp_path / "more.jsonl"
     rows = [{"model": "importer", "query": first["text"], "score": 1, "task": other}]
     rows += [{"model": "importer", "query": q["text"], "score": i % 2, "task": q["task"]} for i, q in enumerate(queries[1:5])]

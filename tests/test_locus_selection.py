@@ -149,3 +149,40 @@ def test_progress_is_called_after_every_validation():
         printer(p)
     assert len(lines) == sum(p.improved for p in seen)  # only new bests when the clock allows nothing else
     assert lines[0].startswith("epoch 10/25  train loss") and "best" in lines[0] and lines[0].endswith(" s")
+
+
+def _graded_pool(n_models: int = 8, n_queries: int = 300, seed: int = 2) -> EvalData:
+    """Models of clearly different accuracy (0.1 to 0.9), every one scored on every query."""
+    rng = np.random.default_rng(seed)
+    m, q = np.meshgrid(np.arange(n_models), np.arange(n_queries), indexing="ij")
+    vectors = rng.normal(size=(n_queries, D)).astype(np.float32)
+    rates = np.linspace(0.1, 0.9, n_models)
+    return EvalData([f"m{i}" for i in range(n_models)], [str(i) for i in range(n_queries)], ["t"] * n_queries,
+                    vectors / np.linalg.norm(vectors, axis=1, keepdims=True), m.ravel().astype(np.int64),
+                    q.ravel().astype(np.int64), (rng.random(m.size) < rates[m.ravel()]).astype(np.float32))
+
+
+def test_models_of_different_accuracy_at_one_point_are_flagged_and_a_trained_encoder_separates_them():
+    """The spread's median over all pairs hides a pool whose models of different accuracy share a point
+    (the demo's families did): pairs within one self-spread whose accuracies differ beyond doubt are
+    counted and named. An encoder that has not learnt (one epoch) is flagged; a trained one is not."""
+    from encoder.locus import Locus
+
+    data = _graded_pool()
+    split = split_queries(data.n_queries, seed=0)
+    train = sample_per_model(data, split.train, n_per_model=None, seed=0)
+    per_model = evals_by_model(data, train)
+    flat = Locus(TINY)
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():  # every model's embedding the same point: all 28 pairs merged
+        for parameter in flat.encoder.parameters():
+            parameter.zero_()
+    merged = embedding_spread(flat, data, per_model)
+    assert merged["pairs"] == 28 and merged["indistinct_pairs"] > 20 and len(merged["indistinct_examples"]) == 3
+    [warning] = [w for w in collapse_warnings(None, merged) if "do not tell" in w or "does not tell" in w]
+    assert f"{merged['indistinct_pairs']} of 28 model pairs" in warning and " ~ " in warning
+    result = train_locus(data, train, split.val, locus_config=TINY, seed=0,
+                         config=TrainConfig(epochs=150, min_epochs=50, max_seconds=None, threads=1))
+    trained = embedding_spread(result.locus, data, per_model)
+    assert trained["indistinct_pairs"] < 0.05 * trained["pairs"], trained
+    assert not [w for w in collapse_warnings(result.best, trained) if "does not tell" in w]

@@ -32,7 +32,7 @@ def bfcl() -> Path:
 def _run(*args):
     result = CliRunner().invoke(cli, [str(a) for a in args])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout if "--json" in map(str, args) else result.output  # JSON on stdout, warnings on stderr
 
 
 def test_bfcl_and_mmlu_pro_share_a_registry_and_keep_their_views(bfcl, tmp_path):

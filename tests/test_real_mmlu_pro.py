@@ -14,7 +14,7 @@ from helpers import mmlu_pro_slice
 def _run(*args):
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout if "--json" in map(str, args) else result.output  # JSON on stdout, warnings on stderr
 
 
 def test_mmlu_pro_slice_imports_end_to_end(mmlu_pro, tmp_path):
@@ -30,6 +30,8 @@ def test_mmlu_pro_slice_imports_end_to_end(mmlu_pro, tmp_path):
     models = {m["name"]: m for m in json.loads(_run("--home", home, "models", "list", "--json"))}
     assert models["Llama-3-8B"]["family"] == "llama3" and models["Llama-3-8B"]["access"] == "open"
     assert models["Llama-3-8B"]["extra"]["source_key"]  # extra columns of models.csv kept as metadata
+    assert "accuracy" not in models["Llama-3-8B"]["extra"]  # but not one named like the registry's own column
+    assert any("column(s) accuracy not kept as metadata" in w for w in report["warnings"])
     assert json.loads(_run(*args))["unchanged_evaluations"] == n_evals
 
 

@@ -198,3 +198,9 @@ def test_a_write_without_the_token_is_401_even_when_its_body_is_bad(client):
         assert client.post(path, headers={**plain, **AUTH}, content=body).status_code == 422
     r = client.post("/v1/route", headers={"Content-Type": "application/json"}, content=b'{"queries": ')
     assert r.status_code == 422  # a read: its bad body is the answer
+
+
+def test_a_method_a_path_does_not_answer_is_405_whatever_the_token(client):
+    for headers in ({}, AUTH):
+        r = client.post("/v1/models/some-model", headers=headers)  # the path answers GET and DELETE
+        assert r.status_code == 405 and "DELETE" in r.headers["allow"], r.text

@@ -310,7 +310,7 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
     from registry.evidence import is_thin, thin_models_warning
 
     counts = {r["name"]: int(r["n_evals"]) for r in embedded}
-    warning = thin_models_warning(counts)
+    warning = thin_models_warning(counts, embedded=True)
     return EmbedReport(encoder_id=encoder_id, n_embedded=len(embedded), unchanged=len(embedded) - len(updated),
                        n_evals=counts,
                        low_evidence=sorted(n for n, c in counts.items() if is_thin(c)),

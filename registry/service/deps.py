@@ -127,6 +127,8 @@ def check_write_before_body(request: Request) -> None:
     (it reads the body first): a write without the token is answered 401 (or 403), not 422, so a
     client learns it is not allowed before it learns what was wrong with its body."""
     route = request.scope.get("route")
+    if request.method not in (getattr(route, "methods", None) or ()):
+        return  # a method the path does not answer (405): the route Starlette names is another method's
     if not any(getattr(d, "dependency", None) is require_token for d in getattr(route, "dependencies", ())):
         return
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
