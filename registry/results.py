@@ -576,8 +576,10 @@ class Cluster(Result):
     id: int
     size: int
     members: list[str] = Field(description="in dendrogram leaf order")
-    mean_distance_cosine: float = Field(description="mean pairwise distance within the cluster, in the clustered "
-                                                    "metric (`metric`; the name is from when it was always cosine)")
+    mean_distance: float = Field(description="mean pairwise distance within the cluster, in the clustered metric "
+                                             "(`metric`)")
+    mean_distance_cosine: float = Field(description="deprecated: the same number as `mean_distance` (the name is "
+                                                    "from when clusters were always cosine); kept for old clients")
     families: dict[str, int] = Field(description="members per `family`, most common first")
 
 

@@ -128,6 +128,9 @@ def test_clusters_partition_the_embedded_models_and_draw_the_figure(reg, tmp_pat
     assert result.merges[-1].size == len(names)
     heights = [m.height for m in result.merges]
     assert heights == sorted(heights)
+    spread = [c for c in result.clusters if c.size > 1]
+    assert spread and all(0 < c.mean_distance <= heights[-1] for c in spread)  # in the clustered metric
+    assert all(c.mean_distance_cosine == c.mean_distance for c in result.clusters)  # the old name, kept
     agreement = result.family_agreement
     assert agreement.field == "family" and agreement.n_families == 3 and agreement.n_models == 9
     assert -1 <= agreement.adjusted_rand <= 1 and 0 < agreement.p_value <= 1

@@ -251,9 +251,9 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
         rows = [i for i in order if labels[i] == cid]
         within = d[np.ix_(rows, rows)][np.triu_indices(len(rows), 1)] if len(rows) > 1 else np.zeros(0)
         fams = Counter(records[m].family for m in members if records[m].family is not None)
-        groups.append({"id": cid, "size": len(members), "members": members,
-                       "mean_distance_cosine": float(within.mean()) if len(within) else 0.0,
-                       "families": dict(fams.most_common())})
+        mean = float(within.mean()) if len(within) else 0.0
+        groups.append({"id": cid, "size": len(members), "members": members, "mean_distance": mean,
+                       "mean_distance_cosine": mean, "families": dict(fams.most_common())})
     heights = "cosine distance" if linkage != "ward" else "Euclidean distance of unit vectors, sqrt(2 * cosine)"
     if metric == "euclidean":
         heights = "fingerprint identity distance (RMS logit difference over the probe queries)"

@@ -51,7 +51,7 @@ export async function render(root) {
           h("td", { class: "num" }, c.id), h("td", { class: "num" }, c.size),
           h("td", {}, c.members.map((m, i) => [i ? ", " : "", modelLink(m)])),
           h("td", {}, Object.entries(c.families).map(([f, n]) => (n > 1 ? `${f} ×${n}` : f)).join(", ") || "–"),
-          h("td", { class: "num" }, c.size > 1 ? fmt.dist(c.mean_distance_cosine) : "–")))))));
+          h("td", { class: "num" }, c.size > 1 ? fmt.dist(c.mean_distance) : "–")))))));
   }
   form.addEventListener("submit", (event) => { event.preventDefault(); run(); });
   await run();
