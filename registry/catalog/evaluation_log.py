@@ -25,7 +25,11 @@ from indexing.store import EVALUATION_LOG, EVALUATION_LOG_SCHEMA  # every table'
 if TYPE_CHECKING:
     from indexing.store import Store
 
-__all__ = ["EVALUATION_LOG", "EVALUATION_LOG_SCHEMA", "log_rows", "read_log", "backfill"]
+__all__ = ["EVALUATION_LOG", "EVALUATION_LOG_SCHEMA", "log_rows", "read_log", "version_evaluations", "backfill"]
+
+# The history events that start a version's evaluations afresh (their log rows are the whole set; a restore
+# logs the set it brought back); a refine's log rows are what it added to the version before it.
+_WHOLE = ("add", "replace", "restore")
 
 
 
@@ -45,6 +49,42 @@ def read_log(store: "Store", name: str) -> pa.Table:
     if not store.has_table(EVALUATION_LOG):
         return EVALUATION_LOG_SCHEMA.empty_table()
     return store.read_in(EVALUATION_LOG, EVALUATION_LOG_SCHEMA.names, "model", [name])
+
+
+def version_evaluations(store: "Store", name: str, version: int, history: list[dict]) -> dict[str, float] | None:
+    """query id -> score of the evaluations version `version` of `name` held, rebuilt from its history
+    rows (`history`: every row of the model, oldest first) and the log: an add, replace or restore holds its
+    own logged rows, a refine the version before it updated by its rows, and a version made by an import
+    the rows logged under it, in time order. None when the log cannot say (a restore made before restores
+    were logged, a home that predates the log)."""
+    log = read_log(store, name).to_pylist()
+    by_version: dict[int, list[dict]] = {}
+    for row in sorted(log, key=lambda r: r["time"]):
+        by_version.setdefault(int(row["version"]), []).append(row)
+    making = {}  # version -> the event that made it (the first history row of that number)
+    for row in history:
+        making.setdefault(int(row["version"]), row["event"])
+    numbers = sorted(making)
+
+    def held(v: int, depth: int = 0) -> dict[str, float] | None:
+        rows = by_version.get(v, [])
+        event = making.get(v)
+        if event == "refine":
+            earlier = [u for u in numbers if u < v]
+            base = held(earlier[-1], depth + 1) if earlier and depth < len(numbers) else None
+            if base is None:
+                return None
+        elif event in _WHOLE or (event is None or event in ("embed", "remove")):
+            if not rows:
+                return None  # nothing logged for it: the log cannot rebuild this version
+            base = {}
+        else:
+            return None
+        out = dict(base)
+        out.update((r["query_id"], float(r["score"])) for r in rows)
+        return out
+
+    return held(int(version))
 
 
 def backfill(store: "Store") -> int:

@@ -108,7 +108,7 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
     """Bring back a removed model (or an older version of a live one) from its history, as a new
     version: the restored copy gets the next number, so every number names one thing forever."""
     with store.transaction():
-        past = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
+        past = history = history_rows(store, name)  # a "remove" row is a snapshot of the model as it was removed
         current = model_rows(store, [name]).get(name)
         live = None if current is None else int(current.get("version") or 1)
         if version is None and live is not None:
@@ -132,5 +132,27 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         same = table is not None and chosen.get("table_id") == table.table_id
         row.update(fingerprint=chosen.get("fingerprint") if same else None,
                    behaviour=chosen.get("behaviour") if same else None, table_id=table.table_id if same else None)
+        _restore_evaluations(store, name, int(chosen["version"]), row["version"], history)
         write_model(store, row, "restore")
     return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])
+
+
+def _restore_evaluations(store: Store, name: str, restored: int, version: int, history: list[dict]) -> None:
+    """The model's evaluations become the ones version `restored` held (logged under the new `version`,
+    whole), so a later embed or refine starts from the restored version, not from every evaluation any
+    version brought. Left as they are when the log cannot rebuild that version (registry.catalog.evaluation_log)."""
+    import pyarrow as pa
+
+    from indexing.store import EVALUATION_LOG, EVALUATION_LOG_SCHEMA, EVALUATION_SCHEMA, EVALUATIONS
+    from registry.catalog.evaluation_log import log_rows, version_evaluations
+
+    held = version_evaluations(store, name, restored, history)
+    if held is None:
+        return
+    rows = pa.table({"model": pa.array([name] * len(held), pa.string()), "query_id": pa.array(list(held), pa.string()),
+                     "score": pa.array(list(held.values()), pa.float32()),
+                     "source": pa.array([f"restore of v{restored}"] * len(held), pa.string()),
+                     "time": pa.array([now_utc()] * len(held), pa.timestamp("us", tz="UTC"))}, schema=EVALUATION_SCHEMA)
+    store.delete_in(EVALUATIONS, "model", [name])
+    store.append(EVALUATIONS, rows, EVALUATION_SCHEMA)
+    store.append(EVALUATION_LOG, log_rows(rows, {name: version}), EVALUATION_LOG_SCHEMA)
