@@ -92,7 +92,8 @@ def _echo_map(result) -> None:
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@click.option("--top", default=10, show_default=True, help="Tasks to list (largest differences first).")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
+              help="Tasks to list (largest differences first).")
 @BY_LIKENESS
 @json_option
 @click.pass_context

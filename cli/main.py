@@ -102,6 +102,15 @@ class _Group(click.Group):
             if isinstance(err, click.ClickException):
                 raise
             raise click.ClickException(payload["message"]) from None
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as err:  # a bug: a --json consumer still gets an error object; the traceback goes to stderr
+            if not ((ctx.obj or {}).get("json") or _asks_for_json(ctx.meta.get(_RAW, ctx.meta.get(_ARGS, [])))):
+                raise
+            import traceback
+
+            traceback.print_exc()
+            raise _JsonError({"type": "InternalError", "message": f"{type(err).__name__}: {err}"}, 1) from None
 
     def _command_of(self, ctx: click.Context, args: list[str]) -> click.Command | None:
         """The (sub)command these arguments name, or None."""

@@ -15,6 +15,9 @@ def _read_token(token_file: Path | None) -> str | None:
             token = token_file.read_text("utf-8").strip()
         except OSError as err:
             raise click.BadParameter(f"cannot read the token file: {err.strerror}", param_hint="--token-file")
+        except UnicodeDecodeError:
+            raise click.BadParameter(f"{token_file} is not UTF-8 text (a token file holds the token, one line)",
+                                     param_hint="--token-file") from None
         if len(token) < 16:
             raise click.BadParameter("the token must have at least 16 characters", param_hint="--token-file")
         return token

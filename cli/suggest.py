@@ -15,11 +15,14 @@ def read_answers(path: Path) -> dict[str, float]:
     """query_id -> score from a CSV with `query_id` and `score` columns; a bad row is refused naming the
     file and line."""
     import csv
+    import io
 
     from registry.errors import InputError
 
+    from registry.importers._common import read_utf8
+
     answers: dict[str, float] = {}
-    with open(path, encoding="utf-8", newline="") as handle:
+    with io.StringIO(read_utf8(path), newline="") as handle:  # non-UTF-8 bytes refused naming their line
         reader = csv.DictReader(handle)
         missing = [c for c in ("query_id", "score") if c not in (reader.fieldnames or [])]
         if missing:

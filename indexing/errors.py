@@ -78,5 +78,5 @@ class NotFoundError(RegistryError):
         """No model called `name`: the message names the closest existing names."""
         import difflib
 
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4) if isinstance(name, str) else []
         return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""))

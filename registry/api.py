@@ -235,6 +235,8 @@ class Registry:
         from registry.catalog.embedding import train_encoder
 
         nproc = check_count(nproc, "nproc", 1, optional=True)
+        seed = check_count(seed, "seed", 0)
+        evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
         config = config or TrainConfig()
         if nproc is not None:
             config = dataclasses.replace(config, nproc=nproc)
@@ -306,6 +308,7 @@ class Registry:
 
         evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
         holdout_models = check_count(holdout_models, "holdout_models", 0)
+        seed = check_count(seed, "seed", 0)
         names = self.select_models(pool, field="pool")
         if cost:
             from registry.analytics.cost import pool_costs
@@ -333,13 +336,16 @@ class Registry:
         from registry.evidence import warn_if_thin
         from registry.operations import add_model
 
+        max_evals = check_count(max_evals, "max_evals", 1, optional=True)
         return warn_if_thin(add_model(self._view, name, evaluations, metadata, replace=replace, max_evals=max_evals))
 
     def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
-        """Add evaluations to a model and re-embed it as a new version (old versions are kept)."""
+        """Add evaluations to a model and re-embed it as a new version (old versions are kept); when every
+        evaluation given is already stored with that score, nothing changes (event "unchanged", no version)."""
         from registry.evidence import warn_if_thin
         from registry.operations import refine
 
+        max_evals = check_count(max_evals, "max_evals", 1, optional=True)
         return warn_if_thin(refine(self._view, name, more_evaluations, max_evals=max_evals))
 
     def remove(self, name: str) -> RemoveResult:
@@ -400,7 +406,7 @@ class Registry:
         Returns a typed `AuditReport`."""
         from registry.analytics.audit import audit
 
-        return audit(self.store, model=self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
+        return audit(self.store, model=None if model is None else self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
 
     def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
@@ -411,7 +417,7 @@ class Registry:
         from registry.analytics.drift import drift
 
         return drift(self.store, self.resolve(name), alpha=alpha, max_noise=max_noise, permutations=permutations,
-                     seed=seed)
+                     seed=check_count(seed, "seed", 0))
 
     def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
                       permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftRun:
@@ -420,7 +426,8 @@ class Registry:
         in the home's config.json."""
         from registry.analytics.drift import drift_refined
 
-        return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
+        return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations,
+                             seed=check_count(seed, "seed", 0))
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -430,7 +437,7 @@ class Registry:
         means match `targets` in expectation, and embedded (`by`: LOCUS by default, or fingerprinted)."""
         from registry.analytics.profile import profile
 
-        return profile(self.store, targets, k=k, evals=evals, seed=seed, where=where, by=by)
+        return profile(self.store, targets, k=k, evals=evals, seed=check_count(seed, "seed", 0), where=where, by=by)
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
@@ -443,7 +450,8 @@ class Registry:
         from registry.analytics.portfolio import portfolio
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
-                         include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws, by=by)
+                         include_unknown_params=include_unknown_params, seed=check_count(seed, "seed", 0),
+                         random_draws=random_draws, by=by)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
               fallback: int = 3, by: str | None = None,
@@ -467,16 +475,18 @@ class Registry:
 
     def clusters(self, *, where: str | None = None, plot=None, linkage: str = CLUSTER_LINKAGE,
                  k: int | None = None, by: str | None = None, min_evals: int | None = None) -> ClustersResult:
-        """Model families: hierarchical clustering of embedding distances (dendrogram + heatmap to `plot`);
-        the number of clusters by silhouette unless `k` is given. Models embedded from fewer than
-        `min_evals` evaluations (default: the documented minimum) are left out and named (0: none)."""
+        """Model families: hierarchical clustering of the models' likeness distances (dendrogram + heatmap to
+        `plot`): by behaviour fingerprint by default, `by="locus"` for the LOCUS embeddings; the number of
+        clusters by silhouette unless `k` is given. Models embedded from fewer than `min_evals` evaluations
+        (default: the documented minimum) are left out and named (0: none), as are models without the vector."""
         from registry.analytics.clusters import clusters
 
         return clusters(self.store, where=where, plot=plot, linkage=linkage, k=k, by=by, min_evals=min_evals)
 
     def map(self, plot, *, color_by: str | None = None, where: str | None = None,  # noqa: A003
             by: str | None = None) -> MapResult:
-        """A labelled 2-D map of the embeddings saved to `plot`, coloured by a metadata field."""
+        """A labelled 2-D map of the models saved to `plot`, coloured by a metadata field: from their
+        behaviour distances by default, `by="locus"` for the LOCUS embeddings; models it cannot place are named."""
         from registry.analytics.embedding_map import embedding_map
 
         return embedding_map(self.store, plot, color_by=color_by, where=where, by=by)
@@ -588,6 +598,8 @@ class Registry:
         live = live_versions(self.store)
         if alias in live:
             raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
+        if not isinstance(target, str) or not target:
+            raise InputError(f"an alias points at NAME or NAME@VERSION (text), not {target!r}", field="target")
         name, version = split_version(target, set(live))
         past = history(self.store, name)  # "no model named ..." with suggestions
         versions = sorted({int(entry.version) for entry in past.versions})
@@ -606,6 +618,9 @@ class Registry:
 
     def delete_alias(self, alias: str) -> Alias:
         """Remove an alias (the model is untouched); returns what it pointed to."""
+        if not isinstance(alias, str):
+            raise InputError(f"an alias is text, not {type(alias).__name__}", field="alias")
+
         def change(config: dict[str, Any]) -> dict[str, Any]:
             aliases = dict(config.get("aliases") or {})
             if alias not in aliases:

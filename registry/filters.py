@@ -241,6 +241,8 @@ def parse_filter(text: str, records: Iterable, *, field: str = "where") -> Model
     name `field`, the argument the filter came in (`where`, `pool`, `models`)."""
     from registry.records import METADATA_FIELDS
 
+    if not isinstance(text, str):
+        raise InputError(f"a filter is text (FIELD OP VALUE ...), not {type(text).__name__}", field=field)
     known = {"name", *METADATA_FIELDS}
     for record in records:
         known.update(record.extra)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from registry.errors import RegistryError
+from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,7 +148,9 @@ class StoreView:
         so that the operation's own "no model named ..." error (with suggestions) still speaks."""
         from registry.catalog.aliases import read_aliases, resolve
 
-        if not isinstance(name, str) or name not in read_aliases(self.home):
+        if not isinstance(name, str):
+            raise InputError(f"a model name is text, not {type(name).__name__} ({_short(name)})", field="name")
+        if name not in read_aliases(self.home):
             return name
         return resolve(self.home, name, live=live_versions(self.store), same=self._same_content)
 
@@ -242,7 +244,13 @@ def similar(view: StoreView, query: "str | np.ndarray | Sequence[float]", *, k: 
     from registry.evidence import MIN_EVALS, check_min_evals
 
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
-    query = view.resolve(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
+    if query is None:
+        raise InputError("search from a model name or a vector, not None", field="query")
+    try:
+        query = view.resolve(query) if isinstance(query, str) else np.asarray(query, dtype=np.float32)
+    except (TypeError, ValueError):  # a list of names, a ragged list: neither a name nor a vector
+        raise InputError(f"search from a model name or a vector of numbers, not {_short(query)}",
+                         field="query") from None
     return search_result(view.source, query, k=k, metric=metric, where=where, by=by,
                          open_store=lambda: view.store, warm=warm(by, query) if warm else None,
                          min_evals=min_evals)
@@ -268,7 +276,7 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     fallback = check_count(fallback, "fallback", 0)
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     by = canonical_by(by)
-    exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude)]
+    exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude or ())]
     models = view.index("locus")
     active = view.predictor()
     rows = candidate_rows(models, active, exclude, where)
@@ -284,3 +292,8 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
                  table=table, rank=None if cost is None else cost.rank, behaviour=behaviour)
     out = out if cost is None else cost.annotate(out)
     return (out[0] if single else out), encoded
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

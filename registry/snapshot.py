@@ -112,7 +112,12 @@ def model_info(home, name: str):
     home = as_path(home)
     rows = load(home)["models"]
     live = {m["record"]["name"]: int(m["version"] or 1) for m in rows}
-    target = resolve(home, name, live=live)
+    try:
+        target = resolve(home, name, live=live)
+    except RegistryError:  # a pinned alias whose live version may be a restore of the pin: the store decides
+        from registry import Registry
+
+        return Registry.open(home, create=False).show(name)
     for row in rows:
         if row["record"]["name"] == target:
             return ModelInfo.model_validate(row)
@@ -126,7 +131,7 @@ def history(home, name: str):
 
     home = as_path(home)
     by_name = load(home)["history"]
-    target = resolve(home, name)
+    target = name if name in by_name else resolve(home, name)  # a model's own name wins over an alias
     if target not in by_name:
         raise NotFoundError.model(name, sorted(by_name))
     return ModelHistory.model_validate({"name": target, "versions": by_name[target]})

@@ -126,7 +126,7 @@ def test_a_task_share_larger_than_its_queries_repeats_whole_passes(reg):
     (lambda r: r.profile({"math": 0.5}, k=0), "k must be between 1 and the number of embedded models (9), not 0"),
     (lambda r: r.profile({"math": 0.5}, k=10), "(9), not 10"),
     (lambda r: r.profile({"math": 0.5, "law": 0.5, "code": 0.1}, evals=2),
-     "evals must be an integer of at least the number of tasks named (3), not 2"),
+     "evals must be an integer from the number of tasks named (3) to 1,000,000 (a model's most evaluations), not 2"),
     (lambda r: r.profile({"math": 0.5}, where="family == nobody"), "matches none of the 9 embedded models"),
     (lambda r: r.profile({"math": 0.5}, where="colour == red"), "unknown field 'colour'"),
 ])
@@ -167,7 +167,7 @@ def test_cli_profile_json_and_text(reg, accuracies):
     ([], "name at least one task"),
     (["--task", "astrology=0.5"], "unknown task(s) 'astrology'; known tasks: biology, code, law, math"),
     (["--task", "math=0.5", "-k", "99"], "k must be between 1 and the number of embedded models (9)"),
-    (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "evals must be an integer of at least"),
+    (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "evals must be an integer from the number of tasks named (2)"),
     (["--task", "math=0.5", "--where", "family == nobody"], "matches none of the 9 embedded models"),
 ])
 def test_cli_bad_input_exits_non_zero_and_names_the_problem(reg, args, message):

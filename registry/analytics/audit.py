@@ -120,6 +120,7 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     names = models.index.names
     if len(names) < 2:
         raise RegistryError("the audit needs at least 2 embedded models (registry embed --all)")
+    k = min(k, len(names) - 1)  # a model has at most this many neighbours: the report says the k it used
     if model is not None and model not in names:
         models.vector(model)  # raises the not-found / not-embedded error with close names
     encoder_id = models.index.encoder_id

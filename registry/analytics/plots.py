@@ -287,8 +287,16 @@ def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dic
 
 def plot_path(plot) -> Path:
     """Where a plot goes: `plot` with `.png` when it has no suffix, its folder created."""
+    from registry.errors import InputError
+
     path = Path(plot).expanduser()
     if path.suffix == "":
         path = path.with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a parent that is a file, a read-only or missing mount
+        raise InputError(f"cannot write the plot at {path}: its folder {path.parent} cannot be made "
+                         f"({err.strerror or err})", field="plot") from None
+    if path.is_dir():
+        raise InputError(f"cannot write the plot at {path}: it is a folder", field="plot")
     return path

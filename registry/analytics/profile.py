@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import registry.limits as limits
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -155,9 +156,11 @@ class ProfileSpace:
         if allocation not in ALLOCATIONS:
             raise InputError(f"allocation must be one of {', '.join(ALLOCATIONS)}, not {allocation!r}",
                              field="allocation")
-        if isinstance(evals, bool) or not isinstance(evals, (int, np.integer)) or evals < len(targets):
-            raise InputError(f"evals must be an integer of at least the number of tasks named ({len(targets)}), "
-                             f"not {evals!r}", field="evals")
+        if (isinstance(evals, bool) or not isinstance(evals, (int, np.integer)) or evals < len(targets)
+                or evals > limits.MAX_EVALS_PER_MODEL):
+            raise InputError(f"evals must be an integer from the number of tasks named ({len(targets)}) to "
+                             f"{limits.MAX_EVALS_PER_MODEL:,} (a model's most evaluations), not {evals!r}",
+                             field="evals")
         n_models = len(self.models.index.names)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_models:
             raise InputError(f"k must be between 1 and the number of embedded models ({n_models}), not {k!r}",

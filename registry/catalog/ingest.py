@@ -57,6 +57,9 @@ def load_precomputed(vectors_file: Path, ids_file: Path, *, encoder: str, id_pre
     for path in (vectors_file, ids_file):
         check_file_size(path)
         try:
+            with open(path, "rb") as handle:
+                if handle.read(6) != b"\x93NUMPY":  # else numpy calls any other file "pickled data"
+                    raise InputError("not a .npy file (it does not start with the .npy magic bytes)", file=path)
             arrays.append(np.load(path, allow_pickle=False))
         except FileNotFoundError:
             raise InputError("file not found", file=path) from None

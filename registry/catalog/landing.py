@@ -182,9 +182,18 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
     by_hash = {h: q for q, h in by_id.items()}
     stored_tasks = dict(zip(queries.column("query_id").to_pylist(), queries.column("task").to_pylist()))
 
+    from registry.catalog.aliases import read_aliases
+
+    aliases = read_aliases(store.home)
     prepared: list[_Prepared] = []
     claimed: dict[str, str] = {}
     for change in changes:
+        if change.kind == "add" and change.name in aliases and change.name not in stored_models:
+            # `alias set` refuses a model's name; the reverse too, or the two would answer to one name
+            outcomes[change.id] = RegistryError(
+                f"{change.name!r} is an alias (of {aliases[change.name]['name']}); a model must not take an "
+                f"alias's name: `registry alias delete {change.name}` first, or name the model otherwise")
+            continue
         try:
             job = _prepare(change, stored_models, by_id, by_hash, claimed, stored_tasks)
         except RegistryError as err:

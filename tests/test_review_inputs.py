@@ -1,0 +1,146 @@
+"""A power user's review of the CLI and the Python API (bad numbers, wrong types, files that cannot be
+read or written, a bug under --json): each case is refused with the registry's own error naming what was
+given, and nothing is written. One small trained synthetic registry, copied per test."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from helpers import SMALL_TRAINED
+from service_harness import copy_home
+
+
+@pytest.fixture(scope="module")
+def base_home(synthetic_home) -> Path:
+    return synthetic_home("review-inputs", **SMALL_TRAINED)
+
+
+@pytest.fixture
+def home(base_home, tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return copy_home(base_home, tmp_path / "home")
+
+
+def _cli(home: Path, *args: str, code: int = 1):
+    result = CliRunner().invoke(cli, ["--home", str(home), *map(str, args)])
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+@pytest.mark.parametrize("args, words", [
+    (["profile", "--task", "math=0.8", "--seed", "-1"], "option --seed: seed must be an integer of at least 0"),
+    (["portfolio", "-k", "2", "--seed", "-1"], "option --seed: seed must be an integer of at least 0"),
+    (["train", "--seed", "-1", "--epochs", "1"], "option --seed: seed must be an integer of at least 0"),
+    (["train", "--evals-per-model", "0", "--epochs", "1"], "option --evals-per-model"),
+    (["profile", "--task", "math=0.8", "--evals", "100000000"], "option --evals: evals must be an integer from"),
+])
+def test_numbers_out_of_range_are_refused_naming_the_option(home, args, words):
+    assert words in _cli(home, *args).output
+
+
+def test_demo_checks_its_numbers_before_it_makes_a_home(tmp_path):
+    target = tmp_path / "demo-home"
+    for args in (["--seed", "-1"], ["--epochs", "0"]):
+        out = CliRunner().invoke(cli, ["--home", str(target), "demo", *args])
+        assert out.exit_code == 1 and "must be an integer of at least" in out.output and "Traceback" not in out.output
+    assert not target.exists()
+
+
+def test_max_evals_of_add_model_and_refine_is_checked(home):
+    from registry import Registry
+    from registry.errors import InputError
+
+    reg = Registry.open(home)
+    query = reg.store.read("queries", ["query_id"]).column("query_id")[0].as_py()
+    for bad in (0, -1, 1.5, "all"):
+        with pytest.raises(InputError) as err:
+            reg.add_model("capped", [{"query_id": query, "score": 1}], max_evals=bad)
+        assert err.value.field == "max_evals"
+        with pytest.raises(InputError):
+            reg.refine(reg.models()[0].name, [{"query_id": query, "score": 1}], max_evals=bad)
+    assert "capped" not in [m.name for m in reg.models()]
+
+
+def test_wrong_types_in_the_python_api_are_input_errors(home):
+    from registry import Registry
+    from registry.errors import InputError
+
+    reg = Registry.open(home)
+    name = reg.models()[0].name
+    calls = [lambda: reg.similar([name]), lambda: reg.similar(None), lambda: reg.similar(name, where=123),
+             lambda: reg.list(where=123), lambda: reg.route("a question?", exclude=[1]),
+             lambda: reg.audit(model=[name]), lambda: reg.history(None), lambda: reg.show([name]),
+             lambda: reg.remove(None), lambda: reg.restore(None), lambda: reg.drift(None),
+             lambda: reg.compare(name, None), lambda: reg.set_alias("a1", None), lambda: reg.delete_alias(None),
+             lambda: reg.refine(None, [("a question?", 1)])]
+    for call in calls:
+        with pytest.raises(InputError):
+            call()
+    assert reg.route("a question?", exclude=None, k=1).ranking  # None: nothing excluded
+
+
+def test_a_model_cannot_take_an_alias_s_name_and_history_reads_the_model_first(home, tmp_path):
+    from registry import Registry
+    from registry.errors import RegistryError
+
+    reg = Registry.open(home)
+    target = reg.models()[0].name
+    reg.set_alias("prod", target)
+    query = reg.store.read("queries", ["query_id"]).column("query_id")[0].as_py()
+    with pytest.raises(RegistryError, match="is an alias"):
+        reg.add_model("prod", [{"query_id": query, "score": 1}])
+    assert "prod" not in [m.name for m in reg.models()]
+    assert json.loads(_cli(home, "history", "prod", "--json", code=0).stdout)["name"] == target  # the alias's
+
+
+def test_a_pinned_alias_of_a_restored_version_is_shown_by_the_cli_as_by_the_api(home, tmp_path):
+    from registry import Registry
+
+    reg = Registry.open(home)
+    name = reg.models()[0].name
+    reg.set_alias("pin", f"{name}@1")
+    table = reg.store.read_in("evaluations", ["query_id", "score"], "model", [name])
+    reg.refine(name, [{"query_id": q, "score": 1 - s} for q, s in zip(table.column("query_id").to_pylist()[:3],
+                                                                       table.column("score").to_pylist()[:3])])
+    assert "live version is 2" in _cli(home, "show", "pin").output
+    reg.restore(name, 1)
+    shown = json.loads(_cli(home, "show", "pin", "--json", code=0).stdout)
+    assert shown["record"]["name"] == name and shown["version"] == 3 == reg.show("pin").version
+
+
+def test_files_that_cannot_be_written_or_read_are_named(home, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    out = _cli(home, "clusters", "--plot", str(blocker / "x.png"))
+    assert "option --plot: cannot write the plot" in out.output and str(blocker) in out.output
+    binary = tmp_path / "answers.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n")
+    out = _cli(home, "suggest-queries", "--from-pool", "--answered", str(binary))
+    assert f"{binary}, line 1: text is not UTF-8" in out.output
+    out = _cli(home, "serve", "--token-file", str(binary), code=2)
+    assert "is not UTF-8 text" in out.output
+
+
+def test_a_bug_under_json_still_answers_an_error_object(home, monkeypatch):
+    from registry import Registry
+
+    def broken(self):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(Registry, "stats", broken)
+    monkeypatch.setattr("registry.snapshot.stats", lambda home: broken(None))
+    out = CliRunner().invoke(cli, ["--home", str(home), "stats", "--json"])
+    assert out.exit_code == 1
+    assert json.loads(out.stdout) == {"error": {"type": "InternalError", "message": "ZeroDivisionError: a bug"}}
+
+
+def test_audit_reports_the_k_it_could_use(home):
+    from registry import Registry
+
+    reg = Registry.open(home)
+    assert reg.audit(k=10**20).k == len(reg.models()) - 1  # a model has that many neighbours at most
