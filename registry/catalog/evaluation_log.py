@@ -5,7 +5,8 @@ replaces the old score (and its time), so after two refines the first version's 
 queries are gone, and drift (registry.analytics.drift) could not compare a version with the one
 before on the queries both answered. Every add, refine and replace therefore also appends the
 evaluations it brings here, with the version number it lands as, in the same transaction as the
-version row (registry.catalog.landing). Nothing here is ever updated or deleted.
+version row (registry.catalog.landing); a restore logs the whole set it brings back (`version_evaluations`
+rebuilds any version's set from these rows). Nothing here is ever updated or deleted.
 
 `registry import` logs what it writes under the model's version at the time (an import makes no
 version). Homes made before store format 3 get the log filled from the evaluations table
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
     from indexing.store import Store
 
 __all__ = ["EVALUATION_LOG", "EVALUATION_LOG_SCHEMA", "log_rows", "read_log", "version_evaluations", "backfill"]
-
-# The history events that start a version's evaluations afresh (their log rows are the whole set; a restore
-# logs the set it brought back); a refine's log rows are what it added to the version before it.
-_WHOLE = ("add", "replace", "restore")
 
 
 
@@ -66,23 +63,18 @@ def version_evaluations(store: "Store", name: str, version: int, history: list[d
         making.setdefault(int(row["version"]), row["event"])
     numbers = sorted(making)
 
-    def held(v: int, depth: int = 0) -> dict[str, float] | None:
+    def held(v: int) -> dict[str, float] | None:
         rows = by_version.get(v, [])
-        event = making.get(v)
-        if event == "refine":
+        if making.get(v) == "refine":  # the version live before it (numbers only grow), updated by its rows
             earlier = [u for u in numbers if u < v]
-            base = held(earlier[-1], depth + 1) if earlier and depth < len(numbers) else None
+            base = held(earlier[-1]) if earlier else None
             if base is None:
                 return None
-        elif event in _WHOLE or (event is None or event in ("embed", "remove")):
-            if not rows:
-                return None  # nothing logged for it: the log cannot rebuild this version
+        elif rows:  # add, replace, restore (whole), or a version an import made (its rows, in time order)
             base = {}
         else:
-            return None
-        out = dict(base)
-        out.update((r["query_id"], float(r["score"])) for r in rows)
-        return out
+            return None  # nothing logged for it: the log cannot rebuild this version
+        return base | {r["query_id"]: float(r["score"]) for r in rows}
 
     return held(int(version))
 
