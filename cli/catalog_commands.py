@@ -39,13 +39,13 @@ def _target(entry) -> str:
 
 
 @alias.command("set")
-@click.argument("alias_name", metavar="ALIAS")
+@click.argument("alias", metavar="ALIAS")
 @click.argument("target", metavar="NAME[@VERSION]")
 @json_option
 @click.pass_context
-def alias_set(ctx, alias_name, target, as_json) -> None:
+def alias_set(ctx, alias, target, as_json) -> None:
     """Point ALIAS at a model (re-points an existing alias)."""
-    entry = _registry(ctx, create=False).set_alias(alias_name, target)
+    entry = _registry(ctx, create=False).set_alias(alias, target)
 
     def text(e) -> None:
         follows = "its live version" if e.version is None else f"version {e.version} only"
@@ -76,12 +76,12 @@ def _echo_aliases(listed) -> None:
 
 
 @alias.command("delete")
-@click.argument("alias_name", metavar="ALIAS")
+@click.argument("alias", metavar="ALIAS")
 @json_option
 @click.pass_context
-def alias_delete(ctx, alias_name, as_json) -> None:
+def alias_delete(ctx, alias, as_json) -> None:
     """Remove ALIAS (the model is untouched)."""
-    entry = _registry(ctx, create=False).delete_alias(alias_name)
+    entry = _registry(ctx, create=False).delete_alias(alias)
     emit(entry, as_json, lambda e: click.echo(f"deleted alias {e.alias} (was {_target(e)})"))
 
 

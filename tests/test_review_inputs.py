@@ -144,3 +144,8 @@ def test_audit_reports_the_k_it_could_use(home):
 
     reg = Registry.open(home)
     assert reg.audit(k=10**20).k == len(reg.models()) - 1  # a model has that many neighbours at most
+
+
+def test_a_bad_alias_is_named_as_the_argument_the_user_typed(home):
+    out = json.loads(_cli(home, "alias", "set", "1bad", "x", "--json").stdout)["error"]
+    assert (out["option"], out["field"]) == ("ALIAS", "alias") and out["message"].startswith("argument ALIAS: '1bad'")

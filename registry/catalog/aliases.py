@@ -79,5 +79,5 @@ def resolve_many(home: Path, names, *, live: dict[str, int] | None = None) -> li
 def check_alias_name(alias: str) -> str:
     if not isinstance(alias, str) or not ALIAS_PATTERN.fullmatch(alias):
         raise InputError(f"{alias!r} is not a valid alias: start with a letter; letters, digits, '-', '_' "
-                         "and '.' only; at most 64 characters", field="ALIAS")
+                         "and '.' only; at most 64 characters", field="alias")
     return alias
