@@ -272,10 +272,10 @@ class Registry:
         process (`engine="local"`) or on Ray (`engine="ray"`: a local cluster of `workers` actors, or
         the cluster at `address`); the same vectors either way."""
         max_evals = check_count(max_evals, "max_evals", 1, optional=True)
+        workers = check_count(workers, "workers", 1)  # checked for either engine: a 0 is a mistake either way
         if engine == "ray":
             from registry.catalog.batch_embed import embed_all_ray
 
-            workers = check_count(workers, "workers", 1)
             return embed_all_ray(self.store, address=address, num_workers=workers, max_evals=max_evals)
         if engine != "local":
             raise InputError(f"unknown engine {engine!r}; choose local or ray", field="engine")
