@@ -197,9 +197,9 @@ def error_payload(err: Exception, command: click.Command | None) -> dict[str, An
     """{"type", "message", "option"/"field"/"file"/"line"} for a registry or usage error."""
     # Not registry.errors: that imports the registry package (pydantic and every result type, ~0.5 s),
     # and a usage error should be answered at once.
-    from indexing.errors import InputError, RegistryError
+    from indexing.errors import InputError, NotFoundError, RegistryError
 
-    if isinstance(err, InputError):
+    if isinstance(err, (InputError, NotFoundError)):
         label = option_label(command, err.field)
         if label is not None:
             err = err.for_option(label)

@@ -71,12 +71,27 @@ class InputError(RegistryError):
 
 
 class NotFoundError(RegistryError):
-    """A named thing (model, task, encoder, version) is not in the store."""
+    """A named thing (model, task, encoder, version) is not in the store. `field`, when known, is the
+    argument the name came in (`exclude`, `b`); the CLI then names the option the user typed."""
+
+    def __init__(self, problem: str, *, field: str | None = None, option: str | None = None) -> None:
+        self.problem, self.field, self.option = problem, field, option
+        super().__init__(f"{'option' if option.startswith('-') else 'argument'} {option}: {problem}"
+                         if option else problem)
+
+    def for_option(self, option: str) -> "NotFoundError":
+        return NotFoundError(self.problem, field=self.field, option=option)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.update({k: getattr(self, k) for k in ("option", "field") if getattr(self, k) is not None})
+        return out
 
     @classmethod
-    def model(cls, name: str, known: list[str]) -> "NotFoundError":
+    def model(cls, name: str, known: list[str], *, field: str | None = None) -> "NotFoundError":
         """No model called `name`: the message names the closest existing names."""
         import difflib
 
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.4) if isinstance(name, str) else []
-        return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""))
+        return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""),
+                   field=field)

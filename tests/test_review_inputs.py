@@ -149,3 +149,12 @@ def test_audit_reports_the_k_it_could_use(home):
 def test_a_bad_alias_is_named_as_the_argument_the_user_typed(home):
     out = json.loads(_cli(home, "alias", "set", "1bad", "x", "--json").stdout)["error"]
     assert (out["option"], out["field"]) == ("ALIAS", "alias") and out["message"].startswith("argument ALIAS: '1bad'")
+
+
+def test_a_name_not_found_is_named_by_the_option_it_came_in(home):
+    error = json.loads(_cli(home, "route", "a question?", "--exclude", "nosuch", "--json").stdout)["error"]
+    assert error == {"type": "NotFoundError", "message": "option --exclude: no model named 'nosuch' in the registry",
+                     "option": "--exclude", "field": "exclude"}
+    name = json.loads(_cli(home, "models", "list", "--json", code=0).stdout)[0]["name"]
+    error = json.loads(_cli(home, "restore", name, "--version", "99", "--json").stdout)["error"]
+    assert error["option"] == "--version" and "has no version 99" in error["message"]

@@ -48,7 +48,7 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
     names = models.index.names
     for name in exclude:
         if name not in models.records:
-            raise NotFoundError.model(name, list(models.records))
+            raise NotFoundError.model(name, list(models.records), field="exclude")
     if not names:
         raise RegistryError("no model is embedded yet: run `registry embed --all`")
     if models.index.encoder_id != active.encoder_id:

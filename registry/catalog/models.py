@@ -118,7 +118,7 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         if version is not None:
             past = [r for r in past if r["version"] == version]
             if not past:
-                raise NotFoundError(f"model {name!r} has no version {version}")
+                raise NotFoundError(f"model {name!r} has no version {version}", field="version")
         chosen = past[-1]
         if live is not None and version == live:  # already what the model is: no new version
             return RestoreResult(name=name, restored_version=live, version=live)
