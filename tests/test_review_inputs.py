@@ -158,3 +158,6 @@ def test_a_name_not_found_is_named_by_the_option_it_came_in(home):
     name = json.loads(_cli(home, "models", "list", "--json", code=0).stdout)[0]["name"]
     error = json.loads(_cli(home, "restore", name, "--version", "99", "--json").stdout)["error"]
     assert error["option"] == "--version" and "has no version 99" in error["message"]
+    for args, label in (((name, "nosuch"), "argument B"), (("nosuch", name), "argument A")):
+        out = _cli(home, "compare", *args).output
+        assert f"{label}: no model named 'nosuch' in the registry" in out

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from registry.analytics.clusters import cosine_distances
-from registry.errors import InputError, RegistryError
+from registry.errors import InputError, NotFoundError, RegistryError
 
 if TYPE_CHECKING:
     from indexing.store import Store
@@ -160,6 +160,14 @@ def _behaviour_rows(store: "Store", a: str, b: str) -> tuple[dict, dict] | None:
     return (from_a, from_b) if b in from_a and a in from_b else None
 
 
+def _vector_of(models, name: str, field: str):
+    """The model's vector; a not-found error (naming the closest models) says which argument it was."""
+    try:
+        return models.vector(name)
+    except NotFoundError as err:
+        raise NotFoundError(err.problem, field=field) from None
+
+
 def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Comparison":
     """How two models differ: embedding distance and neighbour ranks, and per task their measured
     accuracies with the test behind each difference (largest difference first), plus predicted ones."""
@@ -167,7 +175,7 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
     from registry.analytics.search import likeness_kind, open_embedded, open_index, pairwise_distances
 
     models = open_embedded(store)
-    za, zb = models.vector(a), models.vector(b)  # not-found errors name the closest models
+    za, zb = (_vector_of(models, name, field) for name, field in ((a, "a"), (b, "b")))
     if a == b:
         raise InputError(f"compare needs two different models (both are {a!r})", field="b")
     # the distance and the neighbour ranks in the likeness vector (the fingerprint when both have one)
