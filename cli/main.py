@@ -94,10 +94,9 @@ class _Group(click.Group):
         except (RegistryError, click.ClickException) as err:
             if isinstance(err, _JsonError):
                 raise
-            args = ctx.meta.get(_ARGS, [])
-            payload = error_payload(err, self._command_of(ctx, args))
+            payload = error_payload(err, self._command_of(ctx, ctx.meta.get(_ARGS, [])))
             usage = isinstance(err, click.UsageError)
-            if (ctx.obj or {}).get("json") or _asks_for_json(ctx.meta.get(_RAW, args)):
+            if self._wants_json(ctx):
                 raise _JsonError(payload, 2 if usage else 1) from None
             if isinstance(err, click.ClickException):
                 raise
@@ -105,12 +104,16 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:  # a bug: a --json consumer still gets an error object; the traceback goes to stderr
-            if not ((ctx.obj or {}).get("json") or _asks_for_json(ctx.meta.get(_RAW, ctx.meta.get(_ARGS, [])))):
+            if not self._wants_json(ctx):
                 raise
             import traceback
 
             traceback.print_exc()
             raise _JsonError({"type": "InternalError", "message": f"{type(err).__name__}: {err}"}, 1) from None
+
+    @staticmethod
+    def _wants_json(ctx: click.Context) -> bool:
+        return bool((ctx.obj or {}).get("json") or _asks_for_json(ctx.meta.get(_RAW, ctx.meta.get(_ARGS, []))))
 
     def _command_of(self, ctx: click.Context, args: list[str]) -> click.Command | None:
         """The (sub)command these arguments name, or None."""

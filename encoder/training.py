@@ -709,7 +709,7 @@ def embedding_spread(locus: Locus, data: EvalData, per_model: Sequence[np.ndarra
     distances = pdist(full)  # (P,) condensed: pairs (i, j), i < j, of `usable`
     between = float(np.median(distances))
     # Pairs the encoder puts within one self-spread although their accuracies differ beyond doubt: a median
-    # over all pairs hides a pool whose families each sit at one point (the demo's did, cosine < 0.002)
+    # over all pairs would hide a pool whose families each sat at one point
     accuracy = np.array([float(data.scores[per_model[m]].mean()) for m in usable])
     n = np.array([len(per_model[m]) for m in usable], np.float64)
     i, j = np.triu_indices(len(usable), k=1)

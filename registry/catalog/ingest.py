@@ -131,15 +131,12 @@ def ingest(
     # 1. the batch against the store ---------------------------------------------------------
     stored_q = store.read(QUERIES, ["query_id", "text_hash", "task"])
     stored_hash = dict(zip(stored_q.column("query_id").to_pylist(), stored_q.column("text_hash").to_pylist()))
-    stored_by_text = {h: q for q, h in stored_hash.items()}
-    new_queries, batch_hash, renamed = [], {}, {}
+    renamed = batch.land_texts_on_stored({h: q for q, h in stored_hash.items()})  # as add-model and refine do
+    new_queries, batch_hash = [], {}
     for query, (file, line) in zip(batch.queries, batch.query_origins):
         digest = text_hash(query.text)
         batch_hash[query.id] = digest
-        # evaluations given by text land on the stored query with that text, not on a second query of the
-        # same text (as add-model and refine do): the audit and the item table compare by query id
-        if query.id.startswith("t:") and query.id not in stored_hash and digest in stored_by_text:
-            renamed[query.id] = stored_by_text[digest]
+        if query.id in renamed:
             continue
         known = stored_hash.get(query.id)
         if known is None:
@@ -149,9 +146,6 @@ def ingest(
                 f"query id {query.id!r} is already stored with a different text "
                 "(import with --id-prefix to keep both)", file=file, line=line, field="query_id",
             )
-    if renamed:
-        batch.eval_queries = [renamed.get(q, q) for q in batch.eval_queries]
-        batch.drop_duplicate_evaluations()
     for i, query_id in enumerate(batch.eval_queries):
         if query_id not in batch_hash and query_id not in stored_hash:
             file, line = batch.where(i)

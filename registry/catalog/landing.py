@@ -134,14 +134,12 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
     else:
         raise InputError(f"unknown change kind {change.kind!r}", field="kind")
     batch = change.batch
-    # Evaluations given by text land on the stored query with that text, rather than on a second query.
-    renamed, new_queries, batch_hash = {}, [], {}
+    renamed = batch.land_texts_on_stored(by_hash)
+    new_queries, batch_hash = [], {}
     for query, (file, line) in zip(batch.queries, batch.query_origins):
-        digest = text_hash(query.text)
-        known = by_hash.get(digest)
-        if known is not None and query.id.startswith("t:"):
-            renamed[query.id] = known
+        if query.id in renamed:
             continue
+        digest = text_hash(query.text)
         stored = by_id.get(query.id)
         if stored is not None and stored != digest:
             raise InputError(f"query id {query.id!r} is already stored with a different text", file=file, line=line,
@@ -153,9 +151,6 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
         batch_hash[query.id] = digest
         if stored is None:
             new_queries.append((query, digest))
-    if renamed:
-        batch.eval_queries = [renamed.get(q, q) for q in batch.eval_queries]
-        batch.drop_duplicate_evaluations()
     for i, query_id in enumerate(batch.eval_queries):
         if query_id not in batch_hash and query_id not in by_id:
             file, line = batch.where(i)

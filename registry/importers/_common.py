@@ -23,9 +23,12 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+TEXT_ID_PREFIX = "t:"  # the ids `query_id_for_text` makes
+
+
 def query_id_for_text(text: str) -> str:
     """A stable id for formats whose rows carry a query text but no id."""
-    return "t:" + text_hash(text)[:16]
+    return TEXT_ID_PREFIX + text_hash(text)[:16]
 
 
 @dataclass
@@ -140,6 +143,20 @@ class ImportBatch:
                 raise InputError(f"query {key[1]!r} is given twice with different scores: line {earlier} "
                                  f"({self.eval_scores[j]:g}) and line {line} ({self.eval_scores[i]:g})",
                                  file=file, line=line, field="score")
+
+    def land_texts_on_stored(self, stored_by_hash: Mapping[str, str]) -> dict[str, str]:
+        """Queries given by text (ids from `query_id_for_text`) whose text is stored under another id: their
+        evaluations move to that id, rather than make a second query of the same text (the audit and the
+        item table compare by id). Returns batch id -> stored id; the caller stores none of those queries."""
+        renamed = {}
+        for query in self.queries:
+            stored = stored_by_hash.get(text_hash(query.text)) if query.id.startswith(TEXT_ID_PREFIX) else None
+            if stored is not None:
+                renamed[query.id] = stored
+        if renamed:
+            self.eval_queries = [renamed.get(q, q) for q in self.eval_queries]
+            self.drop_duplicate_evaluations()
+        return renamed
 
     def drop_duplicate_evaluations(self) -> int:
         """Keep the last score of each (model, query) pair, as re-running an evaluation would;

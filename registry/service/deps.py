@@ -122,7 +122,7 @@ def _same_origin(origin: str, port: int | None) -> bool:
 WRITE = [Depends(require_token)]  # a route's `dependencies=`: every write asks for it
 
 
-def check_write_before_body(request: Request) -> None:
+async def check_write_before_body(request: Request) -> None:
     """The write check for a request whose body FastAPI refused before the route's dependencies ran
     (it reads the body first): a write without the token is answered 401 (or 403), not 422, so a
     client learns it is not allowed before it learns what was wrong with its body."""
@@ -131,7 +131,4 @@ def check_write_before_body(request: Request) -> None:
         return  # a method the path does not answer (405): the route Starlette names is another method's
     if not any(getattr(d, "dependency", None) is require_token for d in getattr(route, "dependencies", ())):
         return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    credentials = (HTTPAuthorizationCredentials(scheme=scheme, credentials=given.strip())
-                   if scheme.lower() == "bearer" and given.strip() else None)
-    require_token(request, credentials, request.headers.get(CLIENT_HEADER), request.app.state.settings)
+    require_token(request, await bearer(request), request.headers.get(CLIENT_HEADER), request.app.state.settings)

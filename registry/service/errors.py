@@ -7,7 +7,7 @@ registry's state), FastAPI's validation errors, Starlette's HTTP errors and the 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -95,7 +95,7 @@ async def _bug(request: Request, err: Exception):
     return error_response(500, "InternalError", f"{type(err).__name__}: the server failed; see its log")
 
 
-def add_error_handlers(app: FastAPI, *, before_body: Callable[[Request], None] | None = None) -> None:
+def add_error_handlers(app: FastAPI, *, before_body: Callable[[Request], Awaitable[None]] | None = None) -> None:
     """`before_body(request)`: a check that outranks a malformed body (the write check: a request without
     the token is told so, 401, not that its body is bad); it raises HTTPError to refuse."""
 
@@ -103,7 +103,7 @@ def add_error_handlers(app: FastAPI, *, before_body: Callable[[Request], None] |
         async def checked(request: Request, err: Exception):
             if before_body is not None:
                 try:
-                    before_body(request)
+                    await before_body(request)
                 except HTTPError as refused:
                     return await _ours(request, refused)
             return await handler(request, err)
