@@ -66,7 +66,7 @@ def _echo_profile(result) -> None:
 @click.option("--by", type=click.Choice(["locus", "fingerprint", "embedding", "behaviour"]), default=None,
               help="The index the fallbacks come from: fingerprint (default when the top model has one: models "
                    "that answer as it does) or locus. The ranking is the router's whatever --by says (LOCUS "
-                   "blended with the item table by `registry train`).")
+                   "blended with the item table and kNN over the stored queries, as `registry train` fitted it).")
 @min_evals_option("come after the others, in the ranking and among the fallbacks (marked; a note names any pushed out)")
 @click.option("--max-cost", type=float, default=None, metavar="USD",
               help="Only models whose cost per call is at most USD (price metadata, else the params_b proxy; see "
@@ -108,8 +108,12 @@ def _echo_route(result) -> None:
         click.echo(f"if {top} is unavailable ({what} to it): " +
                    ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f}){_mark(f)}"
                              for f in result.fallbacks))
-    if result.predictor == "locus+item":
-        click.echo("(P(correct): LOCUS blended with the item table by the encoder's router blend)")
+    if result.predictor in PREDICTORS:
+        click.echo(f"(P(correct): {PREDICTORS[result.predictor]} by the encoder's router blend)")
+
+
+PREDICTORS = {"locus+item": "LOCUS blended with the item table",
+              "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries"}
 
 
 def _echo_cost_ranking(result) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -48,6 +48,9 @@ class Blend:
     val_loss: float = float("nan")  # its BCE on them (in-sample)
     fit: str = "logistic"  # or "routing" (fit_routing_blend)
     query_weights: tuple[float, ...] = ()  # per component: weight of its mean logit over the rows (models)
+    # how a component with settings of its own is computed where the blend is used (the router's kNN:
+    # {"knn": {"mode": ..., "k": ..., "pseudo_count": ...}}): the weights were fitted on those predictions
+    settings: dict = field(default_factory=dict)
 
     def predict(self, probabilities: dict[str, np.ndarray], *, reference: np.ndarray | None = None) -> np.ndarray:
         """P(correct) from each component's probabilities (arrays of one shape, (M, Q)), float32. The query
@@ -76,7 +79,10 @@ class Blend:
         blend = cls(components=tuple(raw["components"]), weights=tuple(float(w) for w in raw["weights"]),
                     intercept=float(raw["intercept"]), cells=int(raw.get("cells", 0)),
                     val_loss=float(raw.get("val_loss", float("nan"))), fit=str(raw.get("fit", "logistic")),
-                    query_weights=tuple(float(v) for v in raw.get("query_weights", ())))
+                    query_weights=tuple(float(v) for v in raw.get("query_weights", ())),
+                    settings=raw.get("settings") or {})
+        if not isinstance(blend.settings, dict):
+            raise ValueError("blend settings must be an object")
         if (len(blend.components) != len(blend.weights) or not all(np.isfinite(blend.weights))
                 or len(blend.query_weights) not in (0, len(blend.components)) or not all(np.isfinite(blend.query_weights))):
             raise ValueError("blend weights do not match its components")

@@ -457,8 +457,8 @@ class Registry:
               fallback: int = 3, by: str | None = None,
               min_evals: int | None = None, max_cost: float | None = None, willingness_to_pay: float | None = None,
               unpriced: str = "error") -> RouteDecision | list[RouteDecision]:
-        """Rank models by predicted P(correct) (the router: LOCUS blended with the item table by
-        `registry train`, LOCUS alone for an older encoder) for a query text (one decision) or a list of texts
+        """Rank models by predicted P(correct) (the router: LOCUS blended with the item table and kNN over
+        the stored queries by `registry train`, fewer parts for an older encoder) for a query text (one decision) or a list of texts
         (a list of decisions, one batched pass); excluded models never appear; `fallback` lists the top
         model's nearest available neighbours (appendix E.2) by `by`: fingerprint (default when it has
         one) or locus; in both, models embedded from fewer than `min_evals` evaluations (default: the

@@ -98,6 +98,25 @@ class StoreView:
             return None
         return index if index.names else None
 
+    def router_knn(self, query_encoder: str, names: list[str], settings: dict, pool: "Iterable[str]" = ()):
+        """The router's kNN over the stored queries: encoder.knn.KNNRouter with the blend's `settings`,
+        fitted on every stored evaluation of `names` (rows in that order) on a query with a vector from
+        `query_encoder`, its pooled neighbourhoods drawn from the queries of the models in `pool` (the
+        encoder's training pool: a model added later moves no other model's P(correct)); None when there
+        is none."""
+        import numpy as np
+
+        from encoder.knn import KNNRouter
+        from registry.catalog.dataset import load_eval_data
+
+        try:
+            data = load_eval_data(self.store, query_encoder, models=list(names))
+        except RegistryError:
+            return None
+        pool = set(pool)
+        return KNNRouter(tune=False, **settings).fit(data, np.arange(len(data.scores)), []).pool_neighbourhoods(
+            [i for i, name in enumerate(data.models) if name in pool])
+
     # ----------------------------------------------------------------------- query vectors
     def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:
         """(len(texts), D) float32 vectors of these texts, and how many had to be encoded now."""
@@ -261,8 +280,9 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
           max_cost: float | None = None, willingness_to_pay: float | None = None, unpriced: str = "error"
           ) -> "tuple[RouteDecision | list[RouteDecision], int]":
     """For one text a decision, for a list of texts a list of decisions (one batched prediction), and how
-    many texts were encoded now: the top k models by P(correct) (LOCUS, blended with the item table when
-    the encoder has a router blend: skill on an unseen query) and the top model's nearest candidates
+    many texts were encoded now: the top k models by P(correct) (LOCUS, blended with the item table and kNN
+    over the stored queries when the encoder has a router blend: skill on an unseen query) and the top
+    model's nearest candidates
     (registry.analytics.routing.decide). Excluded names may be aliases. `max_cost` /
     `willingness_to_pay`: a cost trade-off (registry.analytics.cost); neither: P(correct) alone."""
     from registry.evidence import MIN_EVALS, check_min_evals
@@ -288,8 +308,10 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     prints = view.fingerprints() if blended or (fallback and by != "locus") else None
     behaviour = view.behaviour() if fallback and by != "locus" and prints is not None else None
     table = view.item_table(active.encoder_id) if (blended or behaviour is not None) and prints is not None else None
+    knn = view.router_knn(active.query_encoder, models.index.names, active.blend.settings["knn"], active.pool) \
+        if blended and table is not None and "knn" in active.blend.components else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
-                 table=table, rank=None if cost is None else cost.rank, behaviour=behaviour)
+                 table=table, rank=None if cost is None else cost.rank, behaviour=behaviour, knn=knn)
     out = out if cost is None else cost.annotate(out)
     return (out[0] if single else out), encoded
 

@@ -507,9 +507,10 @@ class RouteDecision(Result):
                                                   "in the ranking and among the fallbacks")
     evidence_note: str | None = Field(None, description="thin models pushed out of the ranking or the fallbacks, "
                                                         "and how to include them (None: none)")
-    predictor: Literal["locus", "locus+item"] = Field(
-        "locus", description="what P(correct) came from: LOCUS alone, or LOCUS blended with the item table by the "
-                             "encoder's router blend (fitted on validation queries at training)")
+    predictor: Literal["locus", "locus+item", "locus+item+knn"] = Field(
+        "locus", description="what P(correct) came from: LOCUS alone, LOCUS blended with the item table, or those "
+                             "and kNN over the stored queries' evaluations, by the encoder's router blend (fitted on "
+                             "validation queries at training)")
     max_cost: float | None = Field(None, description="the cost ceiling asked for, USD per call (only with a trade-off)")
     willingness_to_pay: float | None = Field(None, description="λ in p_correct - λ * cost_usd (only with a trade-off)")
     cost_note: str | None = Field(None, description="models costed by the params_b proxy, or left out as unpriced")

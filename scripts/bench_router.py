@@ -8,8 +8,9 @@ Each (dataset, evaluations per model, seed) runs `registry evaluate`'s protocol 
 queries split 80/10/10 by seed, at most N training evaluations per model, LOCUS trained with
 TrainConfig's defaults (budgeted in epochs, no wall-clock cap), the baselines tuned on the validation
 queries, everything measured on the test queries. "registry" is the predictor `registry route` uses and
-`registry evaluate` reports: LOCUS and the item table mixed for routing on the validation queries
-(encoder/blend.py fit_routing_blend); "registry+knn" adds kNN over the stored queries to the mix. `--dump-dir` keeps each run's component predictions; `--from-dumps` scores
+`registry evaluate` reports: LOCUS, the item table and kNN over the stored queries mixed for routing on the
+validation queries (encoder/blend.py fit_routing_blend); "locus+item" is the same fit without kNN (the
+router before it). `--dump-dir` keeps each run's component predictions; `--from-dumps` scores
 them again (the blends and metrics of this commit) without training. Paired tests: McNemar's exact
 test over the test queries, registry against each method, per seed. MMLU-Pro is its open-weight pool
 (access == open), as the dataset's README advises; BFCL its whole pool.
@@ -37,7 +38,7 @@ from encoder.metrics import paired_test  # noqa: E402
 DATA_ROOT = ROOT.parent / "shared" / "data"
 ENCODER = "all-mpnet-base-v2"
 BASELINES = ("knn", "irt_net", "embedllm_mf", "best_single")
-METHODS = ("registry", "locus", "item", "registry+knn", "locus+item (logistic)", *BASELINES)
+METHODS = ("registry", "locus", "item", "locus+item", "locus+item (logistic)", *BASELINES)
 
 
 def load(dataset: str, data_root: Path):
@@ -149,12 +150,13 @@ def write_markdown(result: dict, path: Path) -> None:
         "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
         "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
         "queries, each routed among the models scored on it. **registry** is the router `registry route` uses "
-        "(the blend `registry train` stores beside the encoder): LOCUS and the item table (encoder/fingerprint.py, "
-        "fitted on the training evaluations only) mixed by `encoder.blend.fit_routing_blend` on the validation "
-        "queries (non-negative mixing weights and a temperature chosen by the validation routing likelihood, then "
-        "calibrated). **registry+knn** adds kNN over the stored queries (encoder/baselines.py KNNRouter) to the same "
-        "fit (not in `route`: it would read every stored query vector and score per route); **locus+item "
-        "(logistic)** the earlier cell-wise logistic blend; **item** the item table alone. MMLU-Pro: its open-weight pool "
+        "(the blend `registry train` stores beside the encoder): LOCUS, the item table (encoder/fingerprint.py, "
+        "fitted on the training evaluations only) and kNN over the stored queries (encoder/knn.py, its k, "
+        "pseudo-count and mode tuned on the validation queries, the same as the knn baseline) mixed by "
+        "`encoder.blend.fit_routing_blend` on the validation queries (non-negative mixing weights and a "
+        "temperature chosen by the validation routing likelihood, then calibrated). **locus+item** is that fit "
+        "without kNN (the router before it); **locus+item (logistic)** the earlier cell-wise logistic blend; "
+        "**item** the item table alone. MMLU-Pro: its open-weight pool "
         "(access == open); BFCL: all models.", "",
     ] + (["Component predictions (LOCUS, item table, baselines) were made and dumped by " + "; ".join(
           f"`{m['command']}` on {m['date']} ({m['machine']}{', runs ' + m['runs'] if m.get('runs') else ''})"

@@ -137,7 +137,7 @@ def markdown(report: dict) -> str:
         "Protocol: `registry evaluate --cost` (registry/lab/cost_curve.py) over the predictions of `registry evaluate`'s "
         "protocol (registry/lab/evaluation.py: queries split 80/10/10 by seed, at most N training evaluations per model, "
         "everything measured on the test queries, each routed among the models scored on it). **registry** is the "
-        "registry's router (LOCUS and the item table blended on the validation queries, `BLENDS[\"registry\"]`, what `route` uses) "
+        "registry's router (LOCUS, the item table and kNN over the stored queries blended on the validation queries, `BLENDS[\"registry\"]`, what `route` uses) "
         "choosing per query the model with the largest P(correct) - λ·cost, λ swept from 0 to every query's cheapest "
         "model. **always-best**: the best single model by training accuracy; **always-cheapest**: the cheapest model; "
         "**random mixing**: a share x of the calls to always-best, the rest to always-cheapest (its expected accuracy "

@@ -499,14 +499,15 @@ def write_page(results: dict, path: Path) -> None:
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
               "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile "
               "--by fingerprint` fingerprints the hypothetical set instead; not measured here); `route`'s ranking: "
-              "LOCUS blended with the item table (below); (d)/(f) measure LOCUS.",
+              "LOCUS blended with the item table and kNN over the stored queries (below); (d)/(f) measure LOCUS.",
               "- Portfolio: **the recorded answers** (`--method answers`, the default with `--k`: the greedy cover "
               "of the stored queries outside the test queries); the vector methods compare by LOCUS (`--by "
               "fingerprint` by fingerprints). [portfolio-by.md](portfolio-by.md), `scripts/report_portfolio_by.py`, "
               "measures the three on the part (i) registries: only `answers` is above the random subsets' mean at "
               "every k = 3, 5, 10 on both datasets (on BFCL at k = 10 by 0.03 points, where random 10-subsets "
               "already route within 0.03 of the full pool).",
-              "- Routing's P(correct): LOCUS blended with the item table (the router blend `registry train` fits on "
+              "- Routing's P(correct): LOCUS blended with the item table and kNN over the stored queries (the router "
+              "blend `registry train` fits on "
               "validation queries; [router.md](router.md)).", ""]
     lines += ["## Targets of issue 16 (moonshot) against this page", ""]
     lines += targets(results) or ["(no geometry results yet)"]

@@ -80,7 +80,9 @@ def test_embed_names_the_evaluations_it_left_out_for_want_of_a_query_vector(reg,
 
 def test_adding_a_model_moves_no_other_model_s_p_correct(reg):
     """The router blend's query term is the mean over the models it was trained on, not over the index as
-    it is now: a model added (or removed) later changes nobody else's P(correct)."""
+    it is now, and its kNN draws pooled neighbourhoods from those models' queries: a model added (or
+    removed) later, even one evaluated on a new text next to the routed one, changes nobody else's
+    P(correct)."""
     text = reg.store.read("queries", ["text"]).column("text")[0].as_py()
     stored = reg.store.read("queries", ["query_id"]).column("query_id").to_pylist()
 
@@ -88,8 +90,9 @@ def test_adding_a_model_moves_no_other_model_s_p_correct(reg):
         return {m.name: m.p_correct for m in decision.ranking}
 
     before = reg.route(text, k=50)
-    assert before.predictor == "locus+item"  # the blend (with its query term) answered
-    reg.add_model("thin-newcomer", [{"query_id": stored[0], "score": 1}, {"query_id": stored[1], "score": 0}])
+    assert before.predictor == "locus+item+knn"  # the blend (with its query term) answered
+    reg.add_model("thin-newcomer", [{"query_id": stored[0], "score": 1}, {"query_id": stored[1], "score": 0},
+                                     {"query": text + " Answer in one word.", "score": 1}])
     after = reg.route(text, k=50)
     assert "thin-newcomer" in p_of(after)
     assert {n: p for n, p in p_of(after).items() if n != "thin-newcomer"} == pytest.approx(p_of(before), abs=1e-6)

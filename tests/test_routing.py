@@ -51,7 +51,7 @@ def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_enco
     assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks",
                                                                                  "min_evals", "evidence_note",
                                                                                  "predictor"}
-    assert result.predictor == "locus+item"  # training fitted a router blend beside the encoder
+    assert result.predictor == "locus+item+knn"  # training fitted a router blend beside the encoder
     p = [r.p_correct for r in result.ranking]
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
     top = result.ranking[0].name
@@ -168,7 +168,8 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
     text = run(reg.home, stored["law"], "--where", "family == synfam2")
     assert text.exit_code == 0, text.output
     assert "P(correct)" in text.output and "if syn-synfam2-" in text.output and "unavailable" in text.output
-    assert text.output.splitlines()[-1] == "(P(correct): LOCUS blended with the item table by the encoder's router blend)"
+    assert text.output.splitlines()[-1] == ("(P(correct): LOCUS blended with the item table and kNN over the stored "
+                                            "queries by the encoder's router blend)")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -188,18 +189,24 @@ def test_cli_bad_input_exits_non_zero_and_names_the_problem(reg, no_encoder, arg
 
 
 def test_route_blends_locus_with_the_item_table_and_without_a_blend_uses_locus(reg, stored, no_encoder, tmp_path):
-    """P(correct) is the encoder's router blend of LOCUS and the item table's prediction (the table's
-    text map for every text), for every candidate; an encoder without a blend routes by LOCUS alone."""
+    """P(correct) is the encoder's router blend of LOCUS, the item table's prediction (the table's text
+    map for every text) and kNN over every stored evaluation (with the k, pseudo-count and mode chosen at
+    training), for every candidate; an encoder whose blend is of LOCUS and the item table alone (trained
+    before the router read kNN) routes by those two; one without a blend by LOCUS alone."""
+    import dataclasses
     import shutil
 
+    from encoder.knn import KNNRouter
     from encoder.predictor import predict
     from registry.analytics.search import open_index
-    from registry.catalog.embedding import active_encoder, load_router_blend
+    from registry.catalog.dataset import load_eval_data
+    from registry.catalog.embedding import ROUTER_BLEND, active_encoder, load_router_blend
     from registry.catalog.fingerprint_store import load_item_table
 
     active = active_encoder(reg.store)
     blend = load_router_blend(active.directory)
-    assert blend is not None and blend.components == ("locus", "item") and blend.fit == "routing"
+    assert blend is not None and blend.components == ("locus", "item", "knn") and blend.fit == "routing"
+    assert set(blend.settings["knn"]) == {"mode", "k", "pseudo_count"}
     texts = [stored["math"], stored["law"]]
     decisions = reg.route(texts, k=5, fallback=0, min_evals=0)
     models = open_index(reg.store)
@@ -209,17 +216,30 @@ def test_route_blends_locus_with_the_item_table_and_without_a_blend_uses_locus(r
     p_locus = predict(active.locus, models.index.vectors, phi)
     thetas = np.linalg.solve(table._whiten.T, np.stack([prints.vector(n) for n in models.index.names]).astype(float).T).T
     f, b = table.item_params([None] * len(texts), phi)
-    expected = blend.predict({"locus": p_locus, "item": table.probabilities(thetas, f, b)})
+    p_item = table.probabilities(thetas, f, b)
+    data = load_eval_data(reg.store, active.query_encoder, models=list(models.index.names))
+    knn = KNNRouter(tune=False, **blend.settings["knn"]).fit(data, np.arange(len(data.scores)), [])
+    p_knn = knn.pool_neighbourhoods([i for i, n in enumerate(data.models) if n in active.pool]).predict_vectors(phi)
+    expected = blend.predict({"locus": p_locus, "item": p_item, "knn": p_knn})
     row = {n: i for i, n in enumerate(models.index.names)}
     for j, decision in enumerate(decisions):
-        assert decision.predictor == "locus+item"
+        assert decision.predictor == "locus+item+knn"
         for ranked in decision.ranking:
             assert ranked.p_correct == pytest.approx(float(expected[row[ranked.name], j]), abs=2e-6)
         # the blend changed the numbers: LOCUS alone would have given others
         assert any(abs(r.p_correct - float(p_locus[row[r.name], j])) > 1e-3 for r in decision.ranking)
     home = tmp_path / "home"
     shutil.copytree(reg.home, home)
-    (home / "encoders" / active.encoder_id / "router_blend.json").unlink()
+    path = home / "encoders" / active.encoder_id / ROUTER_BLEND
+    older = dataclasses.replace(blend, components=("locus", "item"), weights=blend.weights[:2],
+                                query_weights=blend.query_weights[:2], settings={})
+    path.write_text(older.to_json(), encoding="utf-8")
+    two = Registry.open(home).route(texts[0], k=5, fallback=0, min_evals=0)
+    assert two.predictor == "locus+item"
+    expected = older.predict({"locus": p_locus, "item": p_item})
+    assert [r.p_correct for r in two.ranking] == pytest.approx(sorted((float(x) for x in expected[:, 0]), reverse=True)[:5],
+                                                             abs=2e-6)
+    path.unlink()
     plain = Registry.open(home).route(texts[0], k=5, fallback=0, min_evals=0)
     assert plain.predictor == "locus"
     assert [r.p_correct for r in plain.ranking] == pytest.approx(
@@ -241,3 +261,8 @@ def test_a_damaged_router_blend_is_refused_naming_its_file(tmp_path):
                                          encoding="utf-8")
     with pytest.raises(RegistryError, match="a router blend of locus and item"):
         load_router_blend(tmp_path)
+    for settings in ({}, {"knn": {"mode": "pooled", "k": -3, "pseudo_count": 1.0}}, {"knn": {"mode": "nearest"}}):
+        (tmp_path / ROUTER_BLEND).write_text(Blend(components=("locus", "item", "knn"), weights=(1.0, 0.5, 0.5),
+                                                   intercept=0.0, settings=settings).to_json(), encoding="utf-8")
+        with pytest.raises(RegistryError, match=f"{ROUTER_BLEND}: its knn settings"):
+            load_router_blend(tmp_path)

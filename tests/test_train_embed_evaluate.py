@@ -71,11 +71,11 @@ def test_evaluate_reports_every_method(home, monkeypatch):
               "--onboard-evals", "16,60", "--json").output
     result = json.loads(out)
     assert len(result["pool"]) == 10 and len(result["held_out"]) == 2
-    blended = {"registry", "item", "registry+knn", "locus+item (logistic)"}
+    blended = {"registry", "item", "locus+item", "locus+item (logistic)"}
     assert set(result["routing_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", "best_single", "oracle", *blended}
     assert set(result["correctness_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", *blended}
-    assert set(result["blend"]["registry"]["weights"]) == {"locus", "item"}  # what `route` blends
-    assert set(result["blend"]["registry+knn"]["weights"]) == {"locus", "item", "knn"}
+    assert set(result["blend"]["registry"]["weights"]) == {"locus", "item", "knn"}  # what `route` blends
+    assert set(result["blend"]["locus+item"]["weights"]) == {"locus", "item"}
     assert result["n_test_queries"] == 10
     oracle = result["routing_accuracy"]["oracle"]
     assert all(0.0 <= v <= oracle + 1e-9 for v in result["routing_accuracy"].values())

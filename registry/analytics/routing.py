@@ -4,7 +4,7 @@ finds those, by text hash in the view's caches and the store, encoding only new 
 
 One batched prediction of P(correct) over every candidate model (embedded, passing `where`, not
 excluded) and every text ranks the models: LOCUS, sigmoid(G(z_m, phi(x))), blended with the item table's
-prediction when the encoder has a router blend (`p_correct`). `fallback` lists the
+prediction and kNN over the stored queries when the encoder has a router blend (`p_correct`). `fallback` lists the
 top model's nearest candidates, by behaviour fingerprint when it has one (else in the LOCUS index, as
 `registry search`): the models to try when the routed one is unavailable.
 """
@@ -66,13 +66,16 @@ def candidate_rows(models, active, exclude: Iterable[str], where: str | None) ->
     return rows
 
 
-def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tuple[np.ndarray, str]:
+def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None, knn=None) -> tuple[np.ndarray, str]:
     """(M, Q) P(correct) of every model of the LOCUS index on the query vectors `phi` (Q, D), and which
     predictor gave it. With the active encoder's router blend (`active.blend`, fitted at training on
     validation queries), the item table `table` and the fingerprint index `prints` of that table:
     LOCUS and the item table blended ("locus+item"); a new text reaches the item table through its text
     map, as the validation queries did when the blend was fitted. A model without a fingerprint of
-    that table has its LOCUS prediction stand for its item-table part. Otherwise LOCUS alone."""
+    that table has its LOCUS prediction stand for its item-table part. A blend that also reads kNN over
+    the stored queries takes it from `knn` (encoder.knn.KNNRouter fitted on the stored evaluations of
+    the index's models, rows in the index's order; "locus+item+knn"); without one, LOCUS stands for it.
+    Otherwise LOCUS alone."""
     from encoder.predictor import predict  # a numpy G (route) or a torch Locus (the service's)
 
     p_locus = predict(active.locus, models.index.vectors, phi)  # (M, Q), one pass
@@ -88,17 +91,21 @@ def p_correct(models, active, phi: np.ndarray, *, table=None, prints=None) -> tu
         thetas = table.thetas_of(identity)
         f, b = table.item_params([None] * len(phi), phi)  # every text by its vector (see above)
         p_item[have] = table.probabilities(thetas, f, b)
+    parts = {"locus": p_locus, "item": p_item}
+    predictor = "locus+item"
+    if "knn" in blend.components:
+        parts["knn"] = p_locus if knn is None else knn.predict_vectors(phi)
+        predictor = "locus+item" if knn is None else "locus+item+knn"
     # the query term's mean over the models the blend was fitted on (those still embedded), not over
     # whatever the index holds now: adding a thin model must not move every other model's P(correct)
     pool = getattr(active, "pool", frozenset())
     reference = np.asarray([i for i, n in enumerate(names) if n in pool], np.int64)
-    return (blend.predict({"locus": p_locus, "item": p_item}, reference=reference if len(reference) else None),
-            "locus+item")
+    return blend.predict(parts, reference=reference if len(reference) else None), predictor
 
 
 def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[str], *, k: int,
            fallback: int, by: str | None = None, prints=None, min_evals: int = 0,
-           table=None, rank=None, behaviour=None) -> "list[RouteDecision]":
+           table=None, rank=None, behaviour=None, knn=None) -> "list[RouteDecision]":
     """One decision per text: the candidates `rows` ranked by predicted P(correct) (`p_correct`, from
     the query vectors `phi` (Q, D) in one pass), and the top model's nearest candidates as fallbacks,
     from the fingerprint index `prints` when `by` allows (None: when the top model has a fingerprint)
@@ -122,7 +129,7 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
                             f"{active.query_encoder} gives {phi.shape[1]}-d")
     names = models.index.names
     prints_rows: dict[str, tuple] = {}  # top model -> fingerprint-index rows and names of the other candidates
-    p, predictor = p_correct(models, active, phi, table=table, prints=prints)
+    p, predictor = p_correct(models, active, phi, table=table, prints=prints, knn=knn)
     p = p[rows]  # (candidates, Q)
     row_names = np.array([names[r] for r in rows])
     out = []

@@ -39,7 +39,7 @@ class ActiveEncoder:
     config: Any  # encoder.locus.LocusConfig
     query_encoder: str
     directory: Path
-    blend: Any = None  # encoder.blend.Blend of LOCUS and the item table for routing; None: LOCUS alone
+    blend: Any = None  # encoder.blend.Blend of LOCUS, the item table and kNN for routing; None: LOCUS alone
     pool: frozenset = frozenset()  # the models it was trained on (training.json): the blend's reference rows
 
 
@@ -47,29 +47,42 @@ ROUTER_BLEND = "router_blend.json"
 
 
 def _fit_router_blend(locus, data: EvalData, train_evals: np.ndarray, split):
-    """The router's blend of LOCUS and the item table (`encoder.blend.fit_routing_blend`), fitted on the
-    validation queries from predictions that never saw them: LOCUS trained on the training queries, and
-    an item table fitted on the training evaluations alone (the one stored beside the encoder also
-    learns the validation queries, so its predictions there would be in-sample). New texts reach the
-    item table through its text map, as the validation queries do here. None when no validation cell
-    is scored."""
+    """The router's blend of LOCUS, the item table and kNN over the stored queries
+    (`encoder.blend.fit_routing_blend`), fitted on the validation queries from predictions that never saw
+    them: LOCUS trained on the training queries, an item table fitted on the training evaluations alone
+    (the one stored beside the encoder also learns the validation queries, so its predictions there would
+    be in-sample), and the kNN router over the training evaluations, its k, pseudo-count and mode chosen on
+    the validation queries (they travel in the blend's settings; a route's kNN reads every stored
+    evaluation). New texts reach the item table through its text map, as the validation queries do here.
+    None when no validation cell is scored."""
+    import dataclasses
+
     from encoder.blend import fit_routing_blend
     from encoder.data import truth_on
     from encoder.fingerprint import item_table_predictions
     from encoder.inference import embed_models, predict
+    from encoder.knn import KNNRouter
 
     truth = truth_on(data, split.val)
     if not (~np.isnan(truth)).any():
         return None
     z = np.nan_to_num(embed_models(locus, data, train_evals))
     (item,) = item_table_predictions(data, train_evals, (split.val,))
-    return fit_routing_blend({"locus": predict(locus, z, data.query_vectors[split.val]), "item": item}, truth)
+    knn = KNNRouter().fit(data, train_evals, split.val)
+    blend = fit_routing_blend({"locus": predict(locus, z, data.query_vectors[split.val]), "item": item,
+                               "knn": knn.predict(split.val)}, truth)
+    return dataclasses.replace(blend, settings={"knn": knn.settings})
+
+
+ROUTER_COMPONENTS = ({"locus", "item"}, {"locus", "item", "knn"})  # the second since router kNN
 
 
 def load_router_blend(directory):
     """The router blend stored beside an encoder (a local or an s3 home's directory), or None (an encoder
-    trained before router blends)."""
+    trained before router blends). Encoders trained before the router read kNN blend LOCUS and the item
+    table alone."""
     from encoder.blend import Blend
+    from encoder.knn import KNNRouter
 
     path = directory / ROUTER_BLEND
     if not path.is_file():
@@ -78,8 +91,13 @@ def load_router_blend(directory):
         blend = Blend.from_json(path.read_text("utf-8"))
     except (ValueError, KeyError, TypeError) as err:
         raise RegistryError(f"{path}: {err}") from err
-    if set(blend.components) != {"locus", "item"}:
-        raise RegistryError(f"{path}: a router blend of locus and item, not {', '.join(blend.components)}")
+    if set(blend.components) not in ROUTER_COMPONENTS:
+        raise RegistryError(f"{path}: a router blend of locus and item (and knn), not {', '.join(blend.components)}")
+    if "knn" in blend.components:
+        try:
+            KNNRouter(tune=False, **blend.settings["knn"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise RegistryError(f"{path}: its knn settings are not a kNN router's ({err})") from err
     return blend
 
 
@@ -167,7 +185,7 @@ def train_encoder(
         "embedding_spread": spread, "warnings": warnings,
         "seconds": result.seconds, "train_config": config.to_dict(),
         "router_blend": None if blend is None else {"components": blend.components, "weights": blend.weights,
-                                                     "validation_cells": blend.cells},
+                                                     "validation_cells": blend.cells, "settings": blend.settings},
     }, indent=2, default=str))
     final = _encoders_dir(store) / encoder_id
     # training.json is written last (and copied last on an s3 home, which has no rename): a directory

@@ -86,8 +86,8 @@ def run_evaluation(
     result["locus_best_epoch"] = trained_locus.best_epoch
     result["locus_stopped"] = trained_locus.stopped
 
-    # the registry's predictor: LOCUS and the item table blended on the validation queries, and with kNN
-    # over the stored queries beside it (score_predictions)
+    # the registry's predictor: LOCUS, the item table and kNN over the stored queries blended on the
+    # validation queries (score_predictions)
     started = time.perf_counter()
     val_p = {"locus": predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.val])}
     test_p = {"locus": pred}
@@ -124,8 +124,8 @@ def run_evaluation(
 
 # method -> (components, fit). "registry" is the router `route` uses (the blend `registry train` stores,
 # registry.catalog.embedding._fit_router_blend); the others show what each part adds or would add.
-BLENDS = {"registry": (("locus", "item"), fit_routing_blend),
-          "registry+knn": (("locus", "item", "knn"), fit_routing_blend),
+BLENDS = {"registry": (("locus", "item", "knn"), fit_routing_blend),
+          "locus+item": (("locus", "item"), fit_routing_blend),
           "locus+item (logistic)": (("locus", "item"), fit_blend),
           "item": (("item",), fit_blend)}
 

@@ -46,6 +46,8 @@ class Snapshot:
     loaded_at: float = field(default_factory=time.time)
     prints: Any = None  # the fingerprint index (registry.analytics.search.EmbeddedModels) or None
     behaviour: Any = None  # the behaviour index (indexing.model_index.ModelIndex) or None
+    # the router's kNN over the stored evaluations, built by the first route that needs it (StoreView.router_knn)
+    knn: dict = field(default_factory=dict)
 
     def require_models(self):
         if self.models is None:
@@ -119,6 +121,7 @@ class WarmState(StoreView):
         self._snapshot: Snapshot | None = None
         self._texts: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._texts_lock = threading.Lock()
+        self._knn_lock = threading.Lock()
         self.reloads = 0
         self.text_hits = 0
         self.text_misses = 0
@@ -239,6 +242,18 @@ class WarmState(StoreView):
 
     def fingerprints(self):
         return self.snapshot().prints
+
+    def router_knn(self, query_encoder: str, names: list[str], settings: dict, pool=()):
+        """StoreView's, kept with the snapshot: reading every stored evaluation is done once per state of
+        the store, not per route."""
+        snap = self.snapshot()
+        key = (query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool))
+        if key not in snap.knn:
+            with self._knn_lock:
+                if key not in snap.knn:
+                    snap.knn.clear()  # one at a time: a state of the store has one pool and one encoder
+                    snap.knn[key] = super().router_knn(query_encoder, names, settings, pool)
+        return snap.knn[key]
 
     def behaviour(self):
         return self.snapshot().behaviour

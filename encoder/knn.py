@@ -1,0 +1,163 @@
+"""The kNN router: nearest training queries by cosine, each model's neighbour scores shrunk toward its
+training mean. A baseline of the evaluation (encoder/baselines.py) and one of the registry's router
+components (`predict_vectors` for a new text); numpy only."""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .baseline_base import Baseline, _Split
+
+__all__ = ["KNNRouter"]
+
+
+class KNNRouter(Baseline):
+    """kNN over query vectors, shrunk toward each model's training mean.
+
+    For a test query q and model m: take q's k nearest training queries by cosine similarity,
+    keep those m was evaluated on (n of them, s correct), and predict
+    P = (s + c * prior_m) / (n + c), prior_m = m's mean training score (P = prior_m where n + c = 0).
+    Two neighbourhoods: "pooled" takes the k nearest among all training queries that any model was
+    evaluated on (a model with N of U training queries then sees about k * N / U of them);
+    "per_model" takes the k nearest among m's own evaluated queries (n = min(k, N_m)).
+    k = None means all training queries; c = 0 is the plain, unshrunk kNN.
+
+    Tuning (when `tune`, the default): exhaustive grid on the validation queries, chosen by
+    validation routing accuracy (ties: validation correctness accuracy, then grid order):
+    mode in {pooled, per_model} x k in {10, 20, 50, 100, 200, 500, 1000, 2000, 5000, all} x
+    c in {0, 1, 2, 5, 10, 20, 50, 100, 200}: 180 configurations, all read off one sort of the
+    validation x training similarities (a few seconds on MMLU-Pro's open pool). With tune=False the
+    given k, pseudo_count and mode are used as they are.
+    """
+
+    name = "knn"
+    GRID_K: tuple[int | None, ...] = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, None)
+    GRID_C: tuple[float, ...] = (0, 1, 2, 5, 10, 20, 50, 100, 200)
+    GRID_MODE: tuple[str, ...] = ("pooled", "per_model")
+
+    def __init__(
+        self,
+        k: int | None = 1000,
+        pseudo_count: float = 20.0,
+        mode: str = "pooled",
+        *,
+        tune: bool = True,
+        chunk: int = 512,
+    ):
+        super().__init__()
+        if mode not in ("pooled", "per_model"):
+            raise ValueError(f"unknown mode {mode!r}")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"k must be a positive whole number or None, not {k!r}")
+        if isinstance(pseudo_count, bool) or not isinstance(pseudo_count, (int, float)) or not pseudo_count >= 0:
+            raise ValueError(f"pseudo_count must be a number >= 0, not {pseudo_count!r}")
+        self.k, self.pseudo_count, self.mode, self.tune, self.chunk = k, pseudo_count, mode, tune, chunk
+
+    def fit(self, data, train_evals, val_queries, *, seed=0):
+        start = time.perf_counter()
+        split = _Split(data, train_evals, val_queries)
+        self._data = data
+        self._prior = split.prior
+        # training queries that carry at least one evaluation, as columns
+        self._train_q = np.unique(split.query)
+        column = np.searchsorted(self._train_q, split.query)
+        M, U = data.n_models, len(self._train_q)
+        self._Y = np.zeros((M, U), dtype=np.float64)
+        self._O = np.zeros((M, U), dtype=np.float64)
+        self._Y[split.model, column] = split.score
+        self._O[split.model, column] = 1.0
+        self._own = [np.flatnonzero(self._O[m] > 0) for m in range(M)]
+        self._train_vecs = data.query_vectors[self._train_q].astype(np.float32)
+        self._pooled: np.ndarray | None = None  # the columns pooled neighbourhoods come from (None: all)
+
+        candidates = [(self.mode, self.k, self.pseudo_count)]
+        if self.tune and split.val_truth is not None:
+            candidates = list(itertools.product(self.GRID_MODE, self.GRID_K, self.GRID_C))
+        self.tuning_ = []
+        if len(candidates) > 1:
+            best_key = None
+            for mode in self.GRID_MODE:
+                sums, counts = self._stats(data.query_vectors[split.val_queries], mode, self.GRID_K)
+                for ki, k in enumerate(self.GRID_K):
+                    for c in self.GRID_C:
+                        pred = self._shrink(sums[ki], counts[ki], c)
+                        routing, corr = split.val_score(pred)
+                        self.tuning_.append(
+                            {"mode": mode, "k": k, "pseudo_count": c, "val_routing": routing, "val_correctness": corr}
+                        )
+                        key = (routing, corr)
+                        if best_key is None or key > best_key:
+                            best_key = key
+                            self.mode, self.k, self.pseudo_count = mode, k, c
+        self.config_ = {"mode": self.mode, "k": self.k, "pseudo_count": self.pseudo_count}
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def predict(self, query_indices):
+        self._check_fitted()
+        return self.predict_vectors(self._data.query_vectors[np.asarray(query_indices, dtype=np.int64)])
+
+    def predict_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        """(M, T) P(correct) for query vectors `vectors` (T, D) from the same query encoder, whether or not
+        they are queries of the fitted data: a new text's, at routing time."""
+        self._check_fitted()
+        sums, counts = self._stats(np.asarray(vectors, dtype=np.float32).reshape(-1, self._train_vecs.shape[1]),
+                                   self.mode, (self.k,))
+        return self._shrink(sums[0], counts[0], self.pseudo_count).astype(np.float32)
+
+    def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":
+        """Draw the pooled neighbourhoods from the queries the models `rows` were evaluated on, so that a
+        model added later (with queries of its own) changes no other model's neighbourhood, hence no other
+        model's prediction. Per-model neighbourhoods are each model's own already."""
+        self._check_fitted()
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows):
+            self._pooled = np.flatnonzero(self._O[rows].max(axis=0) > 0)
+        return self
+
+    @property
+    def settings(self) -> dict:
+        """What `KNNRouter(tune=False, **settings)` needs to predict as this one does (JSON)."""
+        return {"mode": self.mode, "k": self.k, "pseudo_count": float(self.pseudo_count)}
+
+    def _shrink(self, sums: np.ndarray, counts: np.ndarray, c: float) -> np.ndarray:
+        prior = self._prior[:, None]
+        denom = counts + c
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pred = (sums + c * prior) / denom
+        return np.where(denom > 0, pred, np.broadcast_to(prior, pred.shape))
+
+    def _stats(self, vectors: np.ndarray, mode: str, ks: Sequence[int | None]):
+        """(len(ks), M, T) neighbour score sums and counts for each k, for the query vectors (T, D)."""
+        M, T = self._data.n_models, len(vectors)
+        sums = np.zeros((len(ks), M, T))
+        counts = np.zeros((len(ks), M, T))
+        U = len(self._train_q)
+        for lo in range(0, T, self.chunk):
+            block = slice(lo, min(lo + self.chunk, T))
+            vecs = vectors[block].astype(np.float32, copy=False)
+            sim = vecs @ self._train_vecs.T  # (t, U)
+            if mode == "pooled":
+                pooled = np.arange(U) if self._pooled is None else self._pooled
+                # stable sort: ties broken by training-query index, so results are deterministic
+                order = np.argsort(-sim[:, pooled], axis=1, kind="stable")
+                cols = np.array([len(pooled) if k is None else min(k, len(pooled)) for k in ks]) - 1
+                for m in range(M):
+                    cs = np.cumsum(self._Y[m, pooled][order], axis=1)
+                    cc = np.cumsum(self._O[m, pooled][order], axis=1)
+                    sums[:, m, block] = cs[:, cols].T
+                    counts[:, m, block] = cc[:, cols].T
+            else:
+                for m in range(M):
+                    own = self._own[m]
+                    if len(own) == 0:
+                        continue
+                    order = np.argsort(-sim[:, own], axis=1, kind="stable")
+                    cs = np.cumsum(self._Y[m, own][order], axis=1)
+                    cols = np.array([len(own) if k is None else min(k, len(own)) for k in ks]) - 1
+                    sums[:, m, block] = cs[:, cols].T
+                    counts[:, m, block] = (cols + 1)[:, None]
+        return sums, counts
