@@ -32,6 +32,19 @@ def json_option(command=None, *, help: str = JSON_HELP):
     return decorate if command is None else decorate(command)
 
 
+max_evals_option = click.option(
+    "--max-evals", default="all", show_default=True,
+    help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")
+
+
+def evals_option(value: str, option: str) -> int | None:
+    """A count-or-'all' option (None for 'all'), else the usage error naming `option`."""
+    try:
+        return None if value == "all" else int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'all'", param_hint=option) from None
+
+
 def min_evals_option(what: str):
     """`--min-evals N` of search, route and clusters (registry.evidence): None when not given, so that
     the API applies the documented minimum; click refuses a negative or non-integer value naming it."""

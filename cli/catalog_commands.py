@@ -3,22 +3,24 @@ from __future__ import annotations
 
 import click
 
-from cli._common import EXISTING_FILE, _registry, echo_warnings, emit, json_option, quiet_thin_warnings
+from cli._common import (EXISTING_FILE, _registry, echo_warnings, emit, evals_option, json_option, max_evals_option,
+                         quiet_thin_warnings)
 
 
 @click.command()
 @click.argument("name")
 @click.option("--evals", "evals_file", required=True, type=EXISTING_FILE,
               help="CSV, JSONL or Parquet with columns query (text) or query_id, score, optional task.")
+@max_evals_option
 @json_option
 @click.pass_context
-def refine(ctx, name, evals_file, as_json) -> None:
+def refine(ctx, name, evals_file, max_evals, as_json) -> None:
     """Add evaluations to model NAME (or an alias) and re-embed it as a new version.
 
     The model keeps its earlier evaluations and metadata; a repeated (query, model) pair takes the new
     score. Every earlier version stays in `registry history NAME` and `registry restore NAME --version V`."""
     with quiet_thin_warnings():  # the result's warnings are printed below, once
-        result = _registry(ctx, create=False).refine(name, evals_file)
+        result = _registry(ctx, create=False).refine(name, evals_file, max_evals=evals_option(max_evals, "--max-evals"))
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"refine {r.name}: nothing new (version {r.version} stays)" if r.event == "unchanged" else

@@ -20,6 +20,8 @@ from cli._common import (
     echo_evidence_note,
     echo_neighbour_header,
     echo_warnings,
+    evals_option,
+    max_evals_option,
     min_evals_option,
     quiet_thin_warnings,
     emit,
@@ -317,14 +319,6 @@ def _echo_low_evidence_key(shown: bool) -> None:
                    "ranked after the others in search, route fallbacks and clusters unless --min-evals 0")
 
 
-def _evals_option(value: str, option: str) -> int | None:
-    """A count-or-'all' option (None for 'all'), else the usage error naming `option`."""
-    try:
-        return None if value == "all" else int(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a number or 'all'", param_hint=option) from None
-
-
 def _train_config(**options):
     """TrainConfig's defaults with the options the user gave (None = not given)."""
     import dataclasses
@@ -372,7 +366,7 @@ def train(ctx, evals_per_model, seed, epochs, pool, max_seconds, no_time_limit, 
     config = _train_config(epochs=epochs, max_seconds=max_seconds, no_time_limit=no_time_limit, patience=patience,
                            select=select, view_weight=view_weight)
     progress = None if as_json else progress_printer(lambda line: click.echo(line, err=True))
-    per_model = _evals_option(evals_per_model, "--evals-per-model")
+    per_model = evals_option(evals_per_model, "--evals-per-model")
     report = _registry(ctx, create=False).train(models=pool, evals_per_model=per_model,
                                                 seed=seed, config=config, progress=progress, nproc=nproc)
     if as_json:
@@ -429,8 +423,7 @@ def fit_fingerprints(ctx, as_json) -> None:
 
 @cli.command()
 @click.option("--all", "all_", is_flag=True, required=True, help="Embed every model in the registry.")
-@click.option("--max-evals", default="all", show_default=True,
-              help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")
+@max_evals_option
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this process; ray: Ray Data over the evaluations table (pip install 'locus-registry[ray]').")
 @click.option("--address", default=None, help="Ray cluster to join (ray://host:10001 or host:6379); "
@@ -440,7 +433,7 @@ def fit_fingerprints(ctx, as_json) -> None:
 @click.pass_context
 def embed(ctx, all_, max_evals, engine, address, workers, as_json) -> None:
     """Embed models with the active encoder: one forward pass each, no training."""
-    limit = _evals_option(max_evals, "--max-evals")
+    limit = evals_option(max_evals, "--max-evals")
     report = _registry(ctx, create=False).embed_all(max_evals=limit, engine=engine, address=address, workers=workers)
     echo_warnings(report.warnings)
     emit(report, as_json, lambda r: click.echo(
@@ -473,7 +466,7 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, co
                                  param_hint="--onboard-evals") from None
     from registry.catalog.embedding import progress_printer
 
-    per_model = _evals_option(evals_per_model, "--evals-per-model")
+    per_model = evals_option(evals_per_model, "--evals-per-model")
     log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
@@ -515,12 +508,14 @@ def _meta_pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--meta", "metadata", multiple=True,
               help="Metadata key=value (family, params_b, provider, endpoint, licence, access, tags, ...).")
 @click.option("--replace", is_flag=True, help="Replace a model of the same name (a new version).")
+@max_evals_option
 @json_option
 @click.pass_context
-def add_model(ctx, name, evals_file, metadata, replace, as_json) -> None:
+def add_model(ctx, name, evals_file, metadata, replace, max_evals, as_json) -> None:
     """Onboard model NAME from its evaluations: one forward pass of the active encoder, no training."""
     with quiet_thin_warnings():  # the result's warnings are printed below, once
-        result = _backend(ctx).add_model(name, evals_file, _meta_pairs(metadata), replace=replace)
+        result = _backend(ctx).add_model(name, evals_file, _meta_pairs(metadata), replace=replace,
+                                         max_evals=evals_option(max_evals, "--max-evals"))
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"{r.event} {r.name} (version {r.version}): embedded from {r.n_evals} evaluations with encoder "

@@ -59,8 +59,12 @@ class InputError(RegistryError):
         return f"{', '.join(where)}: {self.problem}" if where else self.problem
 
     def for_option(self, option: str) -> "InputError":
-        """The same error, named by the command-line option the user typed instead of the field."""
-        return InputError(self.problem, file=self.file, line=self.line, field=self.field, option=option)
+        """The same error, named by the command-line option the user typed instead of the field (a
+        message that begins with the field's name drops it: "--draws: must be ...", not "random_draws must")."""
+        problem = self.problem
+        if self.field and problem.startswith(self.field + " "):
+            problem = problem[len(self.field) + 1:]
+        return InputError(problem, file=self.file, line=self.line, field=self.field, option=option)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

@@ -90,35 +90,39 @@ class RegistryClient:
 
     # -------------------------------------------------------------------- writes
     def add_model(self, name: str, evaluations, metadata: Mapping[str, Any] | None = None, *,
-                  replace: bool = False) -> ModelChange:
+                  replace: bool = False, max_evals: int | None = None) -> ModelChange:
         """Onboard a model from a CSV/JSONL/Parquet path (uploaded) or an iterable of (query, score[,
-        task]) tuples / mappings with query and/or query_id, score, task."""
+        task]) tuples / mappings with query and/or query_id, score, task. `max_evals`: embed from a seeded
+        sample of that many evaluations (None: all)."""
         import json
 
         metadata = dict(metadata or {})
+        cap = {} if max_evals is None else {"max_evals": max_evals}
         if isinstance(evaluations, (str, Path)):
             path = Path(evaluations)
             if not path.is_file():
                 raise InputError("no such file", file=path)
             with open(path, "rb") as handle:
                 data = self._call("POST", f"/v1/models/{_quote(name)}/file", files={"file": (path.name, handle)},
-                                  data={"metadata": json.dumps(metadata), "replace": str(replace).lower()})
+                                  data={"metadata": json.dumps(metadata), "replace": str(replace).lower(),
+                                        **{k: str(v) for k, v in cap.items()}})
         else:
             data = self._call("POST", "/v1/models", json={"name": name, "evaluations": _rows(evaluations),
-                                                           "metadata": metadata, "replace": replace})
+                                                           "metadata": metadata, "replace": replace, **cap})
         from registry.evidence import warn_if_thin
 
         return warn_if_thin(ModelChange.model_validate(data))
 
-    def refine(self, name: str, more_evaluations) -> ModelChange:
+    def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
+        cap = {} if max_evals is None else {"max_evals": max_evals}
         if isinstance(more_evaluations, (str, Path)):
             path = Path(more_evaluations)
             with open(path, "rb") as handle:
                 data = self._call("POST", f"/v1/models/{_quote(name)}/refine/file",
-                                  files={"file": (path.name, handle)})
+                                  files={"file": (path.name, handle)}, data={k: str(v) for k, v in cap.items()})
         else:
             data = self._call("POST", f"/v1/models/{_quote(name)}/refine",
-                              json={"evaluations": _rows(more_evaluations)})
+                              json={"evaluations": _rows(more_evaluations), **cap})
         from registry.evidence import warn_if_thin
 
         return warn_if_thin(ModelChange.model_validate(data))

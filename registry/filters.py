@@ -140,15 +140,17 @@ class _Parser:
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
 
-    def take(self) -> tuple[str, str]:
+    def take(self, wanted: str) -> tuple[str, str]:
+        """The next token; at the end, an error saying what the filter still needs (`wanted`)."""
         token = self.peek()
         if token is None:
-            raise InputError("the filter ends too early", field="filter")
+            last = f" after {self.tokens[self.pos - 1][1]!r}" if self.pos else ""
+            raise InputError(f"the filter ends too early: expected {wanted}{last}", field="filter")
         self.pos += 1
         return token
 
     def expect(self, value: str) -> None:
-        token = self.take()
+        token = self.take(repr(value))
         if token[1] != value:
             raise InputError(f"expected {value!r} in the filter, found {token[1]!r}", field="filter")
 
@@ -163,14 +165,14 @@ class _Parser:
     def disjunction(self) -> Predicate:
         parts = [self.conjunction()]
         while self.peek() == ("kw", "or"):
-            self.take()
+            self.take("or")
             parts.append(self.conjunction())
         return parts[0] if len(parts) == 1 else (lambda m: any(p(m) for p in parts))
 
     def conjunction(self) -> Predicate:
         parts = [self.negation()]
         while self.peek() == ("kw", "and"):
-            self.take()
+            self.take("and")
             parts.append(self.negation())
         return parts[0] if len(parts) == 1 else (lambda m: all(p(m) for p in parts))
 
@@ -187,36 +189,36 @@ class _Parser:
 
     def _nested(self) -> Predicate:
         if self.peek() == ("kw", "not"):
-            self.take()
+            self.take("not")
             inner = self.negation()
             return lambda m: not inner(m)
         if self.peek() == ("op", "("):
-            self.take()
+            self.take("(")
             inner = self.disjunction()
             self.expect(")")
             return inner
         return self.comparison()
 
     def value(self) -> str:
-        kind, value = self.take()
+        kind, value = self.take("a value")
         if kind not in ("word", "string"):
             raise InputError(f"expected a value in the filter, found {value!r}", field="filter")
         return value
 
     def comparison(self) -> Predicate:
-        kind, field = self.take()
+        kind, field = self.take("a field name")
         if kind not in ("word", "string"):
             raise InputError(f"expected a field name in the filter, found {field!r}", field="filter")
         if field not in self.known:
             raise InputError(f"unknown field {field!r} in the filter; known fields: {', '.join(sorted(self.known))}",
                              field="filter")
         self.used.add(field)
-        kind, op = self.take()
+        kind, op = self.take("an operator (==, !=, <, <=, >, >=, ~, in, has)")
         if (kind, op) == ("kw", "in"):
             self.expect("(")
             options = [_field_value(field, self.value())]
             while self.peek() == ("op", ","):
-                self.take()
+                self.take(",")
                 options.append(_field_value(field, self.value()))
             self.expect(")")
             return lambda m: any(_compare("==", m.get(field), o) for o in options)

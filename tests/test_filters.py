@@ -38,10 +38,13 @@ def test_filters_select(text, expected):
 
 @pytest.mark.parametrize("text, problem", [
     ("colour == red", "unknown field 'colour'"),
-    ("access ==", "ends too early"),
+    # a filter cut short says what it still needs, after which word
+    ("access ==", "ends too early: expected a value after '=='"),
+    ("access", r"ends too early: expected an operator \(==, .*\) after 'access'"),
     ("access open", "expected an operator"),
-    ("(access == open", "ends too early"),
-    ("access == open and", "ends too early"),
+    ("(access == open", "ends too early: expected '\\)' after 'open'"),
+    ("access == open and", "ends too early: expected a field name after 'and'"),
+    ("access in (open,", "ends too early: expected a value after ','"),
     ("", "empty"),
     ("access == open; drop table models", "unexpected .drop."),
     ("access == 'open", "cannot read"),

@@ -33,11 +33,13 @@ def _cli(home: Path, *args: str, code: int = 1):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["profile", "--task", "math=0.8", "--seed", "-1"], "option --seed: seed must be an integer of at least 0"),
-    (["portfolio", "-k", "2", "--seed", "-1"], "option --seed: seed must be an integer of at least 0"),
-    (["train", "--seed", "-1", "--epochs", "1"], "option --seed: seed must be an integer of at least 0"),
+    (["profile", "--task", "math=0.8", "--seed", "-1"], "option --seed: must be an integer of at least 0"),
+    (["portfolio", "-k", "2", "--seed", "-1"], "option --seed: must be an integer of at least 0"),
+    (["train", "--seed", "-1", "--epochs", "1"], "option --seed: must be an integer of at least 0"),
     (["train", "--evals-per-model", "0", "--epochs", "1"], "option --evals-per-model"),
-    (["profile", "--task", "math=0.8", "--evals", "100000000"], "option --evals: evals must be an integer from"),
+    (["profile", "--task", "math=0.8", "--evals", "100000000"], "option --evals: must be an integer from"),
+    # the option as typed, not the API's name for it (random_draws)
+    (["portfolio", "-k", "2", "--draws", "0"], "option --draws: must be an integer of at least 1, not 0"),
 ])
 def test_numbers_out_of_range_are_refused_naming_the_option(home, args, words):
     assert words in _cli(home, *args).output
@@ -64,6 +66,23 @@ def test_max_evals_of_add_model_and_refine_is_checked(home):
         with pytest.raises(InputError):
             reg.refine(reg.models()[0].name, [{"query_id": query, "score": 1}], max_evals=bad)
     assert "capped" not in [m.name for m in reg.models()]
+
+
+def test_add_model_and_refine_take_max_evals_on_the_command_line(home, tmp_path):
+    from registry import Registry
+
+    ids = Registry.open(home).store.read("queries", ["query_id"]).column("query_id").to_pylist()[:6]
+    evals = tmp_path / "e.csv"
+    evals.write_text("query_id,score\n" + "".join(f"{q},{i % 2}\n" for i, q in enumerate(ids)))
+    added = json.loads(_cli(home, "add-model", "capped", "--evals", evals, "--max-evals", "3", "--json", code=0).stdout)
+    assert added["n_evals"] == 3 and added["version"] == 1  # embedded from a sample of 3 of its 6
+    refined = json.loads(_cli(home, "refine", "capped", "--evals", evals, "--max-evals", "all", "--json", code=0).stdout)
+    assert refined["n_evals"] == 6 and refined["version"] == 2
+    assert "option --max-evals: must be an integer of at least 1, not 0" in _cli(
+        home, "add-model", "other", "--evals", evals, "--max-evals", "0").output
+    assert "'x' is not a number or 'all'" in _cli(home, "refine", "capped", "--evals", evals, "--max-evals", "x",
+                                                  code=2).output
+    assert [m.name for m in Registry.open(home).models()].count("other") == 0
 
 
 def test_wrong_types_in_the_python_api_are_input_errors(home):

@@ -47,6 +47,26 @@ def _names(client) -> list[str]:
     return sorted(m["name"] for m in client.get("/v1/models").json())
 
 
+def test_max_evals_travels_inline_and_with_a_file_and_is_checked(client):
+    ids = _ids(client)[:6]
+    rows = [{"query_id": q, "score": i % 2} for i, q in enumerate(ids)]
+    r = client.post("/v1/models", headers=AUTH, json={"name": "capped", "evaluations": rows, "max_evals": 2})
+    assert r.status_code == 201 and r.json()["n_evals"] == 2, r.text
+    r = client.post("/v1/models/capped/refine", headers=AUTH, json={"evaluations": rows[:1], "max_evals": 4})
+    assert r.status_code == 201 and r.json()["n_evals"] == 4 and r.json()["version"] == 2, r.text
+    body = "query_id,score\n" + "".join(f"{q},{i % 2}\n" for i, q in enumerate(ids))
+    r = client.post("/v1/models/capped-file/file", headers=AUTH, files={"file": ("e.csv", body.encode())},
+                    data={"max_evals": "5"})
+    assert r.status_code == 201 and r.json()["n_evals"] == 5, r.text
+    for bad in (0, -3, "all", 1.5):
+        r = client.post("/v1/models", headers=AUTH, json={"name": "bad", "evaluations": rows, "max_evals": bad})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "max_evals", r.text
+    r = client.post("/v1/models/bad/file", headers=AUTH, files={"file": ("e.csv", body.encode())},
+                    data={"max_evals": "0"})
+    assert r.status_code == 422 and "max_evals" in r.text, r.text
+    assert "bad" not in _names(client)
+
+
 def test_values_that_broke_the_writer_are_422s_naming_their_field(client):
     q = _ids(client)[0]
     before = _names(client)

@@ -11,11 +11,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from registry.evidence import MIN_EVALS
+from registry.limits import MAX_EVALS_PER_MODEL
 from registry.results import ErrorDetail, ModelChange, RouteDecision
 from registry.service.settings import Limits
 
 LIMITS = Limits()
 Name = Field(min_length=1, max_length=LIMITS.max_name_chars, description="model name")
+MaxEvals = Field(default=None, ge=1, le=MAX_EVALS_PER_MODEL,
+                 description="embed from a seeded sample of this many of the model's evaluations (default: all)")
 Where = Field(default=None, max_length=LIMITS.max_where_chars,
               description="metadata filter, e.g. 'access == open and params_b <= 70'")
 Scalar = str | float | int | bool | None
@@ -67,6 +70,7 @@ class AddModelRequest(_Strict):
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
     metadata: dict[str, Scalar | list[str]] = Field(default_factory=dict, max_length=64)
     replace: bool = False
+    max_evals: int | None = MaxEvals
     wait: bool = Field(default=True, description="wait for the embedding job and answer with its result")
 
     _name = field_validator("name")(_check_name)
@@ -74,6 +78,7 @@ class AddModelRequest(_Strict):
 
 class RefineRequest(_Strict):
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
+    max_evals: int | None = MaxEvals
     wait: bool = True
 
 

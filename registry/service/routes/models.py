@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from registry import operations, results as r
 from registry.catalog.models import record_from_metadata
 from registry.errors import InputError, NotFoundError
+from registry.limits import MAX_EVALS_PER_MODEL
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Queue, Settings, State, Uploads
 from registry.service.errors import ERRORS, error_response
@@ -21,6 +22,7 @@ from registry.service.writer import JobSpec
 __all__ = ["router", "uploads_dir"]
 
 router = APIRouter()
+MaxEvalsForm = Form(None, ge=1, le=MAX_EVALS_PER_MODEL, description=s.MaxEvals.description)
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
 CREATED = {201: {"model": r.ModelChange}, 202: {"model": s.JobView}, **ERRORS}
 
@@ -30,32 +32,33 @@ def add_model(body: s.AddModelRequest, queue: Queue, settings: Settings):
     """Add (or with `replace`, replace) a model from inline evaluations: an embedding job."""
     record_from_metadata(body.name, body.metadata)  # a bad value is refused now, not by a failed job
     spec = JobSpec(id=queue.new_id(), kind="add", name=body.name, evaluations=_spec_rows(body.evaluations),
-                   metadata=dict(body.metadata), replace=body.replace)
+                   metadata=dict(body.metadata), replace=body.replace, max_evals=body.max_evals)
     return _answer(queue.submit(spec), body.wait, settings)
 
 
 @router.post("/v1/models/{name}/file", dependencies=WRITE, status_code=201, responses=CREATED, tags=["models"])
 async def add_model_file(name: Name, queue: Queue, settings: Settings, uploads: Uploads,
                          file: UploadFile = File(...), metadata: str = Form("{}"),
-                         replace: bool = Form(False), wait: bool = Form(True)):
+                         replace: bool = Form(False), wait: bool = Form(True), max_evals: int | None = MaxEvalsForm):
     """Add a model from an uploaded CSV/JSONL/Parquet file of query/query_id, score[, task]."""
     meta = _metadata(name, metadata)
     return await _file_job(queue, settings, uploads, file, wait, kind="add", name=name, metadata=meta,
-                           replace=replace)
+                           replace=replace, max_evals=max_evals)
 
 
 @router.post("/v1/models/{name}/refine", dependencies=WRITE, status_code=201, responses=CREATED, tags=["models"])
 def refine(name: Name, body: s.RefineRequest, queue: Queue, settings: Settings):
     """Add evaluations to a model and re-embed it as a new version (an embedding job)."""
-    spec = JobSpec(id=queue.new_id(), kind="refine", name=name, evaluations=_spec_rows(body.evaluations))
+    spec = JobSpec(id=queue.new_id(), kind="refine", name=name, evaluations=_spec_rows(body.evaluations),
+                   max_evals=body.max_evals)
     return _answer(queue.submit(spec), body.wait, settings)
 
 
 @router.post("/v1/models/{name}/refine/file", dependencies=WRITE, status_code=201, responses=CREATED,
              tags=["models"])
 async def refine_file(name: Name, queue: Queue, settings: Settings, uploads: Uploads,
-                      file: UploadFile = File(...), wait: bool = Form(True)):
-    return await _file_job(queue, settings, uploads, file, wait, kind="refine", name=name)
+                      file: UploadFile = File(...), wait: bool = Form(True), max_evals: int | None = MaxEvalsForm):
+    return await _file_job(queue, settings, uploads, file, wait, kind="refine", name=name, max_evals=max_evals)
 
 
 @router.get("/v1/jobs/{job_id}", response_model=s.JobView, responses=ERRORS, tags=["jobs"])
