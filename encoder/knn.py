@@ -104,9 +104,32 @@ class KNNRouter(Baseline):
         """(M, T) P(correct) for query vectors `vectors` (T, D) from the same query encoder, whether or not
         they are queries of the fitted data: a new text's, at routing time."""
         self._check_fitted()
-        sums, counts = self._stats(np.asarray(vectors, dtype=np.float32).reshape(-1, self._train_vecs.shape[1]),
-                                   self.mode, (self.k,))
-        return self._shrink(sums[0], counts[0], self.pseudo_count).astype(np.float32)
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self._train_vecs.shape[1])
+        if len(vectors) <= self.FEW:
+            sums, counts = self._stats_few(vectors)
+        else:
+            sums, counts = (a[0] for a in self._stats(vectors, self.mode, (self.k,)))
+        return self._shrink(sums, counts, self.pseudo_count).astype(np.float32)
+
+    FEW = 32  # up to this many query vectors (a route's), each neighbourhood is selected, not sorted
+
+    def _stats_few(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_stats` for one k, for a few query vectors: the same neighbourhoods (the k most similar, ties to
+        the lower column) found by a partial selection, O(U) per vector where `_stats` sorts every row."""
+        M, U = self._data.n_models, len(self._train_q)
+        sums, counts = np.zeros((M, len(vectors))), np.zeros((M, len(vectors)))
+        pooled = np.arange(U) if self._pooled is None else self._pooled
+        sim = vectors @ self._train_vecs.T  # (T, U)
+        for j, row in enumerate(sim):
+            if self.mode == "pooled":
+                cols = pooled[_nearest(row[pooled], self.k)]
+                sums[:, j], counts[:, j] = self._Y[:, cols].sum(axis=1), self._O[:, cols].sum(axis=1)
+                continue
+            for m, own in enumerate(self._own):
+                if len(own):
+                    cols = own[_nearest(row[own], self.k)]
+                    sums[m, j], counts[m, j] = self._Y[m, cols].sum(), len(cols)
+        return sums, counts
 
     def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":
         """Draw the pooled neighbourhoods from the queries the models `rows` were evaluated on, so that a
@@ -161,3 +184,15 @@ class KNNRouter(Baseline):
                     sums[:, m, block] = cs[:, cols].T
                     counts[:, m, block] = (cols + 1)[:, None]
         return sums, counts
+
+
+def _nearest(similarity: np.ndarray, k: int | None) -> np.ndarray:
+    """Positions of the k largest values (all when k is None or >= len): those above the k-th largest,
+    then the lowest positions equal to it, as a stable sort by descending value would take them."""
+    n = len(similarity)
+    if k is None or k >= n:
+        return np.arange(n)
+    threshold = -np.partition(-similarity, k - 1)[k - 1]
+    above = np.flatnonzero(similarity > threshold)
+    tied = np.flatnonzero(similarity == threshold)[: k - len(above)]
+    return np.concatenate([above, tied])

@@ -322,7 +322,7 @@ class EvaluationReport(Result):
     locus_best_epoch: int
     locus_stopped: str = Field(description="why LOCUS training ended: epochs, patience, patience_seconds or max_seconds")
     blend: dict[str, BlendWeights] | None = Field(
-        None, description="per blended method (registry: LOCUS + item table, the router `route` uses): its "
+        None, description="per blended method (registry: LOCUS + item table + kNN, the router `route` uses): its "
                           "weights on each component's logit, fitted on the validation queries")
     onboarding: dict[str, OnboardingRow] | None = Field(None, description="per number of evaluations embedded from")
     cost_curve: "CostCurve | None" = Field(None, description="`evaluate --cost`: the quality/cost curve "

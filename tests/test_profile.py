@@ -166,8 +166,8 @@ def test_cli_profile_json_and_text(reg, accuracies):
     (["--task", "math=0.2", "--task", "math=0.3"], "task 'math' is given twice"),
     ([], "name at least one task"),
     (["--task", "astrology=0.5"], "unknown task(s) 'astrology'; known tasks: biology, code, law, math"),
-    (["--task", "math=0.5", "-k", "99"], "k must be between 1 and the number of embedded models (9)"),
-    (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "evals must be an integer from the number of tasks named (2)"),
+    (["--task", "math=0.5", "-k", "99"], "option -k: must be between 1 and the number of embedded models (9)"),
+    (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "option --evals: must be an integer from the number of tasks named (2)"),
     (["--task", "math=0.5", "--where", "family == nobody"], "matches none of the 9 embedded models"),
 ])
 def test_cli_bad_input_exits_non_zero_and_names_the_problem(reg, args, message):

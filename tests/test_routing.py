@@ -175,7 +175,7 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
 @pytest.mark.parametrize("args, message", [
     (["  "], "the query text is empty"),
     (["x", "--exclude", "syn-synfam0-7bb"], "no model named 'syn-synfam0-7bb'"),
-    (["x", "-k", "0"], "k must be an integer of at least 1"),
+    (["x", "-k", "0"], "option -k: must be an integer of at least 1"),
     (["x", "-k", "many"], "'many' is not a valid integer"),
     (["x", "--where", "family == nobody"], "matches none of the 9 embedded models"),
     (["x", "--where", "family == synfam0", "--exclude", "syn-synfam0-1b", "--exclude", "syn-synfam0-7b",

@@ -47,6 +47,26 @@ def _names(client) -> list[str]:
     return sorted(m["name"] for m in client.get("/v1/models").json())
 
 
+def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch):
+    """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
+    in memory answers on the event loop without reading the store; a write makes the next route rebuild it."""
+    from registry.operations import StoreView
+
+    built = []
+    real = StoreView.router_knn
+    monkeypatch.setattr(StoreView, "router_knn", lambda self, *a, **kw: built.append(1) or real(self, *a, **kw))
+    text = "Which planet is known as the red planet?"
+    for _ in range(3):
+        r = client.post("/v1/route", json={"query": text, "k": 2})
+        assert r.status_code == 200 and r.json()["results"][0]["predictor"] == "locus+item+knn", r.text
+    assert len(built) == 1
+    r = client.post("/v1/models", headers=AUTH, json={"name": "newcomer", "evaluations": [
+        {"query_id": q, "score": 1} for q in _ids(client)[:8]]})
+    assert r.status_code == 201, r.text
+    again = client.post("/v1/route", json={"query": text, "k": 2}).json()["results"][0]
+    assert len(built) == 2 and again["predictor"] == "locus+item+knn"
+
+
 def test_max_evals_travels_inline_and_with_a_file_and_is_checked(client):
     ids = _ids(client)[:6]
     rows = [{"query_id": q, "score": i % 2} for i, q in enumerate(ids)]

@@ -15,6 +15,7 @@ encoded together in its next batch, and the engine gets every core without reque
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -58,6 +59,34 @@ class Snapshot:
         if self.active is None:
             raise RegistryError(self.problem or "no active encoder: run `registry train` first")
         return self.active
+
+
+class RememberedPredictions:
+    """A predictor of one state of the store (the router's kNN) that remembers its prediction per query
+    vector, least recently used first out: a text routed again costs a lookup, not another pass over every
+    stored query vector (~37 MB on MMLU-Pro). Exact: the key is the vector's bytes."""
+
+    def __init__(self, predictor, size: int = 4096) -> None:
+        self.predictor, self.size = predictor, size
+        self._memo: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def predict_vectors(self, vectors: np.ndarray) -> np.ndarray:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        keys = [hashlib.blake2b(v.tobytes(), digest_size=16).digest() for v in vectors]
+        with self._lock:
+            found = {k: self._memo[k] for k in keys if k in self._memo}
+            for k in found:
+                self._memo.move_to_end(k)
+        todo = [i for i, k in enumerate(keys) if k not in found]
+        if todo:
+            fresh = self.predictor.predict_vectors(vectors[todo])  # (M, len(todo))
+            with self._lock:
+                for j, i in enumerate(todo):
+                    found[keys[i]] = self._memo[keys[i]] = fresh[:, j]
+                while len(self._memo) > self.size:
+                    self._memo.popitem(last=False)
+        return np.stack([found[k] for k in keys], axis=1)
 
 
 class TextEncoder:
@@ -247,12 +276,13 @@ class WarmState(StoreView):
         """StoreView's, kept with the snapshot: reading every stored evaluation is done once per state of
         the store, not per route."""
         snap = self.snapshot()
-        key = (query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool))
+        key = _knn_key(query_encoder, names, settings, pool)
         if key not in snap.knn:
             with self._knn_lock:
                 if key not in snap.knn:
                     snap.knn.clear()  # one at a time: a state of the store has one pool and one encoder
-                    snap.knn[key] = super().router_knn(query_encoder, names, settings, pool)
+                    knn = super().router_knn(query_encoder, names, settings, pool)
+                    snap.knn[key] = None if knn is None else RememberedPredictions(knn)
         return snap.knn[key]
 
     def behaviour(self):
@@ -360,6 +390,10 @@ class WarmState(StoreView):
             return None
 
 
+def _knn_key(query_encoder: str, names, settings: dict, pool) -> tuple:
+    return query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool)
+
+
 class _NotInMemory(Exception):
     """The memory-only view was asked for something it would have to read or compute."""
 
@@ -386,6 +420,12 @@ class _FromMemory(StoreView):
 
     def behaviour(self):
         return self._snap.behaviour
+
+    def router_knn(self, query_encoder: str, names, settings: dict, pool=()):
+        key = _knn_key(query_encoder, names, settings, pool)
+        if key not in self._snap.knn:  # built by a route in the thread pool: it reads every evaluation
+            raise _NotInMemory()
+        return self._snap.knn[key]
 
     def text_vectors(self, encoder: str, wanted, *, bulk: bool = False):
         found = self._state._from_memory(encoder, wanted)

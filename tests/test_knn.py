@@ -1,0 +1,66 @@
+"""The router's kNN (encoder/knn.py) at routing time: a few query vectors take a partial selection instead
+of a sort; both must choose the same neighbourhoods, ties included (duplicate texts have equal vectors)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from encoder.data import EvalData
+from encoder.knn import KNNRouter, _nearest
+
+
+def _data(seed: int = 0, models: int = 6, queries: int = 400, dim: int = 16) -> EvalData:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(queries, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[50:80] = vectors[3]  # thirty-one equal vectors: ties at every k below 31
+    m, q = (a.ravel() for a in np.meshgrid(np.arange(models), np.arange(queries), indexing="ij"))
+    keep = rng.random(m.size) < 0.6  # each model evaluated on its own subset
+    return EvalData(models=[f"m{i}" for i in range(models)], query_ids=[f"q{i}" for i in range(queries)],
+                    tasks=["t"] * queries, query_vectors=vectors, model_index=m[keep], query_index=q[keep],
+                    scores=(rng.random(int(keep.sum())) < 0.55).astype(np.float32))
+
+
+@pytest.mark.parametrize("mode", ["pooled", "per_model"])
+@pytest.mark.parametrize("k", [1, 5, 20, 40, None])
+def test_a_few_vectors_get_the_neighbourhoods_a_sort_gives(mode, k):
+    data = _data()
+    knn = KNNRouter(k=k, pseudo_count=3.0, mode=mode, tune=False).fit(data, np.arange(len(data.scores)), [])
+    knn.pool_neighbourhoods([0, 1, 2])  # pooled: from the first three models' queries only
+    phi = np.concatenate([data.query_vectors[[3, 60, 7]], data.query_vectors[[9]] + 0.05])
+    few = knn.predict_vectors(phi)  # the selection path (<= KNNRouter.FEW vectors)
+    sorted_ = knn._shrink(*(a[0] for a in knn._stats(phi, mode, (k,))), 3.0)
+    assert np.array_equal(few, sorted_.astype(np.float32))
+    assert np.array_equal(knn.predict(np.arange(40)), knn._shrink(
+        *(a[0] for a in knn._stats(data.query_vectors[:40], mode, (k,))), 3.0).astype(np.float32))
+
+
+def test_nearest_breaks_ties_to_the_lower_position():
+    similarity = np.array([0.1, 0.9, 0.5, 0.9, 0.5, 0.5, 0.2])
+    assert sorted(_nearest(similarity, 3).tolist()) == [1, 2, 3]
+    assert sorted(_nearest(similarity, 4).tolist()) == [1, 2, 3, 4]
+    assert sorted(_nearest(similarity, None).tolist()) == list(range(7))
+    order = np.argsort(-similarity, kind="stable")
+    for k in range(1, 8):
+        assert sorted(_nearest(similarity, k).tolist()) == sorted(order[:k].tolist())
+
+
+def test_the_service_remembers_predictions_per_vector_exactly():
+    from registry.service.state import RememberedPredictions
+
+    data = _data(1)
+    knn = KNNRouter(k=10, pseudo_count=2.0, tune=False).fit(data, np.arange(len(data.scores)), [])
+    calls = []
+
+    class Counting:
+        def predict_vectors(self, vectors):
+            calls.append(len(vectors))
+            return knn.predict_vectors(vectors)
+
+    remembered = RememberedPredictions(Counting(), size=2)
+    phi = data.query_vectors[[4, 5, 6]]
+    assert np.array_equal(remembered.predict_vectors(phi), knn.predict_vectors(phi)) and calls == [3]
+    assert np.array_equal(remembered.predict_vectors(phi[[2, 1]]), knn.predict_vectors(phi[[2, 1]]))
+    assert calls == [3]  # both remembered (the two most recent of three)
+    remembered.predict_vectors(phi[[0]])
+    assert calls == [3, 1]  # the first had been let go
