@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from cli._common import json_option
+
 
 def _read_token(token_file: Path | None) -> str | None:
     from registry.service.settings import TOKEN_ENV
@@ -46,8 +48,10 @@ def _read_token(token_file: Path | None) -> str | None:
                    "host with idle cores and few clients).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@json_option(help="Once listening, print one JSON line on stdout: url, home, device, encoder_id, models, "
+                  "writes (for scripts: with --port 0 it names the port chosen).")
 @click.pass_context
-def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threads, log_level) -> None:
+def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threads, log_level, as_json) -> None:
     """Serve the registry over HTTP: /v1 API, /docs, /openapi.json, /metrics.
 
     The same home the CLI uses; both can run side by side (writes take the store's lock, and the
@@ -100,6 +104,12 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
         click.echo(f"listening on {url} (home {home}; device {settings.device}; docs at {url}/docs; "
                    f"writes {writes})", err=True)
         _advertise(home, url, host)
+        if as_json:
+            import json
+
+            click.echo(json.dumps({"url": url, "home": str(home), "device": settings.device,
+                                   "encoder_id": snap.encoder_id, "models": n_models,
+                                   "writes": "token" if token else "loopback"}))
 
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False),
                      on_listening=listening, on_stopped=lambda: _withdraw(home))
