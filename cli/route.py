@@ -8,6 +8,10 @@ import click
 from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
                          json_option, min_evals_option)
 
+# what RouteDecision.predictor names, as the text output says it
+PREDICTORS = {"locus+item": "LOCUS blended with the item table",
+              "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries"}
+
 
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
     targets: dict[str, float] = {}
@@ -111,9 +115,6 @@ def _echo_route(result) -> None:
     if result.predictor in PREDICTORS:
         click.echo(f"(P(correct): {PREDICTORS[result.predictor]} by the encoder's router blend)")
 
-
-PREDICTORS = {"locus+item": "LOCUS blended with the item table",
-              "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries"}
 
 
 def _echo_cost_ranking(result) -> None:

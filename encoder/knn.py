@@ -34,6 +34,7 @@ class KNNRouter(Baseline):
     """
 
     name = "knn"
+    FEW = 32  # up to this many query vectors (a route's), each neighbourhood is selected, not sorted
     GRID_K: tuple[int | None, ...] = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, None)
     GRID_C: tuple[float, ...] = (0, 1, 2, 5, 10, 20, 50, 100, 200)
     GRID_MODE: tuple[str, ...] = ("pooled", "per_model")
@@ -110,8 +111,6 @@ class KNNRouter(Baseline):
         else:
             sums, counts = (a[0] for a in self._stats(vectors, self.mode, (self.k,)))
         return self._shrink(sums, counts, self.pseudo_count).astype(np.float32)
-
-    FEW = 32  # up to this many query vectors (a route's), each neighbourhood is selected, not sorted
 
     def _stats_few(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`_stats` for one k, for a few query vectors: the same neighbourhoods (the k most similar, ties to
