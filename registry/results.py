@@ -295,6 +295,15 @@ class OnboardingRow(Result):
     evals_used: int
 
 
+class KNNSettings(Result):
+    """The kNN router's (encoder/knn.py): neighbourhoods of k training queries (null: all), `pooled` over every
+    model's queries or `per_model` over each model's own, shrunk toward the model's mean by `pseudo_count`."""
+
+    mode: Literal["pooled", "per_model"]
+    k: int | None
+    pseudo_count: float
+
+
 class BlendWeights(Result):
     """A blend of predictors (encoder/blend.py): P = sigmoid(intercept + sum_k weight_k * logit p_k
     [+ sum_k query_weight_k * mean over models of logit p_k]); `fit` is "logistic" (cell-wise) or
@@ -304,6 +313,9 @@ class BlendWeights(Result):
     intercept: float
     fit: str = "logistic"
     query_weights: dict[str, float] = {}
+    settings: dict[str, KNNSettings] = Field(
+        {}, description="the settings of a component that has any: knn's, chosen on the validation queries "
+                        "(router_blend.json records the same)")
 
 
 class EvaluationReport(Result):

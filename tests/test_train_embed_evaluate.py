@@ -75,6 +75,11 @@ def test_evaluate_reports_every_method(home, monkeypatch):
     assert set(result["routing_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", "best_single", "oracle", *blended}
     assert set(result["correctness_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", *blended}
     assert set(result["blend"]["registry"]["weights"]) == {"locus", "item", "knn"}  # what `route` blends
+    # and the kNN it blends, as router_blend.json records it: the kNN baseline's tuned settings
+    from encoder.knn import KNNRouter
+
+    settings = result["blend"]["registry"]["settings"]["knn"]
+    assert set(settings) == {"mode", "k", "pseudo_count"} and KNNRouter(tune=False, **settings).settings == settings
     assert set(result["blend"]["locus+item"]["weights"]) == {"locus", "item"}
     assert result["n_test_queries"] == 10
     oracle = result["routing_accuracy"]["oracle"]

@@ -59,19 +59,15 @@ def _fit_router_blend(locus, data: EvalData, train_evals: np.ndarray, split):
 
     from encoder.blend import fit_routing_blend
     from encoder.data import truth_on
-    from encoder.fingerprint import item_table_predictions
-    from encoder.inference import embed_models, predict
-    from encoder.knn import KNNRouter
+    from encoder.inference import embed_models
+    from encoder.router import router_part_predictions
 
     truth = truth_on(data, split.val)
     if not (~np.isnan(truth)).any():
         return None
-    z = np.nan_to_num(embed_models(locus, data, train_evals))
-    (item,) = item_table_predictions(data, train_evals, (split.val,))
-    knn = KNNRouter().fit(data, train_evals, split.val)
-    blend = fit_routing_blend({"locus": predict(locus, z, data.query_vectors[split.val]), "item": item,
-                               "knn": knn.predict(split.val)}, truth)
-    return dataclasses.replace(blend, settings={"knn": knn.settings})
+    z = embed_models(locus, data, train_evals)
+    (val,), knn = router_part_predictions(locus, z, data, train_evals, split.val, (split.val,))
+    return dataclasses.replace(fit_routing_blend(val, truth), settings={"knn": knn.settings})
 
 
 ROUTER_COMPONENTS = ({"locus", "item"}, {"locus", "item", "knn"})  # the second since router kNN

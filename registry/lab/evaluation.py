@@ -19,11 +19,11 @@ import numpy as np
 
 from encoder.blend import fit_blend, fit_routing_blend
 from encoder.data import EvalData, sample_per_model, split_queries, truth_on
-from encoder.fingerprint import item_table_predictions
 from encoder.metrics import correctness_accuracy, oracle_accuracy, routing_accuracy
+from encoder.router import ROUTER_PARTS, router_part_predictions
 from registry.errors import InputError
 
-__all__ = ["run_evaluation", "score_predictions", "truth_on", "item_table_predictions"]
+__all__ = ["run_evaluation", "score_predictions", "truth_on"]
 
 BASELINES = ("embedllm_mf", "irt_net", "knn")
 
@@ -53,7 +53,7 @@ def run_evaluation(
     queries some model is scored on, in order), for paired tests between methods. With
     `keep_predictions`, `result["predictions"]` holds every component's P(correct) on the validation and
     test queries and the truth they are scored against (`score_predictions`' input)."""
-    from encoder.inference import embed_models, predict
+    from encoder.inference import embed_models
     from encoder.training import train_locus
 
     if data.n_models < 2:
@@ -81,25 +81,24 @@ def run_evaluation(
     trained_locus = train_locus(train_data, train_evals, split.val, config=train_config, seed=seed,
                                 progress=progress)
     z = embed_models(trained_locus.locus, train_data, train_evals)
-    pred = predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.test])
     result["seconds"]["locus"] = round(time.perf_counter() - started, 1)
     result["locus_best_epoch"] = trained_locus.best_epoch
     result["locus_stopped"] = trained_locus.stopped
 
-    # the registry's predictor: LOCUS, the item table and kNN over the stored queries blended on the
-    # validation queries (score_predictions)
-    started = time.perf_counter()
-    val_p = {"locus": predict(trained_locus.locus, np.nan_to_num(z), train_data.query_vectors[split.val])}
-    test_p = {"locus": pred}
-    val_p["item"], test_p["item"] = item_table_predictions(train_data, train_evals, (split.val, split.test))
-    result["seconds"]["item"] = round(time.perf_counter() - started, 1)
-    # kNN over the stored queries is one of the registry's components whether or not it is also
-    # reported as a baseline
-    for name in (*baselines, *(() if "knn" in baselines else ("knn",))):
+    val_b, test_b, fitted = {}, {}, {}
+    for name in baselines:
         started = time.perf_counter()
-        model = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
-        test_p[name], val_p[name] = model.predict(split.test), model.predict(split.val)
+        fitted[name] = _baseline(name).fit(train_data, train_evals, split.val, seed=seed)
+        test_b[name], val_b[name] = fitted[name].predict(split.test), fitted[name].predict(split.val)
         result["seconds"][name] = round(time.perf_counter() - started, 1)
+    # the registry's predictor: the router's parts (encoder.router, what `registry train` blends) blended on
+    # the validation queries (score_predictions); kNN over the stored queries is one of them whether or not
+    # it is also reported as a baseline (the same fit when it is)
+    started = time.perf_counter()
+    (val_parts, test_parts), knn = router_part_predictions(trained_locus.locus, z, train_data, train_evals, split.val,
+                                                           (split.val, split.test), knn=fitted.get("knn"))
+    result["seconds"]["item"] = round(time.perf_counter() - started, 1)
+    val_p, test_p = {**val_parts, **val_b}, {**test_parts, **test_b}
     train_truth = truth_on(train_data, split.train, train_evals)
     predictions = {"val": val_p, "test": test_p, "val_truth": truth_on(train_data, split.val),
                    "test_truth": test_truth, "train_mean": np.nanmean(train_truth, axis=1)}
@@ -110,6 +109,7 @@ def run_evaluation(
     for key in ("routing_accuracy", "correctness_accuracy"):
         result[key].update(scored[key])
     result["blend"] = scored["blend"]
+    result["blend"]["registry"]["settings"] = {"knn": knn.settings}  # as router_blend.json records them
     if keep_routed:
         result["routed"] = scored["routed"]
     if keep_predictions:
@@ -124,7 +124,7 @@ def run_evaluation(
 
 # method -> (components, fit). "registry" is the router `route` uses (the blend `registry train` stores,
 # registry.catalog.embedding._fit_router_blend); the others show what each part adds or would add.
-BLENDS = {"registry": (("locus", "item", "knn"), fit_routing_blend),
+BLENDS = {"registry": (ROUTER_PARTS, fit_routing_blend),
           "locus+item": (("locus", "item"), fit_routing_blend),
           "locus+item (logistic)": (("locus", "item"), fit_blend),
           "item": (("item",), fit_blend)}
