@@ -143,3 +143,22 @@ def test_init_loads_an_encoder_it_does_not_know_by_name(tmp_path):
     assert out.exit_code != 0 and "not a sentence-transformers model directory" in out.output
     assert _cli("--home", str(home), "init", "--encoder", "all-MiniLM-L6-v2").exit_code == 0
     assert Registry.open(home).query_encoder == "all-MiniLM-L6-v2"
+
+
+def test_routes_read_the_stored_evaluations_once_per_state_of_the_store(reg, monkeypatch):
+    """The router's kNN reads every stored evaluation: a Registry routing text after text builds it once,
+    and again after a write (here a refine, which changes no name), whose answers then count."""
+    from registry.operations import StoreView
+
+    built = []
+    real = StoreView.build_router_knn
+    monkeypatch.setattr(StoreView, "build_router_knn", lambda self, *a, **kw: built.append(1) or real(self, *a, **kw))
+    rows = reg.store.read("queries", ["query_id", "text"]).to_pylist()
+    text = rows[0]["text"]
+    before = reg.route(text, k=50)
+    reg.route(rows[1]["text"], k=50)
+    assert before.predictor == "locus+item+knn" and len(built) == 1
+    top = before.ranking[0]
+    reg.refine(top.name, [{"query_id": row["query_id"], "score": 0} for row in rows[:8]])
+    after = {m.name: m.p_correct for m in reg.route(text, k=50).ranking}
+    assert len(built) == 2 and after[top.name] < top.p_correct - 0.01

@@ -53,8 +53,8 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     from registry.operations import StoreView
 
     built = []
-    real = StoreView.router_knn
-    monkeypatch.setattr(StoreView, "router_knn", lambda self, *a, **kw: built.append(1) or real(self, *a, **kw))
+    real = StoreView.build_router_knn
+    monkeypatch.setattr(StoreView, "build_router_knn", lambda self, *a, **kw: built.append(1) or real(self, *a, **kw))
     text = "Which planet is known as the red planet?"
     for _ in range(3):
         r = client.post("/v1/route", json={"query": text, "k": 2})

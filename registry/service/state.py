@@ -47,7 +47,7 @@ class Snapshot:
     loaded_at: float = field(default_factory=time.time)
     prints: Any = None  # the fingerprint index (registry.analytics.search.EmbeddedModels) or None
     behaviour: Any = None  # the behaviour index (indexing.model_index.ModelIndex) or None
-    # the router's kNN over the stored evaluations, built by the first route that needs it (StoreView.router_knn)
+    # the router's kNN over the stored evaluations, built by the first route that needs it (StoreView.build_router_knn)
     knn: dict = field(default_factory=dict)
 
     def require_models(self):
@@ -281,7 +281,7 @@ class WarmState(StoreView):
             with self._knn_lock:
                 if key not in snap.knn:
                     snap.knn.clear()  # one at a time: a state of the store has one pool and one encoder
-                    knn = super().router_knn(query_encoder, names, settings, pool)
+                    knn = self.build_router_knn(query_encoder, names, settings, pool)
                     snap.knn[key] = None if knn is None else RememberedPredictions(knn)
         return snap.knn[key]
 
