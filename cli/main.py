@@ -28,7 +28,7 @@ from cli._common import (
     error_payload,
     json_option,
 )
-from indexing.errors import RegistryError  # not registry.errors: `--help` should not import the registry package
+from indexing.errors import InputError, RegistryError  # not registry.errors: `--help` should not import the registry package
 
 HOME_HELP = "Registry home: a directory, or s3://BUCKET/PREFIX (default: $LOCUS_HOME, else ~/.locus)."
 
@@ -75,9 +75,18 @@ class _JsonError(click.ClickException):
         click.echo(json.dumps({"error": self.payload}, indent=2))
 
 
+class _OptionValueError(click.ClickException):
+    """An option's or argument's value that the registry refused: a usage error, exit 2 as click's own range
+    checks (a file's content refused is not: exit 1)."""
+
+    exit_code = 2
+
+
 class _Group(click.Group):
     """Turns the registry's own errors into a one-line message naming the option the user typed, and
-    every error into JSON under --json; exit status 1 (2 for usage errors, as click's own)."""
+    every error into JSON under --json; exit status 1, or 2 for usage errors: click's own, and an option's
+    or argument's value the registry refused (so a number out of range exits 2 whether click or the API
+    checks it)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_RAW] = list(args)  # click's parser consumes `args`
@@ -97,12 +106,14 @@ class _Group(click.Group):
             if isinstance(err, _JsonError):
                 raise
             payload = error_payload(err, self._command_of(ctx, ctx.meta.get(_ARGS, [])))
-            usage = isinstance(err, click.UsageError)
+            # an InputError naming what the user typed and no file: the value itself was refused
+            option_value = isinstance(err, InputError) and "option" in payload and "file" not in payload
+            usage = isinstance(err, click.UsageError) or option_value
             if self._wants_json(ctx):
                 raise _JsonError(payload, 2 if usage else 1) from None
             if isinstance(err, click.ClickException):
                 raise
-            raise click.ClickException(payload["message"]) from None
+            raise (_OptionValueError if option_value else click.ClickException)(payload["message"]) from None
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:  # a bug: a --json consumer still gets an error object; the traceback goes to stderr

@@ -174,7 +174,7 @@ def test_add_model_refuses_metadata_that_is_not_key_value(trained_home, tmp_path
     path.write_text("query,score\nWhat is 1+1?,1\n")
     out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "providerreseller", code=2)
     assert "--meta" in out and "'providerreseller' is not key=value" in out
-    out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "params_b=big", code=1)
+    out = _run(tmp_path / "home", "add-model", "x", "--evals", str(path), "--meta", "params_b=big", code=2)
     assert "params_b 'big' is not a number" in out
     assert "x" not in [r.name for r in Registry.open(tmp_path / "home").models()]
 

@@ -110,7 +110,7 @@ def test_errors_under_json_are_json_naming_the_option(tiny, tmp_path, args, opti
     evals = tmp_path / "e.csv"
     evals.write_text("query,score\nWhat is 1+1?,1\n")
     result = CliRunner().invoke(cli, ["--home", str(tiny), *[str(evals) if a == "EVALS" else a for a in args]])
-    assert result.exit_code == (2 if kind == "UsageError" else 1), result.output
+    assert result.exit_code == (1 if kind == "NotFoundError" else 2), result.output  # a value refused: usage
     error = ErrorResponse.model_validate_json(result.stdout).error
     assert error.type == kind and error.option == option and "Traceback" not in result.output
     if option is not None:
@@ -126,5 +126,5 @@ def test_errors_as_text_name_the_option_not_the_field(tiny, tmp_path, args, expe
     evals = tmp_path / "e.csv"
     evals.write_text("query,score\nWhat is 1+1?,1\n")
     result = CliRunner().invoke(cli, ["--home", str(tiny), *[str(evals) if a == "EVALS" else a for a in args]])
-    assert result.exit_code == 1 and expected in result.output, result.output
+    assert result.exit_code == 2 and expected in result.output, result.output
     assert "pydantic" not in result.output and "targets" not in result.output and "validation error" not in result.output

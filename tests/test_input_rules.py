@@ -106,7 +106,7 @@ def test_cli_models_list_where_params_b_reads_sizes_and_refuses_a_non_number(hom
     listed = json.loads(_cli(home, "models", "list", "--where", "params_b > 7B", "--json").stdout)
     assert sorted(m["name"] for m in listed) == above_7
 
-    refused = _cli(home, "models", "list", "--where", "params_b > abc", code=1)
+    refused = _cli(home, "models", "list", "--where", "params_b > abc", code=2)
     assert "where" in refused.output and "params_b > 'abc'" in refused.output and "not a number" in refused.output
 
 
@@ -170,7 +170,7 @@ def test_a_name_with_an_invisible_format_character_is_refused_by_the_cli_the_api
     evals.write_text("query_id,score\n" + "".join(f"{q['query_id']},{i % 2}\n" for i, q in enumerate(queries[:8])),
                      encoding="utf-8")
 
-    cli_refusal = _cli(home, "add-model", "--evals", str(evals), "--", name, code=1).output
+    cli_refusal = _cli(home, "add-model", "--evals", str(evals), "--", name, code=2).output
     assert point in cli_refusal and "argument NAME" in cli_refusal
 
     with pytest.raises(InputError) as api_refusal:
@@ -228,7 +228,7 @@ def test_a_metadata_key_that_shadows_a_column_is_refused_by_the_cli_the_api_and_
     query = _stored(home)[0]
     evals = tmp_path / "e.jsonl"
     evals.write_text(json.dumps({"query_id": query["query_id"], "score": 1}) + "\n", encoding="utf-8")
-    refused = _cli(home, "add-model", "shadow", "--evals", str(evals), "--meta", f"{key}=x", code=1)
+    refused = _cli(home, "add-model", "shadow", "--evals", str(evals), "--meta", f"{key}=x", code=2)
     assert f"{key!r} is a column of its own, not a metadata key" in refused.output
     with pytest.raises(InputError) as err:
         Registry.open(home).add_model("shadow", [{"query_id": query["query_id"], "score": 1}], {key: "x"})

@@ -408,8 +408,8 @@ def test_cli_errors(trained_home):
     out = runner.invoke(cli, home + ["--k", "3", "--budget", "10B"])
     assert out.exit_code == 2 and "exactly one of --k" in out.output
     out = runner.invoke(cli, home + ["--k", "99"])
-    assert out.exit_code == 1 and "larger than the pool: 10 embedded model" in out.output
+    assert out.exit_code == 2 and "larger than the pool: 10 embedded model" in out.output
     out = runner.invoke(cli, home + ["--budget", "0.2B"])
-    assert out.exit_code == 1 and "fits no model" in out.output
+    assert out.exit_code == 2 and "fits no model" in out.output
     out = runner.invoke(cli, home + ["--k", "2", "--where", "family == nowhere"])
-    assert out.exit_code == 1 and "matches no model" in out.output
+    assert out.exit_code == 2 and "matches no model" in out.output

@@ -66,9 +66,9 @@ def test_cli_json_is_the_query_list_and_limit_0_shows_all(tiny):
     assert [q["id"] for q in payload["queries"]] == ["q1", "q2"]
 
 
-def test_cli_unknown_task_exits_1_naming_the_option_and_bad_limit_is_a_usage_error(tiny):
+def test_cli_unknown_task_and_bad_limit_are_usage_errors_naming_the_option(tiny):
     result = run(tiny, "queries", "--task", "physics", "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert json.loads(result.output)["error"]["option"] == "--task"
     result = run(tiny, "queries", "--limit", "-3")
     assert result.exit_code == 2 and "--limit" in result.output

@@ -42,14 +42,14 @@ def _cli(home: Path, *args: str, code: int = 1):
     (["portfolio", "-k", "2", "--draws", "0"], "option --draws: must be an integer of at least 1, not 0"),
 ])
 def test_numbers_out_of_range_are_refused_naming_the_option(home, args, words):
-    assert words in _cli(home, *args).output
+    assert words in _cli(home, *args, code=2).output  # a usage error, as click's own range checks
 
 
 def test_demo_checks_its_numbers_before_it_makes_a_home(tmp_path):
     target = tmp_path / "demo-home"
     for args in (["--seed", "-1"], ["--epochs", "0"]):
         out = CliRunner().invoke(cli, ["--home", str(target), "demo", *args])
-        assert out.exit_code == 1 and "must be an integer of at least" in out.output and "Traceback" not in out.output
+        assert out.exit_code == 2 and "must be an integer of at least" in out.output and "Traceback" not in out.output
     assert not target.exists()
 
 
@@ -79,7 +79,7 @@ def test_add_model_and_refine_take_max_evals_on_the_command_line(home, tmp_path)
     refined = json.loads(_cli(home, "refine", "capped", "--evals", evals, "--max-evals", "all", "--json", code=0).stdout)
     assert refined["n_evals"] == 6 and refined["version"] == 2
     assert "option --max-evals: must be an integer of at least 1, not 0" in _cli(
-        home, "add-model", "other", "--evals", evals, "--max-evals", "0").output
+        home, "add-model", "other", "--evals", evals, "--max-evals", "0", code=2).output
     assert "'x' is not a number or 'all'" in _cli(home, "refine", "capped", "--evals", evals, "--max-evals", "x",
                                                   code=2).output
     assert [m.name for m in Registry.open(home).models()].count("other") == 0
@@ -135,7 +135,7 @@ def test_a_pinned_alias_of_a_restored_version_is_shown_by_the_cli_as_by_the_api(
 def test_files_that_cannot_be_written_or_read_are_named(home, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    out = _cli(home, "clusters", "--plot", str(blocker / "x.png"))
+    out = _cli(home, "clusters", "--plot", str(blocker / "x.png"), code=2)
     assert "option --plot: cannot write the plot" in out.output and str(blocker) in out.output
     binary = tmp_path / "answers.csv"
     binary.write_bytes(b"\x89PNG\r\n\x1a\n")
@@ -166,7 +166,7 @@ def test_audit_reports_the_k_it_could_use(home):
 
 
 def test_a_bad_alias_is_named_as_the_argument_the_user_typed(home):
-    out = json.loads(_cli(home, "alias", "set", "1bad", "x", "--json").stdout)["error"]
+    out = json.loads(_cli(home, "alias", "set", "1bad", "x", "--json", code=2).stdout)["error"]
     assert (out["option"], out["field"]) == ("ALIAS", "alias") and out["message"].startswith("argument ALIAS: '1bad'")
 
 

@@ -300,7 +300,7 @@ def test_cli_table_json_and_errors(home, reg, tmp_path):
     unknown = _cli(home, "ghost-model")
     assert unknown.exit_code == 1 and "ghost-model" in unknown.output
     task = _cli(home, "--task", "nope", "--json")
-    assert task.exit_code == 1 and json.loads(task.output)["error"]["message"].count("nope")
+    assert task.exit_code == 2 and json.loads(task.output)["error"]["message"].count("nope")
 
     answers = tmp_path / "answers.csv"
     first = [q["query_id"] for q in body["queries"]]

@@ -106,7 +106,7 @@ def test_embed_without_an_active_encoder_is_refused(home):
 ])
 def test_evaluate_refuses_an_empty_pool_or_unknown_field(home, pool, message):
     result = run(home, "evaluate", "--pool", pool, ok=False)
-    assert result.exit_code == 1 and message in result.output
+    assert result.exit_code == 2 and message in result.output  # the option's value refused: a usage error
 
 
 def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):

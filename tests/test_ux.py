@@ -111,7 +111,7 @@ def test_a_pinned_alias_refuses_a_version_that_is_no_longer_live(home, tmp_path)
 def test_alias_errors_name_the_problem(home):
     reg = Registry.open(home)
     name = reg.models()[0].name
-    assert "is not a valid alias" in _run(home, "alias", "set", "bad alias!", name, code=1)
+    assert "is not a valid alias" in _run(home, "alias", "set", "bad alias!", name, code=2)
     assert "is a model's name" in _run(home, "alias", "set", reg.models()[1].name, name, code=1)
     assert "no model named 'nobody'" in _run(home, "alias", "set", "prod", "nobody", code=1)
     assert f"model {name!r} has no version 9" in _run(home, "alias", "set", "prod", f"{name}@9", code=1)
@@ -155,7 +155,7 @@ def test_meta_params_b_takes_the_same_sizes_as_budget(home, tmp_path):
     assert parse_params_b("1.5T") == parse_budget("1.5T") == 1500.0
     assert ModelRecord.from_flat("m", {"params_b": "350M"}).params_b == pytest.approx(0.35)
     assert "params_b 'big' is not a number" in _run(home, "add-model", "x", "--evals", str(evals), "--meta",
-                                                     "params_b=big", code=1)
+                                                     "params_b=big", code=2)
 
 
 # ------------------------------------------------------------------------------------------- limits
