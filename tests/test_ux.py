@@ -341,7 +341,7 @@ def test_setup_falls_back_to_the_package_index_and_says_what_it_costs():
     assert [".[test,ray,s3]"] in [w[w.index("-e") + 1:] for w in printed if "-e" in w]
     assert any(any(word.startswith("torch>=") and "<" in word for word in w) for w in printed)
     assert [line.split("]")[1].strip()[:3] for line in out.splitlines() if line.startswith("==>")] == [
-        "1/5", "2/5", "3/5", "4/5", "5/5"]
+        "1/6", "2/6", "3/6", "4/6", "5/6", "6/6"]
 
 
 def test_pyproject_uses_the_spdx_licence_string():
