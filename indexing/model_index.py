@@ -213,7 +213,12 @@ class ModelIndex:
         home = store.home
         token = generation(home)
         skip = tuple(c for c in HEAVY_MODEL_COLUMNS if c != column)  # another kind's vectors: not read
+        # the table's version before its rows and after: a write landing in between (another process) would
+        # label rows of one version with the other, and that index, saved, would be trusted for the newer
+        # version with the older vectors (the soak test's `registry check` caught one)
+        version = store.versions().get(MODELS, 0)
         rows = {r["name"]: r for r in store.read(MODELS, without=skip).to_pylist()}
+        consistent = store.versions().get(MODELS, 0) == version
         embedded = sorted(n for n, r in rows.items() if r.get(column) is not None)
         encoders = {rows[n][made_by] for n in embedded}
         if len(encoders) == 1:
@@ -228,7 +233,8 @@ class ModelIndex:
         chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
         vectors = (np.array([rows[n][column] for n in chosen], dtype=np.float32) if chosen
                    else np.zeros((0, 0), dtype=np.float32))
-        version = store.versions().get(MODELS, 0)
+        if not consistent:
+            version, rebuild = -1, True  # built for this answer only: never reused or saved as either version
         directory = home / _INDEX_DIR
         loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
         index, saved_token = None, None
@@ -242,7 +248,8 @@ class ModelIndex:
         snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index, by)
         # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
         # without opening LanceDB on every search
-        if (chosen or by != "locus") and token is not None and saved_token != token and not transaction_open(home):
+        if (consistent and (chosen or by != "locus") and token is not None and saved_token != token
+                and not transaction_open(home)):
             snapshot._save(token)
         return snapshot
 

@@ -98,3 +98,38 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
     assert after.similar("syn-synfam0-1b", k=3) == neighbours
     after.add_model("doomed", evals)  # and the registry takes writes again
     assert "doomed" in {r.name for r in after.models()}
+
+
+def test_an_index_read_while_another_process_writes_is_never_saved_for_the_newer_version(
+        trained_home, tmp_path, monkeypatch):
+    """A reader builds the index from the models table's rows: a write landing between those rows and the
+    table's version (another process; here a refine from inside the read) must not leave an index saved
+    under the newer version with the older vectors, which every later open would trust."""
+    import shutil
+
+    from indexing.model_index import ModelIndex
+    from indexing.store import Store
+
+    home = tmp_path / "home"
+    shutil.copytree(trained_home, home)
+    reg = Registry.open(home)
+    name = reg.models()[0].name
+    table = reg.store.read_in("evaluations", ["query_id", "score"], "model", [name])
+    flipped = [{"query_id": q, "score": 1 - s} for q, s in zip(table.column("query_id").to_pylist()[:20],
+                                                               table.column("score").to_pylist()[:20])]
+    reader = Store(home, create=False)
+    real_read, landed = Store.read, []
+
+    def read(self, table_name, *args, **kwargs):
+        rows = real_read(self, table_name, *args, **kwargs)
+        if self is reader and table_name == "models" and not landed:
+            landed.append(Registry.open(home).refine(name, flipped).version)
+        return rows
+
+    monkeypatch.setattr(Store, "read", read)
+    ModelIndex.open(reader, rebuild=False)
+    monkeypatch.undo()
+    assert landed == [2]
+    fresh = Store(home, create=False)
+    assert ModelIndex.open(fresh).problems(fresh) == []
+    assert Registry.open(home).check().problems == []
