@@ -95,13 +95,13 @@ def test_without_ray_the_command_says_how_to_install_it(home, monkeypatch):
 
 def test_engine_options_are_checked_before_anything_runs(home):
     error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--max-evals", "8", "--json",
-                           code=1).stdout)["error"]
+                           code=2).stdout)["error"]
     assert error["option"] == "--max-evals" and "all evaluations" in error["message"]
-    error = json.loads(run(home, "embed", "--all", "--address", "localhost:6379", "--json", code=1).stdout)["error"]
+    error = json.loads(run(home, "embed", "--all", "--address", "localhost:6379", "--json", code=2).stdout)["error"]
     assert error["option"] == "--address"
     for engine in ("ray", "local"):  # a 0 is refused whichever engine it would not reach
         error = json.loads(run(home, "embed", "--all", "--engine", engine, "--workers", "0", "--json",
-                               code=1).stdout)["error"]
+                               code=2).stdout)["error"]
         assert error["option"] == "--workers"
 
 

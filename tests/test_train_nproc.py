@@ -118,7 +118,7 @@ def test_cli_refuses_more_processes_than_models(pool_home, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(pool_home, home)
     result = run(home, "train", "--nproc", "11", "--epochs", "2", "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # the option's value refused: a usage error
     error = json.loads(result.output)["error"]
     assert error["option"] == "--nproc" and "11 training processes for 10 models" in error["message"]
     assert "active_encoder" not in Registry.open(home).store.config  # nothing trained, nothing stored
