@@ -542,8 +542,8 @@ class Registry:
 
     def queries(self, *, task: str | None = None, limit: int | None = None) -> QueryList:
         """Stored queries (id, text, task) by id, of one task or all; `limit` caps how many are returned
-        (`total` still counts every match). Where the ids a `query_id` column or POST /v1/models refers to
-        come from."""
+        (None: all; 0: none, `total` alone; `total` always counts every match; the CLI's `--limit 0` means
+        all). Where the ids a `query_id` column or POST /v1/models refers to come from."""
         from indexing.store import QUERIES
         from registry.records import Query
 
