@@ -401,6 +401,8 @@ class SavedEvaluations:
         scores = table.column("score").to_numpy(zero_copy_only=False).astype(np.float64)[grouped]
         tasks = [tasks_of.get(q) for q in query_ids]
         ordered = [names[i] for i in order]
+        if generation(home) != token or transaction_open(home):
+            return None  # a writer came in while the tables were read: what was read may not last
         directory = home / _INDEX_DIR
         directory.mkdir(parents=True, exist_ok=True)
         # the arrays under the generation's own name (two searches saving the same generation write the

@@ -531,6 +531,9 @@ class Store:
             return
         journal = json.loads(path.read_text("utf-8"))
         self._rollback(journal["versions"])
+        # a reader may have cached what the dead writer had half written, under the token of before it
+        # (an unlocked read sees appended rows before they are rolled back): a new token disowns that cache
+        self._bump_generation()
         path.unlink()
 
     def _rollback(self, versions: dict[str, int]) -> None:

@@ -66,6 +66,7 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
     before_stats = reg.stats()
     neighbours = reg.similar("syn-synfam0-1b", k=3)
     evals = _evals_file(reg, "syn-synfam1-1b", tmp_path / "e.jsonl")
+    token = (home / "generation").read_text()
     marker = tmp_path / "inside"
     # The child pauses after the transaction has written evaluations (before the model row): the
     # worst moment to die. The parent kills it there with SIGKILL.
@@ -92,6 +93,8 @@ def test_a_process_killed_inside_add_model_loses_nothing(trained_home, tmp_path)
 
     after = Registry.open(home)  # opening recovers the dead writer's journal
     assert not (home / "journal.json").exists()
+    # and gives the store a new generation: a cache read while the dead writer's rows were there is stale
+    assert (home / "generation").read_text() != token
     assert {r.name for r in after.models()} == before_models
     assert after.stats() == before_stats
     assert after.check().problems == []

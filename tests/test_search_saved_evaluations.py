@@ -107,3 +107,28 @@ def test_search_by_name_imports_no_lance(reg):
     second = run()
     assert second == {"heavy": [], "by": "fingerprint", "names": first["names"]}
     assert first["names"] == [h.name for h in reg.similar(name, k=4).neighbours]
+
+
+def test_evaluations_read_while_a_write_lands_are_not_saved(reg, monkeypatch):
+    """Saved under the generation they were read in, they must be of that generation: a write that lands
+    while they are read (another process; here one from inside the read) leaves nothing saved."""
+    from indexing.model_index import SavedEvaluations
+    from indexing.store import Store
+    from registry import Registry
+    from tests.helpers import own_evaluations
+
+    name = sorted(m.name for m in reg.models())[0]
+    rows = own_evaluations(reg, name)
+    real_read, landed = Store.read, []
+
+    def read(self, table_name, *args, **kwargs):
+        out = real_read(self, table_name, *args, **kwargs)
+        if table_name == "evaluations" and not landed:
+            landed.append(None)  # first: the write's own reads come back through here
+            landed[0] = Registry.open(reg.home).add_model("copy-endpoint", rows).version
+        return out
+
+    monkeypatch.setattr(Store, "read", read)
+    assert SavedEvaluations.from_store(Store(reg.home, create=False)) is None
+    monkeypatch.undo()
+    assert landed == [1] and SavedEvaluations.load(reg.home) is None
