@@ -28,7 +28,8 @@ from cli._common import (
     error_payload,
     json_option,
 )
-from indexing.errors import InputError, RegistryError  # not registry.errors: `--help` should not import the registry package
+# not registry.errors: `--help` should not import the registry package
+from indexing.errors import InputError, RegistryError
 
 HOME_HELP = "Registry home: a directory, or s3://BUCKET/PREFIX (default: $LOCUS_HOME, else ~/.locus)."
 
