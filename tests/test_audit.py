@@ -299,3 +299,22 @@ def test_behaviour_order_ranks_by_distance_and_keeps_the_rest_in_index_order():
     assert behaviour_order(hits, [(0.3, 1), None, (0.1, 5), (0.3, 1), None]) == ["c", "a", "d", "b", "e"]  # ties: index order
     assert behaviour_order(hits[:3], [(0.0, 0.2), (0.0, 0.1), (0.1, 0.0)]) == ["b", "a", "c"]  # at 0, by the gap
     assert behaviour_order(hits, [None] * 5) == hits
+
+
+def test_a_calibration_made_while_a_write_lands_says_it_is_stale(reg, monkeypatch):
+    """The calibration records the store's generation it was read in: a write landing while it reads the
+    pool (another process; here one from inside the read) leaves it marked stale, not current."""
+    import registry.analytics.audit as audit
+
+    real, landed = audit.pool_evaluations, []
+
+    def read_then_write(store, names):
+        out = real(store, names)
+        if not landed:
+            landed.append(None)
+            landed[0] = Registry.open(reg.home).add_model("late-arrival", own_evaluations(reg, "syn-synfam0-1b")).version
+        return out
+
+    monkeypatch.setattr(audit, "pool_evaluations", read_then_write)
+    report = reg.audit()
+    assert landed == [1] and not report.calibration.cached and report.calibration.stale

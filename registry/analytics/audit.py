@@ -91,8 +91,9 @@ def calibration(store: Store, names: list[str], encoder_id: str, *, refresh: boo
         cached = Calibration.load(directory)
         if cached is not None and cached.encoder_id == encoder_id:
             return cached, True
+    generation = _generation(store.home)  # before the reads: a write landing meanwhile leaves it marked stale
     cal = calibrate(pool_evaluations(store, names), neighbours=list(neighbours()))
-    cal.generation, cal.encoder_id = _generation(store.home), encoder_id
+    cal.generation, cal.encoder_id = generation, encoder_id
     cal.save(directory)
     return cal, False
 
