@@ -116,7 +116,6 @@ def _echo_route(result) -> None:
         click.echo(f"(P(correct): {PREDICTORS[result.predictor]} by the encoder's router blend)")
 
 
-
 def _echo_cost_ranking(result) -> None:
     asked = [f"max cost ${result.max_cost:g} per call"] if result.max_cost is not None else []
     if result.willingness_to_pay is not None:

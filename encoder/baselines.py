@@ -19,8 +19,8 @@ each model's training mean), `BestSingle` (always the model with the best traini
 from __future__ import annotations
 
 import copy
-from abc import abstractmethod
 import time
+from abc import abstractmethod
 from typing import Any
 
 import numpy as np

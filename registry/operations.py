@@ -9,6 +9,7 @@ here, for every operation that takes a model name, so a name means the same thin
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
 
 __all__ = ["StoreView", "add_change", "refine_change", "add_model", "refine", "remove", "restore", "route",
            "similar", "live_versions"]
+
+
+def router_knn_key(query_encoder: str, names, settings: dict, pool) -> tuple:
+    """What the router's kNN is built from besides the store's state (`StoreView.build_router_knn`): views
+    that keep one compare this."""
+    return query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool)
 
 
 class StoreView:
@@ -105,8 +112,7 @@ class StoreView:
         read every stored evaluation per call (~0.2 s on 385k)."""
         from indexing.home import generation, transaction_open
 
-        pool = frozenset(pool)
-        key = (generation(self.home), query_encoder, tuple(names), tuple(sorted(settings.items())), pool)
+        key = (generation(self.home), router_knn_key(query_encoder, names, settings, pool))
         if self._knn is not None and self._knn[0] == key:
             return self._knn[1]
         knn = self.build_router_knn(query_encoder, names, settings, pool)

@@ -31,7 +31,7 @@ from indexing.home import JOURNAL_FILE, as_path, is_remote, transaction_open
 from indexing.home import generation as read_generation
 from indexing.store import Store
 from registry.errors import RegistryError
-from registry.operations import StoreView
+from registry.operations import StoreView, router_knn_key
 from registry.service.settings import ServiceSettings
 
 __all__ = ["Snapshot", "WarmState", "TextEncoder"]
@@ -276,7 +276,7 @@ class WarmState(StoreView):
         """StoreView's, kept with the snapshot: reading every stored evaluation is done once per state of
         the store, not per route."""
         snap = self.snapshot()
-        key = _knn_key(query_encoder, names, settings, pool)
+        key = router_knn_key(query_encoder, names, settings, pool)
         if key not in snap.knn:
             with self._knn_lock:
                 if key not in snap.knn:
@@ -390,10 +390,6 @@ class WarmState(StoreView):
             return None
 
 
-def _knn_key(query_encoder: str, names, settings: dict, pool) -> tuple:
-    return query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool)
-
-
 class _NotInMemory(Exception):
     """The memory-only view was asked for something it would have to read or compute."""
 
@@ -422,7 +418,7 @@ class _FromMemory(StoreView):
         return self._snap.behaviour
 
     def router_knn(self, query_encoder: str, names, settings: dict, pool=()):
-        key = _knn_key(query_encoder, names, settings, pool)
+        key = router_knn_key(query_encoder, names, settings, pool)
         if key not in self._snap.knn:  # built by a route in the thread pool: it reads every evaluation
             raise _NotInMemory()
         return self._snap.knn[key]
