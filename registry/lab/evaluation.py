@@ -97,6 +97,7 @@ def run_evaluation(
     started = time.perf_counter()
     (val_parts, test_parts), knn = router_part_predictions(trained_locus.locus, z, train_data, train_evals, split.val,
                                                            (split.val, split.test), knn=fitted.get("knn"))
+    # the item table's fit, and the kNN's when it is not also a baseline (timed above then)
     result["seconds"]["item"] = round(time.perf_counter() - started, 1)
     val_p, test_p = {**val_parts, **val_b}, {**test_parts, **test_b}
     train_truth = truth_on(train_data, split.train, train_evals)
