@@ -8,11 +8,6 @@ import click
 from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
                          json_option, min_evals_option)
 
-# what RouteDecision.predictor names, as the text output says it
-PREDICTORS = {"locus+item": "LOCUS blended with the item table",
-              "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries"}
-
-
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
     targets: dict[str, float] = {}
     for value in values:
@@ -112,8 +107,8 @@ def _echo_route(result) -> None:
         click.echo(f"if {top} is unavailable ({what} to it): " +
                    ", ".join(f"{f.name} (d {(f.distance if f.distance is not None else f.distance_cosine):.4f}){_mark(f)}"
                              for f in result.fallbacks))
-    if result.predictor in PREDICTORS:
-        click.echo(f"(P(correct): {PREDICTORS[result.predictor]} by the encoder's router blend)")
+    if result.predictor != "locus":
+        click.echo(f"(P(correct): {result.predictor_description} by the encoder's router blend)")
 
 
 def _echo_cost_ranking(result) -> None:

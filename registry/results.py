@@ -509,6 +509,14 @@ class Fallback(Result):
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
 
 
+# what RouteDecision.predictor names, in words: the CLI's text output and the web UI show this
+PREDICTOR_DESCRIPTIONS = {
+    "locus": "LOCUS",
+    "locus+item": "LOCUS blended with the item table",
+    "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries",
+}
+
+
 class RouteDecision(Result):
     """`route`: models ranked by P(correct) for one query, and the top model's nearest fallbacks."""
 
@@ -523,9 +531,15 @@ class RouteDecision(Result):
         "locus", description="what P(correct) came from: LOCUS alone, LOCUS blended with the item table, or those "
                              "and kNN over the stored queries' evaluations, by the encoder's router blend (fitted on "
                              "validation queries at training)")
+    predictor_description: str = Field("", description="`predictor` in words (set from it)")
     max_cost: float | None = Field(None, description="the cost ceiling asked for, USD per call (only with a trade-off)")
     willingness_to_pay: float | None = Field(None, description="λ in p_correct - λ * cost_usd (only with a trade-off)")
     cost_note: str | None = Field(None, description="models costed by the params_b proxy, or left out as unpriced")
+
+    @model_validator(mode="after")
+    def _describe_predictor(self):
+        self.predictor_description = PREDICTOR_DESCRIPTIONS[self.predictor]
+        return self
 
     @model_serializer(mode="wrap")
     def _without_trade_off(self, handler):

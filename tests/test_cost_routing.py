@@ -90,7 +90,8 @@ def text(reg) -> str:
 
 def test_route_without_a_trade_off_carries_no_cost(reg, text):
     result = reg.route(text, k=3)
-    assert set(result.model_dump()) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note", "predictor"}
+    assert set(result.model_dump()) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note", "predictor",
+                                        "predictor_description"}
     assert all(set(r.model_dump()) == {"name", "p_correct", "low_evidence"} for r in result.ranking)
 
 

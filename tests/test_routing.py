@@ -50,8 +50,12 @@ def test_ranking_is_by_predicted_p_and_fallback_by_distance(reg, stored, no_enco
     result = reg.route(stored["math"], k=4, fallback=3)
     assert result.query == stored["math"] and set(result.model_dump()) == {"query", "ranking", "fallbacks",
                                                                                  "min_evals", "evidence_note",
-                                                                                 "predictor"}
+                                                                                 "predictor", "predictor_description"}
     assert result.predictor == "locus+item+knn"  # training fitted a router blend beside the encoder
+    assert result.predictor_description == "LOCUS blended with the item table and kNN over the stored queries"
+    # the description follows the predictor on a round trip (the HTTP client re-reads the server's JSON)
+    again = type(result).model_validate({**result.model_dump(), "predictor": "locus", "predictor_description": "x"})
+    assert again.predictor_description == "LOCUS"
     p = [r.p_correct for r in result.ranking]
     assert len(p) == 4 and p == sorted(p, reverse=True) and all(0 < x < 1 for x in p)
     top = result.ranking[0].name
@@ -162,7 +166,8 @@ def test_cli_route_json_and_text(reg, stored, no_encoder):
     payload = json.loads(result.stdout)
     assert payload == reg.route(stored["math"], k=2, fallback=4,
                                 exclude=["syn-synfam1-13b", "syn-synfam0-13b"]).model_dump(mode="json")
-    assert set(payload) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note", "predictor"}
+    assert set(payload) == {"query", "ranking", "fallbacks", "min_evals", "evidence_note", "predictor",
+                            "predictor_description"}
     assert len(payload["ranking"]) == 2
     assert not {"syn-synfam1-13b", "syn-synfam0-13b"} & set(names(payload["ranking"]) + names(payload["fallbacks"]))
     text = run(reg.home, stored["law"], "--where", "family == synfam2")

@@ -294,6 +294,7 @@ def test_the_route_playground_returns_a_ranking(tab, server, home):
     assert f"{answer['ranking'][0]['p_correct']:.3f}" in shown.first.inner_text()
     fallback = answer["fallbacks"][0]  # named in the metric of the index that found it, as the API says
     assert f"{fallback['metric']} d {fallback['distance']:.4f}" in page.locator("#route-out [data-query='0'] .fallbacks").inner_text()
+    assert f"P(correct) from {answer['predictor_description']};" in page.locator("#route-out").inner_text()
 
     # a cost trade-off: ranked by utility, each model with its cost per call, as the API ranks them
     page.get_by_label("Willingness to pay λ").fill("0.01")

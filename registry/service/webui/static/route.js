@@ -2,10 +2,6 @@
 // a capability profile -> the nearest real models (/v1/profile).
 import { api, errorBox, field, fmt, h, modelLink, replace } from "./lib.js";
 
-const PREDICTORS = {
-  "locus+item": "LOCUS blended with the item table",
-  "locus+item+knn": "LOCUS blended with the item table and kNN over the stored queries",
-};
 const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
 
 export async function render(root) {
@@ -46,7 +42,7 @@ export async function render(root) {
         d.fallbacks.length ? h("p", { class: "small fallbacks" }, "Fallbacks if the first is down: ",
           d.fallbacks.map((f, j) => [j ? ", " : "", modelLink(f.name), ` (${near(f)})`])) : "")),
       [...new Set(r.results.flatMap((d) => [d.cost_note, d.evidence_note]).filter(Boolean))].map((note) => h("p", { class: "muted small route-note" }, note)),
-      h("p", { class: "muted small" }, `P(correct) from ${PREDICTORS[r.results[0].predictor] || "LOCUS"}; `
+      h("p", { class: "muted small" }, `P(correct) from ${r.results[0].predictor_description}; `
         + `${r.encoded_texts} new text(s) encoded, the rest came from the cache.`));
     } catch (err) {
       replace(routeOut, errorBox(err));
