@@ -124,7 +124,19 @@ class KNNRouter(Baseline):
                 cols = pooled[_nearest(row[pooled], self.k)]
                 sums[:, j], counts[:, j] = self._Y[:, cols].sum(axis=1), self._O[:, cols].sum(axis=1)
                 continue
-            for m, own in enumerate(self._own):
+            done = np.zeros(M, dtype=bool)
+            if self.k is not None and self.k < U:
+                # A model's k nearest own queries are its first k in the order of all of them by similarity,
+                # and a short prefix of that order holds them for most models: one selection for every
+                # model instead of one per model (which grew with the pool). The rest select their own.
+                prefix = _sorted_prefix(row, min(U, 4 * self.k))  # (P,) columns
+                seen = np.cumsum(self._O[:, prefix], axis=1)  # (M, P) own queries among the first p
+                done = seen[:, -1] >= self.k
+                at = np.argmax(seen[done] >= self.k, axis=1)  # where each of those reaches k
+                sums[done, j] = np.cumsum(self._Y[np.ix_(done, prefix)], axis=1)[np.arange(len(at)), at]
+                counts[done, j] = self.k
+            for m in np.flatnonzero(~done):
+                own = self._own[m]
                 if len(own):
                     cols = own[_nearest(row[own], self.k)]
                     sums[m, j], counts[m, j] = self._Y[m, cols].sum(), len(cols)
@@ -183,6 +195,14 @@ class KNNRouter(Baseline):
                     sums[:, m, block] = cs[:, cols].T
                     counts[:, m, block] = (cols + 1)[:, None]
         return sums, counts
+
+
+def _sorted_prefix(similarity: np.ndarray, n: int) -> np.ndarray:
+    """At least the first n positions of a stable sort by descending value (every position equal to the
+    n-th largest value is kept, so that this is exactly a prefix of that order)."""
+    threshold = -np.partition(-similarity, n - 1)[n - 1]
+    candidates = np.flatnonzero(similarity >= threshold)
+    return candidates[np.argsort(-similarity[candidates], kind="stable")]
 
 
 def _nearest(similarity: np.ndarray, k: int | None) -> np.ndarray:

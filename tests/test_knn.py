@@ -35,6 +35,23 @@ def test_a_few_vectors_get_the_neighbourhoods_a_sort_gives(mode, k):
         *(a[0] for a in knn._stats(data.query_vectors[:40], mode, (k,))), 3.0).astype(np.float32))
 
 
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_per_model_neighbourhoods_of_sparsely_evaluated_models_are_their_own(k):
+    """Per-model neighbourhoods at routing time come from one sorted prefix of all the queries for the
+    models that have k of their own in it, and from a selection over their own queries for the rest (a
+    model evaluated on a few queries): both as the sort gives them."""
+    data = _data(seed=1)
+    sparse = (data.model_index != 0) | (np.random.default_rng(2).random(len(data.scores)) < 0.05)
+    data = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
+                    model_index=data.model_index[sparse], query_index=data.query_index[sparse],
+                    scores=np.where(np.arange(sparse.sum()) % 3 == 0, 0.5, data.scores[sparse]))  # soft scores too
+    knn = KNNRouter(k=k, pseudo_count=2.0, mode="per_model", tune=False).fit(data, np.arange(len(data.scores)), [])
+    assert 0 < len(knn._own[0]) < 4 * k or k == 1  # model 0 falls outside the prefix's reach
+    phi = np.concatenate([data.query_vectors[[3, 60, 7, 200]], data.query_vectors[[9]] + 0.05])
+    assert np.array_equal(knn.predict_vectors(phi),
+                          knn._shrink(*(a[0] for a in knn._stats(phi, "per_model", (k,))), 2.0).astype(np.float32))
+
+
 def test_nearest_breaks_ties_to_the_lower_position():
     similarity = np.array([0.1, 0.9, 0.5, 0.9, 0.5, 0.5, 0.2])
     assert sorted(_nearest(similarity, 3).tolist()) == [1, 2, 3]
