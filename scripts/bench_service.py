@@ -1,8 +1,9 @@
 """`registry serve` against today's cold CLI, on the MMLU-Pro registry. Prints one table.
 
 Starts the service (uvicorn, a subprocess on a free loopback port) on a copy of the registry and
-measures, over HTTP: route latency for new texts (never seen: encoded by the service) and for cached
-ones, routes/s when texts arrive batched, add-model latency (1,024 evaluations whose texts are
+measures, over HTTP: route latency for new texts (never seen: encoded by the service; the registry's
+own questions varied, and short chat-length ones, since the encoder's cost grows with a text's
+length) and for cached ones, routes/s when texts arrive batched, add-model latency (1,024 evaluations whose texts are
 stored), embedding jobs/s when 64 models arrive at once (with readers routing meanwhile; every
 non-2xx answer counts as an error), and the same operations through the cold CLI
 (`python -m cli.main ...`, a fresh process each). A GPU section repeats the service numbers with
@@ -75,7 +76,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure_service(url: str, pid: int, *, new_texts: list[str], stored_texts: list[str], add_evals: list[dict],
-                    n_jobs: int, label: str, batch: int) -> dict:
+                    n_jobs: int, label: str, batch: int, short_texts: list[str] = ()) -> dict:
     import httpx
 
     out: dict = {}
@@ -91,6 +92,9 @@ def measure_service(url: str, pid: int, *, new_texts: list[str], stored_texts: l
 
         n = len(new_texts) // 3
         cpu = cpu_seconds(pid)
+        if short_texts:  # a chat-length question: what the encoder costs on a short text
+            out["route_new_short"] = [route([t]) for t in short_texts]
+            out["cpu_route_new_short"], cpu = (cpu_seconds(pid) - cpu) / len(short_texts), cpu_seconds(pid)
         out["route_new"] = [route([t]) for t in new_texts[:n]]
         out["cpu_route_new"], cpu = (cpu_seconds(pid) - cpu) / n, cpu_seconds(pid)
         out["route_cached"] = [route([t]) for t in new_texts[:n] for _ in range(3)]
@@ -188,12 +192,16 @@ def main() -> None:
     picks = rng.choice(len(texts), size=args.texts, replace=False)
     new_texts = [f"{texts[i]}\n(bench variant {k})" for k, i in enumerate(picks)]  # never stored, never encoded
     stored_texts = [texts[i] for i in rng.choice(len(texts), size=64, replace=False)]
+    short_texts = [f"Which is larger, {i} squared or {i + 7} times {i % 5 + 2}?" for i in range(32)]
     chosen = rng.choice(len(ids), size=1024, replace=False)
     add_evals = [{"query_id": ids[i], "score": int(rng.random() < 0.6)} for i in chosen]
     evals_file = scratch / "evals.csv"
     evals_file.write_text("query_id,score\n" + "".join(f"{e['query_id']},{e['score']}\n" for e in add_evals))
     print(f"registry {args.home}: {len(store.read('models', ['name']))} models, {len(texts)} queries; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"new texts: {len(new_texts)} of its questions, never encoded (median {np.median([len(t) for t in new_texts]):.0f} "
+          f"characters); short: {len(short_texts)} like {short_texts[0]!r} ({len(short_texts[0])} characters)",
+          flush=True)
 
     proc, url, startup = start_server(home, "cpu", args.backend, scratch / "server.log")
     try:
@@ -203,7 +211,7 @@ def main() -> None:
         print(f"service up in {startup:.1f} s (device {health['device']}, query backend {health['query_backend']})",
               flush=True)
         svc = measure_service(url, proc.pid, new_texts=new_texts, stored_texts=stored_texts, add_evals=add_evals,
-                              n_jobs=args.jobs, label="cpu", batch=args.batch)
+                              n_jobs=args.jobs, label="cpu", batch=args.batch, short_texts=short_texts)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -211,7 +219,8 @@ def main() -> None:
     cli = measure_cli(home, new_texts[0], stored_texts[0], evals_file, args.cli_runs)
 
     ms = lambda v: f"{v * 1000:.1f} ms"  # noqa: E731
-    cpu_col = {"route p50, new text": svc["cpu_route_new"], "route p50, cached text": svc["cpu_route_cached"],
+    cpu_col = {"route p50, new text": svc["cpu_route_new"], "route p50, new short text": svc["cpu_route_new_short"],
+               "route p50, cached text": svc["cpu_route_cached"],
                f"routes/s, batches of {args.batch} new": svc["cpu_batched_new"],
                f"routes/s, batches of {args.batch} cached": svc["cpu_batched_cached"],
                "add-model p50 (1,024 evals)": svc["cpu_add"], f"embedding jobs/s, {args.jobs} at once": svc["cpu_job"]}
@@ -219,6 +228,7 @@ def main() -> None:
         ("route p50, new text", ms(pct(svc["route_new"], 50)), ms(pct(cli["route_new"], 50)), "<= 30 ms",
          pct(svc["route_new"], 50) <= 0.030, pct(cli["route_new"], 50) / pct(svc["route_new"], 50)),
         ("route p99, new text", ms(pct(svc["route_new"], 99)), "", "", None, None),
+        ("route p50, new short text", ms(pct(svc["route_new_short"], 50)), "", "(<= 30 ms)", None, None),
         ("route p50, cached text", ms(pct(svc["route_cached"], 50)), ms(pct(cli["route_cached"], 50)), "<= 3 ms",
          pct(svc["route_cached"], 50) <= 0.003, pct(cli["route_cached"], 50) / pct(svc["route_cached"], 50)),
         ("route p99, cached text", ms(pct(svc["route_cached"], 99)), "", "", None, None),
