@@ -1,19 +1,25 @@
-"""`RegistryClient`: the registry through a running `registry serve`, with `Registry`'s method names
-and result types.
+"""`RegistryClient` and `AsyncRegistryClient`: the registry through a running `registry serve`, with
+`Registry`'s method names and result types.
 
 >>> reg = RegistryClient("http://127.0.0.1:8000", token="...")   # or RegistryClient() for $LOCUS_SERVER
 >>> reg.route("What is 12 times 7?", k=3).ranking[0].name
 >>> reg.add_model("my-model", "evals.csv", {"family": "llama"})   # a file is uploaded, rows sent inline
 
+>>> async with AsyncRegistryClient("http://127.0.0.1:8000") as reg:   # in an asyncio service
+...     decision = await reg.route("What is 12 times 7?", k=3)
+
 Errors come back as the registry's own (`InputError` with file/line/field, `NotFoundError`,
-`RegistryError`), so code written against `Registry` handles them unchanged.
+`RegistryError`), so code written against `Registry` handles them unchanged. As httpx does, one
+implementation with two faces: `_BaseClient` turns each operation into a request and its answer into a
+result; the two clients only send (a bad argument the client itself refuses raises at the call, before
+anything is sent, on both).
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import httpx
 
@@ -40,39 +46,55 @@ from registry.results import (
 )
 from registry.service.settings import CLIENT_HEADER, SERVER_ENV, TOKEN_ENV
 
-__all__ = ["RegistryClient"]
+__all__ = ["RegistryClient", "AsyncRegistryClient"]
 
 
-class RegistryClient:
-    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+class _Call(NamedTuple):
+    """One operation over HTTP: what to send, and how its JSON answer becomes the result."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], Any]
+    params: dict[str, Any] | None = None
+    json: Any = None
+    upload: Path | None = None  # sent as the multipart field `file`, with `form` beside it
+    form: dict[str, str] | None = None
+
+
+class _BaseClient:
+    """What both clients share: the server, the token, and every operation as a `_Call`."""
+
+    def __init__(self, url: str | None, token: str | None) -> None:
         url = url or os.environ.get(SERVER_ENV)
         if not url:
             raise RegistryError(f"no server URL: pass one or set ${SERVER_ENV}")
         token = token if token is not None else os.environ.get(TOKEN_ENV)
-        headers = {CLIENT_HEADER: "registry-client"}  # a program, not a web page (README, Security)
+        self._headers = {CLIENT_HEADER: "registry-client"}  # a program, not a web page (README, Security)
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            self._headers["Authorization"] = f"Bearer {token}"
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
-    def close(self) -> None:
-        self._http.close()
+    def _send(self, call: _Call):
+        raise NotImplementedError
 
-    def __enter__(self) -> "RegistryClient":
-        return self
+    def _request(self, call: _Call, handle=None) -> dict[str, Any]:
+        """The keyword arguments of httpx's `request` for `call` (`handle`: its upload, opened)."""
+        kwargs: dict[str, Any] = {"params": call.params}
+        if call.json is not None:
+            kwargs["json"] = call.json
+        if call.upload is not None:
+            kwargs["files"] = {"file": (call.upload.name, handle)}
+            kwargs["data"] = call.form or {}
+        return kwargs
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _unreachable(self, err: Exception) -> RegistryError:
+        return RegistryError(f"cannot reach the registry service at {self.url}: {err}")
 
-    # ------------------------------------------------------------------ plumbing
-    def _call(self, method: str, path: str, **kwargs) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as err:
-            raise RegistryError(f"cannot reach the registry service at {self.url}: {err}") from None
+    def _result(self, call: _Call, response: httpx.Response):
+        """The result of `call`, or the registry's error for what the service answered."""
         if response.status_code < 400:
-            return response.json()
+            return call.parse(response.json())
+        method, path = call.method, call.path
         try:
             error = response.json()["error"]
         except (ValueError, KeyError, TypeError):
@@ -102,54 +124,47 @@ class RegistryClient:
             path = Path(evaluations)
             if not path.is_file():
                 raise InputError("no such file", file=path)
-            with open(path, "rb") as handle:
-                data = self._call("POST", f"/v1/models/{_quote(name)}/file", files={"file": (path.name, handle)},
-                                  data={"metadata": json.dumps(metadata), "replace": str(replace).lower(),
-                                        **{k: str(v) for k, v in cap.items()}})
-        else:
-            data = self._call("POST", "/v1/models", json={"name": name, "evaluations": _rows(evaluations),
-                                                           "metadata": metadata, "replace": replace, **cap})
-        from registry.evidence import warn_if_thin
-
-        return warn_if_thin(ModelChange.model_validate(data))
+            return self._send(_Call("POST", f"/v1/models/{_quote(name)}/file", _change, upload=path, form={
+                "metadata": json.dumps(metadata), "replace": str(replace).lower(),
+                **{k: str(v) for k, v in cap.items()}}))
+        return self._send(_Call("POST", "/v1/models", _change, json={
+            "name": name, "evaluations": _rows(evaluations), "metadata": metadata, "replace": replace, **cap}))
 
     def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
         cap = {} if max_evals is None else {"max_evals": max_evals}
         if isinstance(more_evaluations, (str, Path)):
             path = Path(more_evaluations)
-            with open(path, "rb") as handle:
-                data = self._call("POST", f"/v1/models/{_quote(name)}/refine/file",
-                                  files={"file": (path.name, handle)}, data={k: str(v) for k, v in cap.items()})
-        else:
-            data = self._call("POST", f"/v1/models/{_quote(name)}/refine",
-                              json={"evaluations": _rows(more_evaluations), **cap})
-        from registry.evidence import warn_if_thin
-
-        return warn_if_thin(ModelChange.model_validate(data))
+            if not path.is_file():
+                raise InputError("no such file", file=path)
+            return self._send(_Call("POST", f"/v1/models/{_quote(name)}/refine/file", _change, upload=path,
+                                    form={k: str(v) for k, v in cap.items()}))
+        return self._send(_Call("POST", f"/v1/models/{_quote(name)}/refine", _change,
+                                json={"evaluations": _rows(more_evaluations), **cap}))
 
     def remove(self, name: str) -> RemoveResult:
-        return RemoveResult.model_validate(self._call("DELETE", f"/v1/models/{_quote(name)}"))
+        return self._send(_Call("DELETE", f"/v1/models/{_quote(name)}", RemoveResult.model_validate))
 
     def restore(self, name: str, version: int | None = None) -> RestoreResult:
         params = {"version": version} if version is not None else {}
-        return RestoreResult.model_validate(self._call("POST", f"/v1/models/{_quote(name)}/restore", params=params))
+        return self._send(_Call("POST", f"/v1/models/{_quote(name)}/restore", RestoreResult.model_validate,
+                                params=params))
 
     # --------------------------------------------------------------------- reads
     def list(self, where: str | None = None) -> list[ListedModel]:  # noqa: A003
         params = {"where": where} if where is not None else {}
-        return [ListedModel.model_validate(r) for r in self._call("GET", "/v1/models", params=params)]
+        return self._send(_Call("GET", "/v1/models", _listed, params=params))
 
     def models(self) -> list[ModelRecord]:
-        return self.list()
+        return self._send(_Call("GET", "/v1/models", _listed))
 
     def show(self, name: str) -> ModelInfo:
-        return ModelInfo.model_validate(self._call("GET", f"/v1/models/{_quote(name)}"))
+        return self._send(_Call("GET", f"/v1/models/{_quote(name)}", ModelInfo.model_validate))
 
     def get(self, name: str) -> ModelRecord:
-        return self.show(name).record
+        return self._send(_Call("GET", f"/v1/models/{_quote(name)}", lambda data: ModelInfo.model_validate(data).record))
 
     def history(self, name: str) -> ModelHistory:
-        return ModelHistory.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/history"))
+        return self._send(_Call("GET", f"/v1/models/{_quote(name)}/history", ModelHistory.model_validate))
 
     def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
                 by: str | None = None, min_evals: int | None = None) -> SearchResult:
@@ -161,11 +176,11 @@ class RegistryClient:
             for key, value in (("metric", metric), ("by", by), ("where", where)):
                 if value is not None:
                     params[key] = value
-            return SearchResult.model_validate(self._call("GET", "/v1/similar", params=params))
+            return self._send(_Call("GET", "/v1/similar", SearchResult.model_validate, params=params))
         if by not in (None, "locus", "embedding"):
             raise InputError("a vector is searched in the LOCUS index (by='locus')", field="by")
         vector = [float(x) for x in name_or_vector]
-        return SearchResult.model_validate(self._call("POST", "/v1/similar", json={
+        return self._send(_Call("POST", "/v1/similar", SearchResult.model_validate, json={
             "vector": vector, "k": k, "metric": metric or "cosine", "where": where, "min_evals": min_evals}))
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
@@ -188,8 +203,12 @@ class RegistryClient:
                 body[key] = check_cost_option(value, key)
         if unpriced != "error":
             body["unpriced"] = unpriced
-        decisions = [RouteDecision.model_validate(d) for d in self._call("POST", "/v1/route", json=body)["results"]]
-        return decisions[0] if single else decisions
+
+        def decisions(data):
+            found = [RouteDecision.model_validate(d) for d in data["results"]]
+            return found[0] if single else found
+
+        return self._send(_Call("POST", "/v1/route", decisions, json=body))
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = AUDIT_ALPHA,
               max_noise: float = AUDIT_MAX_NOISE, by: str | None = None) -> AuditReport:
@@ -198,20 +217,20 @@ class RegistryClient:
             params["model"] = model
         if by is not None:
             params["by"] = by
-        return AuditReport.model_validate(self._call("GET", "/v1/audit", params=params))
+        return self._send(_Call("GET", "/v1/audit", AuditReport.model_validate, params=params))
 
     def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
               permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftReport:
         params = {"alpha": alpha, "max_noise": max_noise, "permutations": permutations, "seed": seed}
-        return DriftReport.model_validate(self._call("GET", f"/v1/models/{_quote(name)}/drift", params=params))
+        return self._send(_Call("GET", f"/v1/models/{_quote(name)}/drift", DriftReport.model_validate, params=params))
 
     def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE) -> DriftRun:
-        return DriftRun.model_validate(self._call("POST", "/v1/drift/run",
-                                                  params={"alpha": alpha, "max_noise": max_noise}))
+        return self._send(_Call("POST", "/v1/drift/run", DriftRun.model_validate,
+                                params={"alpha": alpha, "max_noise": max_noise}))
 
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
                 where: str | None = None, by: str | None = None) -> ProfileResult:
-        return ProfileResult.model_validate(self._call("POST", "/v1/profile", json={
+        return self._send(_Call("POST", "/v1/profile", ProfileResult.model_validate, json={
             "targets": targets, "k": k, "evals": evals, "seed": seed, "where": where, "by": by}))
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
@@ -221,14 +240,14 @@ class RegistryClient:
                                       "include_unknown_params": include_unknown_params, "seed": seed,
                                       "by": by}.items()
                   if v is not None}
-        return PortfolioResult.model_validate(self._call("GET", "/v1/portfolio", params=params))
+        return self._send(_Call("GET", "/v1/portfolio", PortfolioResult.model_validate, params=params))
 
     def clusters(self, *, where: str | None = None, linkage: str = CLUSTER_LINKAGE, k: int | None = None,
                  by: str | None = None, min_evals: int | None = None) -> ClustersResult:
         """`Registry.clusters` without the figure (a plot is drawn where the registry is: `registry clusters`)."""
         params = {k_: v for k_, v in {"where": where, "linkage": linkage, "k": k, "by": by,
                                       "min_evals": min_evals}.items() if v is not None}
-        return ClustersResult.model_validate(self._call("GET", "/v1/clusters", params=params))
+        return self._send(_Call("GET", "/v1/clusters", ClustersResult.model_validate, params=params))
 
     def suggest_queries(self, name: str | None = None, n: int = 64, *, task: str | None = None,
                         from_pool: bool = False, answered: dict[str, float] | None = None) -> QuerySuggestions:
@@ -237,18 +256,94 @@ class RegistryClient:
         check_n(n)  # refused here as the API refuses it, before a request
         if answered:
             body = {"name": name, "n": n, "task": task, "from_pool": from_pool, "answered": check_answered(answered)}
-            return QuerySuggestions.model_validate(self._call("POST", "/v1/suggest-queries", json=body))
+            return self._send(_Call("POST", "/v1/suggest-queries", QuerySuggestions.model_validate, json=body))
         params = {k: v for k, v in {"name": name, "n": n, "task": task, "from_pool": from_pool}.items() if v is not None}
-        return QuerySuggestions.model_validate(self._call("GET", "/v1/suggest-queries", params=params))
+        return self._send(_Call("GET", "/v1/suggest-queries", QuerySuggestions.model_validate, params=params))
 
     def stats(self) -> Stats:
-        return Stats.model_validate(self._call("GET", "/v1/stats"))
+        return self._send(_Call("GET", "/v1/stats", Stats.model_validate))
 
     def health(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/health")
+        return self._send(_Call("GET", "/v1/health", dict))
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/jobs/{_quote(job_id)}")
+        return self._send(_Call("GET", f"/v1/jobs/{_quote(job_id)}", dict))
+
+
+class RegistryClient(_BaseClient):
+    """The registry over HTTP, blocking: each method returns what `Registry`'s does."""
+
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(url, token)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _send(self, call: _Call):
+        try:
+            if call.upload is None:
+                response = self._http.request(call.method, call.path, **self._request(call))
+            else:
+                with open(call.upload, "rb") as handle:
+                    response = self._http.request(call.method, call.path, **self._request(call, handle))
+        except httpx.HTTPError as err:
+            raise self._unreachable(err) from None
+        return self._result(call, response)
+
+
+class AsyncRegistryClient(_BaseClient):
+    """The registry over HTTP for asyncio code (a service routing live requests): each method returns an
+    awaitable of what `Registry`'s returns."""
+
+    def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(url, token)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout,
+                                       transport=transport)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncRegistryClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def _send(self, call: _Call):
+        try:
+            if call.upload is None:
+                response = await self._http.request(call.method, call.path, **self._request(call))
+            else:
+                with open(call.upload, "rb") as handle:  # httpx reads a file part from a plain handle
+                    response = await self._http.request(call.method, call.path, **self._request(call, handle))
+        except httpx.HTTPError as err:
+            raise self._unreachable(err) from None
+        return self._result(call, response)
+
+
+def _change(data) -> ModelChange:
+    import sys
+
+    from registry.evidence import warn_if_thin
+
+    # the warning names the line of the code that called the client, sync or awaited, not this module's
+    frame, inside = sys._getframe(0), 0
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, inside = frame.f_back, inside + 1
+    return warn_if_thin(ModelChange.model_validate(data), stacklevel=2 + inside)
+
+
+def _listed(data) -> list[ListedModel]:
+    return [ListedModel.model_validate(r) for r in data]
 
 
 def _quote(part: str) -> str:

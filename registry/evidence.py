@@ -60,14 +60,15 @@ def thin_models_warning(counts: dict[str, int], *, embedded: bool = False) -> st
             "ranked after well-evidenced models in search, route and clusters (--min-evals 0 ranks them with the others)")
 
 
-def warn_if_thin(change: T) -> T:
+def warn_if_thin(change: T, *, stacklevel: int = 3) -> T:
     """`change` (a ModelChange) as given; a thin one is also said through `warnings.warn`
-    (ThinEvidenceWarning), as a library says it: its `warnings` list carries the same sentence."""
+    (ThinEvidenceWarning), as a library says it: its `warnings` list carries the same sentence.
+    `stacklevel` as warnings.warn's, counted from here (3: the caller of this function's caller)."""
     message = thin_warning(change.name, change.n_evals)  # type: ignore[attr-defined]
     if message:
         import warnings
 
-        warnings.warn(message, ThinEvidenceWarning, stacklevel=3)
+        warnings.warn(message, ThinEvidenceWarning, stacklevel=stacklevel)
     return change
 
 
