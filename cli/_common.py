@@ -10,6 +10,12 @@ from typing import Any, Callable
 import click
 
 JSON_HELP = "Print the result as JSON (the schema of registry.results)."
+# Exit statuses, as linters give them (ruff, mypy): 0 done, 1 a finding (audit --fail-on-flag or
+# --fail-on-related, audit --drift, drift --fail-on-move, check), 2 an error of any kind (the command
+# line, a file's content, a name not found, the store, a bug), so that a CI step tells a finding from
+# a run that could not look.
+FINDING_EXIT = 1
+ERROR_EXIT = 2
 # Checked by click while it parses, before any command imports LanceDB or torch: a mistyped path is
 # answered at once (exit 2, naming the path) instead of after seconds of imports.
 EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import _backend, check_fraction_option, emit, json_option
+from cli._common import FINDING_EXIT, _backend, check_fraction_option, emit, json_option
 
 
 def _echo_report(report) -> None:
@@ -39,7 +39,7 @@ def drift(ctx, name, alpha, max_noise, permutations, seed, as_json, fail_on_move
     report = _backend(ctx).drift(name, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
     emit(report, as_json, _echo_report)
     if fail_on_move and report.moved:
-        ctx.exit(1)
+        ctx.exit(FINDING_EXIT)
 
 
 def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> None:
@@ -57,7 +57,7 @@ def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> No
 
     emit(run, as_json, text)
     if run.moved:
-        ctx.exit(1)
+        ctx.exit(FINDING_EXIT)
 
 
 COMMANDS = [drift]

@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 
 from cli._common import (
+    ERROR_EXIT,
     EXISTING_FILE,
+    FINDING_EXIT,
     _backend,
     _echo_neighbour,
     _registry,
@@ -29,7 +31,7 @@ from cli._common import (
     json_option,
 )
 # not registry.errors: `--help` should not import the registry package
-from indexing.errors import InputError, RegistryError
+from indexing.errors import RegistryError
 
 HOME_HELP = "Registry home: a directory, or s3://BUCKET/PREFIX (default: $LOCUS_HOME, else ~/.locus)."
 
@@ -63,12 +65,13 @@ def _asks_for_json(args: list[str]) -> bool:
 
 
 class _JsonError(click.ClickException):
-    """An error printed as {"error": {...}} on stdout (what a `--json` consumer parses), exit 1 or 2."""
+    """An error printed as {"error": {...}} on stdout (what a `--json` consumer parses)."""
 
-    def __init__(self, payload: dict, exit_code: int) -> None:
+    exit_code = ERROR_EXIT
+
+    def __init__(self, payload: dict) -> None:
         super().__init__(payload["message"])
         self.payload = payload
-        self.exit_code = exit_code
 
     def show(self, file=None) -> None:
         import json
@@ -76,18 +79,15 @@ class _JsonError(click.ClickException):
         click.echo(json.dumps({"error": self.payload}, indent=2))
 
 
-class _OptionValueError(click.ClickException):
-    """An option's or argument's value that the registry refused: a usage error, exit 2 as click's own range
-    checks (a file's content refused is not: exit 1)."""
+class _CommandError(click.ClickException):
+    """The registry's error in one line naming what the user typed."""
 
-    exit_code = 2
+    exit_code = ERROR_EXIT
 
 
 class _Group(click.Group):
     """Turns the registry's own errors into a one-line message naming the option the user typed, and
-    every error into JSON under --json; exit status 1, or 2 for usage errors: click's own, and an option's
-    or argument's value the registry refused (so a number out of range exits 2 whether click or the API
-    checks it)."""
+    every error into JSON under --json; every error exits ERROR_EXIT (click's usage errors already do)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[_RAW] = list(args)  # click's parser consumes `args`
@@ -95,7 +95,7 @@ class _Group(click.Group):
             rest = super().parse_args(ctx, args)
         except click.UsageError as err:  # in the group's own options, e.g. `registry --bogus stats --json`
             if _asks_for_json(ctx.meta[_RAW]):
-                raise _JsonError(error_payload(err, None), 2) from None
+                raise _JsonError(error_payload(err, None)) from None
             raise
         ctx.meta[_ARGS] = [*getattr(ctx, "_protected_args", []), *ctx.args]
         return rest
@@ -107,23 +107,21 @@ class _Group(click.Group):
             if isinstance(err, _JsonError):
                 raise
             payload = error_payload(err, self._command_of(ctx, ctx.meta.get(_ARGS, [])))
-            # an InputError naming what the user typed and no file: the value itself was refused
-            option_value = isinstance(err, InputError) and "option" in payload and "file" not in payload
-            usage = isinstance(err, click.UsageError) or option_value
             if self._wants_json(ctx):
-                raise _JsonError(payload, 2 if usage else 1) from None
+                raise _JsonError(payload) from None
             if isinstance(err, click.ClickException):
+                err.exit_code = ERROR_EXIT  # click's own (a file it cannot open) say 1, which is a finding's
                 raise
-            raise (_OptionValueError if option_value else click.ClickException)(payload["message"]) from None
+            raise _CommandError(payload["message"]) from None
         except (click.exceptions.Exit, click.Abort):
             raise
-        except Exception as err:  # a bug: a --json consumer still gets an error object; the traceback goes to stderr
-            if not self._wants_json(ctx):
-                raise
+        except Exception as err:  # a bug: the traceback goes to stderr, and the exit is an error's, not a finding's
             import traceback
 
             traceback.print_exc()
-            raise _JsonError({"type": "InternalError", "message": f"{type(err).__name__}: {err}"}, 1) from None
+            if self._wants_json(ctx):
+                raise _JsonError({"type": "InternalError", "message": f"{type(err).__name__}: {err}"}) from None
+            raise _CommandError(f"internal error: {type(err).__name__}: {err} (a bug; the traceback is above)") from None
 
     @staticmethod
     def _wants_json(ctx: click.Context) -> bool:
@@ -676,9 +674,9 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
         click.echo(f"{len(report.cleared)} of {report.candidates} candidate pairs cleared by their evaluations; "
                    f"{len(report.duplicates)} duplicate(s), {len(report.related)} same product line?")
     if (fail_on_flag or fail_on_related) and report.duplicates:
-        ctx.exit(1)
+        ctx.exit(FINDING_EXIT)
     if fail_on_related and report.related:
-        ctx.exit(1)
+        ctx.exit(FINDING_EXIT)
 
 
 @cli.command()
@@ -691,7 +689,7 @@ def check(ctx, as_json) -> None:
     emit(result, as_json, lambda r: click.echo(
         "\n".join(f"PROBLEM {p}" for p in r.problems) or "consistent: index, tables and evaluations agree"))
     if not result.ok:
-        ctx.exit(1)
+        ctx.exit(FINDING_EXIT)
 
 
 @cli.command()

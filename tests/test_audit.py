@@ -232,7 +232,7 @@ def test_audit_refuses_bad_arguments_naming_the_option(reg):
     assert "--alpha" in _run(reg.home, "audit", "--alpha", "0", code=2)
     assert "--max-noise" in _run(reg.home, "audit", "--max-noise", "1.5", code=2)
     assert "--neighbours" in _run(reg.home, "audit", "-k", "0", code=2)
-    assert "closest: syn-synfam2-13b" in _run(reg.home, "audit", "--model", "syn-synfam2-13", code=1)
+    assert "closest: syn-synfam2-13b" in _run(reg.home, "audit", "--model", "syn-synfam2-13", code=2)
     with pytest.raises(InputError, match="field 'alpha'"):
         reg.audit(alpha=1.0)
     with pytest.raises(InputError, match="field 'k'"):

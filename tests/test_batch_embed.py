@@ -87,9 +87,9 @@ def test_without_ray_the_command_says_how_to_install_it(home, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    result = run(home, "embed", "--all", "--engine", "ray", code=1)
+    result = run(home, "embed", "--all", "--engine", "ray", code=2)
     assert "pip install 'locus-registry[ray]'" in result.output
-    error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--json", code=1).stdout)["error"]
+    error = json.loads(run(home, "embed", "--all", "--engine", "ray", "--json", code=2).stdout)["error"]
     assert error["type"] == "RegistryError" and "locus-registry[ray]" in error["message"]
 
 

@@ -158,8 +158,8 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     assert {"dup-endpoint", "syn-synfam0-13b"} in [{f["a"], f["b"]} for f in audit["flags"]]
     run("audit", "--fail-on-flag", code=1)
     run("remove", "dup-endpoint")
-    assert "no model named 'dup-endpoint'" in run("show", "dup-endpoint", code=1)
-    assert "closest: syn-synfam0-13b" in run("show", "syn-synfam0-13", code=1)
+    assert "no model named 'dup-endpoint'" in run("show", "dup-endpoint", code=2)
+    assert "closest: syn-synfam0-13b" in run("show", "syn-synfam0-13", code=2)
 
 
 def _run(home, *args, code=0):
@@ -189,7 +189,7 @@ def test_check_command_exits_1_and_names_the_problem(reg):
 
 def test_search_before_any_embedding_says_what_to_run(home, tmp_path):
     Registry.open(home).import_path(write_triple(tmp_path / "data"))
-    out = _run(home, "search", "alpha-7b", code=1)
+    out = _run(home, "search", "alpha-7b", code=2)
     assert "no embedding yet" in out and "embed --all" in out
 
 

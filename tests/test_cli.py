@@ -31,7 +31,7 @@ def test_home_from_environment(tmp_path, monkeypatch):
 
 def test_stats_on_a_missing_home_is_an_error(tmp_path):
     result = run("--home", str(tmp_path / "nowhere"), "stats", ok=False)
-    assert result.exit_code == 1 and "no registry at" in result.output
+    assert result.exit_code == 2 and "no registry at" in result.output
 
 
 def test_import_stats_and_models_list(home, tmp_path):

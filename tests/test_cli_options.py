@@ -48,7 +48,7 @@ def test_global_options_work_before_and_after_the_command(tiny, command):
         answers[where] = (result.exit_code, json.loads(result.stdout))
     assert all(answer == answers["before"] for answer in answers.values()), answers
     if command[0] == "search":  # no model is embedded here: the same error, as JSON, wherever --json is
-        assert answers["before"][0] == 1 and "embed" in answers["before"][1]["error"]["message"]
+        assert answers["before"][0] == 2 and "embed" in answers["before"][1]["error"]["message"]
     elif command[0] != "alias":
         assert answers["before"][0] == 0 and answers["before"][1]  # a real answer, not an empty one
 
@@ -59,7 +59,7 @@ def test_a_home_after_the_command_overrides_the_one_before(tiny, tmp_path):
     assert json.loads(result.stdout)["home"] == str(tiny)
     # and the one before is used when none comes after
     result = invoke("--home", tmp_path / "nowhere", "stats")
-    assert result.exit_code == 1 and "no registry at" in result.output
+    assert result.exit_code == 2 and "no registry at" in result.output
 
 
 def test_global_options_in_a_nested_group(tiny):

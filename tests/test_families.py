@@ -309,4 +309,4 @@ def test_cli_errors_are_clear_and_exit_non_zero(trained_home, tmp_path, args, me
 
 def test_cli_on_a_registry_without_embeddings_says_what_to_do(home):
     out = run_cli(home, "clusters")
-    assert out.exit_code == 1 and "registry embed --all" in out.output
+    assert out.exit_code == 2 and "registry embed --all" in out.output

@@ -44,7 +44,7 @@ def test_jsonl_then_ids_only_then_unknown_id(home, tmp_path):
     bad = tmp_path / "c.jsonl"
     bad.write_text(json.dumps({"model": "m3", "query_id": "nope", "score": 1}) + "\n")
     result = run(home, "import", str(bad), ok=False)
-    assert result.exit_code == 1 and "c.jsonl, line 1, field 'query_id'" in result.output
+    assert result.exit_code == 2 and "c.jsonl, line 1, field 'query_id'" in result.output
     assert "neither in this import nor in the store" in result.output
     assert stats(home) == before
 

@@ -128,7 +128,7 @@ def test_bad_input_is_refused_and_nothing_changes(home, tmp_path, counting, case
     before = _stats(home)
     path, where, problem = _bad_triple(tmp_path, case)
     result = CliRunner().invoke(cli, ["--home", str(home), "import", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert where in result.output and problem in result.output, result.output
     assert _stats(home) == before
 
@@ -181,5 +181,5 @@ def test_bad_precomputed_vectors_are_refused(home, tmp_path, counting, case):
     args = ["--home", str(home), "import", str(write_triple(tmp_path / "d")), "--encoder", "all-MiniLM-L6-v2",
             "--query-embeddings", str(vec_path), "--query-ids", str(_npy(tmp_path, "i.npy", ids))]
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 1 and expect in result.output, result.output
+    assert result.exit_code == 2 and expect in result.output, result.output
     assert _stats(home) == before

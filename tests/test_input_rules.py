@@ -71,7 +71,7 @@ def test_cli_add_model_refuses_a_jsonl_boolean_or_string_score(home, tmp_path, s
     evals.write_text(json.dumps({"query_id": queries[0]["query_id"], "score": 1}) + "\n"
                      + json.dumps({"query_id": queries[1]["query_id"], "score": score}) + "\n", encoding="utf-8")
 
-    result = _cli(home, "add-model", "typed-scores", "--evals", str(evals), code=1)
+    result = _cli(home, "add-model", "typed-scores", "--evals", str(evals), code=2)
 
     assert f"{evals}, line 2, field 'score'" in result.output and words in result.output
     assert "typed-scores" not in _model_names(home)
@@ -115,7 +115,7 @@ def test_cli_add_model_csv_without_a_query_column_is_refused_on_line_1(home, tmp
     evals = tmp_path / "t.csv"
     evals.write_text(f"qid,score\n{_stored(home)[0]['query_id']},1\n", encoding="utf-8")
 
-    result = _cli(home, "add-model", "t", "--evals", str(evals), code=1)
+    result = _cli(home, "add-model", "t", "--evals", str(evals), code=2)
 
     assert f"{evals}, line 1: no query or query_id column; the header has qid, score" in result.output
     assert "t" not in _model_names(home)

@@ -25,7 +25,7 @@ def home(base_home, tmp_path, monkeypatch) -> Path:
     return copy_home(base_home, tmp_path / "home")
 
 
-def _cli(home: Path, *args: str, code: int = 1):
+def _cli(home: Path, *args: str, code: int = 2):
     result = CliRunner().invoke(cli, ["--home", str(home), *map(str, args)])
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
@@ -154,8 +154,11 @@ def test_a_bug_under_json_still_answers_an_error_object(home, monkeypatch):
     monkeypatch.setattr(Registry, "stats", broken)
     monkeypatch.setattr("registry.snapshot.stats", lambda home: broken(None))
     out = CliRunner().invoke(cli, ["--home", str(home), "stats", "--json"])
-    assert out.exit_code == 1
+    assert out.exit_code == 2
     assert json.loads(out.stdout) == {"error": {"type": "InternalError", "message": "ZeroDivisionError: a bug"}}
+    out = CliRunner().invoke(cli, ["--home", str(home), "stats"])  # as text: the traceback, and an error's exit
+    assert out.exit_code == 2 and "Traceback" in out.stderr and "ZeroDivisionError: a bug" in out.stderr
+    assert "internal error: ZeroDivisionError: a bug (a bug; the traceback is above)" in out.output
 
 
 def test_audit_reports_the_k_it_could_use(home):

@@ -306,7 +306,7 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
     out = run(cli, ["--home", missing_home, "audit", "--model", "cli-a", "--json"])
     assert out.exit_code == 0, out.output
     out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals)])
-    assert out.exit_code == 1 and "exists" in out.output
+    assert out.exit_code == 2 and "exists" in out.output
 
 
 def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):

@@ -298,7 +298,7 @@ def test_cli_table_json_and_errors(home, reg, tmp_path):
     zero = _cli(home, "-n", "0")
     assert zero.exit_code == 2 and "-n" in zero.output
     unknown = _cli(home, "ghost-model")
-    assert unknown.exit_code == 1 and "ghost-model" in unknown.output
+    assert unknown.exit_code == 2 and "ghost-model" in unknown.output
     task = _cli(home, "--task", "nope", "--json")
     assert task.exit_code == 2 and json.loads(task.output)["error"]["message"].count("nope")
 
@@ -311,7 +311,7 @@ def test_cli_table_json_and_errors(home, reg, tmp_path):
     assert not {q["query_id"] for q in json.loads(nxt.output)["queries"]} & set(first)
     answers.write_text("query_id,score\n" + f"{first[0]},yes\n")
     bad = _cli(home, "--answered", str(answers))
-    assert bad.exit_code == 1 and "line 2" in bad.output and "answers.csv" in bad.output
+    assert bad.exit_code == 2 and "line 2" in bad.output and "answers.csv" in bad.output
 
 
 @pytest.fixture(scope="module")

@@ -91,13 +91,13 @@ def test_evaluate_reports_every_method(home, monkeypatch):
 def test_train_needs_enough_models(home):
     before = Registry.open(home).stats()
     result = run(home, "train", *FAST, "--models", "name == syn-synfam0-1b", ok=False)
-    assert result.exit_code == 1 and "at least 3 models" in result.output
+    assert result.exit_code == 2 and "at least 3 models" in result.output
     assert Registry.open(home).stats() == before and not (home / "encoders").exists()
 
 
 def test_embed_without_an_active_encoder_is_refused(home):
     result = run(home, "embed", "--all", ok=False)
-    assert result.exit_code == 1 and "no active encoder" in result.output
+    assert result.exit_code == 2 and "no active encoder" in result.output
 
 
 @pytest.mark.parametrize("pool, message", [
@@ -117,7 +117,7 @@ def test_a_tampered_checkpoint_is_refused_and_nothing_changes(home):
     config.write_text(json.dumps(meta))
     before = Registry.open(home).store.versions()
     result = run(home, "embed", "--all", ok=False)
-    assert result.exit_code == 1 and "weights do not match" in result.output, result.output
+    assert result.exit_code == 2 and "weights do not match" in result.output, result.output
     assert Registry.open(home).store.versions() == before
 
 

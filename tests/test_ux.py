@@ -56,7 +56,7 @@ def test_add_model_on_an_existing_name_points_at_refine_and_refine_makes_a_new_v
     reg = Registry.open(home)
     name = reg.models()[0].name
     evals = _evals_file(reg, reg.models()[1].name, tmp_path / "more.jsonl", n=10)
-    out = _run(home, "add-model", name, "--evals", str(evals), code=1)
+    out = _run(home, "add-model", name, "--evals", str(evals), code=2)
     assert f"registry refine {name} --evals FILE" in out
     out = _run(home, "refine", name, "--evals", str(evals))
     assert f"refine {name} (version 2)" in out and "embedded from" in out
@@ -66,7 +66,7 @@ def test_add_model_on_an_existing_name_points_at_refine_and_refine_makes_a_new_v
     again = json.loads(refined.stdout)  # stdout: a thin model's warning goes to stderr
     assert (again["version"], again["event"]) == (2, "unchanged")  # the same file again: nothing new, no version
     assert f"refine {name}: nothing new (version 2 stays)" in _run(home, "refine", name, "--evals", str(evals))
-    assert "no model named 'nobody'" in _run(home, "refine", "nobody", "--evals", str(evals), code=1)
+    assert "no model named 'nobody'" in _run(home, "refine", "nobody", "--evals", str(evals), code=2)
 
 
 # ----------------------------------------------------------------------------------------- aliases
@@ -94,7 +94,7 @@ def test_alias_set_list_delete_and_every_name_taking_command_accepts_it(home):
     _run(home, "alias", "set", "production", f"{other}@1")
     assert reg.resolve("production") == other
     assert "deleted alias production (was " + other + "@1)" in _run(home, "alias", "delete", "production")
-    assert "no alias named 'production'" in _run(home, "alias", "delete", "production", code=1)
+    assert "no alias named 'production'" in _run(home, "alias", "delete", "production", code=2)
     assert reg.aliases() == []
 
 
@@ -103,7 +103,7 @@ def test_a_pinned_alias_refuses_a_version_that_is_no_longer_live(home, tmp_path)
     name = reg.models()[0].name
     _run(home, "alias", "set", "stable", f"{name}@1")
     _run(home, "refine", name, "--evals", str(_evals_file(reg, name, tmp_path / "e.jsonl", n=5, flip=True)))
-    out = _run(home, "show", "stable", code=1)
+    out = _run(home, "show", "stable", code=2)
     assert f"alias 'stable' points to {name} version 1, but the live version is 2" in out
     assert f"registry restore {name} --version 1" in out
 
@@ -112,9 +112,9 @@ def test_alias_errors_name_the_problem(home):
     reg = Registry.open(home)
     name = reg.models()[0].name
     assert "is not a valid alias" in _run(home, "alias", "set", "bad alias!", name, code=2)
-    assert "is a model's name" in _run(home, "alias", "set", reg.models()[1].name, name, code=1)
-    assert "no model named 'nobody'" in _run(home, "alias", "set", "prod", "nobody", code=1)
-    assert f"model {name!r} has no version 9" in _run(home, "alias", "set", "prod", f"{name}@9", code=1)
+    assert "is a model's name" in _run(home, "alias", "set", reg.models()[1].name, name, code=2)
+    assert "no model named 'nobody'" in _run(home, "alias", "set", "prod", "nobody", code=2)
+    assert f"model {name!r} has no version 9" in _run(home, "alias", "set", "prod", f"{name}@9", code=2)
 
 
 # ---------------------------------------------------------------------------------- labelled output
@@ -135,7 +135,7 @@ def test_search_prints_a_header_and_route_labels_its_fallback_distances(home):
 
 def test_search_suggests_close_names(home):
     name = Registry.open(home).models()[0].name
-    assert f"closest: {name}" in _run(home, "search", name[:-1], code=1)
+    assert f"closest: {name}" in _run(home, "search", name[:-1], code=2)
 
 
 def test_stats_shows_the_home_it_reads(home, monkeypatch):
@@ -166,7 +166,7 @@ def test_a_5000_character_model_name_is_refused_naming_file_line_and_field(tmp_p
     path = tmp_path / "e.jsonl"
     path.write_text(json.dumps({"model": "ok", "query": "What is 2+2?", "score": 1}) + "\n"
                     + json.dumps({"model": "m" * 5000, "query": "What is 2+3?", "score": 1}) + "\n")
-    out = _run(home, "import", str(path), "--no-encode", code=1)
+    out = _run(home, "import", str(path), "--no-encode", code=2)
     assert f"{path}, line 2, field 'model': model name of 5,000 characters" in out
     assert f"the limit is {MAX_NAME_CHARS}" in out
     assert not (home / "db" / "models.lance").exists()  # nothing stored
@@ -176,7 +176,7 @@ def test_a_20_mb_query_text_is_refused(tmp_path):
     home = tmp_path / "h"
     path = tmp_path / "e.jsonl"
     path.write_text(json.dumps({"model": "m", "query": "x" * (20 * 1024 * 1024), "score": 1}) + "\n")
-    out = _run(home, "import", str(path), "--no-encode", code=1)
+    out = _run(home, "import", str(path), "--no-encode", code=2)
     assert f"{path}, line 1, field 'query': query text of 20,971,520 characters; the limit is 100,000" in out
 
 
@@ -304,7 +304,7 @@ def test_the_snapshot_follows_every_write(home, tmp_path):
     assert name not in listed
     assert all(r.name in listed for r in reg.models())  # every other model still listed
     assert "remove" in _run(home, "history", name)
-    assert "no model named" in _run(home, "show", name, code=1)
+    assert "no model named" in _run(home, "show", name, code=2)
 
 
 # ------------------------------------------------------------------------------------------- set-up
