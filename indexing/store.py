@@ -31,7 +31,14 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table crea
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from indexing.home import GENERATION_FILE, HomePath, as_path, is_remote, write_text_atomic  # noqa: E402
+from indexing.home import (  # noqa: E402
+    GENERATION_FILE,
+    HomePath,
+    as_path,
+    is_remote,
+    transaction_open,
+    write_text_atomic,
+)
 from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
 from indexing.errors import InputError, NotFoundError, RegistryError  # noqa: E402
 
@@ -191,6 +198,7 @@ class Store:
         # ~30 tables and listed them ~13 times, ~50 ms of an add-model; None outside transactions.
         self._handles: dict[str, Any] | None = None
         self._names: list[str] | None = None
+        self._kept_vectors: dict[str, tuple[int, list[str], np.ndarray]] = {}  # see _all_vectors
         if (self.home / _JOURNAL).is_file():
             with self._writer_lock():
                 self._recover()
@@ -431,25 +439,56 @@ class Store:
         # A few texts (add-model, route): read only their rows. The hashes are our own hex digests,
         # checked above, so the filter holds no user text.
         where = f"text_hash IN ({', '.join(repr(h) for h in sorted(wanted))})" if few else None
+        if not few:
+            found = self._all_vectors(name)
+            if found is None:
+                return {}
+            keys, matrix = found
+        else:
+            direct = self._direct(name)
+            if direct is _ABSENT:
+                return {}
+            if direct is not None:
+                table = direct.to_table(filter=where)
+            elif not self.has_table(name):
+                return {}
+            else:
+                table = self._open(name).search().where(where).limit(None).to_arrow()
+            keys, matrix = _keys_and_vectors(table)
+        return {key: matrix[i] for i, key in enumerate(keys) if key in wanted}
+
+    def _all_vectors(self, name: str) -> tuple[list[str], np.ndarray] | None:
+        """Every vector of table `name`: (text hashes, (N, D) read-only matrix), None when it does not exist.
+        Kept per table version in this Store: a whole read is ~0.1 s at 12k 768-d vectors, and the service
+        rebuilds its router's kNN from them after each landing, which seldom adds a text. Kept only for a
+        committed state of a local home (no transaction open and the version unchanged across the read):
+        an unlocked read can see rows a rollback removes, and a table dropped by one starts its versions
+        again."""
+        version = self._vector_version(name)
+        if version is None:
+            return None
+        kept = self._kept_vectors.get(name)
+        if kept is not None and kept[0] == version:
+            return kept[1], kept[2]
         direct = self._direct(name)
         if direct is _ABSENT:
-            return {}
+            return None
+        keys, matrix = _keys_and_vectors(self.read(name) if direct is None else direct.to_table())
+        matrix.setflags(write=False)  # handed out as rows of the kept matrix: nobody may write into them
+        if version != -1 and self._vector_version(name) == version:
+            self._kept_vectors[name] = (version, keys, matrix)
+        return keys, matrix
+
+    def _vector_version(self, name: str) -> int | None:
+        """The table's latest version (-1: not known before a read, as inside a transaction), None if absent."""
+        if is_remote(self.home) or self._in_transaction or transaction_open(self.home):
+            return -1 if self.has_table(name) else None
+        direct = self._direct(name)
+        if direct is _ABSENT:
+            return None
         if direct is not None:
-            table = direct.to_table(filter=where)
-        elif not self.has_table(name):
-            return {}
-        elif few:
-            table = self._open(name).search().where(where).limit(None).to_arrow()
-        else:
-            table = self.read(name)
-        keys = table.column("text_hash").to_pylist()
-        rows = [i for i, key in enumerate(keys) if key in wanted]
-        if not rows:
-            return {}
-        dim = table.schema.field("vector").type.list_size
-        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-        matrix = flat.reshape(-1, dim)
-        return {keys[i]: matrix[i] for i in rows}
+            return int(direct.version)
+        return int(self._open(name).version) if self.has_table(name) else None
 
     def add_vectors(self, encoder: str, hashes: list[str], vectors: np.ndarray) -> None:
         """Store new encodings (caller passes only hashes not yet stored)."""
@@ -571,3 +610,11 @@ def _atomic_write(path: HomePath, text: str) -> None:
 
 def _lease_lost(exc: BaseException) -> bool:
     return type(exc).__name__ == "LeaseLost"  # without importing the s3 module on a local home
+
+
+def _keys_and_vectors(table: pa.Table) -> tuple[list[str], np.ndarray]:
+    """A vector table's text hashes and its (N, D) float32 matrix, in the table's row order."""
+    keys = table.column("text_hash").to_pylist()
+    dim = table.schema.field("vector").type.list_size
+    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return keys, flat.reshape(-1, dim)

@@ -88,6 +88,68 @@ def test_cached_vectors_reads_the_same_rows_filtered_or_whole(tmp_path, monkeypa
     assert store.cached_vectors("enc", ["not hex; drop table"]) == {}  # never reaches a filter
 
 
+@pytest.mark.parametrize("through_lancedb", [False, True], ids=["direct", "lancedb"])
+def test_a_whole_read_of_the_vectors_is_kept_until_the_table_changes(tmp_path, monkeypatch, through_lancedb):
+    """The service's router rebuilds from every stored vector after each landing, which seldom adds a
+    text: the whole read is kept per table version, read again when a write (here or in another process)
+    adds rows, never kept while a transaction is open, and handed out read-only."""
+    import indexing.store as store_module
+
+    monkeypatch.setattr(store_module, "_FILTERED_READ_MAX", 0)  # every read below is a whole one
+    writer = Store(tmp_path / "h")
+    hashes = [f"{i:032x}" for i in range(20)]
+    with writer.transaction():
+        writer.add_vectors("enc", hashes[:10], np.arange(20, dtype=np.float32).reshape(10, 2))
+    reader = Store(tmp_path / "h", create=False)
+    if through_lancedb:
+        reader.table_names()  # connects LanceDB: the reads below go through it, not the Lance files
+    reads = []
+    real = store_module._keys_and_vectors
+    monkeypatch.setattr(store_module, "_keys_and_vectors", lambda table: reads.append(1) or real(table))
+    first = reader.cached_vectors("enc", hashes)
+    again = reader.cached_vectors("enc", hashes[:3])
+    assert len(reads) == 1 and set(first) == set(hashes[:10]) and set(again) == set(hashes[:3])
+    np.testing.assert_array_equal(again[hashes[2]], [4.0, 5.0])
+    with pytest.raises(ValueError):
+        again[hashes[2]][0] = 9.0  # rows of the kept matrix
+    with writer.transaction():  # another process's write: a new version of the table
+        writer.add_vectors("enc", hashes[10:12], np.ones((2, 2), dtype=np.float32))
+    assert set(reader.cached_vectors("enc", hashes)) == set(hashes[:12]) and len(reads) == 2
+    (tmp_path / "h" / store_module._JOURNAL).write_text("{}")  # a transaction open elsewhere: read, not kept
+    monkeypatch.setattr(store_module, "transaction_open", lambda home: True)
+    reader.cached_vectors("enc", hashes)
+    reader.cached_vectors("enc", hashes)
+    assert len(reads) == 4
+    monkeypatch.setattr(store_module, "transaction_open", lambda home: False)
+    (tmp_path / "h" / store_module._JOURNAL).unlink()
+    assert set(reader.cached_vectors("enc", hashes)) == set(hashes[:12]) and len(reads) == 4  # kept before
+
+
+def test_a_whole_read_with_a_write_landing_inside_it_is_not_kept(tmp_path, monkeypatch):
+    """The version is read before the rows and checked after (the index's race, the seventeenth session's):
+    rows read as a write lands are never kept under the newer version, which would serve them stale."""
+    import indexing.store as store_module
+
+    monkeypatch.setattr(store_module, "_FILTERED_READ_MAX", 0)
+    writer = Store(tmp_path / "h")
+    hashes = [f"{i:032x}" for i in range(4)]
+    with writer.transaction():
+        writer.add_vectors("enc", hashes[:2], np.zeros((2, 2), dtype=np.float32))
+    reader = Store(tmp_path / "h", create=False)
+    real = store_module._keys_and_vectors
+
+    def read_then_a_write_lands(table):
+        out = real(table)
+        if len(out[0]) == 2:
+            with writer.transaction():
+                writer.add_vectors("enc", hashes[2:], np.ones((2, 2), dtype=np.float32))
+        return out
+
+    monkeypatch.setattr(store_module, "_keys_and_vectors", read_then_a_write_lands)
+    assert set(reader.cached_vectors("enc", hashes)) == set(hashes[:2])  # what the read saw
+    assert set(reader.cached_vectors("enc", hashes)) == set(hashes)  # not kept: read again at the new version
+
+
 def test_a_fresh_store_reads_without_lancedb_what_lancedb_reads(tmp_path):
     """Until a write (or a LanceDB-only call), reads go to the Lance datasets directly: the same rows,
     columns and counts as through LanceDB, including a second version of a table and a missing one."""
