@@ -8,6 +8,7 @@ import click
 from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
                          json_option, min_evals_option)
 
+
 def _parse_tasks(ctx, param, values) -> dict[str, float]:
     targets: dict[str, float] = {}
     for value in values:

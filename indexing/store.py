@@ -460,35 +460,25 @@ class Store:
     def _all_vectors(self, name: str) -> tuple[list[str], np.ndarray] | None:
         """Every vector of table `name`: (text hashes, (N, D) read-only matrix), None when it does not exist.
         Kept per table version in this Store: a whole read is ~0.1 s at 12k 768-d vectors, and the service
-        rebuilds its router's kNN from them after each landing, which seldom adds a text. Kept only for a
-        committed state of a local home (no transaction open and the version unchanged across the read):
-        an unlocked read can see rows a rollback removes, and a table dropped by one starts its versions
-        again."""
-        version = self._vector_version(name)
-        if version is None:
+        rebuilds its router's kNN from them after each landing, which seldom adds a text. The version and
+        the rows come from one handle (one version of the table); kept only for a committed state of a local
+        home (no transaction open before the read or after it): a table that a rolled-back transaction
+        created is dropped, and a new one starts its version numbers again."""
+        committed = not (is_remote(self.home) or self._in_transaction or transaction_open(self.home))
+        handle = self._direct(name)
+        if handle is _ABSENT or (handle is None and not self.has_table(name)):
             return None
+        lance_dataset = handle is not None
+        handle = handle if lance_dataset else self._open(name)
+        version = int(handle.version)
         kept = self._kept_vectors.get(name)
-        if kept is not None and kept[0] == version:
+        if committed and kept is not None and kept[0] == version:
             return kept[1], kept[2]
-        direct = self._direct(name)
-        if direct is _ABSENT:
-            return None
-        keys, matrix = _keys_and_vectors(self.read(name) if direct is None else direct.to_table())
+        keys, matrix = _keys_and_vectors(handle.to_table() if lance_dataset else handle.to_arrow())
         matrix.setflags(write=False)  # handed out as rows of the kept matrix: nobody may write into them
-        if version != -1 and self._vector_version(name) == version:
+        if committed and not transaction_open(self.home):
             self._kept_vectors[name] = (version, keys, matrix)
         return keys, matrix
-
-    def _vector_version(self, name: str) -> int | None:
-        """The table's latest version (-1: not known before a read, as inside a transaction), None if absent."""
-        if is_remote(self.home) or self._in_transaction or transaction_open(self.home):
-            return -1 if self.has_table(name) else None
-        direct = self._direct(name)
-        if direct is _ABSENT:
-            return None
-        if direct is not None:
-            return int(direct.version)
-        return int(self._open(name).version) if self.has_table(name) else None
 
     def add_vectors(self, encoder: str, hashes: list[str], vectors: np.ndarray) -> None:
         """Store new encodings (caller passes only hashes not yet stored)."""

@@ -76,7 +76,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure_service(url: str, pid: int, *, new_texts: list[str], stored_texts: list[str], add_evals: list[dict],
-                    n_jobs: int, label: str, batch: int, short_texts: list[str] = ()) -> dict:
+                    n_jobs: int, label: str, batch: int, short_texts: list[str] | None = None) -> dict:
     import httpx
 
     out: dict = {}

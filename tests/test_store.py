@@ -126,8 +126,8 @@ def test_a_whole_read_of_the_vectors_is_kept_until_the_table_changes(tmp_path, m
 
 
 def test_a_whole_read_with_a_write_landing_inside_it_is_not_kept(tmp_path, monkeypatch):
-    """The version is read before the rows and checked after (the index's race, the seventeenth session's):
-    rows read as a write lands are never kept under the newer version, which would serve them stale."""
+    """Rows read as a write lands are kept under the version they were read at, never under the newer one
+    (the index's race of the seventeenth session), so the next read sees the write."""
     import indexing.store as store_module
 
     monkeypatch.setattr(store_module, "_FILTERED_READ_MAX", 0)
