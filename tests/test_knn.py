@@ -81,3 +81,50 @@ def test_the_service_remembers_predictions_per_vector_exactly():
     assert calls == [3]  # both remembered (the two most recent of three)
     remembered.predict_vectors(phi[[0]])
     assert calls == [3, 1]  # the first had been let go
+
+
+@pytest.mark.parametrize("mode", ["pooled", "per_model"])
+@pytest.mark.parametrize("k", [7, None])
+def test_neighbour_sums_of_soft_scores_accumulate_in_float64(mode, k):
+    """The fitted scores are held as float32 (the store's scores, exactly) and their flags as bytes, but a
+    neighbourhood's sum is a float64 sum of them: scores such as 0.1 summed over hundreds of neighbours in
+    float32 drift by ~1e-6, which is enough to reorder two models' P(correct)."""
+    data = _data(seed=3)
+    soft = np.float32(0.1) * (1 + np.arange(len(data.scores)) % 9).astype(np.float32)  # 0.1 ... 0.9, inexact
+    data = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
+                    model_index=data.model_index, query_index=data.query_index, scores=soft)
+    knn = KNNRouter(k=k, pseudo_count=0.0, mode=mode, tune=False).fit(data, np.arange(len(data.scores)), [])
+    phi = data.query_vectors[[11, 60, 250]]
+    score = np.full((data.n_models, data.n_queries), np.nan)
+    score[data.model_index, data.query_index] = soft.astype(np.float64)
+    trained = np.unique(data.query_index)  # the queries some model was evaluated on
+    for few in (True, False):
+        sums, counts = knn._stats_few(phi) if few else (a[0] for a in knn._stats(phi, mode, (k,)))
+        for j, vector in enumerate(phi):
+            order = trained[np.argsort(-(data.query_vectors[trained] @ vector), kind="stable")]
+            for m in range(data.n_models):
+                evaluated = order[~np.isnan(score[m, order])]
+                if mode == "pooled":
+                    near = order[: k or len(order)]
+                    own = near[~np.isnan(score[m, near])]
+                else:
+                    own = evaluated[: k or len(evaluated)]
+                assert counts[m, j] == len(own)
+                assert sums[m, j] == pytest.approx(score[m, own].sum(), rel=1e-12, abs=0)
+
+
+def test_the_knn_benchmark_prints_its_table(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_knn.py"
+    spec = importlib.util.spec_from_file_location("bench_knn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--queries", "1100", "--models", "3", "--repeat", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[:2] for row in rows] == [["3", "per_model"], ["3", "pooled"]]
+    # resident: 1,100 x 768 float32 vectors, 3 x 1,100 scores (4 B) and flags (1 B), the own columns (8 B each)
+    data = module.pool(3, 1100)
+    expected = (1100 * 768 * 4 + 3 * 1100 * 5 + len(data.scores) * 8) / 1e6
+    assert all(float(row[3]) == pytest.approx(expected, abs=0.5) for row in rows)
