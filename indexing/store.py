@@ -350,9 +350,22 @@ class Store:
         table = self._open(name)
         if without and columns is None:
             columns = [c for c in table.schema.names if c not in without]
-        if columns is None:
+        return self._scan(table, columns)
+
+    def _scan(self, table, columns: list[str] | None = None, where: str | None = None) -> pa.Table:
+        """Rows of an open LanceDB table, on a local home read from its Lance dataset at the handle's version
+        (the same rows): LanceDB's query path streams each batch through its event loop, 0.11-0.14 s for the
+        tour's 385k evaluations against ~0.02 s, and the service reads them again after every landing."""
+        if _HAVE_LANCE and not is_remote(self.home):
+            return table.to_lance().to_table(columns=columns, filter=where)
+        if columns is None and where is None:
             return table.to_arrow()
-        return table.search().select(columns).limit(None).to_arrow()
+        query = table.search()
+        if where is not None:
+            query = query.where(where)
+        if columns is not None:
+            query = query.select(columns)
+        return query.limit(None).to_arrow()
 
     def read_settled(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """`read` under the writer lock: no transaction is half landed then, so every row read has been
@@ -373,7 +386,7 @@ class Store:
             return direct.to_table(columns=columns, filter=where)
         if direct is _ABSENT or not self.has_table(name):
             return self.read(name, columns)
-        return self._open(name).search().where(where).select(columns).limit(None).to_arrow()
+        return self._scan(self._open(name), columns, where)
 
     def read_in(self, name: str, columns: list[str], column: str, values) -> pa.Table:
         """The rows whose `column` is one of `values` (quoted here: the one place that builds such a filter)."""
@@ -453,7 +466,7 @@ class Store:
             elif not self.has_table(name):
                 return {}
             else:
-                table = self._open(name).search().where(where).limit(None).to_arrow()
+                table = self._scan(self._open(name), where=where)
             keys, matrix = _keys_and_vectors(table)
         return {key: matrix[i] for i, key in enumerate(keys) if key in wanted}
 
@@ -474,7 +487,7 @@ class Store:
         kept = self._kept_vectors.get(name)
         if committed and kept is not None and kept[0] == version:
             return kept[1], kept[2]
-        keys, matrix = _keys_and_vectors(handle.to_table() if lance_dataset else handle.to_arrow())
+        keys, matrix = _keys_and_vectors(handle.to_table() if lance_dataset else self._scan(handle))
         matrix.setflags(write=False)  # handed out as rows of the kept matrix: nobody may write into them
         if committed and not transaction_open(self.home):
             self._kept_vectors[name] = (version, keys, matrix)

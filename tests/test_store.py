@@ -238,3 +238,33 @@ def test_a_transaction_opens_each_table_once_and_reads_afresh_after_it(tmp_path)
         other.append(QUERIES, _query_rows("c"), QUERY_SCHEMA)
     assert sorted(store.read(QUERIES).column("query_id").to_pylist()) == ["b", "c"]
     assert opened.count(QUERIES) >= 2  # opened afresh: the transaction's handle was let go
+
+
+def test_reads_through_a_lancedb_handle_give_lancedbs_rows(tmp_path):
+    """Once LanceDB is open, a local store reads a table from its Lance dataset at the handle's version
+    (LanceDB's query path streams batches through its event loop, ~6x slower for a whole table): the rows
+    LanceDB's own query gives, whole or filtered, after a deletion, inside a transaction (its own writes)
+    and after it."""
+    def lancedb_rows(handle, columns, where=None):
+        query = handle.search().select(columns)
+        return (query.where(where) if where else query).limit(None).to_arrow().sort_by("query_id")
+
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.append(QUERIES, _query_rows("a", "b", "c"), QUERY_SCHEMA)
+        store.add_vectors("enc", ["a", "b"], np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32))
+    with store.transaction():
+        store.delete_in(QUERIES, "query_id", ["b"])
+        store.append(QUERIES, _query_rows("d"), QUERY_SCHEMA)
+        inside = lancedb_rows(store._open(QUERIES), ["query_id", "task"])
+        assert store.read(QUERIES, ["query_id", "task"]).sort_by("query_id").equals(inside)
+        assert inside.column("query_id").to_pylist() == ["a", "c", "d"]
+    assert store._connection is not None
+    handle = store._db.open_table(QUERIES)
+    assert store.read(QUERIES).sort_by("query_id").equals(
+        lancedb_rows(handle, QUERY_SCHEMA.names).select(store.read(QUERIES).column_names))
+    where = "query_id IN ('a', 'd', 'zz')"
+    assert store.read_where(QUERIES, ["query_id"], where).sort_by("query_id").equals(
+        lancedb_rows(handle, ["query_id"], where))
+    found = store.cached_vectors("enc", ["b", "zz"])
+    assert set(found) == {"b"} and np.allclose(found["b"], [0.6, 0.8])
