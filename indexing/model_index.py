@@ -216,9 +216,9 @@ class ModelIndex:
         # the table's version before its rows and after: a write landing in between (another process) would
         # label rows of one version with the other, and that index, saved, would be trusted for the newer
         # version with the older vectors (the soak test's `registry check` caught one)
-        version = store.versions().get(MODELS, 0)
+        version = store.version(MODELS)
         rows = {r["name"]: r for r in store.read(MODELS, without=skip).to_pylist()}
-        consistent = store.versions().get(MODELS, 0) == version
+        consistent = store.version(MODELS) == version
         embedded = sorted(n for n, r in rows.items() if r.get(column) is not None)
         encoders = {rows[n][made_by] for n in embedded}
         if len(encoders) == 1:

@@ -435,6 +435,10 @@ class Store:
     def versions(self) -> dict[str, int]:
         return {name: self._open(name).version for name in self.table_names()}
 
+    def version(self, name: str) -> int:
+        """One table's version (0 when it does not exist): `versions()[name]` without opening every table."""
+        return self._open(name).version if self.has_table(name) else 0
+
     # ------------------------------------------------------------- encodings
     def vector_dim(self, encoder: str) -> int | None:
         name = vector_table_name(encoder)
@@ -469,6 +473,20 @@ class Store:
                 table = self._scan(self._open(name), where=where)
             keys, matrix = _keys_and_vectors(table)
         return {key: matrix[i] for i, key in enumerate(keys) if key in wanted}
+
+    def vector_rows(self, encoder: str, hashes: pa.Array | list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every stored vector of `encoder` as one read-only (N, D) matrix, and for each of `hashes` its row
+        there (-1 where it has none): `cached_vectors` for a whole table's worth of texts without a dict of
+        arrays (the router's kNN reads every query's vector after each landing)."""
+        found = self._all_vectors(vector_table_name(encoder))
+        if found is None:
+            return np.full(len(hashes), -1, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        import pyarrow.compute as pc  # not at import: a CLI read that never needs it starts faster
+
+        keys, matrix = found
+        hashes = hashes if isinstance(hashes, (pa.Array, pa.ChunkedArray)) else pa.array(hashes, pa.string())
+        rows = pc.index_in(hashes, value_set=pa.array(keys, pa.string()))
+        return rows.fill_null(-1).to_numpy().astype(np.int64, copy=False), matrix
 
     def _all_vectors(self, name: str) -> tuple[list[str], np.ndarray] | None:
         """Every vector of table `name`: (text hashes, (N, D) read-only matrix), None when it does not exist.

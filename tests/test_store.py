@@ -268,3 +268,19 @@ def test_reads_through_a_lancedb_handle_give_lancedbs_rows(tmp_path):
         lancedb_rows(handle, ["query_id"], where))
     found = store.cached_vectors("enc", ["b", "zz"])
     assert set(found) == {"b"} and np.allclose(found["b"], [0.6, 0.8])
+
+
+def test_vector_rows_are_what_cached_vectors_finds_and_version_is_one_tables(tmp_path):
+    store = Store(tmp_path / "h")
+    assert store.vector_rows("enc", ["a"])[0].tolist() == [-1] and store.version(QUERIES) == 0
+    with store.transaction():
+        store.append(QUERIES, _query_rows("a", "b"), QUERY_SCHEMA)
+        store.add_vectors("enc", ["aa", "bb", "cc"], np.array([[1, 0], [0, 1], [0.6, 0.8]], dtype=np.float32))
+    hashes = ["cc", "zz", "aa", "cc"]
+    rows, matrix = store.vector_rows("enc", hashes)
+    found = store.cached_vectors("enc", hashes)
+    assert rows.tolist()[1] == -1 and set(found) == {"aa", "cc"}
+    for h, row in zip(hashes, rows):
+        assert row < 0 or np.array_equal(matrix[row], found[h])
+    assert not matrix.flags.writeable  # the store's kept read: nobody writes into it
+    assert store.version(QUERIES) == store.versions()[QUERIES] and store.version("no_such_table") == 0

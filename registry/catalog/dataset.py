@@ -77,19 +77,17 @@ def load_query_vectors(store: Store, encoder: str) -> QueryVectors:
     """The stored queries that have a vector from `encoder`, in stored order: the query side of
     `load_eval_data`, also what the Ray engine ships to its workers (the evaluations it reads itself)."""
     queries = store.read(QUERIES, ["query_id", "task", "text_hash"])
-    query_ids = queries.column("query_id").to_pylist()
-    hashes = queries.column("text_hash").to_pylist()
-    vectors = store.cached_vectors(encoder, hashes)
-    if not vectors:
+    rows, matrix = store.vector_rows(encoder, queries.column("text_hash"))
+    order = np.flatnonzero(rows >= 0)
+    if not len(order):
         others = [name for name in store.vector_encoders() if name != encoder]
         hint = (f"the stored vectors come from {', '.join(others)}: `registry init --encoder {others[0]}` makes "
                 f"it the query encoder, or import again with --encoder {encoder}" if others
                 else f"import with --encoder {encoder}")
         raise RegistryError(f"no query vectors from {encoder!r} (the registry's query encoder); {hint}")
-    order = sorted(i for i, h in enumerate(hashes) if h in vectors)
-    tasks = queries.column("task").to_pylist()
+    query_ids, tasks = queries.column("query_id").to_pylist(), queries.column("task").to_pylist()
     return QueryVectors(
         query_ids=[query_ids[i] for i in order],
         tasks=[tasks[i] for i in order],
-        vectors=np.stack([vectors[hashes[i]] for i in order]).astype(np.float32),
+        vectors=matrix[rows[order]].astype(np.float32, copy=False),  # a copy: the kept matrix stays read-only
     )
