@@ -33,6 +33,16 @@ def router_knn_key(query_encoder: str, names, settings: dict, pool) -> tuple:
     return query_encoder, tuple(names), json.dumps(settings, sort_keys=True), frozenset(pool)
 
 
+def router_knn_args(active, models) -> tuple | None:
+    """What `StoreView.router_knn` is asked for by a route on this encoder and index (the query encoder, the
+    index's names, the blend's kNN settings, the encoder's pool), or None when its blend has no kNN; a
+    route reads it only where the encoder has an item table too."""
+    blend = getattr(active, "blend", None)
+    if blend is None or "knn" not in blend.components:
+        return None
+    return active.query_encoder, models.index.names, blend.settings["knn"], active.pool
+
+
 class StoreView:
     """What operations read, read afresh from the home: the store (opened on first use, so that a search
     answered by the saved index never opens it), the active encoder, the indexes, query vectors (stored
@@ -330,8 +340,8 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     prints = view.fingerprints() if blended or (fallback and by != "locus") else None
     behaviour = view.behaviour() if fallback and by != "locus" and prints is not None else None
     table = view.item_table(active.encoder_id) if (blended or behaviour is not None) and prints is not None else None
-    knn = view.router_knn(active.query_encoder, models.index.names, active.blend.settings["knn"], active.pool) \
-        if blended and table is not None and "knn" in active.blend.components else None
+    knn_args = router_knn_args(active, models) if table is not None else None
+    knn = view.router_knn(*knn_args) if knn_args is not None else None
     out = decide(models, active, rows, phi, texts, k=k, fallback=fallback, by=by, prints=prints, min_evals=min_evals,
                  table=table, rank=None if cost is None else cost.rank, behaviour=behaviour, knn=knn)
     out = out if cost is None else cost.annotate(out)

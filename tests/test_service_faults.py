@@ -49,7 +49,7 @@ def _names(client) -> list[str]:
 
 def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch):
     """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
-    in memory answers on the event loop without reading the store; a write makes the next route rebuild it."""
+    in memory answers on the event loop without reading the store; after a write it is built once again."""
     from registry.operations import StoreView
 
     built = []
@@ -65,6 +65,46 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     assert r.status_code == 201, r.text
     again = client.post("/v1/route", json={"query": text, "k": 2}).json()["results"][0]
     assert len(built) == 2 and again["predictor"] == "locus+item+knn"
+    assert client.delete("/v1/models/newcomer", headers=AUTH).status_code == 200
+    for _ in range(2):
+        client.post("/v1/route", json={"query": text, "k": 2})
+    assert len(built) == 3
+
+
+def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(client, monkeypatch):
+    """The writer answers its client, then loads the state it landed and builds the router's kNN; a route
+    arriving meanwhile waits for that work (it never answers from the state before the write), and the
+    routes after it find both ready."""
+    import threading
+
+    from registry.operations import StoreView
+
+    text = "Which planet is known as the red planet?"
+    client.post("/v1/route", json={"query": text, "k": 50})
+    entered, release, built = threading.Event(), threading.Event(), []
+    real = StoreView.build_router_knn
+
+    def held(self, *a, **kw):
+        built.append(threading.current_thread().name)
+        entered.set()
+        assert release.wait(60)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(StoreView, "build_router_knn", held)
+    rows = [{"query_id": q, "score": 1} for q in _ids(client)[:80]]
+    r = client.post("/v1/models", headers=AUTH, json={"name": "newcomer", "evaluations": rows})
+    assert r.status_code == 201, r.text  # answered before the kNN is built
+    assert entered.wait(60) and built == ["locus-writer"]
+    during = []
+    reader = threading.Thread(target=lambda: during.append(client.post("/v1/route", json={"query": text, "k": 50})))
+    reader.start()
+    reader.join(1.0)
+    assert reader.is_alive() and not during  # waits for the kNN of the new state ...
+    release.set()
+    reader.join(60)
+    ranking = [m["name"] for m in during[0].json()["results"][0]["ranking"]]
+    assert during[0].status_code == 200 and "newcomer" in ranking  # ... and reads the writer's model
+    assert built == ["locus-writer"]  # built once, by the writer
 
 
 def test_max_evals_travels_inline_and_with_a_file_and_is_checked(client):
@@ -167,7 +207,7 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
         return {s.id: {"name": s.name} for s in specs}
 
     monkeypatch.setattr(jobs, "land_jobs", land)
-    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path))
+    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None))
     try:
         with queue._cond:  # all three wait before the writer takes any: one batch
             records = [queue.submit(JobSpec(id=queue.new_id(), kind="add", name=n)) for n in ("a", "bad", "c")]
@@ -180,7 +220,7 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
     assert (good.state, other.state, bad.state) == ("done", "done", "failed")
     assert bad.error["type"] == "InternalError" and "secret" not in bad.error["message"] and bad.error["status"] == 500
     # read back after a restart (from the job's file): the same times, `started` included
-    restarted = jobs.JobQueue(types.SimpleNamespace(home=tmp_path))
+    restarted = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None))
     try:
         for record in records:
             again = restarted.get(record.spec.id)

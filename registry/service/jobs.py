@@ -218,6 +218,8 @@ class JobQueue:
                     self._cleanup(job)
                     job.event.set()
             self._forget_old()
+            if any(job.state == "done" for job in batch):
+                self.state.warm()  # answered already: the next batch, if any, waits for this instead of a route
 
     def _forget_old(self) -> None:
         finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]
