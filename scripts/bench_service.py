@@ -4,7 +4,7 @@ Starts the service (uvicorn, a subprocess on a free loopback port) on a copy of 
 measures, over HTTP: route latency for new texts (never seen: encoded by the service; the registry's
 own questions varied, and short chat-length ones, since the encoder's cost grows with a text's
 length) and for cached ones, routes/s when texts arrive batched, add-model latency (1,024 evaluations whose texts are
-stored), embedding jobs/s when 64 models arrive at once (with readers routing meanwhile; every
+stored) and a cached route 0.3 s after each add-model (what the next request meets after a write), embedding jobs/s when 64 models arrive at once (with readers routing meanwhile; every
 non-2xx answer counts as an error), and the same operations through the cold CLI
 (`python -m cli.main ...`, a fresh process each). A GPU section repeats the service numbers with
 `--device cuda` when torch sees CUDA, and says it skipped otherwise.
@@ -31,6 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TOKEN = "bench-token-0123456789abcdef"
+AFTER_ADD_S = 0.3  # the route after each add-model waits this long (the CPU per add-model counts it)
 
 
 def _port() -> int:
@@ -107,13 +108,15 @@ def measure_service(url: str, pid: int, *, new_texts: list[str], stored_texts: l
         out["batched_cached_rps"] = len(fresh) / sum(took)
         out["cpu_batched_cached"], cpu = (cpu_seconds(pid) - cpu) / len(fresh), cpu_seconds(pid)
 
-        adds = []
+        adds, after_adds = [], []
         for i in range(8):
             start = time.perf_counter()
             r = c.post("/v1/models", json={"name": f"bench-{label}-add-{i}", "evaluations": add_evals})
             adds.append(time.perf_counter() - start)
             errors += r.status_code != 201
-        out["add"] = adds
+            time.sleep(AFTER_ADD_S)  # a route some time after a write: what the next request meets
+            after_adds.append(route([new_texts[i]]))  # routed above: in memory
+        out["add"], out["route_after_add"] = adds, after_adds
         out["cpu_add"], cpu = (cpu_seconds(pid) - cpu) / len(adds), cpu_seconds(pid)
 
     # 64 models at once (one client each, as CI jobs would), readers routing stored texts meanwhile.
@@ -240,6 +243,7 @@ def main() -> None:
         ("add-model p50 (1,024 evals)", ms(pct(svc["add"], 50)), ms(pct(cli["add"], 50)), "<= 250 ms",
          pct(svc["add"], 50) <= 0.250, pct(cli["add"], 50) / pct(svc["add"], 50)),
         ("add-model p99 (1,024 evals)", ms(pct(svc["add"], 99)), "", "", None, None),
+        (f"route p50, cached, {AFTER_ADD_S:g} s after add", ms(pct(svc["route_after_add"], 50)), "", "", None, None),
         (f"embedding jobs/s, {args.jobs} at once", f"{svc['jobs_per_s']:.1f} ({svc['job_batches']:.0f} batches)",
          f"{1 / pct(cli['add'], 50):.2f}", "", None, svc["jobs_per_s"] * pct(cli["add"], 50)),
         ("errors under load", f"{svc['errors']} of {svc['requests']}", "", "0", svc["errors"] == 0, None),
