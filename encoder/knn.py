@@ -73,7 +73,9 @@ class KNNRouter(Baseline):
         self._Y[split.model, column] = split.score
         self._O[split.model, column] = True
         self._own = [np.flatnonzero(self._O[m]) for m in range(M)]
-        self._train_vecs = data.query_vectors[self._train_q].astype(np.float32)
+        every = len(self._train_q) == data.n_queries  # every query evaluated (the router's): no copy
+        vectors = data.query_vectors if every else data.query_vectors[self._train_q]
+        self._train_vecs = np.asarray(vectors, dtype=np.float32)
         self._pooled: np.ndarray | None = None  # the columns pooled neighbourhoods come from (None: all)
 
         candidates = [(self.mode, self.k, self.pseudo_count)]
