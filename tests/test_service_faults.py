@@ -5,6 +5,7 @@ the client's file, not the spool path; every model path reads names that need pe
 malformed body is the body's error; a tiny search vector keeps its direction."""
 from __future__ import annotations
 
+import time
 import types
 from pathlib import Path
 from urllib.parse import quote
@@ -105,6 +106,42 @@ def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(
     ranking = [m["name"] for m in during[0].json()["results"][0]["ranking"]]
     assert during[0].status_code == 200 and "newcomer" in ranking  # ... and reads the writer's model
     assert built == ["locus-writer"]  # built once, by the writer
+
+
+def test_the_writer_warms_the_state_once_its_queue_is_empty(tmp_path, monkeypatch):
+    """Warming after a batch is wasted while more jobs wait (their batch changes the state again): the
+    writer warms after the last one, and not after a batch of which nothing landed."""
+    import threading
+
+    from registry.service import jobs
+    from registry.service.writer import JobSpec
+
+    first_landing, go_on, events = threading.Event(), threading.Event(), []
+
+    def land(state, specs):
+        events.append(("land", [s.name for s in specs]))
+        if specs[0].name == "a":
+            first_landing.set()
+            assert go_on.wait(30)
+        return {s.id: ({"name": s.name} if s.name != "bad" else RuntimeError("no")) for s in specs}
+
+    monkeypatch.setattr(jobs, "land_jobs", land)
+    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: events.append(("warm",))))
+    try:
+        first = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="a"))
+        assert first_landing.wait(30)
+        later = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="b"))  # waits while "a" lands
+        go_on.set()
+        assert first.event.wait(30) and later.event.wait(30)
+        deadline = time.monotonic() + 30
+        while ("warm",) not in events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        bad = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="bad"))
+        assert bad.event.wait(30) and bad.state == "failed"
+        time.sleep(0.2)
+    finally:
+        queue.stop()
+    assert events == [("land", ["a"]), ("land", ["b"]), ("warm",), ("land", ["bad"])]
 
 
 def test_max_evals_travels_inline_and_with_a_file_and_is_checked(client):

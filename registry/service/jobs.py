@@ -218,8 +218,11 @@ class JobQueue:
                     self._cleanup(job)
                     job.event.set()
             self._forget_old()
-            if any(job.state == "done" for job in batch):
-                self.state.warm()  # answered already: the next batch, if any, waits for this instead of a route
+            with self._cond:
+                idle = not self._waiting
+            if idle and any(job.state == "done" for job in batch):
+                # answered already; with jobs waiting, their batch changes the state again: warm after it
+                self.state.warm()
 
     def _forget_old(self) -> None:
         finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]
