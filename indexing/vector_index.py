@@ -227,7 +227,8 @@ class VectorIndex:
             if row < 0:
                 continue
             if metric == "cosine":
-                distance = 1.0 - score if self.kind == "flat" else score / 2.0  # |a-b|^2 = 2 - 2cos
+                # |a-b|^2 = 2 - 2cos; float32 rounding puts a vector's cosine to itself a hair above 1
+                distance = max(1.0 - score if self.kind == "flat" else score / 2.0, 0.0)
             elif metric == INNER:
                 distance = -float(score)
             else:

@@ -26,3 +26,21 @@ def test_search_many_answers_as_search_does_for_each_query(kind):
     assert index.search_many(np.zeros((0, 12)), 5) == []
     with pytest.raises(Exception, match="metric must be one of"):
         index.search_many(queries, 5, metric="manhattan")
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_a_vector_is_at_distance_zero_from_itself_never_below(kind):
+    """float32 rounding puts many a vector's cosine to itself a hair above 1: its distance is 0, not the
+    "-0.0000" the audit printed for a duplicate endpoint."""
+    from registry.analytics.search import embedding_distance
+
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(64, 24)).astype(np.float32)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert ((unit * unit).sum(1, dtype=np.float32) > 1).any()  # the case exists in these vectors
+    index = VectorIndex.build("e", [f"m{i}" for i in range(64)], vectors, table_version=1, kind=kind)
+    for row, vector in enumerate(vectors):
+        hits = dict(index.search(vector, 3, metric="cosine"))
+        assert hits.get(row) is not None and hits[row] >= 0.0 and hits[row] < 1e-6
+    models = type("Models", (), {"vector": lambda self, name: vectors[int(name[1:])]})()
+    assert all(embedding_distance(models, f"m{i}", f"m{i}", "cosine") >= 0.0 for i in range(64))

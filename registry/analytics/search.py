@@ -372,7 +372,7 @@ def _thin_last(found: list, thin: set[str], k: int, left_out: list[str] | None) 
 def embedding_distance(models: EmbeddedModels, a: str, b: str, metric: str) -> float:
     x, y = models.vector(a).astype(np.float64), models.vector(b).astype(np.float64)
     if metric == "cosine":
-        return float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12))
+        return max(float(1.0 - x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-12)), 0.0)  # >= 0 after rounding
     return float(np.linalg.norm(x - y))
 
 
