@@ -62,7 +62,7 @@ _HEX = re.compile(r"[0-9a-f]{1,64}")
 DEFAULT_QUERY_ENCODER = "all-mpnet-base-v2"
 _ABSENT = object()  # Store._direct: the table does not exist
 # pylance (a dependency since the direct reads; LanceDB itself lists it only as an extra): without it,
-# every read goes through LanceDB as before.
+# every read goes through LanceDB's query path.
 _HAVE_LANCE = importlib.util.find_spec("lance") is not None
 
 QUERY_SCHEMA = pa.schema(
@@ -320,7 +320,8 @@ class Store:
         Lance dataset opened directly (`_ABSENT` when the table does not exist), else None. Importing
         `lance` costs ~0.5 CPU-s, LanceDB ~1.7 (pandas and its namespace clients), which was most of a
         CLI read such as `route` or `compare`. The same files and the same latest version LanceDB reads;
-        writes (and any read after the first write) go through LanceDB."""
+        writes go through LanceDB, and so does the choice of version of any read after the first write
+        (`_scan` then reads that version's rows from its Lance dataset)."""
         if self._connection is not None or is_remote(self.home) or not _HAVE_LANCE:
             return None
         path = self.home / "db" / f"{name}.lance"
