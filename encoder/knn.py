@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from .baseline_base import Baseline, _Split
+from .data import EvalData
 
 __all__ = ["KNNRouter"]
 
@@ -61,7 +62,7 @@ class KNNRouter(Baseline):
         start = time.perf_counter()
         split = _Split(data, train_evals, val_queries)
         self._data = data
-        self._prior = split.prior
+        self._prior, self._counts = split.prior, split.counts
         # training queries that carry at least one evaluation, as columns
         self._train_q = np.unique(split.query)
         column = np.searchsorted(self._train_q, split.query)
@@ -147,6 +148,54 @@ class KNNRouter(Baseline):
                     cols = own[_nearest(row[own], self.k)]
                     sums[m, j], counts[m, j] = self._Y[m, cols].sum(dtype=np.float64), len(cols)
         return sums, counts
+
+    def with_models(self, models: Sequence[str], model: np.ndarray, query: np.ndarray, score: np.ndarray
+                    ) -> "KNNRouter | None":
+        """This router, fitted on all of its data's evaluations (no validation), with models added: the router
+        that fitting on the old and the new evaluations together would give, exactly, without reading the old
+        ones again (a service adds a model to the registry: its router's kNN follows). `models`: every model
+        of this one and the new ones, in the order wanted; `model`, `query`, `score`: the new models'
+        evaluations, as positions in `models` and in the fitted data's queries, in stored order. None where
+        that router would differ by more than those rows: a new model without evaluations, an evaluation on a
+        query no fitted model was evaluated on (a new column), a fitted model without evaluations (its prior
+        is the pool's mean, which the new rows move)."""
+        self._check_fitted()
+        data = self._data
+        models = list(models)
+        old = {name: i for i, name in enumerate(data.models)}
+        if len(set(models)) != len(models) or not set(old) <= set(models) or not (self._counts > 0).all():
+            return None
+        model, query = np.asarray(model, np.int64), np.asarray(query, np.int64)
+        score = np.asarray(score, np.float32)
+        added = np.array([name not in old for name in models])
+        if len(model) and not added[model].all():
+            return None
+        counts = np.bincount(model, minlength=len(models))
+        if (counts[added] == 0).any():
+            return None
+        column = np.searchsorted(self._train_q, query)
+        if len(query) and (column.max() >= len(self._train_q) or (self._train_q[column] != query).any()):
+            return None
+        source = np.array([old.get(name, -1) for name in models])  # each row's row in this router, -1: new
+        grown = object.__new__(KNNRouter)
+        grown.__dict__.update(self.__dict__)
+        grown._Y = np.zeros((len(models), self._Y.shape[1]), dtype=np.float32)
+        grown._O = np.zeros((len(models), self._O.shape[1]), dtype=bool)
+        grown._Y[~added], grown._O[~added] = self._Y[source[~added]], self._O[source[~added]]
+        grown._Y[model, column] = score
+        grown._O[model, column] = True
+        sums = np.bincount(model, weights=score, minlength=len(models))  # as fit's _Split sums a model's rows
+        grown._prior = np.where(added, sums / np.maximum(counts, 1), self._prior[np.maximum(source, 0)])
+        grown._counts = np.where(added, counts, self._counts[np.maximum(source, 0)])
+        grown._own = [self._own[r] if r >= 0 else np.flatnonzero(grown._O[i]) for i, r in enumerate(source)]
+        renumber = np.full(len(data.models), -1, np.int64)
+        renumber[source[~added]] = np.flatnonzero(~added)
+        grown._data = EvalData(models=models, query_ids=data.query_ids, tasks=data.tasks,
+                               query_vectors=data.query_vectors,
+                               model_index=np.concatenate([renumber[data.model_index], model]),
+                               query_index=np.concatenate([data.query_index, query]),
+                               scores=np.concatenate([data.scores, score]), unvectored=dict(data.unvectored))
+        return grown
 
     def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":
         """Draw the pooled neighbourhoods from the queries the models `rows` were evaluated on, so that a

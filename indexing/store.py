@@ -368,6 +368,48 @@ class Store:
             query = query.select(columns)
         return query.limit(None).to_arrow()
 
+    def read_committed(self, name: str, columns: list[str]) -> tuple[int | None, pa.Table]:
+        """A whole table's `columns` and the version they are (from one handle); the version is None unless
+        it is a committed state of a local home (no transaction open before the read or after it), the
+        only kind `appended_since` can go on from."""
+        committed = not (is_remote(self.home) or self._in_transaction or transaction_open(self.home)) and _HAVE_LANCE
+        if not committed or not self.has_table(name):
+            return None, self.read(name, columns)
+        import lance
+
+        dataset = lance.dataset(str(self.home / "db" / f"{name}.lance"))
+        rows = dataset.to_table(columns=columns)
+        return (int(dataset.version) if not transaction_open(self.home) else None), rows
+
+    def appended_since(self, name: str, version: int, columns: list[str]) -> tuple[int, pa.Table] | None:
+        """What a table gained after `version` (from `read_committed`): (the version now, the rows), when all
+        it did since was gain rows (fragments added after the old ones, which are all still there with no row
+        deleted), so that the rows at `version` followed by these are the whole table now in its own order;
+        None otherwise, or when that cannot be told here (a remote home, a transaction open)."""
+        if is_remote(self.home) or self._in_transaction or not _HAVE_LANCE or transaction_open(self.home):
+            return None
+        import lance
+
+        path = str(self.home / "db" / f"{name}.lance")
+        try:
+            before, now = lance.dataset(path, version=version), lance.dataset(path)
+        except (OSError, ValueError, RuntimeError):
+            return None  # the version is gone (cleaned up) or the table was made again
+        if transaction_open(self.home):
+            return None
+
+        def shape(fragment) -> tuple[int, int]:
+            deleted = fragment.metadata.deletion_file
+            return fragment.metadata.physical_rows, (deleted.num_deleted_rows if deleted is not None else 0)
+
+        old = [(f.fragment_id, shape(f)) for f in before.get_fragments()]
+        fragments = now.get_fragments()
+        if [(f.fragment_id, shape(f)) for f in fragments[:len(old)]] != old:
+            return None
+        added = [f.to_table(columns=columns) for f in fragments[len(old):]]
+        rows = pa.concat_tables(added) if added else now.schema.empty_table().select(columns)
+        return int(now.version), rows
+
     def read_settled(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """`read` under the writer lock: no transaction is half landed then, so every row read has been
         committed and no rollback takes it away later (an unlocked read can see a transaction's appended

@@ -139,15 +139,63 @@ class StoreView:
         import numpy as np
 
         from encoder.knn import KNNRouter
-        from registry.catalog.dataset import load_eval_data
+        from indexing.store import EVALUATIONS
+        from registry.catalog.dataset import EVAL_COLUMNS, load_eval_data
 
+        version, evaluations = self.store.read_committed(EVALUATIONS, EVAL_COLUMNS)
         try:
-            data = load_eval_data(self.store, query_encoder, models=list(names))
+            data = load_eval_data(self.store, query_encoder, models=list(names), evaluations=evaluations)
         except RegistryError:
             return None
         pool = set(pool)
-        return KNNRouter(tune=False, **settings).fit(data, np.arange(len(data.scores)), []).pool_neighbourhoods(
+        knn = KNNRouter(tune=False, **settings).fit(data, np.arange(len(data.scores)), []).pool_neighbourhoods(
             [i for i, name in enumerate(data.models) if name in pool])
+        knn.evaluations_version = version  # what `extend_router_knn` goes on from (None: it cannot)
+        return knn
+
+    def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
+        """`build_router_knn(query_encoder, names, settings, pool)` from `previous`, the one built with the same
+        encoder, settings and pool for fewer models, when the evaluations table has only gained rows since and
+        those are the new models' on queries it already holds (a model added): the same router, exactly
+        (KNNRouter.with_models), reading only those rows. None when it cannot be told or is not so."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from indexing.store import EVALUATIONS
+        from registry.catalog.dataset import EVAL_COLUMNS, load_query_vectors
+
+        since = getattr(previous, "evaluations_version", None)
+        if since is None or set(pool) & (set(names) - set(previous._data.models)):
+            return None
+        grown = self.store.appended_since(EVALUATIONS, since, EVAL_COLUMNS)
+        if grown is None:
+            return None
+        version, rows = grown
+        position = {name: i for i, name in enumerate(names)}
+        model = pc.index_in(rows.column("model"), value_set=pa.array(list(names), pa.string()))
+        model = model.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        queries = previous._data.query_ids
+        query = pc.index_in(rows.column("query_id"), value_set=pa.array(queries, pa.string()))
+        query = query.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        # The queries a full build would hold: those with a vector, in stored order, that a model was evaluated
+        # on. Only the same ones in the same order will do; a new model's row on a query with a vector that
+        # no earlier model has would be a new column.
+        vectored = load_query_vectors(self.store, query_encoder).query_ids
+        held = set(queries)
+        if [q for q in vectored if q in held] != list(queries):
+            return None
+        ids = rows.column("query_id").to_pylist()
+        if {ids[i] for i in np.flatnonzero((query < 0) & (model >= 0))} & set(vectored):
+            return None
+        keep = (model >= 0) & (query >= 0)
+        if not all(name in position for name in previous._data.models):
+            return None
+        knn = previous.with_models(list(names), model[keep], query[keep],
+                                   rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32))
+        if knn is not None:
+            knn.evaluations_version = version
+        return knn
 
     # ----------------------------------------------------------------------- query vectors
     def query_vectors(self, encoder: str, texts: list[str]) -> tuple[np.ndarray, int]:

@@ -50,7 +50,8 @@ def _names(client) -> list[str]:
 
 def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch):
     """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
-    in memory answers on the event loop without reading the store; after a write it is built once again."""
+    in memory answers on the event loop without reading the store; after an add-model the last one goes on
+    with the new model's rows, after a removal it is built again: once per state either way."""
     from registry.operations import StoreView
 
     built = []
@@ -65,11 +66,58 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
         {"query_id": q, "score": 1} for q in _ids(client)[:8]]})
     assert r.status_code == 201, r.text
     again = client.post("/v1/route", json={"query": text, "k": 2}).json()["results"][0]
-    assert len(built) == 2 and again["predictor"] == "locus+item+knn"
+    assert again["predictor"] == "locus+item+knn"
+    state = client.app.state.warm
+    assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 1}
     assert client.delete("/v1/models/newcomer", headers=AUTH).status_code == 200
     for _ in range(2):
         client.post("/v1/route", json={"query": text, "k": 2})
-    assert len(built) == 3
+    assert len(built) == 2 and state.knn_builds == {"built": 2, "extended": 1}
+
+
+def test_the_router_knn_goes_on_from_the_last_when_only_models_were_added(base_home, tmp_path, monkeypatch):
+    """After an add-model the router's kNN is the last one with the new model's rows (reading only those):
+    the same predictions as a build over every evaluation; after a refine, a removal or a model evaluated on
+    a query no model had, it is built again."""
+    from registry import Registry
+    from registry.operations import StoreView, router_knn_args
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    home = copy_home(base_home, tmp_path / "home")
+    registry = Registry.open(home)
+    ids = registry.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    phi = np.random.default_rng(0).normal(size=(6, registry.store.vector_dim(
+        registry.store.config["query_encoder"]))).astype(np.float32)
+
+    def args():
+        view = StoreView(home)
+        return view, router_knn_args(view.predictor(), view.index("locus"))
+
+    def same(a, b) -> bool:
+        return (a._data.models == b._data.models and np.array_equal(a.predict_vectors(phi), b.predict_vectors(phi))
+                and np.array_equal(a._Y, b._Y) and np.array_equal(a._prior, b._prior))
+
+    view, (encoder, names, settings, pool) = args()
+    last = view.build_router_knn(encoder, names, settings, pool)
+    for i, name in enumerate(["newcomer", "another"]):
+        registry.add_model(name, [{"query_id": q, "score": int((j + i) % 3 == 0)} for j, q in enumerate(ids[5:])])
+        view, (encoder, names, settings, pool) = args()
+        grown = view.extend_router_knn(last, encoder, names, pool)
+        assert grown is not None and name in grown._data.models
+        assert same(grown, view.build_router_knn(encoder, names, settings, pool))
+        last = grown
+    registry.refine("newcomer", [{"query_id": q, "score": 1} for q in ids[:5]])
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(last, encoder, names, pool) is None
+    last = view.build_router_knn(encoder, names, settings, pool)
+    registry.remove("another")
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(last, encoder, names, pool) is None
+    last = view.build_router_knn(encoder, names, settings, pool)
+    registry.add_model("asked-anew", [{"query_id": q, "score": 1} for q in ids]
+                       + [{"query": "A question no model was asked before?", "score": 1, "task": "math"}])
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(last, encoder, names, pool) is None  # a new query with a vector: a new column
 
 
 def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(client, monkeypatch):
@@ -83,7 +131,7 @@ def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(
     text = "Which planet is known as the red planet?"
     client.post("/v1/route", json={"query": text, "k": 50})
     entered, release, built = threading.Event(), threading.Event(), []
-    real = StoreView.build_router_knn
+    real = StoreView.extend_router_knn  # an add-model: the last kNN goes on with the new model's rows
 
     def held(self, *a, **kw):
         built.append(threading.current_thread().name)
@@ -91,7 +139,7 @@ def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(
         assert release.wait(60)
         return real(self, *a, **kw)
 
-    monkeypatch.setattr(StoreView, "build_router_knn", held)
+    monkeypatch.setattr(StoreView, "extend_router_knn", held)
     rows = [{"query_id": q, "score": 1} for q in _ids(client)[:80]]
     r = client.post("/v1/models", headers=AUTH, json={"name": "newcomer", "evaluations": rows})
     assert r.status_code == 201, r.text  # answered before the kNN is built

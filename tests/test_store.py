@@ -284,3 +284,25 @@ def test_vector_rows_are_what_cached_vectors_finds_and_version_is_one_tables(tmp
         assert row < 0 or np.array_equal(matrix[row], found[h])
     assert not matrix.flags.writeable  # the store's kept read: nobody writes into it
     assert store.version(QUERIES) == store.versions()[QUERIES] and store.version("no_such_table") == 0
+
+
+def test_appended_since_gives_what_a_table_gained_only_when_it_only_gained_rows(tmp_path):
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.append(QUERIES, _query_rows("a", "b"), QUERY_SCHEMA)
+    version, rows = store.read_committed(QUERIES, ["query_id"])
+    assert rows.column("query_id").to_pylist() == ["a", "b"] and version == store.version(QUERIES)
+    assert store.appended_since(QUERIES, version, ["query_id"])[1].num_rows == 0  # nothing since
+    for ids in (["c"], ["d", "e"]):
+        with store.transaction():
+            store.append(QUERIES, _query_rows(*ids), QUERY_SCHEMA)
+    now, gained = store.appended_since(QUERIES, version, ["query_id"])
+    assert gained.column("query_id").to_pylist() == ["c", "d", "e"] and now == store.version(QUERIES)
+    assert store.read(QUERIES, ["query_id"]).column("query_id").to_pylist() == ["a", "b", "c", "d", "e"]
+    with store.transaction():
+        assert store.read_committed(QUERIES, ["query_id"])[0] is None  # not a committed state
+        assert store.appended_since(QUERIES, version, ["query_id"]) is None
+        store.delete_in(QUERIES, "query_id", ["a"])
+    assert store.appended_since(QUERIES, version, ["query_id"]) is None  # a row of that version is gone
+    assert store.appended_since(QUERIES, now, ["query_id"]) is None
+    assert store.appended_since(QUERIES, 10_000, ["query_id"]) is None  # no such version

@@ -12,16 +12,20 @@ from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
 from registry.errors import RegistryError
 
-__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors"]
+__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors", "EVAL_COLUMNS"]
+
+EVAL_COLUMNS = ["model", "query_id", "score"]  # what load_eval_data reads of the evaluations table
 
 
-def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None) -> EvalData:
+def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None,
+                   evaluations: pa.Table | None = None) -> EvalData:
     """Every query that has a vector from `encoder` and a score from one of `models`, and their evaluations
     (when None: every model in the models table that has evaluations; a removed model keeps its
     evaluations for restore, but is not part of the pool), in a stable order (models as given or
     sorted, queries as stored). Queries without a vector are left out with their evaluations;
-    `registry import` with encoding on fills them."""
-    evals = store.read(EVALUATIONS, ["model", "query_id", "score"])
+    `registry import` with encoding on fills them. `evaluations`: the model, query_id and score columns
+    of the evaluations table, read by the caller (default: read here)."""
+    evals = store.read(EVALUATIONS, EVAL_COLUMNS) if evaluations is None else evaluations
     if evals.num_rows == 0:
         raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
     queries = load_query_vectors(store, encoder)

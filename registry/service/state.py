@@ -154,6 +154,8 @@ class WarmState(StoreView):
         self._texts: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._texts_lock = threading.Lock()
         self._knn_lock = threading.Lock()
+        self._last_knn = None  # ((query encoder, settings, pool), the router's kNN last built or extended)
+        self.knn_builds = {"built": 0, "extended": 0}
         self.reloads = 0
         self.text_hits = 0
         self.text_misses = 0
@@ -306,7 +308,14 @@ class WarmState(StoreView):
             with self._knn_lock:
                 if key not in snap.knn:
                     snap.knn.clear()  # one at a time: a state of the store has one pool and one encoder
-                    knn = self.build_router_knn(query_encoder, names, settings, pool)
+                    # the last one built goes on when only models were added since (the same router, exactly)
+                    base = (query_encoder, key[2], key[3])
+                    last = self._last_knn[1] if self._last_knn is not None and self._last_knn[0] == base else None
+                    knn = None if last is None else self.extend_router_knn(last, query_encoder, names, pool)
+                    self.knn_builds["extended" if knn is not None else "built"] += 1
+                    if knn is None:
+                        knn = self.build_router_knn(query_encoder, names, settings, pool)
+                    self._last_knn = None if knn is None else (base, knn)
                     snap.knn[key] = None if knn is None else RememberedPredictions(knn)
         return snap.knn[key]
 
