@@ -138,6 +138,8 @@ class StoreView:
         is none."""
         import numpy as np
 
+        import pyarrow.compute as pc
+
         from encoder.knn import KNNRouter
         from indexing.store import EVALUATIONS
         from registry.catalog.dataset import EVAL_COLUMNS, load_eval_data
@@ -151,6 +153,7 @@ class StoreView:
         knn = KNNRouter(tune=False, **settings).fit(data, np.arange(len(data.scores)), []).pool_neighbourhoods(
             [i for i, name in enumerate(data.models) if name in pool])
         knn.evaluations_version = version  # what `extend_router_knn` goes on from (None: it cannot)
+        knn.evaluated_models = frozenset(pc.unique(evaluations.column("model")).to_pylist())  # in or out of `names`
         return knn
 
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
@@ -166,7 +169,10 @@ class StoreView:
         from registry.catalog.dataset import EVAL_COLUMNS, load_query_vectors
 
         since = getattr(previous, "evaluations_version", None)
-        if since is None or set(pool) & (set(names) - set(previous._data.models)):
+        added = set(names) - set(previous._data.models)
+        # a model with evaluations from before (removed and added again, imported then refined) has rows
+        # that the new ones are not all of
+        if since is None or set(pool) & added or added & previous.evaluated_models:
             return None
         grown = self.store.appended_since(EVALUATIONS, since, EVAL_COLUMNS)
         if grown is None:
@@ -195,6 +201,7 @@ class StoreView:
                                    rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32))
         if knn is not None:
             knn.evaluations_version = version
+            knn.evaluated_models = previous.evaluated_models | set(pc.unique(rows.column("model")).to_pylist())
         return knn
 
     # ----------------------------------------------------------------------- query vectors

@@ -114,6 +114,16 @@ def test_the_router_knn_goes_on_from_the_last_when_only_models_were_added(base_h
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None
     last = view.build_router_knn(encoder, names, settings, pool)
+    if registry.add_model("another", [{"query_id": q, "score": 0} for q in ids[:50]]).name == "another":
+        view, (encoder, names, settings, pool) = args()  # added again: the rows it kept for restore are deleted
+        assert view.extend_router_knn(last, encoder, names, pool) is None
+        last = view.build_router_knn(encoder, names, settings, pool)
+    # a model that had evaluations before it joined the index (imported, then refined): not from its new rows
+    last.evaluated_models = last.evaluated_models | {"imported-earlier"}
+    registry.add_model("imported-earlier", [{"query_id": q, "score": 1} for q in ids[:50]])
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(last, encoder, names, pool) is None
+    last = view.build_router_knn(encoder, names, settings, pool)
     registry.add_model("asked-anew", [{"query_id": q, "score": 1} for q in ids]
                        + [{"query": "A question no model was asked before?", "score": 1, "task": "math"}])
     view, (encoder, names, settings, pool) = args()
