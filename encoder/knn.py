@@ -163,7 +163,8 @@ class KNNRouter(Baseline):
         data = self._data
         models = list(models)
         old = {name: i for i, name in enumerate(data.models)}
-        if len(set(models)) != len(models) or not set(old) <= set(models) or not (self._counts > 0).all():
+        if len(set(models)) != len(models) or not set(old) <= set(models) or not (self._counts > 0).all() \
+                or self._counts.sum() != len(data.scores):  # fitted on a part of its data (an evaluation's split)
             return None
         model, query = np.asarray(model, np.int64), np.asarray(query, np.int64)
         score = np.asarray(score, np.float32)

@@ -184,3 +184,5 @@ def test_a_router_with_models_added_is_the_router_fitted_on_them_all(mode):
     assert old.with_models([n for n in names if n != "m5"], *rows) is None
     outside = np.setdiff1d(np.arange(400), old._train_q)[:1]  # a query no old model was evaluated on
     assert len(outside) and old.with_models(names, [names.index("m2")], outside, [1.0]) is None
+    part = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(old_data, np.arange(len(old_data.scores) - 5), [])
+    assert part.with_models(names, *rows) is None  # fitted on a part of its data: not a fit on all of it
