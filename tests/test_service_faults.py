@@ -379,3 +379,20 @@ def test_a_method_a_path_does_not_answer_is_405_whatever_the_token(client):
     for headers in ({}, AUTH):
         r = client.post("/v1/models/some-model", headers=headers)  # the path answers GET and DELETE
         assert r.status_code == 405 and "DELETE" in r.headers["allow"], r.text
+
+
+def test_a_failing_extension_of_the_router_knn_builds_it_instead(client, monkeypatch):
+    from registry.operations import StoreView
+
+    def broken(self, *a, **kw):
+        raise RuntimeError("a shortcut that broke")
+
+    text = "Which planet is known as the red planet?"
+    assert client.post("/v1/route", json={"query": text, "k": 2}).status_code == 200
+    monkeypatch.setattr(StoreView, "extend_router_knn", broken)
+    r = client.post("/v1/models", headers=AUTH, json={"name": "newcomer", "evaluations": [
+        {"query_id": q, "score": 1} for q in _ids(client)[:8]]})
+    assert r.status_code == 201, r.text
+    again = client.post("/v1/route", json={"query": text, "k": 2})
+    assert again.status_code == 200 and again.json()["results"][0]["predictor"] == "locus+item+knn"
+    assert client.app.state.warm.knn_builds["built"] == 2

@@ -205,11 +205,11 @@ class WarmState(StoreView):
             return self._snapshot
 
     def warm(self) -> None:
-        """After the writer has answered a batch's clients: load the state it landed and build the router's
-        kNN if routes read one (every stored evaluation), so that the routes after a landing find both
-        ready instead of the first of them paying for both (~0.2 s on the tour's registry). Readers that
-        arrive meanwhile wait for what they need, as they would have (never an older state: each client reads
-        its own writes). A failure only leaves the work to the next reader."""
+        """After the writer has answered a batch's clients: load the state it landed and the router's kNN if
+        routes read one (the last one extended, or built over every stored evaluation), so that the routes
+        after a landing find both ready instead of the first of them paying for both (~0.2 s on the tour's
+        registry). Readers that arrive meanwhile wait for what they need, as they would have (never an older
+        state: each client reads its own writes). A failure only leaves the work to the next reader."""
         from registry.operations import router_knn_args
 
         if is_remote(self.home) or transaction_open(self.home):
@@ -311,7 +311,12 @@ class WarmState(StoreView):
                     # the last one built goes on when only models were added since (the same router, exactly)
                     base = (query_encoder, key[2], key[3])
                     last = self._last_knn[1] if self._last_knn is not None and self._last_knn[0] == base else None
-                    knn = None if last is None else self.extend_router_knn(last, query_encoder, names, pool)
+                    knn = None
+                    if last is not None:
+                        try:
+                            knn = self.extend_router_knn(last, query_encoder, names, pool)
+                        except Exception:  # noqa: BLE001 - a route must not fail for a shortcut: build it
+                            log.exception("extending the router's kNN failed; building it")
                     self.knn_builds["extended" if knn is not None else "built"] += 1
                     if knn is None:
                         knn = self.build_router_knn(query_encoder, names, settings, pool)
