@@ -75,7 +75,7 @@ class _Split:
         counts = np.bincount(self.model, minlength=data.n_models)
         overall = float(self.score.mean())
         self.prior = np.where(counts > 0, sums / np.maximum(counts, 1), overall).astype(np.float64)
-        self.counts = counts
+        self.counts, self.sums = counts, sums
 
     def val_score(self, pred: np.ndarray) -> tuple[float, float]:
         """(routing, correctness) accuracy on the validation queries."""

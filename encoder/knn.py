@@ -62,7 +62,7 @@ class KNNRouter(Baseline):
         start = time.perf_counter()
         split = _Split(data, train_evals, val_queries)
         self._data = data
-        self._prior, self._counts = split.prior, split.counts
+        self._prior, self._counts, self._sums = split.prior, split.counts, split.sums
         # training queries that carry at least one evaluation, as columns
         self._train_q = np.unique(split.query)
         column = np.searchsorted(self._train_q, split.query)
@@ -151,14 +151,16 @@ class KNNRouter(Baseline):
 
     def with_models(self, models: Sequence[str], model: np.ndarray, query: np.ndarray, score: np.ndarray
                     ) -> "KNNRouter | None":
-        """This router, fitted on all of its data's evaluations (no validation), with models added: the router
-        that fitting on the old and the new evaluations together would give, exactly, without reading the old
-        ones again (a service adds a model to the registry: its router's kNN follows). `models`: every model
-        of this one and the new ones, in the order wanted; `model`, `query`, `score`: the new models'
-        evaluations, as positions in `models` and in the fitted data's queries, in stored order. None where
-        that router would differ by more than those rows: a new model without evaluations, an evaluation on a
-        query no fitted model was evaluated on (a new column), a fitted model without evaluations (its prior
-        is the pool's mean, which the new rows move)."""
+        """This router, fitted on all of its data's evaluations (no validation), with evaluations appended to
+        them: new models' and more of its models' own. The router that a fit on the old and the new
+        evaluations together gives, exactly, without reading the old ones again (a service's kNN follows the
+        models added and refined); call `pool_neighbourhoods` on it as after `fit`. `models`: every model of
+        this one and the new ones, in the order wanted; `model`, `query`, `score`: the appended evaluations,
+        as positions in `models` and in the fitted data's queries, in stored order. None where that router
+        would differ by more than those rows: a model of this one missing from `models`, a new model without
+        evaluations, an evaluation on a query no fitted model was evaluated on (a new column), a fitted model
+        without evaluations (its prior is the pool's mean, which the new rows move), a router fitted on a
+        part of its data."""
         self._check_fitted()
         data = self._data
         models = list(models)
@@ -168,29 +170,34 @@ class KNNRouter(Baseline):
             return None
         model, query = np.asarray(model, np.int64), np.asarray(query, np.int64)
         score = np.asarray(score, np.float32)
-        added = np.array([name not in old for name in models])
-        if len(model) and not added[model].all():
-            return None
-        counts = np.bincount(model, minlength=len(models))
-        if (counts[added] == 0).any():
+        source = np.array([old.get(name, -1) for name in models], dtype=np.int64)  # row in this router, -1: new
+        added = source < 0
+        gained = np.bincount(model, minlength=len(models))
+        if (gained[added] == 0).any():
             return None
         column = np.searchsorted(self._train_q, query)
         if len(query) and (column.max() >= len(self._train_q) or (self._train_q[column] != query).any()):
             return None
-        source = np.array([old.get(name, -1) for name in models])  # each row's row in this router, -1: new
+        kept = ~added
         grown = object.__new__(KNNRouter)
         grown.__dict__.update(self.__dict__)
         grown._Y = np.zeros((len(models), self._Y.shape[1]), dtype=np.float32)
         grown._O = np.zeros((len(models), self._O.shape[1]), dtype=bool)
-        grown._Y[~added], grown._O[~added] = self._Y[source[~added]], self._O[source[~added]]
-        grown._Y[model, column] = score
+        grown._Y[kept], grown._O[kept] = self._Y[source[kept]], self._O[source[kept]]
+        grown._Y[model, column] = score  # after the old rows, as a fit assigns them in stored order
         grown._O[model, column] = True
-        sums = np.bincount(model, weights=score, minlength=len(models))  # as fit's _Split sums a model's rows
-        grown._prior = np.where(added, sums / np.maximum(counts, 1), self._prior[np.maximum(source, 0)])
-        grown._counts = np.where(added, counts, self._counts[np.maximum(source, 0)])
-        grown._own = [self._own[r] if r >= 0 else np.flatnonzero(grown._O[i]) for i, r in enumerate(source)]
+        # a fit's _Split sums each model's scores in stored order: the old sum, then the new rows one by one
+        sums = np.zeros(len(models))
+        sums[kept] = self._sums[source[kept]]
+        np.add.at(sums, model, score.astype(np.float64))
+        counts = gained.copy()
+        counts[kept] += self._counts[source[kept]]
+        grown._sums, grown._counts, grown._prior = sums, counts, (sums / counts).astype(np.float64)
+        grown._own = [self._own[r] if r >= 0 and not gained[i] else np.flatnonzero(grown._O[i])
+                      for i, r in enumerate(source)]
+        grown._pooled = None  # drawn again by pool_neighbourhoods
         renumber = np.full(len(data.models), -1, np.int64)
-        renumber[source[~added]] = np.flatnonzero(~added)
+        renumber[source[kept]] = np.flatnonzero(kept)
         grown._data = EvalData(models=models, query_ids=data.query_ids, tasks=data.tasks,
                                query_vectors=data.query_vectors,
                                model_index=np.concatenate([renumber[data.model_index], model]),

@@ -158,9 +158,10 @@ class StoreView:
 
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
         """`build_router_knn(query_encoder, names, settings, pool)` from `previous`, the one built with the same
-        encoder, settings and pool for fewer models, when the evaluations table has only gained rows since and
-        those are the new models' on queries it already holds (a model added): the same router, exactly
-        (KNNRouter.with_models), reading only those rows. None when it cannot be told or is not so."""
+        encoder, settings and pool before, when the evaluations table has only gained rows since, on queries
+        it already holds (models added, or refined with queries they had no score for): the same router,
+        exactly (KNNRouter.with_models), reading only those rows. None when it cannot be told or is not so
+        (a removal; a refine that replaces scores deletes rows)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -172,7 +173,7 @@ class StoreView:
         added = set(names) - set(previous._data.models)
         # a model with evaluations from before (removed and added again, imported then refined) has rows
         # that the new ones are not all of
-        if since is None or set(pool) & added or added & previous.evaluated_models:
+        if since is None or added & previous.evaluated_models:
             return None
         grown = self.store.appended_since(EVALUATIONS, since, EVAL_COLUMNS)
         if grown is None:
@@ -200,6 +201,8 @@ class StoreView:
         knn = previous.with_models(list(names), model[keep], query[keep],
                                    rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32))
         if knn is not None:
+            pool = set(pool)
+            knn.pool_neighbourhoods([i for i, name in enumerate(names) if name in pool])  # as build_router_knn
             knn.evaluations_version = version
             knn.evaluated_models = previous.evaluated_models | set(pc.unique(rows.column("model")).to_pylist())
         return knn

@@ -130,58 +130,57 @@ def test_the_knn_benchmark_prints_its_table(capsys):
     assert all(float(row[3]) == pytest.approx(expected, abs=0.5) for row in rows)
 
 
-def _subset(data: EvalData, names: list[str]) -> EvalData:
-    """`data` with only the evaluations of `names` (rows in the stored order), every query kept."""
-    keep = np.isin(np.asarray(data.models)[data.model_index], names)
-    renumber = {data.models.index(n): i for i, n in enumerate(names)}
+def _take(data: EvalData, names: list[str], rows: np.ndarray) -> EvalData:
+    """`data`'s evaluations `rows` (in that order), its models renamed to positions in `names`."""
+    renumber = np.array([names.index(n) if n in names else -1 for n in data.models])
     return EvalData(models=names, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
-                    model_index=np.array([renumber[m] for m in data.model_index[keep]], dtype=np.int64),
-                    query_index=data.query_index[keep], scores=data.scores[keep])
+                    model_index=renumber[data.model_index[rows]], query_index=data.query_index[rows],
+                    scores=data.scores[rows])
 
 
 @pytest.mark.parametrize("mode", ["pooled", "per_model"])
-def test_a_router_with_models_added_is_the_router_fitted_on_them_all(mode):
-    """The service's kNN goes on from the last one when a landing only added models: `with_models` must give
-    what a fit on every evaluation gives (new models placed between old ones, soft scores, a duplicate
+def test_a_router_with_evaluations_appended_is_the_router_fitted_on_them_all(mode):
+    """The service's kNN goes on from the last one when a landing only appended evaluations (models added,
+    models refined with new queries): `with_models` then `pool_neighbourhoods` must give what a fit on every
+    evaluation gives (new models between old ones, a refined model of the pool, soft scores, a duplicate
     evaluation), and refuse what it cannot do exactly."""
     base = _data(seed=4)
     soft = np.where(np.arange(len(base.scores)) % 4 == 0, np.float32(0.3), base.scores)
-    data = EvalData(models=base.models, query_ids=base.query_ids, tasks=base.tasks, query_vectors=base.query_vectors,
+    base = EvalData(models=base.models, query_ids=base.query_ids, tasks=base.tasks, query_vectors=base.query_vectors,
                     model_index=base.model_index, query_index=base.query_index, scores=soft)
     old_names, names = ["m0", "m3", "m5", "m1"], ["m0", "m1", "m2", "m3", "m4", "m5"]
     pool = {"m0", "m3"}
-    is_old = np.isin(np.asarray(data.models)[data.model_index], old_names)
-    covered = np.isin(data.query_index, data.query_index[is_old])  # the new models on the old models' queries
-    data = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
-                    model_index=data.model_index[is_old | covered], query_index=data.query_index[is_old | covered],
-                    scores=data.scores[is_old | covered])
-    extra = np.flatnonzero(data.model_index == 2)[:1]  # model m2 evaluated twice on one query: the later wins
-    data = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
-                    model_index=np.concatenate([data.model_index, data.model_index[extra]]),
-                    query_index=np.concatenate([data.query_index, data.query_index[extra]]),
-                    scores=np.concatenate([data.scores, np.float32([0.9])]))
+    is_old = np.isin(np.asarray(base.models)[base.model_index], old_names)
+    refined = np.concatenate([np.flatnonzero(base.model_index == 0)[-15:], np.flatnonzero(base.model_index == 3)[-10:]])
+    first = np.setdiff1d(np.flatnonzero(is_old), refined)  # stored before the landing
+    later = np.concatenate([refined, np.flatnonzero(~is_old)])
+    later = later[np.isin(base.query_index[later], base.query_index[first])]  # on queries stored before
+    duplicate = later[base.model_index[later] == 2][:1]  # m2 evaluated twice on one query: the later wins
+    order = np.concatenate([first, later, duplicate])
+    data = EvalData(models=base.models, query_ids=base.query_ids, tasks=base.tasks, query_vectors=base.query_vectors,
+                    model_index=base.model_index[order], query_index=base.query_index[order],
+                    scores=np.concatenate([base.scores[first], base.scores[later], np.float32([0.9])]))
 
-    def fitted(names):
-        sub = _subset(data, names)
+    def fitted(names, rows):
+        sub = _take(data, names, rows)
         knn = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(sub, np.arange(len(sub.scores)), [])
         return knn.pool_neighbourhoods([i for i, n in enumerate(names) if n in pool]), sub
 
-    old, old_data = fitted(old_names)
-    full, full_data = fitted(names)
+    old, old_data = fitted(old_names, np.arange(len(first)))
+    full, _ = fitted(names, np.arange(len(order)))
     assert np.array_equal(old._train_q, full._train_q)  # the same columns
-    new = ~np.isin(np.asarray(data.models)[data.model_index], old_names)
-    position = [names.index(data.models[m]) for m in data.model_index[new]]
-    grown = old.with_models(names, position, data.query_index[new], data.scores[new])
+    appended = _take(data, names, np.arange(len(first), len(order)))
+    rows = (appended.model_index, appended.query_index, appended.scores)
+    assert {names[m] for m in rows[0]} == {"m0", "m3", "m2", "m4"}  # two refined, two added
+    grown = old.with_models(names, *rows).pool_neighbourhoods([i for i, n in enumerate(names) if n in pool])
     phi = np.concatenate([data.query_vectors[[3, 60, 7, 200]], data.query_vectors[[9]] + 0.05])
     assert np.array_equal(grown.predict_vectors(phi), full.predict_vectors(phi))
     assert np.array_equal(grown.predict(np.arange(50)), full.predict(np.arange(50)))
     assert np.array_equal(grown._prior, full._prior) and np.array_equal(grown._Y, full._Y)
-    assert grown._data.models == names
-    assert np.array_equal(old.predict_vectors(phi), fitted(old_names)[0].predict_vectors(phi))  # old untouched
-    # what it refuses: a new model with no evaluation, an old model's evaluation (a refine), a removed model
-    rows = (position, data.query_index[new], data.scores[new])
+    assert np.array_equal(grown._pooled, full._pooled) and grown._data.models == names
+    assert np.array_equal(old.predict_vectors(phi), fitted(old_names, np.arange(len(first)))[0].predict_vectors(phi))
+    # what it refuses: a new model with no evaluation, a removed model, a new column, a part-fitted router
     assert old.with_models(names + ["m9"], *rows) is None
-    assert old.with_models(names, [names.index("m0")], [3], [1.0]) is None
     assert old.with_models([n for n in names if n != "m5"], *rows) is None
     outside = np.setdiff1d(np.arange(400), old._train_q)[:1]  # a query no old model was evaluated on
     assert len(outside) and old.with_models(names, [names.index("m2")], outside, [1.0]) is None

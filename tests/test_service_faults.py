@@ -75,10 +75,10 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     assert len(built) == 2 and state.knn_builds == {"built": 2, "extended": 1}
 
 
-def test_the_router_knn_goes_on_from_the_last_when_only_models_were_added(base_home, tmp_path, monkeypatch):
-    """After an add-model the router's kNN is the last one with the new model's rows (reading only those):
-    the same predictions as a build over every evaluation; after a refine, a removal or a model evaluated on
-    a query no model had, it is built again."""
+def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appended(base_home, tmp_path, monkeypatch):
+    """After an add-model, or a refine with queries the model had no score for, the router's kNN is the last
+    one with the new rows (reading only those): the same as a build over every evaluation; after a refine
+    that replaces scores, a removal or a model evaluated on a query no model had, it is built again."""
     from registry import Registry
     from registry.operations import StoreView, router_knn_args
 
@@ -106,7 +106,12 @@ def test_the_router_knn_goes_on_from_the_last_when_only_models_were_added(base_h
         assert grown is not None and name in grown._data.models
         assert same(grown, view.build_router_knn(encoder, names, settings, pool))
         last = grown
-    registry.refine("newcomer", [{"query_id": q, "score": 1} for q in ids[:5]])
+    registry.refine("newcomer", [{"query_id": q, "score": 1} for q in ids[:5]])  # queries it had no score for
+    view, (encoder, names, settings, pool) = args()
+    grown = view.extend_router_knn(last, encoder, names, pool)
+    assert grown is not None and same(grown, view.build_router_knn(encoder, names, settings, pool))
+    last = grown
+    registry.refine("newcomer", [{"query_id": q, "score": 0} for q in ids[:3]])  # new scores replace rows
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None
     last = view.build_router_knn(encoder, names, settings, pool)

@@ -308,7 +308,7 @@ class WarmState(StoreView):
             with self._knn_lock:
                 if key not in snap.knn:
                     snap.knn.clear()  # one at a time: a state of the store has one pool and one encoder
-                    # the last one built goes on when only models were added since (the same router, exactly)
+                    # the last one goes on when evaluations were only appended since (the same router, exactly)
                     base = (query_encoder, key[2], key[3])
                     last = self._last_knn[1] if self._last_knn is not None and self._last_knn[0] == base else None
                     knn = None
