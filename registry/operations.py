@@ -142,7 +142,7 @@ class StoreView:
 
         from encoder.knn import KNNRouter
         from indexing.store import EVALUATIONS
-        from registry.catalog.dataset import EVAL_COLUMNS, load_eval_data
+        from registry.catalog.dataset import EVAL_COLUMNS, load_eval_data, load_query_vectors
 
         version, evaluations = self.store.read_committed(EVALUATIONS, EVAL_COLUMNS)
         try:
@@ -154,6 +154,10 @@ class StoreView:
             [i for i, name in enumerate(data.models) if name in pool])
         knn.evaluations_version = version  # what `extend_router_knn` goes on from (None: it cannot)
         knn.evaluated_models = frozenset(pc.unique(evaluations.column("model")).to_pylist())  # in or out of `names`
+        # the queries evaluated that have no vector yet: one that gains a vector brings stored rows in
+        vectored = set(load_query_vectors(self.store, query_encoder).query_ids)
+        knn.unvectored_queries = frozenset(q for q in pc.unique(evaluations.column("query_id")).to_pylist()
+                                           if q not in vectored)
         return knn
 
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
@@ -190,8 +194,8 @@ class StoreView:
         # no earlier model has would be a new column.
         vectored = load_query_vectors(self.store, query_encoder).query_ids
         held = set(queries)
-        if [q for q in vectored if q in held] != list(queries):
-            return None
+        if [q for q in vectored if q in held] != list(queries) or previous.unvectored_queries & set(vectored):
+            return None  # a held query lost its vector or moved; an evaluated one gained one (stored rows come in)
         ids = rows.column("query_id").to_pylist()
         if {ids[i] for i in np.flatnonzero((query < 0) & (model >= 0))} & set(vectored):
             return None
@@ -205,6 +209,7 @@ class StoreView:
             knn.pool_neighbourhoods([i for i, name in enumerate(names) if name in pool])  # as build_router_knn
             knn.evaluations_version = version
             knn.evaluated_models = previous.evaluated_models | set(pc.unique(rows.column("model")).to_pylist())
+            knn.unvectored_queries = previous.unvectored_queries | (set(ids) - set(vectored))
         return knn
 
     # ----------------------------------------------------------------------- query vectors

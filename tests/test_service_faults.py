@@ -133,6 +133,23 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
                        + [{"query": "A question no model was asked before?", "score": 1, "task": "math"}])
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None  # a new query with a vector: a new column
+    # a stored evaluation on a query without a vector is left out, until the query gets one
+    from indexing.store import EVALUATION_SCHEMA, EVALUATIONS, QUERIES, QUERY_SCHEMA, now_utc
+
+    store = registry.store
+    with store.transaction():
+        store.append(QUERIES, [{"query_id": "later", "text": "Asked before it had a vector?", "task": "math",
+                                "text_hash": "ab" * 16}], QUERY_SCHEMA)
+        store.append(EVALUATIONS, [{"model": names[0], "query_id": "later", "score": 1.0, "source": "test",
+                                    "time": now_utc()}], EVALUATION_SCHEMA)
+    view, (encoder, names, settings, pool) = args()
+    last = view.build_router_knn(encoder, names, settings, pool)
+    assert "later" not in last._data.query_ids
+    with store.transaction():
+        store.add_vectors(encoder, ["ab" * 16], phi[:1])
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(last, encoder, names, pool) is None
+    assert "later" in view.build_router_knn(encoder, names, settings, pool)._data.query_ids
 
 
 def test_after_a_landing_routes_find_the_new_state_ready_and_never_an_older_one(client, monkeypatch):
