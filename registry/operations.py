@@ -146,7 +146,9 @@ class StoreView:
 
         version, evaluations = self.store.read_committed(EVALUATIONS, EVAL_COLUMNS)
         try:
-            data = load_eval_data(self.store, query_encoder, models=list(names), evaluations=evaluations)
+            vectors = load_query_vectors(self.store, query_encoder)
+            data = load_eval_data(self.store, query_encoder, models=list(names), evaluations=evaluations,
+                                  query_vectors=vectors)
         except RegistryError:
             return None
         pool = set(pool)
@@ -155,7 +157,7 @@ class StoreView:
         knn.evaluations_version = version  # what `extend_router_knn` goes on from (None: it cannot)
         knn.evaluated_models = frozenset(pc.unique(evaluations.column("model")).to_pylist())  # in or out of `names`
         # the queries evaluated that have no vector yet: one that gains a vector brings stored rows in
-        vectored = set(load_query_vectors(self.store, query_encoder).query_ids)
+        vectored = set(vectors.query_ids)
         knn.unvectored_queries = frozenset(q for q in pc.unique(evaluations.column("query_id")).to_pylist()
                                            if q not in vectored)
         return knn

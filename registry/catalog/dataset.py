@@ -18,17 +18,18 @@ EVAL_COLUMNS = ["model", "query_id", "score"]  # what load_eval_data reads of th
 
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None,
-                   evaluations: pa.Table | None = None) -> EvalData:
+                   evaluations: pa.Table | None = None, query_vectors: "QueryVectors | None" = None) -> EvalData:
     """Every query that has a vector from `encoder` and a score from one of `models`, and their evaluations
     (when None: every model in the models table that has evaluations; a removed model keeps its
     evaluations for restore, but is not part of the pool), in a stable order (models as given or
     sorted, queries as stored). Queries without a vector are left out with their evaluations;
     `registry import` with encoding on fills them. `evaluations`: the model, query_id and score columns
-    of the evaluations table, read by the caller (default: read here)."""
+    of the evaluations table, read by the caller (default: read here); `query_vectors`: `load_query_vectors`'s
+    answer, likewise."""
     evals = store.read(EVALUATIONS, EVAL_COLUMNS) if evaluations is None else evaluations
     if evals.num_rows == 0:
         raise RegistryError("the registry holds no evaluations yet (registry import PATH)")
-    queries = load_query_vectors(store, encoder)
+    queries = load_query_vectors(store, encoder) if query_vectors is None else query_vectors
     kept_ids = queries.query_ids
 
     if models is None:
