@@ -24,6 +24,7 @@ import os
 import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterator
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table creation otherwise
@@ -324,12 +325,20 @@ class Store:
         (`_scan` then reads that version's rows from its Lance dataset)."""
         if self._connection is not None or is_remote(self.home) or not _HAVE_LANCE:
             return None
-        path = self.home / "db" / f"{name}.lance"
+        path = self._lance_path(name)
         if not path.is_dir():
             return _ABSENT
         import lance
 
         return lance.dataset(str(path))
+
+    def _lance_path(self, name: str) -> Path:
+        return self.home / "db" / f"{name}.lance"
+
+    def _committed_here(self) -> bool:
+        """Whether what is read now is a committed state of a local home: no transaction open, here or in
+        another process (a reader that keeps what it read checks `transaction_open` again after reading)."""
+        return not (is_remote(self.home) or self._in_transaction or transaction_open(self.home))
 
     def read(self, name: str, columns: list[str] | None = None, *, without: tuple[str, ...] = ()) -> pa.Table:
         """A whole table as Arrow (empty with the right schema when it does not exist yet): `columns`, or
@@ -355,8 +364,8 @@ class Store:
 
     def _scan(self, table, columns: list[str] | None = None, where: str | None = None) -> pa.Table:
         """Rows of an open LanceDB table, on a local home read from its Lance dataset at the handle's version
-        (the same rows): LanceDB's query path streams each batch through its event loop, 0.11-0.14 s for the
-        tour's 385k evaluations against ~0.02 s, and the service reads them again after every landing."""
+        (the same rows): LanceDB's query path streams each batch through its event loop, several times slower
+        for a whole table, and the service reads all the evaluations after a landing."""
         if _HAVE_LANCE and not is_remote(self.home):
             return table.to_lance().to_table(columns=columns, filter=where)
         if columns is None and where is None:
@@ -372,12 +381,11 @@ class Store:
         """A whole table's `columns` and the version they are (from one handle); the version is None unless
         it is a committed state of a local home (no transaction open before the read or after it), the
         only kind `appended_since` can go on from."""
-        committed = not (is_remote(self.home) or self._in_transaction or transaction_open(self.home)) and _HAVE_LANCE
-        if not committed or not self.has_table(name):
+        if not (self._committed_here() and _HAVE_LANCE) or not self.has_table(name):
             return None, self.read(name, columns)
         import lance
 
-        dataset = lance.dataset(str(self.home / "db" / f"{name}.lance"))
+        dataset = lance.dataset(str(self._lance_path(name)))
         rows = dataset.to_table(columns=columns)
         return (int(dataset.version) if not transaction_open(self.home) else None), rows
 
@@ -386,11 +394,11 @@ class Store:
         it did since was gain rows (fragments added after the old ones, which are all still there with no row
         deleted), so that the rows at `version` followed by these are the whole table now in its own order;
         None otherwise, or when that cannot be told here (a remote home, a transaction open)."""
-        if is_remote(self.home) or self._in_transaction or not _HAVE_LANCE or transaction_open(self.home):
+        if not (self._committed_here() and _HAVE_LANCE):
             return None
         import lance
 
-        path = str(self.home / "db" / f"{name}.lance")
+        path = str(self._lance_path(name))
         try:
             before, now = lance.dataset(path, version=version), lance.dataset(path)
         except (OSError, ValueError, RuntimeError):
@@ -538,7 +546,7 @@ class Store:
         the rows come from one handle (one version of the table); kept only for a committed state of a local
         home (no transaction open before the read or after it): a table that a rolled-back transaction
         created is dropped, and a new one starts its version numbers again."""
-        committed = not (is_remote(self.home) or self._in_transaction or transaction_open(self.home))
+        committed = self._committed_here()
         handle = self._direct(name)
         if handle is _ABSENT or (handle is None and not self.has_table(name)):
             return None

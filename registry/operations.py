@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from registry.errors import InputError, RegistryError
 
@@ -41,6 +41,14 @@ def router_knn_args(active, models) -> tuple | None:
     if blend is None or "knn" not in blend.components:
         return None
     return active.query_encoder, models.index.names, blend.settings["knn"], active.pool
+
+
+class KNNSource(NamedTuple):
+    """What a router's kNN was built from, for `StoreView.extend_router_knn` to go on from it."""
+
+    version: int | None  # of the evaluations table (None: not a committed state, it cannot go on)
+    evaluated_models: frozenset  # every model with evaluations then, in the kNN or not
+    unvectored_queries: frozenset  # the queries evaluated then that had no vector
 
 
 class StoreView:
@@ -135,9 +143,8 @@ class StoreView:
         fitted on every stored evaluation of `names` (rows in that order) on a query with a vector from
         `query_encoder`, its pooled neighbourhoods drawn from the queries of the models in `pool` (the
         encoder's training pool: a model added later moves no other model's P(correct)); None when there
-        is none."""
+        is none. Its `stored_from` says what `extend_router_knn` goes on from."""
         import numpy as np
-
         import pyarrow.compute as pc
 
         from encoder.knn import KNNRouter
@@ -154,12 +161,10 @@ class StoreView:
         pool = set(pool)
         knn = KNNRouter(tune=False, **settings).fit(data, np.arange(len(data.scores)), []).pool_neighbourhoods(
             [i for i, name in enumerate(data.models) if name in pool])
-        knn.evaluations_version = version  # what `extend_router_knn` goes on from (None: it cannot)
-        knn.evaluated_models = frozenset(pc.unique(evaluations.column("model")).to_pylist())  # in or out of `names`
-        # the queries evaluated that have no vector yet: one that gains a vector brings stored rows in
         vectored = set(vectors.query_ids)
-        knn.unvectored_queries = frozenset(q for q in pc.unique(evaluations.column("query_id")).to_pylist()
-                                           if q not in vectored)
+        knn.stored_from = KNNSource(version, frozenset(pc.unique(evaluations.column("model")).to_pylist()),
+                                    frozenset(q for q in pc.unique(evaluations.column("query_id")).to_pylist()
+                                              if q not in vectored))
         return knn
 
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
@@ -169,49 +174,43 @@ class StoreView:
         exactly (KNNRouter.with_models), reading only those rows. None when it cannot be told or is not so
         (a removal; a refine that replaces scores deletes rows)."""
         import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         from indexing.store import EVALUATIONS
-        from registry.catalog.dataset import EVAL_COLUMNS, load_query_vectors
+        from registry.catalog.dataset import EVAL_COLUMNS, load_query_vectors, positions_in
 
-        since = getattr(previous, "evaluations_version", None)
+        source = getattr(previous, "stored_from", None)
         added = set(names) - set(previous._data.models)
         # a model with evaluations from before (removed and added again, imported then refined) has rows
         # that the new ones are not all of
-        if since is None or added & previous.evaluated_models:
+        if source is None or source.version is None or added & source.evaluated_models:
             return None
-        grown = self.store.appended_since(EVALUATIONS, since, EVAL_COLUMNS)
+        grown = self.store.appended_since(EVALUATIONS, source.version, EVAL_COLUMNS)
         if grown is None:
             return None
         version, rows = grown
-        position = {name: i for i, name in enumerate(names)}
-        model = pc.index_in(rows.column("model"), value_set=pa.array(list(names), pa.string()))
-        model = model.fill_null(-1).to_numpy().astype(np.int64, copy=False)
         queries = previous._data.query_ids
-        query = pc.index_in(rows.column("query_id"), value_set=pa.array(queries, pa.string()))
-        query = query.fill_null(-1).to_numpy().astype(np.int64, copy=False)
+        model = positions_in(rows.column("model"), list(names))
+        query = positions_in(rows.column("query_id"), queries)
         # The queries a full build would hold: those with a vector, in stored order, that a model was evaluated
-        # on. Only the same ones in the same order will do; a new model's row on a query with a vector that
-        # no earlier model has would be a new column.
+        # on. Only the same ones in the same order will do: a held query that lost its vector or moved, one
+        # evaluated before that has a vector now (its stored rows come in), a row of `names` on a query with
+        # a vector that none held (a new column) each make it another router.
         vectored = load_query_vectors(self.store, query_encoder).query_ids
-        held = set(queries)
-        if [q for q in vectored if q in held] != list(queries) or previous.unvectored_queries & set(vectored):
-            return None  # a held query lost its vector or moved; an evaluated one gained one (stored rows come in)
+        held, has_vector = set(queries), set(vectored)
         ids = rows.column("query_id").to_pylist()
-        if {ids[i] for i in np.flatnonzero((query < 0) & (model >= 0))} & set(vectored):
+        if ([q for q in vectored if q in held] != list(queries) or source.unvectored_queries & has_vector
+                or {ids[i] for i in np.flatnonzero((query < 0) & (model >= 0))} & has_vector):
             return None
         keep = (model >= 0) & (query >= 0)
-        if not all(name in position for name in previous._data.models):
-            return None
         knn = previous.with_models(list(names), model[keep], query[keep],
                                    rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32))
         if knn is not None:
             pool = set(pool)
             knn.pool_neighbourhoods([i for i, name in enumerate(names) if name in pool])  # as build_router_knn
-            knn.evaluations_version = version
-            knn.evaluated_models = previous.evaluated_models | set(pc.unique(rows.column("model")).to_pylist())
-            knn.unvectored_queries = previous.unvectored_queries | (set(ids) - set(vectored))
+            knn.stored_from = KNNSource(version,
+                                        source.evaluated_models | set(pc.unique(rows.column("model")).to_pylist()),
+                                        source.unvectored_queries | (set(ids) - has_vector))
         return knn
 
     # ----------------------------------------------------------------------- query vectors

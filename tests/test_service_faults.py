@@ -124,7 +124,8 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
         assert view.extend_router_knn(last, encoder, names, pool) is None
         last = view.build_router_knn(encoder, names, settings, pool)
     # a model that had evaluations before it joined the index (imported, then refined): not from its new rows
-    last.evaluated_models = last.evaluated_models | {"imported-earlier"}
+    earlier = last.stored_from.evaluated_models | {"imported-earlier"}
+    last.stored_from = last.stored_from._replace(evaluated_models=earlier)
     registry.add_model("imported-earlier", [{"query_id": q, "score": 1} for q in ids[:50]])
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None

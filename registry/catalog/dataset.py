@@ -12,7 +12,7 @@ from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
 from registry.errors import RegistryError
 
-__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors", "EVAL_COLUMNS"]
+__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors", "EVAL_COLUMNS", "positions_in"]
 
 EVAL_COLUMNS = ["model", "query_id", "score"]  # what load_eval_data reads of the evaluations table
 
@@ -39,8 +39,8 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
         names = list(models)
     # positions by arrow's hash lookup: a Python dict per row cost ~0.3 s on 385k evaluations, and a route
     # of the service rebuilds its kNN from these after every write
-    model_index = _positions(evals.column("model"), names)
-    query_index = _positions(evals.column("query_id"), kept_ids)
+    model_index = positions_in(evals.column("model"), names)
+    query_index = positions_in(evals.column("query_id"), kept_ids)
     keep = (model_index >= 0) & (query_index >= 0)
     lost = np.bincount(model_index[(model_index >= 0) & (query_index < 0)], minlength=len(names))
     # Only the queries some model of the pool was evaluated on: in a registry holding two datasets a
@@ -65,7 +65,7 @@ def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = Non
     )
 
 
-def _positions(column, values: list[str]) -> np.ndarray:
+def positions_in(column, values: list[str]) -> np.ndarray:
     """(rows,) int64: each row's position in `values` (the first, if repeated), -1 where absent."""
     found = pc.index_in(column, value_set=pa.array(values, type=column.type))
     return found.fill_null(-1).to_numpy().astype(np.int64, copy=False)

@@ -207,9 +207,9 @@ class WarmState(StoreView):
     def warm(self) -> None:
         """After the writer has answered a batch's clients: load the state it landed and the router's kNN if
         routes read one (the last one extended, or built over every stored evaluation), so that the routes
-        after a landing find both ready instead of the first of them paying for both (~0.2 s on the tour's
-        registry). Readers that arrive meanwhile wait for what they need, as they would have (never an older
-        state: each client reads its own writes). A failure only leaves the work to the next reader."""
+        after a landing find both ready instead of the first of them paying for both (docs/results/
+        benchmarks.md). Readers that arrive meanwhile wait for what they need, as they would have (never an
+        older state: each client reads its own writes). A failure only leaves the work to the next reader."""
         from registry.operations import router_knn_args
 
         if is_remote(self.home) or transaction_open(self.home):
