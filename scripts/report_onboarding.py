@@ -1,7 +1,7 @@
 """Write docs/results/onboarding.md (+ onboarding.json): the onboarding curve of `suggest-queries` on
 MMLU-Pro and BFCL.
 
-    .venv/bin/python scripts/report_onboarding.py [--folds 4] [--draws 5] [--seed 0]
+    .venv/bin/python scripts/report_onboarding.py [--folds 4] [--draws 5] [--seeds 0,1,2]
 
 Protocol, per dataset (../shared/data/<name>, its precomputed all-mpnet-base-v2 query vectors):
 - queries split 80/10/10 by seed (encoder.data.split_queries, the split `registry evaluate` uses);
@@ -22,6 +22,8 @@ Protocol, per dataset (../shared/data/<name>, its precomputed all-mpnet-base-v2 
   and the routing accuracy of the whole pool with the held-out models in it (each test query to the model
   of highest predicted P(correct), scored by its real score).
 The predictor is the item table alone (the fingerprint's P(correct)); LOCUS is not refitted per fold.
+With several `--seeds`, each seed is the whole protocol again (its own split, folds and draws); the page
+shows the mean over seeds and judges the target on it, with each seed's gap beside it.
 Nothing is tuned here: every setting is the registry's default, the same for both datasets.
 """
 from __future__ import annotations
@@ -180,6 +182,38 @@ def run(name, *, folds, draws, seed, log, max_held=0):
     return summary
 
 
+def combine(per_seed: list[dict]) -> dict:
+    """One dataset's summary over seeds: every accuracy the mean over seeds (each seed a whole run of the
+    protocol), the seeds' own values kept under "by_seed"."""
+    if len(per_seed) == 1:
+        return {**per_seed[0], "seeds": [per_seed[0]["seed"]]}
+    first = per_seed[0]
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    out = {k: first[k] for k in ("dataset", "models", "queries", "train_queries", "test_queries", "folds", "draws")}
+    out["seeds"] = [s["seed"] for s in per_seed]
+    out["seconds"] = round(sum(s["seconds"] for s in per_seed), 1)
+    out["pool_p_correct_of_first_64"] = {k: mean([s["pool_p_correct_of_first_64"][k] for s in per_seed])
+                                         for k in first["pool_p_correct_of_first_64"]}
+    out["full_train"] = {m: mean([s["full_train"][m] for s in per_seed]) for m in first["full_train"]}
+    out["curve"] = {}
+    for strat, by_n in first["curve"].items():
+        out["curve"][strat] = {}
+        for n in by_n:
+            cells = [s["curve"][strat][n] for s in per_seed]
+            sds = [c["correctness_draw_sd"] for c in cells]
+            out["curve"][strat][n] = {
+                "correctness_accuracy": mean([c["correctness_accuracy"] for c in cells]),
+                "correctness_draw_sd": None if any(v is None for v in sds) else mean(sds),
+                "routing_accuracy": mean([c["routing_accuracy"] for c in cells]),
+                # every model is held out once per seed (with --max-held, some seeds hold out others)
+                "per_model": {k: mean([c["per_model"][k] for c in cells if k in c["per_model"]])
+                              for k in sorted({k for c in cells for k in c["per_model"]})},
+                "by_seed": {"correctness_accuracy": [c["correctness_accuracy"] for c in cells],
+                            "routing_accuracy": [c["routing_accuracy"] for c in cells]},
+            }
+    return out
+
+
 def verdict(summary, metric):
     """The smallest n at which each chosen strategy reaches random's accuracy at 128 (None: not at 128)."""
     target = summary["curve"]["random"]["128"][metric]
@@ -232,7 +266,7 @@ def page(summaries, command) -> str:
         lines += [f"## {s['dataset']}", "",
                   f"{s['models']} models, {s['queries']:,} queries ({s['train_queries']:,} training, "
                   f"{s['test_queries']:,} test); {s['folds']} folds, each model held out once; {s['draws']} random "
-                  f"draws; seed {s['seed']}; {s['seconds']:.0f} s.", "",
+                  f"draws; {_seeds_text(s)}; {s['seconds']:.0f} s.", "",
                   "| n | random: correctness (sd) | suggested | adaptive | v-optimal | theta "
                   "| random: routing | suggested | adaptive | v-optimal | theta |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -257,7 +291,7 @@ def page(summaries, command) -> str:
                              f"({'first reached at n = ' + str(n_hit) if n_hit else 'not reached by n = 128'}; "
                              f"at 64: {at64:.4f}, {at64 - target:+.4f})")
             lines.append(f"Target ({label}: random at 128 = {target:.4f}, to be reached with at most 64 chosen): "
-                         + "; ".join(parts) + ".")
+                         + "; ".join(parts) + "." + _per_seed_gap(s, metric))
             lines.append("")
         asked = s.get("pool_p_correct_of_first_64")
         if asked:
@@ -276,6 +310,23 @@ def page(summaries, command) -> str:
                   "either way.", ""]
     lines += ["Raw numbers, per held-out model included: [onboarding.json](onboarding.json).", ""]
     return "\n".join(lines)
+
+
+def _seeds_text(s) -> str:
+    seeds = s.get("seeds", [s.get("seed")])
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"seeds {', '.join(map(str, seeds))} (each a whole run: its own split, folds and draws; the mean over seeds shown)"
+
+
+def _per_seed_gap(s, metric) -> str:
+    """Suggested at 64 against random at 128, seed by seed (only with several seeds)."""
+    got, ref = s["curve"]["suggested"]["64"].get("by_seed"), s["curve"]["random"]["128"].get("by_seed")
+    if not got:
+        return ""
+    gaps = [a - b for a, b in zip(got[metric], ref[metric])]
+    return (" Suggested at 64 against random at 128, seed by seed: "
+            + ", ".join(f"{g:+.4f}" for g in gaps) + f" (sd {np.std(gaps, ddof=1):.4f}).")
 
 
 def summary_line(summaries) -> str:
@@ -307,7 +358,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--draws", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="Comma-separated; each seed is a whole run (split, folds, draws).")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--max-held", type=int, default=0,
@@ -320,8 +371,9 @@ def main() -> None:
         (args.out / "onboarding.md").write_text(page(saved["results"], saved["command"]))
         return
     command = ".venv/bin/python scripts/report_onboarding.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    summaries = [run(name, folds=args.folds, draws=args.draws, seed=args.seed, log=print, max_held=args.max_held)
-                 for name in args.datasets.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")]
+    summaries = [combine([run(name, folds=args.folds, draws=args.draws, seed=seed, log=print, max_held=args.max_held)
+                          for seed in seeds]) for name in args.datasets.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "onboarding.json").write_text(json.dumps({"command": command.strip(), "results": summaries}, indent=1))
     (args.out / "onboarding.md").write_text(page(summaries, command.strip()))
