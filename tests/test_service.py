@@ -335,6 +335,25 @@ def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):
     assert counted and float(counted[0].split()[-1]) >= 4
 
 
+def test_a_text_routed_before_it_is_stored_lands_with_its_vector(server, texts):
+    """A route keeps a new text's vector in the service's memory, not in the store; an add that later
+    brings that text as a new query must store the vector with the query (found by the fuzzer: the query
+    was stored without one, so every reader of the store left its evaluations out)."""
+    from registry import Registry
+    from registry.importers._common import text_hash
+
+    fresh = "Routed first, evaluated later: which planet has the most moons?"
+    with server.client() as c:
+        assert c.post("/v1/route", json={"query": fresh, "k": 2}).json()["encoded_texts"] == 1
+        r = c.post("/v1/models", json={"name": "routed-then-added",
+                                       "evaluations": [{"query": fresh, "score": 1}] + _evals(texts, 20)})
+        assert r.status_code == 201, r.text
+        assert r.json()["encoded_texts"] == 0  # the route encoded it: nothing encoded now
+        encoder = c.get("/v1/health").json()["query_encoder"]
+    store = Registry.open(server.home).store
+    assert set(store.cached_vectors(encoder, [text_hash(fresh)])) == {text_hash(fresh)}
+
+
 def test_sigkill_mid_write_then_restart_loses_nothing(server, texts):
     accepted = []
     try:

@@ -285,11 +285,15 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
             for q, d in p.new_queries:
                 fresh.setdefault(q.id, {"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d})
         store.append(QUERIES, list(fresh.values()), QUERY_SCHEMA)
-        if encoded:
-            already = store.cached_vectors(active.query_encoder, list(encoded))
-            keep = [h for h in encoded if h not in already]
+        # the vectors of the texts encoded now, and of every query this write stores: a service may have
+        # had a new query's vector in memory (a route encoded its text), which the store never held
+        storing = list(dict.fromkeys([*encoded, *(row["text_hash"] for row in fresh.values()
+                                                    if row["text_hash"] in vectors)]))
+        if storing:
+            already = store.cached_vectors(active.query_encoder, storing)
+            keep = [h for h in storing if h not in already]
             if keep:
-                store.add_vectors(active.query_encoder, keep, np.stack([encoded[h] for h in keep]))
+                store.add_vectors(active.query_encoder, keep, np.stack([vectors[h] for h in keep]))
         added = [p for p in prepared if p.change.kind == "add"]
         store.delete_in(EVALUATIONS, "model", [p.change.name for p in added])
         store.append(EVALUATIONS, _evaluation_rows(added, now), EVALUATION_SCHEMA)
