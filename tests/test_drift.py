@@ -239,3 +239,17 @@ def test_a_home_with_only_the_time_marker_is_read_by_time_once(reg):
     assert [r.name for r in run.checked] == [a]
     assert json.loads((home / "config.json").read_text())["last_drift_log_rows"] == run.log_rows > 0
     assert reg.drift_refined().checked == []
+
+
+def test_evaluations_on_queries_without_a_vector_are_said_to_be_left_out(reg, tmp_path):
+    """Texts imported with --no-encode have no query vector, so the fingerprint test cannot place them:
+    the report says how many it left out rather than counting fewer evaluations than the versions hold."""
+    name = "imported-unencoded"
+    path = tmp_path / "unencoded.jsonl"
+    path.write_text("".join(json.dumps({"model": name, "query": f"Unencoded question {i}: what is {i} plus {i}?",
+                                        "task": "math", "score": i % 2}) + "\n" for i in range(40)))
+    reg.import_path(path, encode=False)
+    reg.add_model(name, own_evaluations(reg, "syn-synfam1-7b")[:40], replace=True)  # stored, encoded queries
+    report = reg.drift(name)
+    assert report.status == "untested" and report.newest_evaluations == 40 and report.earlier_evaluations == 0
+    assert "40 evaluated queries were left out" in report.sentence, report.sentence

@@ -231,12 +231,18 @@ def drift(store: Store, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: flo
     union = np.union1d(before_rows[0], after_rows[0])
     shared = len(np.intersect1d(before_rows[0], after_rows[0]))
     items = _items(store, cal, union) if shared < MIN_EVIDENCE else None
+    unplaced = 0
     if items is not None and len(items.idx) < len(union):  # queries no vector places: left out of both sides
+        unplaced = len(union) - len(items.idx)
         keep_b, keep_a = np.isin(before_rows[0], items.idx), np.isin(after_rows[0], items.idx)
         before_rows = (before_rows[0][keep_b], before_rows[1][keep_b])
         after_rows = (after_rows[0][keep_a], after_rows[1][keep_a])
     fields = judge(cal, name, before_rows, after_rows, alpha=alpha, max_noise=max_noise, items=items,
                    calibrated_rows=current, permutations=permutations, seed=seed)
+    if unplaced:  # the counts the sentence gives are after these, which would otherwise look lost
+        fields["sentence"] += (f" {unplaced} evaluated {'query was' if unplaced == 1 else 'queries were'} left out: "
+                               "no query vector places them under the item table (a text imported with "
+                               "--no-encode has none until its file is imported again with encoding on).")
     return DriftReport(name=name, newest_version=newest, earlier_versions=numbers, **fields,
                        seconds=time.perf_counter() - started)
 
