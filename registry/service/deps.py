@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Header, Path as PathParam, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.api import Registry
@@ -25,8 +26,25 @@ from registry.service.metrics import ServiceMetrics
 from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_host
 from registry.service.state import WarmState
 
-__all__ = ["get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads", "require_token",
+__all__ = ["single_valued_query", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads", "require_token",
            "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name", "WRITE"]
+
+
+async def single_valued_query(request: Request) -> None:
+    """Every query parameter of this API takes one value: a repeated one (`?offset=1&offset=5`) is refused
+    naming it, where FastAPI would keep the last and drop the others unsaid. An app-wide dependency that
+    raises a validation error, so that a write without its token is still answered 401 first."""
+    if not request.scope.get("query_string"):
+        return
+    params = request.query_params
+    if len(params) == len(params.multi_items()):
+        return
+    seen: set[str] = set()
+    for key, _ in params.multi_items():
+        if key in seen:
+            raise RequestValidationError([{"loc": ("query", key), "type": "value_error",
+                                           "msg": f"given {len(params.getlist(key))} times; it takes one value"}])
+        seen.add(key)
 
 
 async def get_settings(request: Request) -> ServiceSettings:
