@@ -309,6 +309,24 @@ def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
     assert "empty" in caught.value.problem and "None" not in caught.value.problem
 
 
+@pytest.mark.parametrize("content, line, unclosed", [
+    ('query,score\nWho wrote it?,0\n"What is 2+2?,1\nx,1\n', 3, True),  # the quote swallows the rest of the file
+    ('query,score\n"A ""quoted"" word",1\nx,1,2\n', 3, False),  # doubled quotes are closed: a plain count
+])
+def test_a_csv_row_of_the_wrong_width_says_when_a_quote_is_never_closed(tmp_path: Path, content: str, line: int,
+                                                                       unclosed: bool) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    path.write_text(content, encoding="utf-8")
+
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+
+    assert caught.value.line == line and "fields where the header has 2" in caught.value.problem
+    assert ("never closed" in caught.value.problem) is unclosed
+
+
 def test_columns_add_model_does_not_read_are_named_in_a_warning(tmp_path: Path) -> None:
     from registry.importers.tabular import read_model_evaluations
 

@@ -221,8 +221,11 @@ def read_csv(path: Path, required: tuple[str, ...], *,
             start = reader.line_num + 1
             continue
         if len(row) != len(header):
+            # csv reads an unclosed quote to the end of the file as one field: say so, not only the count
+            raw = "\n".join(text.splitlines()[start - 1:reader.line_num])  # the lines this row took
+            unclosed = "; a quoted field opened here is never closed" if raw.count('"') % 2 else ""
             raise InputError(
-                f"{len(row)} fields where the header has {len(header)}", file=path, line=start
+                f"{len(row)} fields where the header has {len(header)}{unclosed}", file=path, line=start
             )
         n_rows += 1
         yield start, dict(zip(header, row))
