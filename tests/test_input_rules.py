@@ -285,6 +285,22 @@ def test_the_python_api_refuses_a_boolean_or_string_score_as_files_and_http_do(h
     assert "typed-py" not in _model_names(home)
 
 
+@pytest.mark.parametrize("evaluations, line, words", [
+    (None, None, "not NoneType"),
+    ({"What is 2+2?": 1}, None, "not dict"),  # a mapping of text to score: its keys would have been read as rows
+    ([("What is 2+2?", 1), 7], 2, "expected (query, score)"),
+    ([("What is 2+2?", 1), "ab"], 2, "expected (query, score)"),  # a string is not a (query, score) pair
+])
+def test_the_python_api_names_evaluations_that_are_not_rows(home, evaluations, line, words):
+    from registry import Registry
+    from registry.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        Registry.open(home).add_model("shapeless", evaluations)
+    assert (err.value.file, err.value.line) == ("evaluations", line) and words in str(err.value)
+    assert "shapeless" not in _model_names(home)
+
+
 # ------------------------------------------------------------------ 8. import says when a stored task is kept
 def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_path):
     queries, first, other = _conflict(home)

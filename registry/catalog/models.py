@@ -46,13 +46,16 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
         from registry.importers.tabular import read_model_evaluations
 
         return read_model_evaluations(Path(evaluations), name)
+    if isinstance(evaluations, (Mapping, bytes)) or not isinstance(evaluations, Iterable):
+        raise InputError("evaluations are a file path or a list of (query, score[, task]) pairs or mappings, "
+                         f"not {type(evaluations).__name__}", file="evaluations")
     batch = ImportBatch(source=f"add-model:{name}")
     seen: dict[str, str] = {}
     for i, item in enumerate(evaluations, start=1):
         if isinstance(item, Mapping):
             text, query_id, score, task = item.get("query"), item.get("query_id"), item.get("score"), item.get("task")
         else:
-            values = tuple(item)
+            values = tuple(item) if isinstance(item, (tuple, list)) else ()
             if len(values) not in (2, 3):
                 raise InputError("expected (query, score) or (query, score, task)", file="evaluations", line=i)
             text, score = values[0], values[1]
