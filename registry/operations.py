@@ -250,6 +250,12 @@ class StoreView:
             found.update(encoded)
         return found, encoded
 
+    def unstored_vectors(self, encoder: str, hashes) -> set[str]:
+        """Those of `hashes` whose vectors this view holds and the store may lack: none here (every vector
+        `text_vectors` gives is the store's or encoded now); a service's routes encode texts and keep
+        them in memory only, and a write that lands such a text stores its vector."""
+        return set()
+
     def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
         from encoder.query_encoder import load_query_encoder
 

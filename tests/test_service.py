@@ -335,23 +335,35 @@ def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):
     assert counted and float(counted[0].split()[-1]) >= 4
 
 
-def test_a_text_routed_before_it_is_stored_lands_with_its_vector(server, texts):
-    """A route keeps a new text's vector in the service's memory, not in the store; an add that later
-    brings that text as a new query must store the vector with the query (found by the fuzzer: the query
-    was stored without one, so every reader of the store left its evaluations out)."""
+def test_a_text_routed_before_it_is_stored_lands_with_its_vector(server, texts, tmp_path):
+    """A route keeps a text's vector in the service's memory, not in the store; a write that later lands
+    that text must store the vector (found by the fuzzer: the query was stored without one, so every reader
+    of the store left its evaluations out): a new query, and a stored one that had none (imported with
+    --no-encode by the CLI beside the service)."""
+    from click.testing import CliRunner
+
+    from cli.main import cli
     from registry import Registry
     from registry.importers._common import text_hash
 
     fresh = "Routed first, evaluated later: which planet has the most moons?"
-    with server.client() as c:
-        assert c.post("/v1/route", json={"query": fresh, "k": 2}).json()["encoded_texts"] == 1
-        r = c.post("/v1/models", json={"name": "routed-then-added",
-                                       "evaluations": [{"query": fresh, "score": 1}] + _evals(texts, 20)})
-        assert r.status_code == 201, r.text
-        assert r.json()["encoded_texts"] == 0  # the route encoded it: nothing encoded now
-        encoder = c.get("/v1/health").json()["query_encoder"]
+    unencoded = "Imported without a vector, routed, then evaluated: what is the boiling point of water?"
+    path = tmp_path / "unencoded.jsonl"
+    path.write_text(json.dumps({"model": "importer", "query": unencoded, "score": 1}) + "\n")
+    out = CliRunner().invoke(cli, ["--home", str(server.home), "import", str(path), "--no-encode"],
+                             env={"LOCUS_SERVER": ""})
+    assert out.exit_code == 0, out.output
     store = Registry.open(server.home).store
-    assert set(store.cached_vectors(encoder, [text_hash(fresh)])) == {text_hash(fresh)}
+    with server.client() as c:
+        encoder = c.get("/v1/health").json()["query_encoder"]
+        assert not store.cached_vectors(encoder, [text_hash(unencoded)])
+        assert c.post("/v1/route", json={"queries": [fresh, unencoded], "k": 2}).json()["encoded_texts"] == 2
+        r = c.post("/v1/models", json={"name": "routed-then-added", "evaluations": [
+            {"query": fresh, "score": 1}, {"query": unencoded, "score": 0}] + _evals(texts, 20)})
+        assert r.status_code == 201, r.text
+        assert r.json()["encoded_texts"] == 0  # the route encoded them: nothing encoded now
+    hashes = {text_hash(fresh), text_hash(unencoded)}
+    assert set(Registry.open(server.home).store.cached_vectors(encoder, sorted(hashes))) == hashes
 
 
 def test_sigkill_mid_write_then_restart_loses_nothing(server, texts):

@@ -285,10 +285,9 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
             for q, d in p.new_queries:
                 fresh.setdefault(q.id, {"query_id": q.id, "text": q.text, "task": q.task, "text_hash": d})
         store.append(QUERIES, list(fresh.values()), QUERY_SCHEMA)
-        # the vectors of the texts encoded now, and of every query this write stores: a service may have
-        # had a new query's vector in memory (a route encoded its text), which the store never held
-        storing = list(dict.fromkeys([*encoded, *(row["text_hash"] for row in fresh.values()
-                                                    if row["text_hash"] in vectors)]))
+        # the vectors encoded now, and those the view held that the store may lack (a service's route
+        # encoded the text and kept it in memory): a query stored without one is left out by every reader
+        storing = list(dict.fromkeys([*encoded, *sorted(view.unstored_vectors(active.query_encoder, wanted))]))
         if storing:
             already = store.cached_vectors(active.query_encoder, storing)
             keep = [h for h in storing if h not in already]

@@ -152,6 +152,7 @@ class WarmState(StoreView):
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._texts: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._unstored: set[tuple[str, str]] = set()  # of `_texts`: encoded by a route; the store may lack them
         self._texts_lock = threading.Lock()
         self._knn_lock = threading.Lock()
         self._last_knn = None  # ((query encoder, settings, pool), the router's kNN last built or extended)
@@ -376,18 +377,24 @@ class WarmState(StoreView):
         if rest:
             more, encoded = super().text_vectors(encoder, rest, bulk=bulk)
             self.text_misses += len(rest)
-            self.remember(encoder, more)
+            self.remember(encoder, more, unstored=() if bulk else encoded)  # a write stores what it encodes
             found.update(more)
         return found, encoded
 
-    def remember(self, encoder: str, vectors: dict[str, np.ndarray]) -> None:
+    def unstored_vectors(self, encoder: str, hashes) -> set[str]:
+        with self._texts_lock:
+            return {h for h in hashes if (encoder, h) in self._unstored}
+
+    def remember(self, encoder: str, vectors: dict[str, np.ndarray], *, unstored=()) -> None:
+        """Keep `vectors` (text hash -> vector) in memory; `unstored`: those of them the store lacks."""
         limit = self.settings.text_cache_size
         with self._texts_lock:
             for h, v in vectors.items():
                 self._texts[(encoder, h)] = np.asarray(v, dtype=np.float32)
                 self._texts.move_to_end((encoder, h))
+            self._unstored.update((encoder, h) for h in unstored)
             while len(self._texts) > limit:
-                self._texts.popitem(last=False)
+                self._unstored.discard(self._texts.popitem(last=False)[0])
 
     @property
     def cached_texts(self) -> int:
