@@ -71,7 +71,10 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if not match or match.end() == pos:
-            raise InputError(f"cannot read the filter at {text[pos:]!r}", field="filter")
+            # a lone '=' is SQL's equality: the commonest slip, so the message names the operator to use
+            hint = ("; equality is == (comparisons: ==, !=, <, <=, >, >=)"
+                    if text[pos:].lstrip().startswith("=") else "")
+            raise InputError(f"cannot read the filter at {text[pos:]!r}{hint}", field="filter")
         kind = match.lastgroup
         value = match.group(kind)
         if kind == "string":

@@ -48,6 +48,7 @@ def test_filters_select(text, expected):
     ("", "empty"),
     ("access == open; drop table models", "unexpected .drop."),
     ("access == 'open", "cannot read"),
+    ("access = open", "cannot read the filter at ' = open'; equality is =="),  # SQL's '=' names the operator
 ])
 def test_bad_filters_are_refused(text, problem):
     with pytest.raises(InputError, match=problem):
