@@ -412,6 +412,27 @@ def test_a_repeated_query_parameter_is_refused_naming_it(server):
         assert r.status_code == 401, r.text
 
 
+def test_a_json_key_given_twice_in_one_object_is_refused_naming_it(server, texts):
+    """Python's JSON parser keeps the last of a repeated key: `"score": 1, "score": 0` landed as 0."""
+    body = '{"name": "twice-keyed", "evaluations": [{"query": %s, "score": 1, "score": 0}]}' % json.dumps(texts[0][0])
+    headers = {"content-type": "application/json"}
+    with server.client() as c:
+        before = c.get("/v1/stats").json()
+        r = c.post("/v1/models", content=body, headers=headers)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "body", r.text
+        assert "'score' appears more than once" in r.json()["error"]["message"]
+        r = c.post("/v1/route", content='{"query": "What is 2+2?", "k": 3, "k": 4}', headers=headers)
+        assert r.status_code == 422 and "'k' appears more than once" in r.json()["error"]["message"], r.text
+        assert c.post("/v1/route", content='{"query": "What is 2+2?", "k": 3}', headers=headers).status_code == 200
+        upload = f'query,score\n"{texts[0][0]}",1\n'.encode()
+        r = c.post("/v1/models/twice-keyed/file", files={"file": ("e.csv", upload)},
+                   data={"metadata": '{"family": "a", "family": "b"}'})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+        assert c.get("/v1/stats").json() == before
+    with server.client(auth=False) as anonymous:  # the token is checked first, as for any bad body
+        assert anonymous.post("/v1/models", content=body, headers=headers).status_code == 401
+
+
 def test_coverage_counts_live_models_only(base_home, tmp_path):
     from registry import Registry
 

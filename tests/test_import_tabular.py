@@ -327,6 +327,19 @@ def test_a_csv_row_of_the_wrong_width_says_when_a_quote_is_never_closed(tmp_path
     assert ("never closed" in caught.value.problem) is unclosed
 
 
+def test_a_jsonl_key_given_twice_in_one_object_is_refused_naming_the_line(tmp_path: Path) -> None:
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"query_id": "q1", "score": 1}\n{"query_id": "q2", "score": 1, "score": 0}\n', encoding="utf-8")
+
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+
+    assert (caught.value.line, caught.value.field) == (2, "score")
+    assert "'score' appears more than once" in caught.value.problem
+
+
 def test_columns_add_model_does_not_read_are_named_in_a_warning(tmp_path: Path) -> None:
     from registry.importers.tabular import read_model_evaluations
 

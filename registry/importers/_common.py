@@ -274,11 +274,30 @@ def required_text(value: object, *, file: Path | str, line: int, field: str) -> 
     return check_utf8(text, file=file, line=line, field=field)
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (`unique_keys`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} appears more than once in one JSON object")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """`json.loads(..., object_pairs_hook=unique_keys)`: `{"score": 1, "score": 0}` is valid JSON whose
+    meaning no reader agrees on (RFC 8259: names SHOULD be unique), and Python's keeps the last value
+    unsaid; it is refused instead (DuplicateKey)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return obj
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """Objects of a JSON Lines file as (line number, object); blank lines are skipped.
 
-    Refuses non-UTF-8 text and an empty file (as read_utf8), a line that is not JSON, and a line
-    that is not a JSON object.
+    Refuses non-UTF-8 text and an empty file (as read_utf8), a line that is not JSON, a line that is not
+    a JSON object, and an object that names a key twice.
     """
     import json  # local: only the JSON Lines importers need it
 
@@ -289,7 +308,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         if not raw.strip():
             continue
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, object_pairs_hook=unique_keys)
+        except DuplicateKey as err:
+            raise InputError(str(err), file=path, line=number, field=err.key) from None
         except json.JSONDecodeError as err:
             raise InputError(f"not JSON ({err.msg} at column {err.colno})", file=path, line=number) from None
         except RecursionError:

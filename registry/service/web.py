@@ -27,6 +27,7 @@ from registry.errors import NotFoundError
 from registry.evidence import MIN_EVALS
 from registry.results import Alias, ClustersResult, Comparison, ErrorResponse
 from registry.service.deps import Name
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["web_router", "CSP", "PAGES"]
 
@@ -104,7 +105,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     from registry.api import Registry
 
     limits = settings.limits
-    router = APIRouter()
+    router = APIRouter(route_class=UniqueKeysRoute)
     static = _static_files()
     shell = _shell()
     cache = _ByGeneration()

@@ -7,10 +7,11 @@ from fastapi.responses import PlainTextResponse
 from registry import results as r
 from registry.service import schemas as s
 from registry.service.deps import Metrics, Queue, Reader, Settings, State
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=UniqueKeysRoute)
 
 
 @router.get("/v1/stats", response_model=r.Stats, tags=["health"])

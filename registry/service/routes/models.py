@@ -13,15 +13,17 @@ from starlette.concurrency import run_in_threadpool
 from registry import operations, results as r
 from registry.catalog.models import record_from_metadata
 from registry.errors import InputError, NotFoundError
+from registry.importers._common import DuplicateKey, unique_keys
 from registry.limits import MAX_EVALS_PER_MODEL
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Queue, Settings, State, Uploads
 from registry.service.errors import ERRORS, error_response
 from registry.service.writer import JobSpec
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router", "uploads_dir"]
 
-router = APIRouter()
+router = APIRouter(route_class=UniqueKeysRoute)
 MaxEvalsForm = Form(None, ge=1, le=MAX_EVALS_PER_MODEL, description=s.MaxEvals.description)
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
 CREATED = {201: {"model": r.ModelChange}, 202: {"model": s.JobView}, **ERRORS}
@@ -107,7 +109,9 @@ def _spec_rows(evaluations: list[s.EvaluationIn]) -> list[dict[str, Any]]:
 def _metadata(name: str, metadata: str) -> dict:
     """An upload's metadata form field: a JSON object that makes a valid record, or a 422 now."""
     try:
-        meta = json.loads(metadata)
+        meta = json.loads(metadata, object_pairs_hook=unique_keys)
+    except DuplicateKey as err:
+        raise InputError(str(err), field="metadata") from None
     except (ValueError, RecursionError):  # RecursionError: nested too deeply for the parser
         raise InputError("metadata is not JSON (or nested too deeply)", field="metadata") from None
     if not isinstance(meta, dict):

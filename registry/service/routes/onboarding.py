@@ -10,10 +10,11 @@ from registry import results as r
 from registry.service.deps import Reader
 from registry.service.errors import ERRORS
 from registry.service.schemas import LIMITS, _Strict
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router", "SuggestRequest"]
 
-router = APIRouter()
+router = APIRouter(route_class=UniqueKeysRoute)
 
 MAX_SUGGEST = LIMITS.max_evaluations  # as many as one add-model may carry
 

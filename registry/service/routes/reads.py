@@ -7,10 +7,11 @@ from registry import results as r
 from registry.service.deps import Name, Reader
 from registry.service.errors import ERRORS
 from registry.service.schemas import LIMITS
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=UniqueKeysRoute)
 
 
 @router.get("/v1/models", response_model=list[r.ListedModel], responses=ERRORS, tags=["models"])

@@ -11,10 +11,11 @@ from registry.service import schemas as s
 from registry.service.deps import State
 from registry.service.errors import ERRORS
 from registry.service.schemas import LIMITS
+from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=UniqueKeysRoute)
 
 
 @router.get("/v1/similar", response_model=r.SearchResult, responses=ERRORS, tags=["search"])
