@@ -686,8 +686,9 @@ def check(ctx, as_json) -> None:
     """Consistency check: the index agrees with the models table, every evaluation names a stored query.
     Exits 1 when anything is wrong."""
     result = _registry(ctx, create=False).check()
-    emit(result, as_json, lambda r: click.echo(
-        "\n".join(f"PROBLEM {p}" for p in r.problems) or "consistent: index, tables and evaluations agree"))
+    emit(result, as_json, lambda r: click.echo("\n".join(
+        ([f"PROBLEM {p}" for p in r.problems] or ["consistent: index, tables and evaluations agree"])
+        + [f"NOTE {n}" for n in r.notes])))
     if not result.ok:
         ctx.exit(FINDING_EXIT)
 

@@ -499,10 +499,11 @@ class Registry:
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
-        from registry.analytics.search import check_consistency
+        from registry.analytics.search import check_consistency, unvectored_evaluated_queries
 
         problems = check_consistency(self.store)
-        return CheckResult(ok=not problems, problems=problems)
+        note = unvectored_evaluated_queries(self.store)
+        return CheckResult(ok=not problems, problems=problems, notes=[note] if note else [])
 
     # ------------------------------------------------------------------- reads
     def stats(self) -> Stats:

@@ -221,6 +221,8 @@ class CheckResult(Result):
 
     ok: bool
     problems: list[str]
+    notes: list[str] = Field(default_factory=list, description="what is not wrong but leaves something out "
+                             "(evaluated queries without a vector of the query encoder)")
 
 
 # ------------------------------------------------------------------------------ the encoder

@@ -153,7 +153,7 @@ def test_cli_add_search_show_history_remove_audit(trained_home, tmp_path):
     assert by_locus["by"] == "locus" and by_locus["neighbours"][0]["agreement_kappa"] is None
     assert json.loads(run("show", "dup-endpoint", "--json"))["record"]["provider"] == "reseller"
     assert json.loads(run("history", "dup-endpoint", "--json"))["versions"][0]["event"] == "add"
-    assert json.loads(run("check", "--json")) == {"ok": True, "problems": []}
+    assert json.loads(run("check", "--json")) == {"ok": True, "problems": [], "notes": []}
     audit = json.loads(run("audit", "--json"))
     assert {"dup-endpoint", "syn-synfam0-13b"} in [{f["a"], f["b"]} for f in audit["flags"]]
     run("audit", "--fail-on-flag", code=1)
@@ -185,6 +185,18 @@ def test_check_command_exits_1_and_names_the_problem(reg):
         reg.store.table("queries").delete(f"query_id = '{some_query}'")
     out = _run(reg.home, "check", code=1)
     assert "PROBLEM 1 evaluated query ids are not in the queries table" in out
+
+
+def test_check_notes_evaluated_queries_without_a_vector_and_still_exits_0(reg, tmp_path):
+    assert _run(reg.home, "check").strip() == "consistent: index, tables and evaluations agree"
+    path = tmp_path / "unencoded.jsonl"
+    path.write_text("".join(json.dumps({"model": "importer", "query": f"Never encoded question {i}?", "score": 1}) + "\n"
+                            for i in range(3)))
+    reg.import_path(path, encode=False)
+    out = _run(reg.home, "check")  # not a problem: --no-encode is a documented choice
+    assert out.startswith("consistent") and "NOTE 3 of " in out and "have no vector of the query encoder" in out
+    result = json.loads(_run(reg.home, "check", "--json"))
+    assert result["ok"] is True and result["problems"] == [] and len(result["notes"]) == 1
 
 
 def test_search_before_any_embedding_says_what_to_run(home, tmp_path):

@@ -692,6 +692,29 @@ def distance(store: "Store | str | Path", a: str, b: str, *, metric: str | None 
     return embedding_distance(open_index(store, by=by), a, b, metric)
 
 
+def unvectored_evaluated_queries(store: "Store") -> str | None:
+    """A note when evaluated queries have no vector of the registry's query encoder (texts imported with
+    --no-encode): not an inconsistency, but every reader of query vectors (embedding, the router's kNN,
+    fingerprints of new models, drift) leaves their evaluations out."""
+    import pyarrow.compute as pc
+
+    from indexing.store import EVALUATIONS, QUERIES
+
+    evaluated = pc.unique(store.read(EVALUATIONS, ["query_id"]).column("query_id"))
+    queries = store.read(QUERIES, ["query_id", "text_hash"])
+    mine = queries.filter(pc.is_in(queries.column("query_id"), value_set=evaluated))
+    if not mine.num_rows:
+        return None
+    rows, _ = store.vector_rows(store.query_encoder, mine.column("text_hash"))
+    missing = int((rows < 0).sum())
+    if not missing:
+        return None
+    first = mine.column("query_id")[int(np.flatnonzero(rows < 0)[0])].as_py()
+    return (f"{missing:,} of {mine.num_rows:,} evaluated queries have no vector of the query encoder "
+            f"{store.query_encoder} (e.g. {first!r}): their evaluations are left out wherever query vectors are "
+            "read; texts imported with --no-encode get one when their file is imported again with encoding on")
+
+
 def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
