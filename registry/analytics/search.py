@@ -712,7 +712,8 @@ def unvectored_evaluated_queries(store: "Store") -> str | None:
     first = mine.column("query_id")[int(np.flatnonzero(rows < 0)[0])].as_py()
     return (f"{missing:,} of {mine.num_rows:,} evaluated queries have no vector of the query encoder "
             f"{store.query_encoder} (e.g. {first!r}): their evaluations are left out wherever query vectors are "
-            "read; texts imported with --no-encode get one when their file is imported again with encoding on")
+            "read; a query gets one when its text comes again with encoding on (an import without --no-encode, "
+            "add-model or refine)")
 
 
 def check_consistency(store: "Store") -> list[str]:
