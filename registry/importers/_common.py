@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -288,8 +289,8 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     unsaid; it is refused instead (DuplicateKey)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+        counts = Counter(key for key, _ in pairs)
+        raise DuplicateKey(next(key for key, _ in pairs if counts[key] > 1))
     return obj
 
 

@@ -26,8 +26,9 @@ from registry.service.metrics import ServiceMetrics
 from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_host
 from registry.service.state import WarmState
 
-__all__ = ["single_valued_query", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads", "require_token",
-           "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name", "WRITE"]
+__all__ = ["single_valued_query", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads",
+           "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name",
+           "WRITE"]
 
 
 async def single_valued_query(request: Request) -> None:
