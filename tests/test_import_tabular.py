@@ -296,17 +296,20 @@ def test_a_csv_without_a_query_or_query_id_column_is_refused_on_line_1(tmp_path:
     assert caught.value.problem == "no query or query_id column; the header has qid, score"
 
 
-def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
+def _refused(path: Path, content: str) -> InputError:
+    """The InputError that reading `content` as model m's evaluations file at `path` raises."""
     from registry.importers.tabular import read_model_evaluations
 
-    path = tmp_path / "t.csv"
-    path.write_text("query_id,score\nq1,1\nq2,\n", encoding="utf-8")
-
+    path.write_text(content, encoding="utf-8")
     with pytest.raises(InputError) as caught:
         read_model_evaluations(path, "m")
+    return caught.value
 
-    assert (caught.value.line, caught.value.field) == (3, "score")
-    assert "empty" in caught.value.problem and "None" not in caught.value.problem
+
+def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
+    error = _refused(tmp_path / "t.csv", "query_id,score\nq1,1\nq2,\n")
+    assert (error.line, error.field) == (3, "score")
+    assert "empty" in error.problem and "None" not in error.problem
 
 
 @pytest.mark.parametrize("content, line, unclosed", [
@@ -315,29 +318,14 @@ def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
 ])
 def test_a_csv_row_of_the_wrong_width_says_when_a_quote_is_never_closed(tmp_path: Path, content: str, line: int,
                                                                        unclosed: bool) -> None:
-    from registry.importers.tabular import read_model_evaluations
-
-    path = tmp_path / "t.csv"
-    path.write_text(content, encoding="utf-8")
-
-    with pytest.raises(InputError) as caught:
-        read_model_evaluations(path, "m")
-
-    assert caught.value.line == line and "fields where the header has 2" in caught.value.problem
-    assert ("never closed" in caught.value.problem) is unclosed
+    error = _refused(tmp_path / "t.csv", content)
+    assert error.line == line and "fields where the header has 2" in error.problem
+    assert ("never closed" in error.problem) is unclosed
 
 
 def test_a_jsonl_key_given_twice_in_one_object_is_refused_naming_the_line(tmp_path: Path) -> None:
-    from registry.importers.tabular import read_model_evaluations
-
-    path = tmp_path / "t.jsonl"
-    path.write_text('{"query_id": "q1", "score": 1}\n{"query_id": "q2", "score": 1, "score": 0}\n', encoding="utf-8")
-
-    with pytest.raises(InputError) as caught:
-        read_model_evaluations(path, "m")
-
-    assert (caught.value.line, caught.value.field) == (2, "score")
-    assert "'score' appears more than once" in caught.value.problem
+    error = _refused(tmp_path / "t.jsonl", '{"query_id": "q1", "score": 1}\n{"query_id": "q2", "score": 1, "score": 0}\n')
+    assert (error.line, error.field) == (2, "score") and "'score' appears more than once" in error.problem
 
 
 def test_columns_add_model_does_not_read_are_named_in_a_warning(tmp_path: Path) -> None:
