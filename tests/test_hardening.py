@@ -398,15 +398,25 @@ def test_questionable_input_is_refused_naming_the_field(server, texts):
         assert "mine.csv" in r.json()["warnings"][0]
 
 
-def test_a_repeated_query_parameter_is_refused_naming_it(server):
-    """FastAPI keeps the last of a repeated scalar parameter and drops the rest unsaid (schemathesis sent
-    `/v1/table?offset=true&offset=null&offset=0.0` and got a 200): refused naming the parameter, and a write
-    without its token is still told about the token first."""
+def test_a_repeated_query_parameter_or_form_field_is_refused_naming_it(server, texts):
+    """FastAPI keeps the last of a repeated scalar parameter or form field and drops the rest unsaid
+    (schemathesis sent `/v1/table?offset=true&offset=null&offset=0.0` and got a 200; an upload with two
+    `metadata` fields landed the second): refused naming it, and a write without its token is still told
+    about the token first."""
     with server.client() as c:
         r = c.get("/v1/table?offset=1&offset=0&limit=5")
         assert r.status_code == 422 and r.json()["error"]["field"] == "offset", r.text
         assert "2 times" in r.json()["error"]["message"]
         assert c.get("/v1/table?offset=1&limit=5").status_code == 200
+        before = c.get("/v1/stats").json()
+        upload = ("e.csv", f'query,score\n"{texts[0][0]}",1\n'.encode())
+        r = c.post("/v1/models/form-twice/file", files=[("file", upload)],
+                   data={"metadata": ['{"family": "a"}', '{"family": "b"}']})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "metadata", r.text
+        r = c.post("/v1/models/form-twice/file", files=[("file", upload), ("file", upload)])
+        assert r.status_code == 422 and r.json()["error"]["field"] == "file", r.text
+        assert c.get("/v1/stats").json() == before
+        assert c.post("/v1/models/form-twice/file", files=[("file", upload)]).status_code == 201
     with server.client(auth=False) as anonymous:
         r = anonymous.delete("/v1/aliases/some-alias?x=1&x=2")
         assert r.status_code == 401, r.text

@@ -26,24 +26,29 @@ from registry.service.metrics import ServiceMetrics
 from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_host
 from registry.service.state import WarmState
 
-__all__ = ["single_valued_query", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads",
+__all__ = ["single_valued_parameters", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads",
            "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name",
            "WRITE"]
 
 
-async def single_valued_query(request: Request) -> None:
-    """Every query parameter of this API takes one value: a repeated one (`?offset=1&offset=5`) is refused
-    naming it, where FastAPI would keep the last and drop the others unsaid. An app-wide dependency that
-    raises a validation error, so that a write without its token is still answered 401 first."""
-    if not request.scope.get("query_string"):
-        return
-    params = request.query_params
+async def single_valued_parameters(request: Request) -> None:
+    """Every query parameter and form field of this API takes one value: a repeated one (`?offset=1&offset=5`,
+    two `metadata` fields in an upload) is refused naming it, where FastAPI would keep the last and drop the
+    others unsaid. An app-wide dependency that raises a validation error, so that a write without its token
+    is still answered 401 first. (A form is parsed before dependencies run: `request.form()` is its cache.)"""
+    if request.scope.get("query_string"):
+        _refuse_repeated(request.query_params, "query")
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        _refuse_repeated(await request.form(), "form")
+
+
+def _refuse_repeated(params, where: str) -> None:
     if len(params) == len(params.multi_items()):
         return
     seen: set[str] = set()
     for key, _ in params.multi_items():
         if key in seen:
-            raise RequestValidationError([{"loc": ("query", key), "type": "value_error",
+            raise RequestValidationError([{"loc": (where, key), "type": "value_error",
                                            "msg": f"given {len(params.getlist(key))} times; it takes one value"}])
         seen.add(key)
 

@@ -1,6 +1,6 @@
 """Request bodies read as JSON whose objects name each key once (registry.importers._common.unique_keys,
 as a JSON Lines file is read): `{"query": ..., "score": 1, "score": 0}` is refused, 422 naming the key,
-where Python's parser kept the last value unsaid, as a repeated query parameter is (deps.single_valued_query).
+where Python's parser kept the last value unsaid, as a repeated query parameter is (deps.single_valued_parameters).
 """
 from __future__ import annotations
 
