@@ -197,6 +197,10 @@ def test_check_notes_evaluated_queries_without_a_vector_and_still_exits_0(reg, t
     assert out.startswith("consistent") and "NOTE 3 of " in out and "have no vector of the query encoder" in out
     result = json.loads(_run(reg.home, "check", "--json"))
     assert result["ok"] is True and result["problems"] == [] and len(result["notes"]) == 1
+    # as the note says: a model added with an evaluation on one (by its id) gives it its vector
+    unencoded = sorted(q["query_id"] for q in reg.store.read("queries").to_pylist() if q["text"].startswith("Never"))
+    reg.add_model("healer", [{"query_id": unencoded[0], "score": 1}])
+    assert "NOTE 2 of " in _run(reg.home, "check")
 
 
 def test_search_before_any_embedding_says_what_to_run(home, tmp_path):

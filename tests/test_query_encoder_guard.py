@@ -70,7 +70,7 @@ def test_embed_names_the_evaluations_it_left_out_for_want_of_a_query_vector(reg,
     assert report.n_evals["half"] == 1 and "none" not in report.n_evals
     [warning] = [w for w in report.warnings if "no all-MiniLM-L6-v2 vector" in w]
     assert "half (1 of 2)" in warning and "none (1 of 1, not embedded)" in warning
-    assert "2 model(s)" in warning and "import their files again" in warning
+    assert "2 model(s)" in warning and "imported again without --no-encode" in warning
     # once encoded (the same file imported with encoding on), nothing is left out
     reg.import_path(path)
     again = reg.embed_all()

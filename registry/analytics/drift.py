@@ -240,9 +240,10 @@ def drift(store: Store, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: flo
     fields = judge(cal, name, before_rows, after_rows, alpha=alpha, max_noise=max_noise, items=items,
                    calibrated_rows=current, permutations=permutations, seed=seed)
     if unplaced:  # the counts the sentence gives are after these, which would otherwise look lost
+        from registry.catalog.dataset import GETS_A_VECTOR
+
         fields["sentence"] += (f" {unplaced} evaluated {'query was' if unplaced == 1 else 'queries were'} left out: "
-                               "no query vector places them under the item table (a text imported with "
-                               "--no-encode has none until its file is imported again with encoding on).")
+                               f"no query vector places them under the item table ({GETS_A_VECTOR}).")
     return DriftReport(name=name, newest_version=newest, earlier_versions=numbers, **fields,
                        seconds=time.perf_counter() - started)
 

@@ -699,6 +699,7 @@ def unvectored_evaluated_queries(store: "Store") -> str | None:
     import pyarrow.compute as pc
 
     from indexing.store import EVALUATIONS, QUERIES
+    from registry.catalog.dataset import GETS_A_VECTOR
 
     evaluated = pc.unique(store.read(EVALUATIONS, ["query_id"]).column("query_id"))
     queries = store.read(QUERIES, ["query_id", "text_hash"])
@@ -712,8 +713,7 @@ def unvectored_evaluated_queries(store: "Store") -> str | None:
     first = mine.column("query_id")[int(np.flatnonzero(rows < 0)[0])].as_py()
     return (f"{missing:,} of {mine.num_rows:,} evaluated queries have no vector of the query encoder "
             f"{store.query_encoder} (e.g. {first!r}): their evaluations are left out wherever query vectors are "
-            "read; a query gets one when its text comes again with encoding on (an import without --no-encode, "
-            "add-model or refine)")
+            f"read; {GETS_A_VECTOR}")
 
 
 def check_consistency(store: "Store") -> list[str]:

@@ -12,9 +12,12 @@ from encoder.data import EvalData
 from indexing.store import EVALUATIONS, MODELS, QUERIES, Store
 from registry.errors import RegistryError
 
-__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors", "EVAL_COLUMNS", "positions_in"]
+__all__ = ["load_eval_data", "QueryVectors", "load_query_vectors", "EVAL_COLUMNS", "positions_in", "GETS_A_VECTOR"]
 
 EVAL_COLUMNS = ["model", "query_id", "score"]  # what load_eval_data reads of the evaluations table
+# how a stored query without a vector (its text imported with --no-encode) gets one: said wherever one is left out
+GETS_A_VECTOR = ("a query gets its vector when its text is imported again without --no-encode, or when a model is "
+                 "added or refined with an evaluation on it")
 
 
 def load_eval_data(store: Store, encoder: str, *, models: list[str] | None = None,

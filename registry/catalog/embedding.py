@@ -17,7 +17,7 @@ import numpy as np
 
 from encoder.data import EvalData, sample_per_model, split_queries
 from indexing.store import HEAVY_MODEL_COLUMNS, MODEL_SCHEMA, MODELS, Store, now_utc
-from registry.catalog.dataset import load_eval_data
+from registry.catalog.dataset import GETS_A_VECTOR, load_eval_data
 from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
 
@@ -279,7 +279,7 @@ def unvectored_warning(lost: dict[str, int], kept: dict[str, int], query_encoder
         parts.append(f"{name} ({n} of {n + k}{'' if k else ', not embedded'})")
     shown = ", ".join(parts[:10]) + (f" and {len(parts) - 10} more" if len(parts) > 10 else "")
     return (f"{len(parts)} model(s) have evaluations on queries with no {query_encoder} vector, left out of their "
-            f"embeddings: {shown}; import their files again (with encoding on) to encode those queries")
+            f"embeddings: {shown}; {GETS_A_VECTOR}")
 
 
 def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: np.ndarray,

@@ -283,14 +283,19 @@ class DuplicateKey(ValueError):
         self.key = key
 
 
+def repeated_key(pairs) -> tuple[str, int] | None:
+    """(the first key given more than once among (key, value) `pairs`, how many times), or None."""
+    counts = Counter(key for key, _ in pairs)
+    return next(((key, counts[key]) for key, _ in pairs if counts[key] > 1), None)
+
+
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """`json.loads(..., object_pairs_hook=unique_keys)`: `{"score": 1, "score": 0}` is valid JSON whose
     meaning no reader agrees on (RFC 8259: names SHOULD be unique), and Python's keeps the last value
     unsaid; it is refused instead (DuplicateKey)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        counts = Counter(key for key, _ in pairs)
-        raise DuplicateKey(next(key for key, _ in pairs if counts[key] > 1))
+        raise DuplicateKey(repeated_key(pairs)[0])
     return obj
 
 

@@ -19,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.api import Registry
 from registry.errors import InputError
+from registry.importers._common import repeated_key
 from registry.limits import check_model_name
 from registry.service.errors import HTTPError
 from registry.service.jobs import JobQueue
@@ -26,9 +27,9 @@ from registry.service.metrics import ServiceMetrics
 from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_host
 from registry.service.state import WarmState
 
-__all__ = ["single_valued_parameters", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics", "get_uploads",
-           "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics", "Uploads", "Name",
-           "WRITE"]
+__all__ = ["single_valued_parameters", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics",
+           "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics",
+           "Uploads", "Name", "WRITE"]
 
 
 async def single_valued_parameters(request: Request) -> None:
@@ -43,14 +44,11 @@ async def single_valued_parameters(request: Request) -> None:
 
 
 def _refuse_repeated(params, where: str) -> None:
-    if len(params) == len(params.multi_items()):
-        return
-    seen: set[str] = set()
-    for key, _ in params.multi_items():
-        if key in seen:
-            raise RequestValidationError([{"loc": (where, key), "type": "value_error",
-                                           "msg": f"given {len(params.getlist(key))} times; it takes one value"}])
-        seen.add(key)
+    items = params.multi_items()
+    if len(items) > len(params) and (found := repeated_key(items)) is not None:
+        key, times = found
+        raise RequestValidationError([{"loc": (where, key), "type": "value_error",
+                                       "msg": f"given {times} times; it takes one value"}])
 
 
 async def get_settings(request: Request) -> ServiceSettings:
