@@ -256,6 +256,9 @@ class StoreView:
         them in memory only, and a write that lands such a text stores its vector."""
         return set()
 
+    def vectors_stored(self, encoder: str, hashes) -> None:
+        """A write has committed the vectors of `hashes`: nothing to forget here (see `unstored_vectors`)."""
+
     def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
         from encoder.query_encoder import load_query_encoder
 

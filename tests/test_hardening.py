@@ -631,6 +631,35 @@ def test_a_job_answered_before_its_file_says_done_is_done_after_a_restart(base_h
     assert [v.version for v in Registry.open(home).history("answered").versions] == [1]
 
 
+def test_a_routed_text_is_offered_to_writes_until_one_stores_its_vector(base_home, tmp_path, texts):
+    """The service remembers which texts a route encoded (their vectors are in memory, not in the store) so
+    that a write landing one stores its vector; once a write has committed it, the text is no longer
+    offered (each later write would look it up in the store again)."""
+    from registry import Registry
+    from registry.importers._common import text_hash
+    from registry.service.jobs import JobQueue
+    from registry.service.settings import ServiceSettings
+    from registry.service.state import WarmState
+    from registry.service.writer import JobSpec
+
+    home = copy_home(base_home, tmp_path / "home")
+    state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
+    fresh = "Routed first, then evaluated: how many strings does a violin have?"
+    encoder = state.active().query_encoder
+    _, encoded = state.route([fresh], k=1, exclude=[], where=None, fallback=0)
+    assert encoded == 1
+    assert state.unstored_vectors(encoder, [text_hash(fresh)]) == {text_hash(fresh)}
+    queue = JobQueue(state)
+    evaluations = [{"query": fresh, "score": 1}] + [{"query": t, "score": i % 2} for i, (t, _) in enumerate(texts[:70])]
+    job = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="routed-first", evaluations=evaluations))
+    try:
+        assert job.event.wait(120) and job.state == "done", job.error
+    finally:
+        queue.stop()
+    assert Registry.open(home).store.cached_vectors(encoder, [text_hash(fresh)])
+    assert state.unstored_vectors(encoder, [text_hash(fresh)]) == set()
+
+
 def test_the_service_imports_lancedb_beside_its_first_requests(base_home, tmp_path):
     """Reads never need LanceDB; the first write does, and importing it then cost that add-model 1.6 s
     (bench_service's p99): a fresh service process imports it in a background thread at start-up."""

@@ -100,9 +100,10 @@ def land(view, changes: list[Change], *,
                 # writer elsewhere cannot starve this one; the first ones leave other writers free.
                 if attempt == _ATTEMPTS - 1:
                     with view.store.transaction():
-                        _land(view, changes, outcomes, on_commit)
+                        stored = _land(view, changes, outcomes, on_commit)
                 else:
-                    _land(view, changes, outcomes, on_commit)
+                    stored = _land(view, changes, outcomes, on_commit)
+                view.vectors_stored(*stored)  # committed: the view need not offer them to the next write
                 break
             except _Moved:
                 outcomes.clear()
@@ -161,7 +162,9 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
     return _Prepared(change, record, existing, new_queries, warnings=warnings)
 
 
-def _land(view, changes: list[Change], outcomes, on_commit) -> None:
+def _land(view, changes: list[Change], outcomes, on_commit) -> tuple[str, list[str]]:
+    """Land `changes` in one transaction, filling `outcomes`; (the query encoder, the text hashes whose
+    vectors the store holds now that it may not have held before)."""
     from encoder.data import EvalData
     from encoder.inference import embed_models
     from registry.catalog.ingest import model_row
@@ -197,7 +200,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         claimed.update({q.id: d for q, d in job.new_queries})
         prepared.append(job)
     if not prepared:
-        return
+        return active.query_encoder, []
 
     # Each model's evaluations after the write: an add holds exactly what it brings (a removed model of
     # that name kept its evaluations, for restore, and they must not leak into the new one); a refine
@@ -238,7 +241,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         p.hashes = [new_hash.get(q) or by_id[q] for q in final]
         p.scores = np.asarray(list(final.values()), dtype=np.float32)
     if not prepared:
-        return
+        return active.query_encoder, []
 
     # Query vectors: the view's caches, then the store's, then one encoding batch for the rest.
     wanted = sorted({h for p in prepared for h in p.hashes})
@@ -318,6 +321,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> None:
         if on_commit is not None:
             on_commit(store, results)
     outcomes.update(results)
+    return active.query_encoder, storing
 
 
 def _embedded_from(row: dict, encoder_id: str, n_held: int, max_evals: int | None) -> bool:

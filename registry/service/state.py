@@ -385,6 +385,10 @@ class WarmState(StoreView):
         with self._texts_lock:
             return {h for h in hashes if (encoder, h) in self._unstored}
 
+    def vectors_stored(self, encoder: str, hashes) -> None:
+        with self._texts_lock:
+            self._unstored.difference_update((encoder, h) for h in hashes)
+
     def remember(self, encoder: str, vectors: dict[str, np.ndarray], *, unstored=()) -> None:
         """Keep `vectors` (text hash -> vector) in memory; `unstored`: those of them the store lacks."""
         limit = self.settings.text_cache_size
