@@ -312,15 +312,30 @@ def test_a_blank_csv_score_is_said_to_be_empty(tmp_path: Path) -> None:
     assert "empty" in error.problem and "None" not in error.problem
 
 
-@pytest.mark.parametrize("content, line, unclosed", [
-    ('query,score\nWho wrote it?,0\n"What is 2+2?,1\nx,1\n', 3, True),  # the quote swallows the rest of the file
-    ('query,score\n"A ""quoted"" word",1\nx,1,2\n', 3, False),  # doubled quotes are closed: a plain count
+@pytest.mark.parametrize("content, line, said", [
+    # the quote swallows the rest of the file
+    ('query,score\nWho wrote it?,0\n"What is 2+2?,1\nx,1\n', 3, "never closed (the file ends inside it)"),
+    # it closes at a later row's quote, and a plain reader goes on with one wrong row of the right width
+    ('query,score\nWho wrote it?,0\n"What is 2+2?,1\n"Who wrote Hamlet?",0\n', 3,
+     "closes at line 4 and more text follows the closing quote"),
+    ('query,score\n"A ""quoted"" word" ,1\n', 2, "more text follows the closing quote"),
+    ('query,score\n"A ""quoted"" word",1\nx,1,2\n', 3, "3 fields where the header has 2"),  # doubled quotes close
+    ('query,score\nWhat "is" this,1\nx,1,2\n', 3, "3 fields where the header has 2"),  # a quote mid-field is text
+    ('"query,score\nx,1\n', 1, "never closed"),  # in the header
 ])
-def test_a_csv_row_of_the_wrong_width_says_when_a_quote_is_never_closed(tmp_path: Path, content: str, line: int,
-                                                                       unclosed: bool) -> None:
+def test_a_csv_with_broken_quoting_is_refused_at_the_row_it_starts(tmp_path: Path, content: str, line: int,
+                                                                   said: str) -> None:
     error = _refused(tmp_path / "t.csv", content)
-    assert error.line == line and "fields where the header has 2" in error.problem
-    assert ("never closed" in error.problem) is unclosed
+    assert error.line == line and said in error.problem, error.problem
+
+
+def test_csv_quoting_that_is_valid_reads_as_written(tmp_path: Path) -> None:
+    from registry.importers._common import read_csv
+
+    path = tmp_path / "t.csv"
+    path.write_text('query,score\n"two\nlines, one comma",1\n"A ""quoted"" word",0\nWhat "is" this,1\n', "utf-8")
+    assert [(n, r["query"]) for n, r in read_csv(path, ("query", "score"))] == [
+        (2, "two\nlines, one comma"), (4, 'A "quoted" word'), (5, 'What "is" this')]
 
 
 def test_a_jsonl_key_given_twice_in_one_object_is_refused_naming_the_line(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import io
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -200,11 +200,15 @@ def read_csv(path: Path, required: tuple[str, ...], *,
     """Rows of a CSV file with a header, as (line number where the row starts, row).
 
     Refuses an empty file, a file with a header and no rows, missing columns (every one of
-    `required`, at least one of `one_of`), and rows whose field count differs from the header's.
+    `required`, at least one of `one_of`), rows whose field count differs from the header's, and
+    broken quoting: a quoted field never closed, or closed and followed by more text (CSV readers
+    otherwise swallow the rows after it into one field and go on with a valid-looking wrong row).
     """
     text = read_utf8(path)
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader)
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    start = 1
+    rows = _csv_rows(reader, path, lambda: start)
+    header = next(rows)
     header = [column.strip() for column in header]
     missing = [column for column in required if column not in header]
     if missing:
@@ -217,22 +221,37 @@ def read_csv(path: Path, required: tuple[str, ...], *,
         raise InputError(f"no {' or '.join(one_of)} column; the header has {', '.join(header)}", file=path, line=1)
     n_rows = 0
     start = reader.line_num + 1
-    for row in reader:
+    for row in rows:
         if not row or (len(row) == 1 and not row[0].strip()):
             start = reader.line_num + 1
             continue
         if len(row) != len(header):
-            # csv reads an unclosed quote to the end of the file as one field: say so, not only the count
-            raw = "\n".join(text.splitlines()[start - 1:reader.line_num])  # the lines this row took
-            unclosed = "; a quoted field opened here is never closed" if raw.count('"') % 2 else ""
-            raise InputError(
-                f"{len(row)} fields where the header has {len(header)}{unclosed}", file=path, line=start
-            )
+            raise InputError(f"{len(row)} fields where the header has {len(header)}", file=path, line=start)
         n_rows += 1
         yield start, dict(zip(header, row))
         start = reader.line_num + 1
     if n_rows == 0:
         raise InputError("no data rows after the header", file=path)
+
+
+def _csv_rows(reader, path: Path, start: Callable[[], int]) -> Iterator[list[str]]:
+    """`reader`'s rows, its quoting errors as InputErrors at the line where the row starts (`start()`)."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            if "expected after" in str(err):
+                problem = (f"a quoted field closes at line {reader.line_num} and more text follows the closing quote: "
+                           'a quote inside a quoted field is written twice (""), and a quoted field ends at a comma '
+                           "or the end of its line")
+            elif "end of data" in str(err):
+                problem = "a quoted field opened in this row is never closed (the file ends inside it)"
+            else:
+                problem = f"not CSV this reader takes ({err})"
+            raise InputError(problem, file=path, line=start()) from None
+        yield row
 
 
 def parse_score(value: object, *, file: Path | str, line: int, field: str) -> float:
