@@ -38,6 +38,33 @@ def json_option(command=None, *, help: str = JSON_HELP):
     return decorate if command is None else decorate(command)
 
 
+class Duration(click.ParamType):
+    """A time span: seconds, or a number with s, m, h or d (30m, 1h, 7d); a `datetime.timedelta`."""
+
+    name = "duration"
+    _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+    def convert(self, value, param, ctx):
+        import re
+        from datetime import timedelta
+
+        if isinstance(value, timedelta):
+            return value
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
+        if found is None:
+            self.fail(f"{value!r} is not a duration: a number of seconds, or one with s, m, h or d (30m, 1h, 7d)",
+                      param, ctx)
+        return timedelta(seconds=float(found.group(1)) * self._UNITS[found.group(2)])
+
+    @classmethod
+    def spell(cls, seconds: float) -> str:
+        """`seconds` as this type reads it back, in the largest unit that divides it (3600 -> "1h")."""
+        for unit in ("d", "h", "m"):
+            if seconds and seconds % cls._UNITS[unit] == 0:
+                return f"{seconds / cls._UNITS[unit]:g}{unit}"
+        return f"{seconds:g}s"
+
+
 max_evals_option = click.option(
     "--max-evals", default="all", show_default=True,
     help="Evaluations per model to embed from: 'all', or a number (a seeded sample).")

@@ -13,6 +13,7 @@ import click
 
 from cli._common import (
     ERROR_EXIT,
+    Duration,
     EXISTING_FILE,
     FINDING_EXIT,
     _backend,
@@ -691,6 +692,35 @@ def check(ctx, as_json) -> None:
         + [f"NOTE {n}" for n in r.notes])))
     if not result.ok:
         ctx.exit(FINDING_EXIT)
+
+
+@cli.command()
+@click.option("--keep-versions-for", type=Duration(), default="1h", show_default=True,
+              help="Keep the table versions superseded within this span (30m, 1h, 7d; 0: only the latest): "
+                   "a process that opened one then can still read it.")
+@json_option
+@click.pass_context
+def compact(ctx, keep_versions_for, as_json) -> None:
+    """Merge the store's tables into few files and remove their old versions.
+
+    Every write leaves a fragment and a version in each table it writes: reads and writes slow down as
+    they pile up, and disk grows (`registry check` says when). The rows are unchanged; writes wait while
+    it runs; a `registry serve` beside it goes on (it re-opens the tables after any write)."""
+    report = _registry(ctx, create=False).compact(keep_versions_for=keep_versions_for)
+
+    def text(r) -> None:
+        def size(n) -> str:
+            return "-" if n is None else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+        click.echo(f"{'table':<26} {'fragments':^15} {'versions':^15} {'on disk':^22}")
+        for t in r.tables:
+            click.echo(f"{t.table:<26} {t.fragments[0]:>7,} -> {t.fragments[1]:<4,} {t.versions[0]:>7,} -> "
+                       f"{t.versions[1]:<4,} {size(t.bytes[0]):>9} -> {size(t.bytes[1])}")
+        kept = ("only the latest version of each table kept" if not r.keep_versions_for_seconds else
+                f"versions superseded within the last {Duration.spell(r.keep_versions_for_seconds)} kept")
+        click.echo(f"compacted in {r.seconds:.1f} s; {kept}")
+
+    emit(report, as_json, text)
 
 
 @cli.command()

@@ -46,12 +46,16 @@ def _read_token(token_file: Path | None) -> str | None:
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(1, 256),
               help="Torch threads per call (requests already run in parallel; more can help a GPU-less "
                    "host with idle cores and few clients).")
+@click.option("--compact-every", default=100, show_default=True, type=click.IntRange(0, None),
+              help="Compact the store (`registry compact`) once this many writes have landed and the writer "
+                   "is idle; 0: never.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @json_option(help="Once listening, print one JSON line on stdout: url, home, device, encoder_id, models, "
                   "writes (for scripts: with --port 0 it names the port chosen).")
 @click.pass_context
-def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threads, log_level, as_json) -> None:
+def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threads, compact_every, log_level,
+          as_json) -> None:
     """Serve the registry over HTTP: /v1 API, /docs, /openapi.json, /metrics.
 
     The same home the CLI uses; both can run side by side (writes take the store's lock, and the
@@ -83,7 +87,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
 
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
                                limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads,
-                               port=port or None)  # 0: any port, chosen by the OS
+                               port=port or None, compact_every=compact_every)  # port 0: any, chosen by the OS
     torch.set_num_threads(settings.torch_threads)
     state = WarmState(settings)
     snap = state.snapshot()

@@ -23,7 +23,7 @@ import json
 import os
 import re
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -585,6 +585,68 @@ class Store:
                 meta = self._open(table_name).schema.metadata or {}
                 names.append(meta.get(b"encoder", table_name.encode()).decode("utf-8"))
         return names
+
+    # ------------------------------------------------------------ maintenance
+    def storage(self) -> list[dict[str, Any]]:
+        """Per table: {"table", "rows", "fragments", "versions", "bytes"} (bytes None on an s3 home). Every
+        write transaction leaves at least one fragment and one version in each table it writes: scans pay
+        per fragment and old versions keep their files (`compact`)."""
+        out = []
+        for name in self.table_names():
+            dataset = self._dataset(name)
+            out.append({"table": name, "rows": dataset.count_rows(), "fragments": len(dataset.get_fragments()),
+                        "versions": len(dataset.versions()), "bytes": self._bytes_of(name)})
+        return out
+
+    def compact(self, *, keep_versions_for: timedelta) -> list[dict[str, Any]]:
+        """Merge each table's fragments (and rows deleted by upserts) into as few files as its size needs,
+        then remove the versions superseded more than `keep_versions_for` ago, with the files only they
+        held; the latest version is always kept. Per table: {"table", "fragments", "versions", "bytes"},
+        each [before, after] (bytes None on an s3 home). The rows, and their order, are unchanged.
+
+        Compaction is a write: it runs in a transaction, so a process that dies inside it is rolled back to
+        the same rows. The removal runs under the writer lock once it has committed: no transaction is live
+        then, so no journal names a version removed; a reader that opened a version within the window can
+        still read it (a long-lived reader re-opens the tables after any write, compaction included)."""
+        if keep_versions_for < timedelta(0):
+            raise InputError("the time to keep old versions for must not be negative", field="keep_versions_for")
+        self.check_format()
+        before = {row["table"]: row for row in self.storage()}
+        with self.transaction():
+            for name in self.table_names():
+                dataset = self._dataset(name)
+                if len(dataset.get_fragments()) > 1 or any(
+                        f.metadata.deletion_file is not None for f in dataset.get_fragments()):
+                    dataset.optimize.compact_files()
+        cutoff = None
+        with self._writer_lock():
+            self._recover()
+            for name in self.table_names():
+                dataset = self._dataset(name)
+                listed = sorted(dataset.versions(), key=lambda v: v["version"])
+                if cutoff is None:  # lance stamps versions in local time, naive (or aware, in some versions)
+                    stamp = listed[-1]["timestamp"]
+                    cutoff = (datetime.now(stamp.tzinfo) if stamp.tzinfo else datetime.now()) - keep_versions_for
+                # a version stopped being the latest when the next one was made
+                old = [v["version"] for v, after in zip(listed, listed[1:]) if after["timestamp"] <= cutoff]
+                if old:
+                    dataset.cleanup_old_versions(versions=old, error_if_tagged_old_versions=False)
+        after = {row["table"]: row for row in self.storage()}
+        return [{"table": name, **{key: [before[name][key] if name in before else None, after[name][key]]
+                                   for key in ("fragments", "versions", "bytes")}} for name in sorted(after)]
+
+    def _dataset(self, name: str):
+        """A table's Lance dataset at its latest version (local or s3: LanceDB's own storage options;
+        opened directly where LanceDB is not needed yet, see `_direct`)."""
+        direct = self._direct(name)
+        if direct is not None and direct is not _ABSENT:
+            return direct
+        return self._db.open_table(name).to_lance()
+
+    def _bytes_of(self, name: str) -> int | None:
+        if is_remote(self.home):
+            return None
+        return sum(path.stat().st_size for path in self._lance_path(name).rglob("*") if path.is_file())
 
     # ----------------------------------------------------------- transactions
     @contextmanager

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
 from registry.checks import check_count
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS, KEEP_VERSIONS_FOR
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -22,6 +23,7 @@ from registry.results import (
     CheckResult,
     ClustersResult,
     Comparison,
+    CompactReport,
     DriftReport,
     DriftRun,
     EmbedReport,
@@ -501,9 +503,35 @@ class Registry:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
         from registry.analytics.search import check_consistency, unvectored_evaluated_queries
 
+        from registry.defaults import FRAGMENTS_TO_COMPACT
+
         problems = check_consistency(self.store)
-        note = unvectored_evaluated_queries(self.store)
-        return CheckResult(ok=not problems, problems=problems, notes=[note] if note else [])
+        notes = [note] if (note := unvectored_evaluated_queries(self.store)) else []
+        piled = [t for t in self.store.storage() if t["fragments"] >= FRAGMENTS_TO_COMPACT]
+        if piled:
+            notes.append("; ".join(f"{t['table']} holds {t['fragments']:,} fragments and {t['versions']:,} versions"
+                                   for t in piled)
+                         + " (every write leaves one of each): reads and writes slow down as they pile up and disk "
+                           "grows; `registry compact` merges them and removes the old versions")
+        return CheckResult(ok=not problems, problems=problems, notes=notes)
+
+    def compact(self, *, keep_versions_for: timedelta = KEEP_VERSIONS_FOR) -> CompactReport:
+        """Merge the store's tables into few fragments and remove the versions superseded more than
+        `keep_versions_for` ago (every write leaves a fragment and a version in each table it writes:
+        reads, and writes, slow down with them and disk grows); the rows are unchanged. Takes the writer
+        lock: writes wait. A reader that opened a version within the window can still read it."""
+        import time
+
+        from registry.results import TableCompaction
+
+        if not isinstance(keep_versions_for, timedelta):
+            raise InputError(f"keep_versions_for must be a timedelta, not {type(keep_versions_for).__name__}",
+                             field="keep_versions_for")
+        started = time.perf_counter()
+        tables = self.store.compact(keep_versions_for=keep_versions_for)
+        return CompactReport(tables=[TableCompaction(**t) for t in tables],
+                             keep_versions_for_seconds=keep_versions_for.total_seconds(),
+                             seconds=time.perf_counter() - started)
 
     # ------------------------------------------------------------------- reads
     def stats(self) -> Stats:

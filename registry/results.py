@@ -34,6 +34,8 @@ __all__ = [
     "AuditPair",
     "AuditCalibration",
     "AuditReport",
+    "TableCompaction",
+    "CompactReport",
     "DriftTest",
     "DriftReport",
     "DriftRun",
@@ -109,6 +111,23 @@ class Stats(Result):
     query_encoder: str
     active_encoder: str | None = None
     query_vectors: dict[str, int] = Field(description="stored query vectors per query encoder")
+
+
+class TableCompaction(Result):
+    """One table of the store before and after `compact`, each field [before, after]."""
+
+    table: str
+    fragments: list[int] = Field(description="data fragments: every write adds at least one; scans pay per fragment")
+    versions: list[int] = Field(description="table versions kept: every write adds one; old ones keep their files")
+    bytes: list[int | None] = Field(description="on disk (None on an s3 home)")
+
+
+class CompactReport(Result):
+    """`compact`: the store's tables merged into few fragments and their old versions removed."""
+
+    tables: list[TableCompaction]
+    keep_versions_for_seconds: float = Field(description="versions superseded longer ago than this were removed")
+    seconds: float
 
 
 LOW_EVIDENCE_HELP = (f"embedded from fewer than the documented minimum of {MIN_EVALS} evaluations "
@@ -222,7 +241,8 @@ class CheckResult(Result):
     ok: bool
     problems: list[str]
     notes: list[str] = Field(default_factory=list, description="what is not wrong but leaves something out "
-                             "(evaluated queries without a vector of the query encoder)")
+                             "(evaluated queries without a vector of the query encoder) or wants maintenance (tables "
+                             "of many fragments: `compact`)")
 
 
 # ------------------------------------------------------------------------------ the encoder

@@ -14,7 +14,7 @@ PUBLIC = {
     "FingerprintReport", "ErrorDetail", "ErrorResponse", "EvaluationReport", "Fallback", "FamilyAgreement", "HistoryEntry", "HomeInfo",
     "ImportReport", "MapResult", "ModelChange", "ModelHistory", "ModelInfo", "ModelList", "Neighbour",
     "PortfolioResult", "ProfileResult", "RankedModel", "RemoveResult", "RestoreResult", "RouteDecision",
-    "SearchResult", "Stats", "TaskComparison", "TrainReport",
+    "SearchResult", "Stats", "TaskComparison", "TrainReport", "CompactReport",
 }
 
 RESULTS = {
@@ -31,6 +31,7 @@ RESULTS = {
 RESULTS |= {"CostPoint", "CostPolicy", "CostPair", "CostCurve"}  # evaluate --cost (issue 26, cost-aware routing)
 
 RESULTS |= {"SuggestedQuery", "QuerySuggestions"}  # issue 26 part 3: suggest-queries
+RESULTS |= {"TableCompaction", "CompactReport"}  # compact: fragments and old versions
 
 # Registry's public methods and what they return.
 RETURNS = {
@@ -46,6 +47,7 @@ RETURNS = {
     "drift": "DriftReport", "drift_refined": "DriftRun",
 }
 RETURNS["suggest_queries"] = "QuerySuggestions"  # issue 26 part 3
+RETURNS["compact"] = "CompactReport"
 
 
 def test_registry_all_is_pinned_and_every_name_resolves():

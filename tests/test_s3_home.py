@@ -231,3 +231,17 @@ def test_the_service_over_an_s3_home_serves_reads_and_lands_a_write(s3, trained,
     hits = Registry.open(HOME, create=False).similar("via-service", k=1).neighbours
     assert hits[0].name == name and hits[0].distance < 1e-5
     assert list(workdir.iterdir()) == []
+
+
+def test_compact_merges_an_s3_homes_tables_and_keeps_every_row(s3, trained):
+    from datetime import timedelta
+
+    reader = Registry.open(HOME, create=False)
+    rows = {name: reader.store.read(name) for name in reader.store.table_names()}
+    report = reader.compact(keep_versions_for=timedelta(0))
+    assert {t.table for t in report.tables} == set(rows)
+    assert all(t.fragments[1] == 1 and t.versions[1] == 1 and t.bytes == [None, None] for t in report.tables)
+    after = Registry.open(HOME, create=False)
+    for name, table in rows.items():
+        assert after.store.read(name).equals(table), name
+    assert after.check().ok and JOURNAL_FILE not in {k.split("/")[1] for k in _keys(s3)}

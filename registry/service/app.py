@@ -45,7 +45,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
     torch.set_num_threads(settings.torch_threads)
     limits = settings.limits
     state = state or WarmState(settings)
-    queue = JobQueue(state, max_batch=settings.max_batch_jobs)
+    queue = JobQueue(state, max_batch=settings.max_batch_jobs, compact_every=settings.compact_every)
     reader = Registry.open(settings.home, create=False)  # its own Store: never inside the writer's transaction
     uploads = uploads_dir(settings.home)
     uploads.mkdir(parents=True, exist_ok=True)

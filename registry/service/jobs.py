@@ -60,9 +60,12 @@ def error_body(err: Exception) -> dict[str, Any]:
 
 
 class JobQueue:
-    def __init__(self, state, *, max_batch: int = 64, keep_finished: int = 10_000) -> None:
+    def __init__(self, state, *, max_batch: int = 64, keep_finished: int = 10_000, compact_every: int = 0) -> None:
         self.state = state
         self.max_batch = max_batch
+        self.compact_every = compact_every  # batches between compactions of the store (0: never)
+        self._since_compaction = 0
+        self.compactions = 0
         self.keep_finished = keep_finished
         self.directory = as_path(state.home) / SERVICE_DIR / "jobs"
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -218,11 +221,31 @@ class JobQueue:
                     self._cleanup(job)
                     job.event.set()
             self._forget_old()
+            self._since_compaction += 1
             with self._cond:
                 idle = not self._waiting
-            if idle and any(job.state == "done" for job in batch):
+            compacted = idle and self._compact_if_due()
+            if idle and (compacted or any(job.state == "done" for job in batch)):
                 # answered already; with jobs waiting, their batch changes the state again: warm after it
                 self.state.warm()
+
+    def _compact_if_due(self) -> bool:
+        """Compact the store when `compact_every` batches have landed since the last time (every batch,
+        landed or rolled back, leaves fragments and versions behind); writes queue meanwhile."""
+        if not self.compact_every or self._since_compaction < self.compact_every:
+            return False
+        from registry.defaults import KEEP_VERSIONS_FOR
+
+        self._since_compaction = 0
+        started = time.perf_counter()
+        try:
+            self.state.store.compact(keep_versions_for=KEEP_VERSIONS_FOR)
+        except Exception:  # noqa: BLE001 - maintenance failing must not stop the writer; the next one retries
+            log.exception("compacting the store failed")
+            return False
+        self.compactions += 1
+        log.info("compacted the store in %.1f s", time.perf_counter() - started)
+        return True
 
     def _forget_old(self) -> None:
         finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]

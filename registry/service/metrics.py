@@ -20,6 +20,8 @@ class ServiceMetrics:
         Gauge("locus_jobs_failed", "jobs failed since start", registry=metrics).set_function(lambda: queue.failed)
         Gauge("locus_writer_batches", "writer batches since start", registry=metrics).set_function(
             lambda: queue.batches)
+        Gauge("locus_store_compactions", "compactions of the store by the writer since start", registry=metrics
+              ).set_function(lambda: queue.compactions)
         Gauge("locus_state_reloads", "warm-state reloads", registry=metrics).set_function(lambda: state.reloads)
         Gauge("locus_text_cache_size", "encoded texts in memory", registry=metrics).set_function(
             lambda: state.cached_texts)

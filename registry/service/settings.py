@@ -40,6 +40,10 @@ class ServiceSettings:
     query_backend: str = "auto"  # query encoder: "fp32", "bf16", "openvino" or "auto" (see encoder.query_encoder)
     max_batch_jobs: int = 64  # jobs the writer lands in one transaction and one forward pass
     text_cache_size: int = 100_000  # encoded query texts kept in memory
+    # Writer batches after which the writer, once idle, compacts the store (Registry.compact; 0: never):
+    # each batch leaves a fragment and a version in five tables, and 300 of them made an add-model 4.6x
+    # slower (scripts/bench_compact.py)
+    compact_every: int = 100
     # Torch intra-op threads. One: requests run in parallel across threads already, and on a busy
     # 2-core machine two OpenMP threads per call spin against each other (a cached route measured
     # 31 CPU-ms with 2 threads, 3 CPU-ms with 1; an add-model forward pass 0.55 against 0.18 CPU-s).
