@@ -6,6 +6,7 @@ Heavy libraries (torch, sentence-transformers) are imported only by commands tha
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -86,6 +87,21 @@ class _CommandError(click.ClickException):
     exit_code = ERROR_EXIT
 
 
+SIGPIPE_EXIT = 128 + 13  # what a shell reports for a process its pipe's reader closed on
+
+
+def _stdout_closed() -> bool:
+    """Whether writing to stdout fails because its reader closed it (not a socket of ours that broke)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe with no reader left
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is not a file
+        return False
+
+
 class _Group(click.Group):
     """Turns the registry's own errors into a one-line message naming the option the user typed, and
     every error into JSON under --json; every error exits ERROR_EXIT (click's usage errors already do)."""
@@ -117,6 +133,11 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as err:  # a bug: the traceback goes to stderr, and the exit is an error's, not a finding's
+            if isinstance(err, BrokenPipeError) and _stdout_closed():
+                # the reader went away (`registry queries | head`): stop quietly, as `git log | head` does;
+                # stdout is pointed at /dev/null so that Python's flush at exit does not complain again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                ctx.exit(SIGPIPE_EXIT)
             import traceback
 
             traceback.print_exc()

@@ -70,3 +70,21 @@ def test_demo_builds_a_synthetic_registry(home):
     assert (report.imported.new_models, report.imported.new_queries, report.imported.new_evaluations) == (0, 0, 0)
     assert report.trained is None and report.added is None  # already trained, endpoint already added
     assert report.embedded.n_embedded == 15 and report.clusters.n_models == 15 and len(report.route.ranking) == 3
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly(home):
+    """`registry queries | head -1`: the reader closes the pipe while the command still writes; it stops
+    quietly with the shell's SIGPIPE status, not a traceback and an "internal error" (it said both)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "cli.main", "--home", str(home), "stats"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr
