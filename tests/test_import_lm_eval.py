@@ -317,3 +317,16 @@ def test_bad_results_file_is_refused_with_its_line(tmp_path: Path) -> None:
         read_lm_eval(tmp_path)
 
     assert (caught.value.file, caught.value.line) == (str(results), 3)
+
+
+def test_a_results_file_naming_its_model_twice_is_refused(tmp_path: Path) -> None:
+    """Python keeps the last of a repeated key unsaid: which model the run was is not for us to guess."""
+    write_run(tmp_path, None, {"boolq": [sample(0, "q", acc=1)]})
+    results = tmp_path / f"results_{STAMP}.json"
+    results.write_text('{"model_name": "org/first", "model_name": "org/second"}')
+
+    with pytest.raises(InputError) as caught:
+        read_lm_eval(tmp_path)
+
+    assert (caught.value.file, caught.value.field) == (str(results), "model_name")
+    assert "'model_name' appears more than once" in caught.value.problem

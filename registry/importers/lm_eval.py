@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import InputError
-from registry.importers._common import ImportBatch, parse_score, read_jsonl, read_utf8
+from registry.importers._common import DuplicateKey, ImportBatch, parse_score, read_jsonl, read_utf8, unique_keys
 from registry.records import ModelRecord, Query
 
 # Per-sample correctness metrics, in order of preference when no `metric` is given.
@@ -201,7 +201,9 @@ def _results_file_of(sample: _SamplesFile, *, required: bool) -> Path | None:
 def _model_name_in(results_path: Path, *, required: bool) -> str | None:
     text = read_utf8(results_path)
     try:
-        results = json.loads(text)
+        results = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as err:  # lm-eval never writes one: a hand-edited file, whose model no reader agrees on
+        raise InputError(str(err), file=results_path, field=err.key) from None
     except json.JSONDecodeError as err:
         raise InputError(f"not JSON ({err.msg})", file=results_path, line=err.lineno) from None
     except RecursionError:
