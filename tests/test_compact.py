@@ -64,6 +64,7 @@ def test_compaction_merges_fragments_and_drops_old_versions_leaving_every_row(ho
     assert by_table["evaluations"].bytes[1] < by_table["evaluations"].bytes[0]
     assert report.keep_versions_for_seconds == 0
     assert after.similar("written-3", k=3).neighbours == neighbours
+    assert reg.similar("written-3", k=3).neighbours == neighbours  # the object that compacted, too
     assert after.route("Solve for x: 3x + 7 = 100.", k=3).ranking == routed
     assert after.check().ok
     # and the home takes writes again
