@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import _registry, emit, json_option, one_line
+from cli._common import _backend, emit, json_option, one_line
 
 TEXT_WIDTH = 70  # a long question is cut in the table; --json has it whole
 
@@ -15,11 +15,13 @@ TEXT_WIDTH = 70  # a long question is cut in the table; --json has it whole
 @click.option("--task", default=None, help="Only the queries of this task (see `registry stats` for the tasks).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=0),
               help="Show at most this many (by id); 0 shows them all.")
+@click.option("--offset", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Skip this many (by id) first: the next page.")
 @json_option
 @click.pass_context
-def queries(ctx, task, limit, as_json) -> None:
+def queries(ctx, task, limit, offset, as_json) -> None:
     """List stored query ids with their task and text, by id."""
-    listed = _registry(ctx, create=False).queries(task=task, limit=limit or None)
+    listed = _backend(ctx).queries(task=task, limit=limit or None, offset=offset)
     emit(listed, as_json, _echo_queries)
 
 
@@ -33,7 +35,11 @@ def _echo_queries(listed) -> None:
         click.echo(f"{q.id:<{width}}  {q.task:<16} {one_line(q.text, TEXT_WIDTH)}")
     scope = f" in task {listed.task}" if listed.task else ""
     if len(listed.queries) < listed.total:
-        click.echo(f"{len(listed.queries)} of {listed.total} queries{scope} (--limit N, 0 for all; --json for whole texts)")
+        first = listed.offset + 1
+        shown = (f"{len(listed.queries)}" if not listed.offset
+                 else f"{first}-{listed.offset + len(listed.queries)}" if listed.queries else f"none from {first}")
+        click.echo(f"{shown} of {listed.total} queries{scope} (--limit N, 0 for all; --offset N for the next page; "
+                   "--json for whole texts)")
     else:
         click.echo(f"{listed.total} queries{scope}")
 

@@ -569,14 +569,16 @@ class Registry:
         rows = self.store.read(MODELS, without=HEAVY_MODEL_COLUMNS).to_pylist()
         return sorted((record_of(row) for row in rows), key=lambda r: r.name)
 
-    def queries(self, *, task: str | None = None, limit: int | None = None) -> QueryList:
-        """Stored queries (id, text, task) by id, of one task or all; `limit` caps how many are returned
-        (None: all; 0: none, `total` alone; `total` always counts every match; the CLI's `--limit 0` means
-        all). Where the ids a `query_id` column or POST /v1/models refers to come from."""
+    def queries(self, *, task: str | None = None, limit: int | None = None, offset: int = 0) -> QueryList:
+        """Stored queries (id, text, task) by id, of one task or all; the first `offset` are skipped and
+        `limit` caps how many are returned (None: all; 0: none, `total` alone; `total` always counts every
+        match; the CLI's `--limit 0` means all). Where the ids a `query_id` column or POST /v1/models refers
+        to come from."""
         from indexing.store import QUERIES
         from registry.records import Query
 
         limit = check_count(limit, "limit", 0, optional=True)
+        offset = check_count(offset, "offset", 0)
         rows = self.store.read(QUERIES, ["query_id", "text", "task"]).to_pylist()
         if task is not None:
             tasks = sorted({row["task"] for row in rows})
@@ -585,8 +587,8 @@ class Registry:
                                  field="task")
             rows = [row for row in rows if row["task"] == task]
         rows.sort(key=lambda row: row["query_id"])
-        shown = rows if limit is None else rows[:limit]
-        return QueryList(task=task, total=len(rows),
+        shown = rows[offset:] if limit is None else rows[offset:offset + limit]
+        return QueryList(task=task, total=len(rows), offset=offset,
                          queries=[Query(id=row["query_id"], text=row["text"], task=row["task"]) for row in shown])
 
     def get(self, name: str) -> ModelRecord:

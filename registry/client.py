@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 import httpx
 
+from registry.checks import check_count
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
@@ -37,6 +38,7 @@ from registry.results import (
     ModelInfo,
     PortfolioResult,
     ProfileResult,
+    QueryList,
     QuerySuggestions,
     RemoveResult,
     RestoreResult,
@@ -262,6 +264,11 @@ class _BaseClient:
 
     def stats(self) -> Stats:
         return self._send(_Call("GET", "/v1/stats", Stats.model_validate))
+
+    def queries(self, *, task: str | None = None, limit: int | None = None, offset: int = 0) -> QueryList:
+        params = {k: v for k, v in {"task": task, "limit": check_count(limit, "limit", 0, optional=True),
+                                     "offset": check_count(offset, "offset", 0)}.items() if v is not None}
+        return self._send(_Call("GET", "/v1/queries", QueryList.model_validate, params=params))
 
     def health(self) -> dict[str, Any]:
         return self._send(_Call("GET", "/v1/health", dict))

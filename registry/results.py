@@ -160,11 +160,12 @@ class ModelList(RootModel[list[ListedModel]]):
 
 
 class QueryList(Result):
-    """`queries`: stored queries (id, text, task), by id; `total` counts every match, `queries` holds the
-    first `limit` of them. The ids are what `query_id` means in an add-model file or a POST /v1/models."""
+    """`queries`: stored queries (id, text, task), by id; `total` counts every match, `queries` holds
+    `limit` of them from `offset`. The ids are what `query_id` means in an add-model file or a POST /v1/models."""
 
     task: str | None = Field(None, description="the task filter, None: every task")
-    total: int = Field(description="queries matching the filter (before the limit)")
+    total: int = Field(description="queries matching the filter (before the offset and the limit)")
+    offset: int = Field(0, description="matching queries skipped before the first one listed")
     queries: list[Query]
 
 

@@ -313,3 +313,24 @@ def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_pa
     assert conflicts == [f"line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task "
                          f"{other!r} given here was not applied (a stored query keeps its task)"]
     assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]
+
+
+# ------------------------------------------------------------------ GET /v1/queries pages past its cap
+def test_http_query_list_without_a_limit_refuses_more_than_one_answer_holds(home, monkeypatch):
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    import registry.service.routes.reads as reads
+
+    every = sorted(q["query_id"] for q in _stored(home))
+    monkeypatch.setattr(reads, "LIMITS", replace(reads.LIMITS, max_listed_queries=len(every) - 1))
+    with TestClient(_app(home)) as client:
+        r = client.get("/v1/queries")
+        assert r.status_code == 422 and r.json()["error"]["field"] == "limit", r.text
+        assert "page with offset and limit" in r.json()["error"]["message"]
+        first = client.get("/v1/queries", params={"offset": 1})  # what is left fits
+        assert first.status_code == 200 and [q["id"] for q in first.json()["queries"]] == every[1:]
+        page = client.get("/v1/queries", params={"limit": 2, "offset": 3}).json()
+        assert [q["id"] for q in page["queries"]] == every[3:5] and page["total"] == len(every)
+        assert client.get("/v1/queries", params={"offset": -1}).status_code == 422

@@ -110,6 +110,8 @@ def test_every_operation_gives_the_same_answer_through_the_library_and_the_servi
     _both(both, lambda api: api.show("prod"))
     _both(both, lambda api: api.history("prod"))
     _both(both, lambda api: api.list("family == parity"))
+    _both(both, lambda api: api.queries())
+    _both(both, lambda api: api.queries(task=texts[0][1], limit=3, offset=2))
     # families: the same clusters (and the same figures) both ways, whichever vector and cut
     for by in (None, "locus"):
         _both(both, lambda api: api.clusters(by=by))
@@ -135,6 +137,8 @@ def test_bad_input_is_refused_alike(both):
     _both(both, lambda api: api.clusters(linkage="median"), message=False)
     _both(both, lambda api: api.clusters(k=0), message=False)
     _both(both, lambda api: api.clusters(where="colour == red"))  # the filter's own message, both ways
+    _both(both, lambda api: api.queries(task="no-such-task"))
+    _both(both, lambda api: api.queries(offset=-1), message=False)
     with pytest.raises(InputError, match="version"):
         both[0].restore("prod", True)
     with pytest.raises(InputError):

@@ -38,6 +38,21 @@ def test_task_and_limit_filter_but_total_counts_every_match(tiny):
     assert reg.queries(limit=0).queries == [] and reg.queries(limit=0).total == len(QUERIES)
 
 
+def test_offset_pages_through_the_queries_by_id(tiny):
+    reg = Registry.open(tiny, create=False)
+    every = [q.id for q in reg.queries().queries]
+    pages = [reg.queries(limit=2, offset=offset) for offset in (0, 2, 4, 6)]
+    assert [q.id for page in pages for q in page.queries] == every
+    assert [page.offset for page in pages] == [0, 2, 4, 6] and pages[-1].queries == [] and pages[-1].total == 5
+    with pytest.raises(InputError) as err:
+        reg.queries(offset=-1)
+    assert err.value.field == "offset"
+    result = run(tiny, "queries", "--limit", "2", "--offset", "2")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.output.splitlines()[1:3]] == every[2:4]
+    assert result.output.splitlines()[-1].startswith("3-4 of 5 queries")
+
+
 def test_unknown_task_and_bad_limit_are_input_errors_naming_the_field(tiny):
     reg = Registry.open(tiny, create=False)
     with pytest.raises(InputError, match="no task 'physics'.*biology, law, math") as err:

@@ -307,6 +307,10 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
     assert out.exit_code == 0, out.output
     out = run(cli, ["--home", missing_home, "add-model", "cli-a", "--evals", str(evals)])
     assert out.exit_code == 2 and "exists" in out.output
+    out = run(cli, ["--home", missing_home, "queries", "--limit", "2", "--offset", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    listed = json.loads(out.stdout)
+    assert listed["offset"] == 1 and len(listed["queries"]) == 2 and listed["total"] >= len(texts)
 
 
 def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):

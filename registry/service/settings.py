@@ -25,6 +25,7 @@ class Limits:
     max_name_chars: int = MAX_NAME_CHARS  # a model name (the registry's own limit, registry.limits)
     max_query_chars: int = MAX_QUERY_CHARS  # one query text (route, evaluations), as registry.limits
     max_evaluations: int = 100_000  # evaluations in one add or refine
+    max_listed_queries: int = 100_000  # stored queries in one GET /v1/queries (offset pages past it)
     max_route_queries: int = 1_024  # texts in one route call
     max_k: int = 1_000  # k / fallback of search and route
     max_where_chars: int = 2_000  # a metadata filter expression
