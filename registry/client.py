@@ -29,8 +29,10 @@ from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
     ListedModel,
+    Alias,
     AuditReport,
     ClustersResult,
+    Comparison,
     DriftReport,
     DriftRun,
     ModelChange,
@@ -167,6 +169,19 @@ class _BaseClient:
 
     def history(self, name: str) -> ModelHistory:
         return self._send(_Call("GET", f"/v1/models/{_quote(name)}/history", ModelHistory.model_validate))
+
+    def compare(self, a: str, b: str, *, by: str | None = None) -> Comparison:
+        params = {k: v for k, v in {"a": a, "b": b, "by": by}.items() if v is not None}
+        return self._send(_Call("GET", "/v1/compare", Comparison.model_validate, params=params))
+
+    def aliases(self) -> list[Alias]:
+        return self._send(_Call("GET", "/v1/aliases", lambda data: [Alias.model_validate(a) for a in data]))
+
+    def set_alias(self, alias: str, target: str) -> Alias:
+        return self._send(_Call("PUT", f"/v1/aliases/{_quote(alias)}", Alias.model_validate, json={"target": target}))
+
+    def delete_alias(self, alias: str) -> Alias:
+        return self._send(_Call("DELETE", f"/v1/aliases/{_quote(alias)}", Alias.model_validate))
 
     def similar(self, name_or_vector, k: int = 5, *, metric: str | None = None, where: str | None = None,
                 by: str | None = None, min_evals: int | None = None) -> SearchResult:

@@ -111,6 +111,16 @@ def test_every_operation_gives_the_same_answer_through_the_library_and_the_servi
     _both(both, lambda api: api.history("prod"))
     _both(both, lambda api: api.list("family == parity"))
     _both(both, lambda api: api.queries())
+    _both(both, lambda api: api.compare("prod", "parity-a"))
+    _both(both, lambda api: api.compare("prod", "parity-a", by="locus"))
+    # aliases: set (a pinned version too), list, delete; refusals alike
+    _both(both, lambda api: api.set_alias("staging", "parity-a@1"))
+    _both(both, lambda api: api.set_alias("latest-a", "parity-a"))
+    _both(both, lambda api: api.aliases())
+    _both(both, lambda api: api.delete_alias("latest-a"))
+    _both(both, lambda api: api.delete_alias("latest-a"))
+    _both(both, lambda api: api.set_alias("parity-a", first))  # would hide a model
+    _both(both, lambda api: api.set_alias("dangling", "parity-a@9"))
     _both(both, lambda api: api.queries(task=texts[0][1], limit=3, offset=2))
     # families: the same clusters (and the same figures) both ways, whichever vector and cut
     for by in (None, "locus"):

@@ -105,3 +105,20 @@ def test_encoder_training_and_inference_all_are_pinned():
         for attr in module.__all__:
             assert getattr(module, attr) is not None
     assert "evals_by_model" in importlib.import_module("encoder.data").__all__
+
+
+# What only the home's own process does: the client has every other public method of Registry.
+LOCAL_ONLY = {"check", "compact", "distance", "embed_all", "evaluate", "fit_fingerprints", "home", "import_path",
+              "info", "map", "migrate", "open", "query_encoder", "resolve", "select_models", "set_query_encoder",
+              "store", "train"}
+
+
+def test_the_client_has_registrys_methods_but_the_local_ones():
+    from registry.api import Registry
+    from registry.client import AsyncRegistryClient, RegistryClient
+
+    public = {name for name in dir(Registry) if not name.startswith("_")}
+    for client, close in ((RegistryClient, "close"), (AsyncRegistryClient, "aclose")):
+        mine = {name for name in dir(client) if not name.startswith("_")}
+        assert public - mine == LOCAL_ONLY, client.__name__
+        assert mine - public == {close, "health", "job"}, client.__name__
