@@ -115,6 +115,16 @@ NO_SERVER = "none"  # `--server none`: run in this process even when a service s
 ENDPOINT_FILE = ("service", "endpoint.json")  # where `registry serve` says where it listens, under the home
 
 
+def _server(ctx: click.Context):
+    """A `RegistryClient` of the service `--server` (or $LOCUS_SERVER) names, else None."""
+    server = ctx.obj.get("server")
+    if server and server != NO_SERVER:
+        from registry.client import RegistryClient
+
+        return RegistryClient(server)
+    return None
+
+
 def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     """The registry a command that can go through the service talks to: a `RegistryClient` when
     `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results).
@@ -123,11 +133,10 @@ def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     running for this home answer, said on stderr: it has LOCUS and the encoders loaded, where this
     process would spend seconds importing torch (and sentence-transformers for a new text) and loading
     them."""
+    client = _server(ctx)
+    if client is not None:
+        return client
     server = ctx.obj.get("server")
-    if server and server != NO_SERVER:
-        from registry.client import RegistryClient
-
-        return RegistryClient(server)
     if names is not None and server != NO_SERVER:
         url = _local_service(ctx.obj.get("home"), names)
         if url is not None:

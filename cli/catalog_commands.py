@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import (EXISTING_FILE, _registry, echo_warnings, emit, evals_option, json_option, max_evals_option,
+from cli._common import (EXISTING_FILE, _backend, echo_warnings, emit, evals_option, json_option, max_evals_option,
                          quiet_thin_warnings)
 
 
@@ -20,7 +20,7 @@ def refine(ctx, name, evals_file, max_evals, as_json) -> None:
     The model keeps its earlier evaluations and metadata; a repeated (query, model) pair takes the new
     score. Every earlier version stays in `registry history NAME` and `registry restore NAME --version V`."""
     with quiet_thin_warnings():  # the result's warnings are printed below, once
-        result = _registry(ctx, create=False).refine(name, evals_file, max_evals=evals_option(max_evals, "--max-evals"))
+        result = _backend(ctx).refine(name, evals_file, max_evals=evals_option(max_evals, "--max-evals"))
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"refine {r.name}: nothing new (version {r.version} stays)" if r.event == "unchanged" else
@@ -47,7 +47,7 @@ def _target(entry) -> str:
 @click.pass_context
 def alias_set(ctx, alias, target, as_json) -> None:
     """Point ALIAS at a model (re-points an existing alias)."""
-    entry = _registry(ctx, create=False).set_alias(alias, target)
+    entry = _backend(ctx).set_alias(alias, target)
 
     def text(e) -> None:
         follows = "its live version" if e.version is None else f"version {e.version} only"
@@ -63,7 +63,7 @@ def alias_list(ctx, as_json) -> None:
     """Every alias and the model it stands for."""
     from registry.results import AliasList
 
-    emit(AliasList(_registry(ctx, create=False).aliases()), as_json, _echo_aliases)
+    emit(AliasList(_backend(ctx).aliases()), as_json, _echo_aliases)
 
 
 def _echo_aliases(listed) -> None:
@@ -83,7 +83,7 @@ def _echo_aliases(listed) -> None:
 @click.pass_context
 def alias_delete(ctx, alias, as_json) -> None:
     """Remove ALIAS (the model is untouched)."""
-    entry = _registry(ctx, create=False).delete_alias(alias)
+    entry = _backend(ctx).delete_alias(alias)
     emit(entry, as_json, lambda e: click.echo(f"deleted alias {e.alias} (was {_target(e)})"))
 
 

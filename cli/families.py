@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from cli._common import _registry, echo_evidence_note, emit, json_option, min_evals_option
+from cli._common import _backend, _registry, echo_evidence_note, emit, json_option, min_evals_option
 
 PLOT = click.Path(dir_okay=False, path_type=Path)
 WHERE_HELP = "Metadata filter on the models, e.g. 'access == open and params_b <= 70'."
@@ -99,7 +99,7 @@ def _echo_map(result) -> None:
 @click.pass_context
 def compare(ctx, a, b, top, by, as_json) -> None:
     """How models A and B differ: distance, and per task their accuracies with the evidence."""
-    result = _registry(ctx, create=False).compare(a, b, by=by)
+    result = _backend(ctx).compare(a, b, by=by)
     emit(result, as_json, lambda r: _echo_compare(r, top))
 
 

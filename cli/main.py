@@ -20,6 +20,7 @@ from cli._common import (
     _backend,
     _echo_neighbour,
     _registry,
+    _server,
     check_fraction_option,
     echo_evidence_note,
     echo_neighbour_header,
@@ -54,9 +55,10 @@ class _HomeType(click.ParamType):
 
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
 _RAW = "locus.raw"  # ctx.meta key: every argument, the group's own options included
-SERVER_HELP = ("A running `registry serve` that add-model, route, search and audit go through "
-               "(default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN). Without one, route "
-               "asks a service running for the home, if any; 'none': never.")
+SERVER_HELP = ("A running `registry serve` that the commands it serves go through: add-model, refine, remove, "
+               "restore, alias, stats, models list, show, history, queries, search, route, audit, drift, profile "
+               "and compare (default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN); the others run "
+               "here. Without one, route asks a service running for the home, if any; 'none': never.")
 GLOBAL_JSON_HELP = "Print results and errors as JSON (as each command's own --json)."
 
 
@@ -290,8 +292,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     from indexing.home import resolve_home
     from registry import snapshot
 
+    client = _server(ctx)
     # From the snapshot: no LanceDB import while nothing has changed.
-    emit(snapshot.stats(resolve_home(ctx.obj["home"])), as_json, _echo_stats)
+    emit(client.stats() if client else snapshot.stats(resolve_home(ctx.obj["home"])), as_json, _echo_stats)
 
 
 def _echo_stats(summary) -> None:
@@ -321,6 +324,10 @@ def models_list(ctx: click.Context, where: str | None, as_json: bool) -> None:
     from registry.filters import matching
     from registry.results import ModelList
 
+    client = _server(ctx)
+    if client is not None:
+        emit(ModelList(client.list(where)), as_json, lambda found: _echo_models(found, where))
+        return
     listed = snapshot.model_list(resolve_home(ctx.obj["home"]))
     if where is not None:
         keep = set(matching(where, listed.root))
@@ -597,7 +604,8 @@ def show(ctx, name, as_json) -> None:
     from indexing.home import resolve_home
     from registry import snapshot
 
-    emit(snapshot.model_info(resolve_home(ctx.obj["home"]), name), as_json, _echo_show)
+    client = _server(ctx)
+    emit(client.show(name) if client else snapshot.model_info(resolve_home(ctx.obj["home"]), name), as_json, _echo_show)
 
 
 def _echo_show(info) -> None:
@@ -617,7 +625,8 @@ def history(ctx, name, as_json) -> None:
     from indexing.home import resolve_home
     from registry import snapshot
 
-    emit(snapshot.history(resolve_home(ctx.obj["home"]), name), as_json, lambda h: [
+    client = _server(ctx)
+    emit(client.history(name) if client else snapshot.history(resolve_home(ctx.obj["home"]), name), as_json, lambda h: [
         click.echo(f"v{v.version:<3} {v.event:<8} {v.time:%Y-%m-%d %H:%M:%S}  encoder {v.encoder_id}  "
                    f"{v.n_evals} evals") for v in h.versions])
 
@@ -628,7 +637,7 @@ def history(ctx, name, as_json) -> None:
 @click.pass_context
 def remove(ctx, name, as_json) -> None:
     """Remove a model (restorable: `registry restore NAME`)."""
-    emit(_registry(ctx, create=False).remove(name), as_json,
+    emit(_backend(ctx).remove(name), as_json,
          lambda r: click.echo(f"removed {r.name} (registry restore {r.name} brings it back)"))
 
 
@@ -639,7 +648,7 @@ def remove(ctx, name, as_json) -> None:
 @click.pass_context
 def restore(ctx, name, version, as_json) -> None:
     """Restore a removed model, or an older version of one, from its history."""
-    emit(_registry(ctx, create=False).restore(name, version), as_json,
+    emit(_backend(ctx).restore(name, version), as_json,
          lambda r: click.echo(f"restored {r.name} from version {r.restored_version} (now version {r.version})"))
 
 

@@ -5,7 +5,7 @@ import math
 
 import click
 
-from cli._common import (_backend, _echo_neighbour, _registry, echo_evidence_note, echo_neighbour_header, emit,
+from cli._common import (_backend, _echo_neighbour, echo_evidence_note, echo_neighbour_header, emit,
                          json_option, min_evals_option)
 
 
@@ -44,7 +44,7 @@ def _parse_tasks(ctx, param, values) -> dict[str, float]:
 @click.pass_context
 def profile(ctx, targets, k, evals, seed, where, by, as_json) -> None:
     """Real models nearest to a hypothetical one with these task accuracies (appendix E.1)."""
-    result = _registry(ctx, create=False).profile(targets, k=k, evals=evals, seed=seed, where=where, by=by)
+    result = _backend(ctx).profile(targets, k=k, evals=evals, seed=seed, where=where, by=by)
     emit(result, as_json, _echo_profile)
 
 

@@ -311,6 +311,27 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
     assert out.exit_code == 0, out.output
     listed = json.loads(out.stdout)
     assert listed["offset"] == 1 and len(listed["queries"]) == 2 and listed["total"] >= len(texts)
+    # every command the service serves goes through it: none of them needs the (missing) local home
+    more = tmp_path / "more.csv"
+    more.write_text("query,score\n" + "".join(f'"{t}",1\n' for t, _ in texts[12:16]))
+    task = texts[0][1]
+    for args, check in [
+        (["refine", "cli-a", "--evals", str(more)], lambda r: r["event"] == "refine" and r["n_evals"] == 16),
+        (["alias", "set", "cli-prod", "cli-a"], lambda r: r["alias"] == "cli-prod" and r["version"] is None),
+        (["alias", "list"], lambda r: "cli-prod" in {a["alias"] for a in r}),
+        (["show", "cli-prod"], lambda r: r["record"]["name"] == "cli-a"),
+        (["history", "cli-a"], lambda r: [v["version"] for v in r["versions"]] == [1, 2]),
+        (["stats"], lambda r: r["n_models"] >= 2),
+        (["models", "list", "--where", "family == client"], lambda r: [m["name"] for m in r] == ["client-a"]),
+        (["compare", "cli-a", "client-a"], lambda r: r["a"] == "cli-a" and r["b"] == "client-a"),
+        (["profile", "--task", f"{task}=0.8", "-k", "2"], lambda r: len(r["neighbours"]) == 2),
+        (["alias", "delete", "cli-prod"], lambda r: r["alias"] == "cli-prod"),
+        (["remove", "cli-a"], lambda r: r["name"] == "cli-a"),
+        (["restore", "cli-a"], lambda r: r["name"] == "cli-a" and r["version"] == 3),
+    ]:
+        out = run(cli, ["--home", missing_home, *args, "--json"])
+        assert out.exit_code == 0, (args, out.output)
+        assert check(json.loads(out.stdout)), (args, out.stdout)
 
 
 def test_a_cached_route_sees_a_change_made_by_the_cli(server, texts):
