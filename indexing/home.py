@@ -13,15 +13,19 @@ file on a local home and PUT the object (atomic by itself) on an s3 home.
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 if TYPE_CHECKING:
     from indexing.object_store import ObjectPath
 
 __all__ = ["resolve_home", "as_path", "is_remote", "HomePath", "HOME_ENV", "GENERATION_FILE", "JOURNAL_FILE",
-           "generation", "transaction_open", "write_text_atomic", "write_bytes_atomic", "remove_tree"]
+           "generation", "transaction_open", "write_text_atomic", "write_bytes_atomic", "remove_tree", "scratch_path",
+           "file_lock"]
 
 HOME_ENV = "LOCUS_HOME"
 GENERATION_FILE = "generation"  # changes with every finished store transaction
@@ -74,13 +78,39 @@ def write_bytes_atomic(path: HomePath, data: bytes, *, fsync: bool = True) -> No
     if is_remote(path):
         path.write_bytes(data)
         return
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = scratch_path(path)
     with open(tmp, "wb") as handle:
         handle.write(data)
         if fsync:
             handle.flush()
             os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def scratch_path(path: Path, suffix: str = "") -> Path:
+    """A temporary name beside `path` that no other process or thread writing it uses (a name of the
+    process alone let two threads of the service rename one file from under each other)."""
+    return path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}{suffix}")
+
+
+@contextmanager
+def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """An advisory lock on a local file (created if missing), exclusive or `shared`, across processes and
+    threads alike (each holder opens the file itself). A shared lock whose file this process may not make
+    (a home it may only read) is skipped: the read goes ahead unlocked, as every read did before."""
+    try:
+        handle = open(path, "a+")
+    except PermissionError:
+        if not shared:
+            raise
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_text_atomic(path: HomePath, text: str, *, fsync: bool = True) -> None:

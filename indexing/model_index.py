@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from indexing.errors import InputError, NotFoundError, RegistryError
-from indexing.home import as_path, generation, is_remote, transaction_open, write_text_atomic
+from indexing.home import as_path, generation, is_remote, scratch_path, transaction_open, write_text_atomic
 from indexing.vector_index import INNER, METRICS, VectorIndex
 
 if TYPE_CHECKING:
@@ -410,7 +410,7 @@ class SavedEvaluations:
         # next search sees to be stale, never one generation's codes with another's scores
         stem = f"{_EVALS}-{_token_id(token)}"
         for suffix, array in (("codes", codes), ("scores", scores)):
-            scratch = directory / f"{stem}.{suffix}.tmp{os.getpid()}.npy"
+            scratch = scratch_path(directory / f"{stem}.{suffix}", ".npy")
             np.save(scratch, array, allow_pickle=False)
             os.replace(scratch, directory / f"{stem}.{suffix}.npy")
         for old in directory.glob(f"{_EVALS}-*.npy"):  # earlier generations'

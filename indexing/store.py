@@ -17,7 +17,6 @@ objects, and the lock is a lease taken with a conditional create; the journal wo
 """
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
 import os
@@ -36,6 +35,7 @@ from indexing.home import (  # noqa: E402
     GENERATION_FILE,
     HomePath,
     as_path,
+    file_lock,
     is_remote,
     transaction_open,
     write_text_atomic,
@@ -730,12 +730,8 @@ class Store:
                 finally:
                     self._lease = None
             return
-        with open(self.home / _LOCK, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with file_lock(self.home / _LOCK):
+            yield
 
 
 def _atomic_write(path: HomePath, text: str) -> None:

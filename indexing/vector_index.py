@@ -21,7 +21,7 @@ import faiss
 import numpy as np
 
 from indexing.errors import InputError
-from indexing.home import is_remote
+from indexing.home import file_lock, is_remote, scratch_path
 
 __all__ = ["VectorIndex", "HNSW_THRESHOLD", "METRICS", "INNER"]
 
@@ -110,20 +110,26 @@ class VectorIndex:
         if is_remote(directory):
             self._save_remote(paths, extra)
             return
-        for metric in self.metrics:
-            tmp = paths[metric].with_name(paths[metric].name + f".tmp{os.getpid()}")
-            index = self._indexes[metric]
-            if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
-                index = faiss.index_gpu_to_cpu(index)
-            faiss.write_index(index, str(tmp))
-            os.replace(tmp, paths[metric])
-        tmp = paths["vectors"].with_name(f"tmp{os.getpid()}.npy")
-        np.save(tmp, self.vectors, allow_pickle=False)
-        os.replace(tmp, paths["vectors"])
-        meta = self._meta(extra)
-        tmp = paths["meta"].with_name(paths["meta"].name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, paths["meta"])
+        # one saver at a time, and no reader meanwhile (`load`): two saves interleaving, or a load between
+        # a save's files, could pair one index's metadata with another's vectors of the same count
+        with file_lock(self._lock_path(directory)):
+            for metric in self.metrics:
+                tmp = scratch_path(paths[metric])
+                index = self._indexes[metric]
+                if hasattr(faiss, "index_gpu_to_cpu") and faiss.get_num_gpus() > 0:  # pragma: no cover
+                    index = faiss.index_gpu_to_cpu(index)
+                faiss.write_index(index, str(tmp))
+                os.replace(tmp, paths[metric])
+            tmp = scratch_path(paths["vectors"], ".npy")  # np.save adds .npy to a name without it
+            np.save(tmp, self.vectors, allow_pickle=False)
+            os.replace(tmp, paths["vectors"])
+            tmp = scratch_path(paths["meta"])
+            tmp.write_text(json.dumps(self._meta(extra)))
+            os.replace(tmp, paths["meta"])
+
+    @staticmethod
+    def _lock_path(directory: Path) -> Path:
+        return directory / ".index.lock"
 
     def _meta(self, extra: dict | None) -> dict:
         return {"encoder_id": self.encoder_id, "names": self.names, "table_version": self.table_version,
@@ -165,11 +171,14 @@ class VectorIndex:
             except (OSError, ValueError, KeyError, RuntimeError):
                 return None
         else:
+            if not paths["meta"].is_file():
+                return None
             try:
-                meta = json.loads(paths["meta"].read_text())
-                paths = cls._paths(directory, encoder_id, tuple(meta.get("metrics", METRICS)))
-                indexes = {m: faiss.read_index(str(paths[m])) for m in meta.get("metrics", METRICS)}
-                vectors = np.load(paths["vectors"], allow_pickle=False)
+                with file_lock(cls._lock_path(directory), shared=True):
+                    meta = json.loads(paths["meta"].read_text())
+                    paths = cls._paths(directory, encoder_id, tuple(meta.get("metrics", METRICS)))
+                    indexes = {m: faiss.read_index(str(paths[m])) for m in meta.get("metrics", METRICS)}
+                    vectors = np.load(paths["vectors"], allow_pickle=False)
             except (OSError, ValueError, KeyError, RuntimeError, TypeError):
                 return None
         names = meta["names"]

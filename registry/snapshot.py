@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from indexing.home import as_path, transaction_open, write_text_atomic
+from indexing.home import as_path, scratch_path, transaction_open, write_text_atomic
 from indexing.home import generation as _generation
 from registry.errors import NotFoundError, RegistryError
 
@@ -66,7 +66,7 @@ def _build(home: Path) -> dict[str, Any]:
         try:
             write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap), fsync=False)  # a cache, rebuilt when lost
         except (OSError, RegistryError):  # a home we may read but not write: answer anyway, just not faster next time
-            (home / f"{SNAPSHOT_FILE}.tmp{os.getpid()}").unlink(missing_ok=True)
+            scratch_path(home / SNAPSHOT_FILE).unlink(missing_ok=True)
     return snap
 
 

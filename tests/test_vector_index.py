@@ -44,3 +44,40 @@ def test_a_vector_is_at_distance_zero_from_itself_never_below(kind):
         assert hits.get(row) is not None and hits[row] >= 0.0 and hits[row] < 1e-6
     models = type("Models", (), {"vector": lambda self, name: vectors[int(name[1:])]})()
     assert all(embedding_distance(models, f"m{i}", f"m{i}", "cosine") >= 0.0 for i in range(64))
+
+
+def test_threads_saving_and_loading_one_index_never_collide_or_mix(tmp_path):
+    """Two threads of one process (the service's) saving the same index used one temporary name: one
+    renamed it from under the other (a 500 under load, found beside `registry compact`). And a load
+    between a save's files could pair one version's metadata with another's vectors of the same count."""
+    import threading
+
+    rng = np.random.default_rng(0)
+    names = [f"m{i}" for i in range(50)]
+    versions = {v: VectorIndex.build("enc", names, rng.normal(size=(50, 16)), table_version=v) for v in (1, 2)}
+    failures: list[BaseException] = []
+    mixed: list[int] = []
+
+    def save(version: int) -> None:
+        try:
+            for _ in range(40):
+                versions[version].save(tmp_path)
+        except BaseException as err:  # noqa: BLE001 - reported below
+            failures.append(err)
+
+    def load() -> None:
+        for _ in range(80):
+            loaded = VectorIndex.load(tmp_path, "enc")
+            if loaded is not None:
+                index, meta = loaded
+                if not np.array_equal(index.vectors, versions[meta["table_version"]].vectors):
+                    mixed.append(meta["table_version"])
+
+    threads = [threading.Thread(target=save, args=(v,)) for v in (1, 2)] + [threading.Thread(target=load)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    assert not mixed
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
