@@ -184,6 +184,8 @@ class VectorIndex:
         names = meta["names"]
         if not indexes or any(i.ntotal != len(names) for i in indexes.values()) or len(vectors) != len(names):
             return None
+        if len(names) and (vectors.ndim != 2 or any(i.d != vectors.shape[1] for i in indexes.values())):
+            return None  # files of two indexes (another kind's vectors): rebuilt, never served
         index = cls(encoder_id, names, vectors, meta["table_version"], meta["kind"],
                     {m: _to_gpu(i) for m, i in indexes.items()})
         return index, meta

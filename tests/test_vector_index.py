@@ -81,3 +81,15 @@ def test_threads_saving_and_loading_one_index_never_collide_or_mix(tmp_path):
     assert not failures, failures[0]
     assert not mixed
     assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" in p.name) == []
+
+
+def test_a_saved_index_whose_vectors_are_another_indexes_is_not_loaded(tmp_path):
+    """The vectors file of another index (of the same row count, another width) beside this one's FAISS
+    files and metadata: refused (the caller rebuilds), where it was served and a route failed on it."""
+    rng = np.random.default_rng(1)
+    names = [f"m{i}" for i in range(8)]
+    VectorIndex.build("wide", names, rng.normal(size=(8, 16)), table_version=1).save(tmp_path)
+    VectorIndex.build("narrow", names, rng.normal(size=(8, 5)), table_version=1).save(tmp_path)
+    assert VectorIndex.load(tmp_path, "wide") is not None
+    (tmp_path / "narrow.vectors.npy").replace(tmp_path / "wide.vectors.npy")
+    assert VectorIndex.load(tmp_path, "wide") is None
