@@ -308,25 +308,19 @@ def test_bad_samples_are_refused_with_their_place(
     assert problem in caught.value.problem
 
 
-def test_bad_results_file_is_refused_with_its_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content, line, field, said", [
+    ('{\n  "model_name": "m",\n  oops\n}', 3, None, "not JSON"),
+    # Python keeps the last of a repeated key unsaid: which model the run was is not for us to guess
+    ('{"model_name": "org/first", "model_name": "org/second"}', None, "model_name",
+     "'model_name' appears more than once"),
+])
+def test_bad_results_file_is_refused_naming_where(tmp_path: Path, content: str, line, field, said: str) -> None:
     write_run(tmp_path, None, {"boolq": [sample(0, "q", acc=1)]})
     results = tmp_path / f"results_{STAMP}.json"
-    results.write_text('{\n  "model_name": "m",\n  oops\n}')
+    results.write_text(content)
 
     with pytest.raises(InputError) as caught:
         read_lm_eval(tmp_path)
 
-    assert (caught.value.file, caught.value.line) == (str(results), 3)
-
-
-def test_a_results_file_naming_its_model_twice_is_refused(tmp_path: Path) -> None:
-    """Python keeps the last of a repeated key unsaid: which model the run was is not for us to guess."""
-    write_run(tmp_path, None, {"boolq": [sample(0, "q", acc=1)]})
-    results = tmp_path / f"results_{STAMP}.json"
-    results.write_text('{"model_name": "org/first", "model_name": "org/second"}')
-
-    with pytest.raises(InputError) as caught:
-        read_lm_eval(tmp_path)
-
-    assert (caught.value.file, caught.value.field) == (str(results), "model_name")
-    assert "'model_name' appears more than once" in caught.value.problem
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(results), line, field)
+    assert said in caught.value.problem
