@@ -56,8 +56,8 @@ class _HomeType(click.ParamType):
 _ARGS = "locus.args"  # ctx.meta key: the arguments after the group's own options
 _RAW = "locus.raw"  # ctx.meta key: every argument, the group's own options included
 SERVER_HELP = ("A running `registry serve` that the commands it serves go through: add-model, refine, remove, "
-               "restore, alias, stats, models list, show, history, queries, search, route, audit, drift, profile "
-               "and compare (default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN); the others run "
+               "restore, alias, stats, models list, show, history, queries, search, route, audit, drift, profile, "
+               "portfolio and compare (default: $LOCUS_SERVER; the bearer token comes from $LOCUS_TOKEN); the others run "
                "here. Without one, route asks a service running for the home, if any; 'none': never.")
 GLOBAL_JSON_HELP = "Print results and errors as JSON (as each command's own --json)."
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import _registry, echo_warnings, emit, json_option
+from cli._common import _backend, echo_warnings, emit, json_option
 
 def parse_budget(text: str) -> float:
     """'150B', '150b' or '150' -> 150.0 (billions of parameters); '1.5T' -> 1500.0. Raises ValueError.
@@ -54,9 +54,9 @@ def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, rando
     held-out test queries: the portfolio vs the full pool vs random subsets."""
     if (k is None) == (budget is None):
         raise click.UsageError("give exactly one of --k N (a number of models) and --budget SIZE (e.g. 150B)")
-    result = _registry(ctx, create=False).portfolio(k=k, budget_b=budget, method=method, where=where,
-                                                    include_unknown_params=include_unknown_params, seed=seed,
-                                                    random_draws=random_draws, by=by)
+    result = _backend(ctx).portfolio(k=k, budget_b=budget, method=method, where=where,
+                                     include_unknown_params=include_unknown_params, seed=seed,
+                                     random_draws=random_draws, by=by)
     echo_warnings(result.warnings)
     emit(result, as_json, _echo_portfolio)
 

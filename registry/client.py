@@ -252,10 +252,10 @@ class _BaseClient:
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
-                  by: str | None = None) -> PortfolioResult:
+                  random_draws: int = 200, by: str | None = None) -> PortfolioResult:
         params = {k_: v for k_, v in {"k": k, "budget_b": budget_b, "method": method, "where": where,
                                       "include_unknown_params": include_unknown_params, "seed": seed,
-                                      "by": by}.items()
+                                      "random_draws": random_draws, "by": by}.items()
                   if v is not None}
         return self._send(_Call("GET", "/v1/portfolio", PortfolioResult.model_validate, params=params))
 

@@ -112,6 +112,7 @@ def test_every_operation_gives_the_same_answer_through_the_library_and_the_servi
     _both(both, lambda api: api.list("family == parity"))
     _both(both, lambda api: api.queries())
     _both(both, lambda api: api.compare("prod", "parity-a"))
+    _both(both, lambda api: api.portfolio(k=2, random_draws=20, seed=3))
     _both(both, lambda api: api.compare("prod", "parity-a", by="locus"))
     # aliases: set (a pinned version too), list, delete; refusals alike
     _both(both, lambda api: api.set_alias("staging", "parity-a@1"))

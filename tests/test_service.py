@@ -325,6 +325,7 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
         (["models", "list", "--where", "family == client"], lambda r: [m["name"] for m in r] == ["client-a"]),
         (["compare", "cli-a", "client-a"], lambda r: r["a"] == "cli-a" and r["b"] == "client-a"),
         (["profile", "--task", f"{task}=0.8", "-k", "2"], lambda r: len(r["neighbours"]) == 2),
+        (["portfolio", "--k", "2", "--draws", "10"], lambda r: len(r["models"]) == 2),
         (["alias", "delete", "cli-prod"], lambda r: r["alias"] == "cli-prod"),
         (["remove", "cli-a"], lambda r: r["name"] == "cli-a"),
         (["restore", "cli-a"], lambda r: r["name"] == "cli-a" and r["version"] == 3),

@@ -28,6 +28,7 @@ class Limits:
     max_listed_queries: int = 100_000  # stored queries in one GET /v1/queries (offset pages past it)
     max_route_queries: int = 1_024  # texts in one route call
     max_k: int = 1_000  # k / fallback of search and route
+    max_random_draws: int = 10_000  # portfolio's random subsets (each routes the test queries once)
     max_where_chars: int = 2_000  # a metadata filter expression
     max_wait_s: float = 60.0  # longest a request may wait for its job
 

@@ -46,10 +46,13 @@ def portfolio(reader: Reader,
               where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
               include_unknown_params: bool = False,
               seed: int = Query(default=0, ge=0, le=2**31 - 1),
+              random_draws: int = Query(default=200, ge=1, le=LIMITS.max_random_draws,
+                                        description="random subsets the portfolio is compared with"),
               by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$")):
     """A small set of models that covers the pool, with routing accuracies."""
     return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
-                            include_unknown_params=include_unknown_params, seed=seed, by=by)
+                            include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws,
+                            by=by)
 
 
 # drift (issue 26): a read per model; the CI run writes its marker, so it needs the token
