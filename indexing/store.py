@@ -587,15 +587,15 @@ class Store:
         return names
 
     # ------------------------------------------------------------ maintenance
-    def storage(self) -> list[dict[str, Any]]:
-        """Per table: {"table", "rows", "fragments", "versions", "bytes"} (bytes None on an s3 home). Every
-        write transaction leaves at least one fragment and one version in each table it writes: scans pay
-        per fragment and old versions keep their files (`compact`)."""
+    def storage(self, *, sizes: bool = True) -> list[dict[str, Any]]:
+        """Per table: {"table", "fragments", "versions", "bytes"} (bytes None on an s3 home, or without
+        `sizes`: they walk every file). Every write transaction leaves at least one fragment and one version
+        in each table it writes: scans pay per fragment and old versions keep their files (`compact`)."""
         out = []
         for name in self.table_names():
             dataset = self._dataset(name)
-            out.append({"table": name, "rows": dataset.count_rows(), "fragments": len(dataset.get_fragments()),
-                        "versions": len(dataset.versions()), "bytes": self._bytes_of(name)})
+            out.append({"table": name, "fragments": len(dataset.get_fragments()), "versions": len(dataset.versions()),
+                        "bytes": self._bytes_of(name) if sizes else None})
         return out
 
     def compact(self, *, keep_versions_for: timedelta) -> list[dict[str, Any]]:
@@ -610,13 +610,12 @@ class Store:
         still read it (a long-lived reader re-opens the tables after any write, compaction included)."""
         if keep_versions_for < timedelta(0):
             raise InputError("the time to keep old versions for must not be negative", field="keep_versions_for")
-        self.check_format()
         before = {row["table"]: row for row in self.storage()}
-        with self.transaction():
+        with self.transaction():  # refuses a home of an older format, as every write does
             for name in self.table_names():
                 dataset = self._dataset(name)
-                if len(dataset.get_fragments()) > 1 or any(
-                        f.metadata.deletion_file is not None for f in dataset.get_fragments()):
+                fragments = dataset.get_fragments()
+                if len(fragments) > 1 or any(f.metadata.deletion_file is not None for f in fragments):
                     dataset.optimize.compact_files()
         cutoff = None
         with self._writer_lock():

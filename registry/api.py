@@ -507,7 +507,7 @@ class Registry:
 
         problems = check_consistency(self.store)
         notes = [note] if (note := unvectored_evaluated_queries(self.store)) else []
-        piled = [t for t in self.store.storage() if t["fragments"] >= FRAGMENTS_TO_COMPACT]
+        piled = [t for t in self.store.storage(sizes=False) if t["fragments"] >= FRAGMENTS_TO_COMPACT]
         if piled:
             notes.append("; ".join(f"{t['table']} holds {t['fragments']:,} fragments and {t['versions']:,} versions"
                                    for t in piled)

@@ -97,30 +97,33 @@ def test_versions_superseded_within_the_window_stay_readable(home):
 
 
 def test_a_compaction_that_fails_midway_is_rolled_back_to_the_same_rows(home, monkeypatch):
-    from indexing.store import Store
+    from lance.dataset import DatasetOptimizer
 
     reg = Registry.open(home)
     rows = _tables(reg)
     fragments = {t["table"]: t["fragments"] for t in reg.store.storage()}
-    opened = []
-    dataset = Store._dataset
+    compacted = []
+    compact_files = DatasetOptimizer.compact_files
 
-    def failing(self, name):
-        opened.append(name)
-        if len(opened) == len(fragments) + 2:  # the storage count first, then two tables into the compaction
+    def failing(self, *args, **kwargs):
+        if compacted:  # one table compacted, the next one fails
             raise OSError("disk full")
-        return dataset(self, name)
+        compacted.append(compact_files(self, *args, **kwargs))
+        return compacted[-1]
 
-    monkeypatch.setattr(Store, "_dataset", failing)
+    monkeypatch.setattr(DatasetOptimizer, "compact_files", failing)
     with pytest.raises(OSError, match="disk full"):
         reg.compact(keep_versions_for=timedelta(0))
     monkeypatch.undo()
+    assert compacted and compacted[0].fragments_removed > 1
     after = Registry.open(home)
     for name, table in rows.items():
         assert after.store.read(name).equals(table), name
     # the table compacted before the failure is back at its old version, fragments and all
     assert {t["table"]: t["fragments"] for t in after.store.storage()} == fragments
-    assert not (home / ".journal.json").exists() and after.check().ok
+    from indexing.home import JOURNAL_FILE
+
+    assert not (home / JOURNAL_FILE).exists() and after.check().ok
 
 
 def test_check_says_when_a_table_is_worth_compacting(home, monkeypatch):
