@@ -97,7 +97,7 @@ export const fmt = {
 
 export const modelHref = (name) => "/model?name=" + encodeURIComponent(name);
 export const compareHref = (a, b) => "/compare?a=" + encodeURIComponent(a) + "&b=" + encodeURIComponent(b);
-export const modelLink = (name) => h("a", { href: modelHref(name) }, name);
+export const modelLink = (name) => h("a", { href: modelHref(name), class: "model" }, name);
 
 export function params() {
   return new URLSearchParams(location.search);
