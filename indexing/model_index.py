@@ -242,6 +242,8 @@ class ModelIndex:
             candidate, meta = loaded
             if candidate.table_version == version and candidate.names == chosen and "rows" in meta:
                 index, saved_token = candidate, meta.get("generation")
+            elif candidate.metrics == KIND_METRICS[by]:  # an older state's: an HNSW graph takes the write's
+                index = candidate.updated(chosen, vectors, table_version=version)  # vectors, not built anew
         if index is None:
             index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version,
                                       metrics=KIND_METRICS[by])

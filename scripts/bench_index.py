@@ -12,6 +12,10 @@
    each size: the LOCUS index (64-d, the recommended encoder width; cosine) and the fingerprint index
    (17-d: rank 16 + 1; Euclidean), k = 5 neighbours of a named model (p50, p99 over --queries models),
    index build time, and the time to open the saved index from disk (what a fresh CLI process pays).
+2c. With --updates: what a write costs the index past HNSW_THRESHOLD, at each size (64-d, the LOCUS
+   index's two metrics): building the HNSW graph anew (what every write did before `VectorIndex.updated`)
+   against updating it for 1 model added, 1 re-embedded, and 1% re-embedded; then, with 10% of the rows
+   replaced (masked), search p50 and recall@10 against exact search of the same vectors.
 3. With --evals FILE (evaluations whose query texts the registry has already encoded): add-model wall
    time, from a fresh process (`registry add-model`, which loads torch and the encoder) and in-process
    (`Registry.add_model` after a first call), on a throwaway copy of --home. --sizes 0 skips part 1.
@@ -65,6 +69,100 @@ def latency_table(sizes: list[int], n_queries: int) -> None:
             p50, p99 = np.percentile(np.array(times) * 1000, [50, 99])
             print(f"| {n:,} | FAISS {kind} | {build:.1f} | {p50:.3f} | {p99:.3f} | {recall:.3f} |", flush=True)
         lance_row(n, x, queries, exact)
+
+
+def updates_table(sizes: list[int], n_queries: int) -> None:
+    from indexing.vector_index import VectorIndex
+
+    def searched(index, names, vectors, rng) -> tuple[str, str]:
+        exact = VectorIndex.build("exact", names, vectors, table_version=0, kind="flat")
+        times, hits = [], []
+        for q in vectors[rng.choice(len(vectors), n_queries, replace=False)] + 0.01:
+            t = time.perf_counter()
+            got = {r for r, _ in index.search(q, 10, metric="cosine")}
+            times.append(time.perf_counter() - t)
+            hits.append(len(got & {r for r, _ in exact.search(q, 10, metric="cosine")}) / 10)
+        return f"{np.percentile(np.array(times) * 1000, 50):.3f}", f"{np.mean(hits):.3f}"
+
+    print("| vectors | write | index s | masked rows | search p50 ms | recall@10 |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for n in sizes:
+        x = clustered(n, 64)
+        names = [f"m{i:07d}" for i in range(n)]
+        rng = np.random.default_rng(2)
+        started = time.perf_counter()
+        base = VectorIndex.build("bench", names, x, table_version=0, kind="hnsw")
+        took = time.perf_counter() - started
+        print(f"| {n:,} | build anew | {took:.1f} | 0 | {' | '.join(searched(base, names, x, rng))} |", flush=True)
+        for label, changed, added in (("1 added", 0, 1), ("1 re-embedded", 1, 0),
+                                      ("1% re-embedded", n // 100, 0), ("10% re-embedded", n // 10, 0)):
+            y = x.copy()
+            rows = rng.choice(n, changed, replace=False)
+            y[rows] += 0.05 * rng.normal(size=(changed, 64)).astype(np.float32)
+            new_names = names + [f"n{i:07d}" for i in range(added)]
+            y = np.concatenate([y, clustered(added, 64, seed=9)]) if added else y
+            started = time.perf_counter()
+            index = base.updated(new_names, y, table_version=1)
+            took = time.perf_counter() - started
+            search = searched(index, new_names, y, rng) if changed == n // 10 else ("", "")
+            print(f"| {n:,} | {label} | {took:.2f} | {index.masked:,} | {' | '.join(search)} |", flush=True)
+    print("\nThrough the models table (a LanceDB home of N models with 64-d LOCUS vectors): the first search after "
+          "one model is added, `ModelIndex.open` (read the table, update or build the index, save it), with the "
+          "saved HNSW index updated and, as before `VectorIndex.updated`, built anew.\n")
+    print("| models | index after the write | open s |")
+    print("|---:|---|---:|")
+    for n in sizes:
+        through_table(n)
+
+
+def through_table(n: int) -> None:
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+
+    from indexing.model_index import ModelIndex
+    from indexing.store import MODEL_SCHEMA, MODELS, Store
+    from indexing.vector_index import VectorIndex
+
+    x = clustered(n + 2, 64)
+    added = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def rows(lo: int, hi: int) -> pa.Table:
+        return pa.Table.from_pydict({"name": [f"m{i:07d}" for i in range(lo, hi)], "added": [added] * (hi - lo),
+                                     "vector": list(x[lo:hi]), "encoder_id": ["bench"] * (hi - lo)},
+                                    schema=pa.schema([MODEL_SCHEMA.field(c) for c in ("name", "added", "vector",
+                                                                                       "encoder_id")]))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "home")
+        with store.transaction():
+            store.append(MODELS, _full(rows(0, n)), MODEL_SCHEMA)
+        ModelIndex.open(store)  # the saved index of N models
+        for label, extra, patch in (("updated", n, False), ("built anew", n + 1, True)):
+            with store.transaction():
+                store.append(MODELS, _full(rows(extra, extra + 1)), MODEL_SCHEMA)
+            original = VectorIndex.updated
+            if patch:
+                VectorIndex.updated = lambda self, names, vectors, *, table_version: VectorIndex.build(
+                    self.encoder_id, names, vectors, table_version=table_version, metrics=self.metrics)
+            try:
+                started = time.perf_counter()
+                index = ModelIndex.open(store)
+                took = time.perf_counter() - started
+            finally:
+                VectorIndex.updated = original
+            assert len(index.names) == extra + 1
+            print(f"| {n:,} | {label} | {took:.1f} |", flush=True)
+
+
+def _full(table):
+    """`table` with every other column of the models table, null."""
+    import pyarrow as pa
+
+    from indexing.store import MODEL_SCHEMA
+
+    return pa.table({f.name: table[f.name] if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                     for f in MODEL_SCHEMA}, schema=MODEL_SCHEMA)
 
 
 KINDS = {"locus": (64, "cosine"), "fingerprint": (17, "euclidean")}
@@ -181,6 +279,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model name to search for in --home")
     parser.add_argument("--evals", default=None, help="an evaluations file for the add-model timing (with --home)")
     parser.add_argument("--kinds", action="store_true", help="search by vector kind (locus, fingerprint) only")
+    parser.add_argument("--updates", action="store_true", help="an HNSW index's cost of a write only")
     parser.add_argument("--faiss-threads", type=int, default=2,
                         help="FAISS OpenMP threads (1 on a machine busy with other work: OpenMP waits dominate)")
     args = parser.parse_args()
@@ -192,6 +291,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if int(s) > 0]
     if args.kinds:
         kinds_table(sizes, args.queries)
+        return
+    if args.updates:
+        updates_table(sizes, args.queries)
         return
     if sizes:
         latency_table(sizes, args.queries)

@@ -93,3 +93,99 @@ def test_a_saved_index_whose_vectors_are_another_indexes_is_not_loaded(tmp_path)
     assert VectorIndex.load(tmp_path, "wide") is not None
     (tmp_path / "narrow.vectors.npy").replace(tmp_path / "wide.vectors.npy")
     assert VectorIndex.load(tmp_path, "wide") is None
+
+
+def _exact(vectors: np.ndarray, query: np.ndarray, k: int, metric: str) -> list[int]:
+    if metric == "cosine":
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        order = np.argsort(-(unit @ (query / np.linalg.norm(query))), kind="stable")
+    elif metric == INNER:
+        order = np.argsort(-(vectors @ query), kind="stable")
+    else:
+        order = np.argsort(((vectors - query) ** 2).sum(1), kind="stable")
+    return order[:k].tolist()
+
+
+def test_an_hnsw_graph_takes_a_write_without_a_rebuild_and_answers_as_a_fresh_index(tmp_path, monkeypatch):
+    """Models added, re-embedded and removed: the graph gains rows and masks the old ones (a rebuild at
+    100,000 vectors took minutes), and every search, restricted or not, saved and loaded, answers for the
+    new state only: never a removed model, never a replaced vector."""
+    import faiss
+
+    import indexing.vector_index as vi
+
+    monkeypatch.setattr(vi, "HNSW_THRESHOLD", 50)
+    rng = np.random.default_rng(5)
+    names = [f"m{i:03d}" for i in range(200)]
+    vectors = rng.normal(size=(200, 10)).astype(np.float32)
+    first = VectorIndex.build("e", names, vectors, table_version=1, metrics=(*METRICS, INNER))
+    assert first.kind == "hnsw" and first.masked == 0
+    removed, changed = set(names[:12]), names[12:24]
+    table = dict(zip(names, vectors))
+    for name in removed:
+        del table[name]
+    for name in changed:
+        table[name] = rng.normal(size=10).astype(np.float32)
+    for i in range(15):
+        table[f"new{i:02d}"] = rng.normal(size=10).astype(np.float32)
+    now = sorted(table)
+    now_vectors = np.stack([table[n] for n in now])
+    second = first.updated(now, now_vectors, table_version=2)
+    assert second.names == now and np.array_equal(second.vectors, now_vectors)
+    assert second.masked == 24 and all(i.ntotal == 200 + 12 + 15 for i in second._indexes.values())
+    assert first.masked == 0 and all(i.ntotal == 200 for i in first._indexes.values())  # left as it was
+    second.save(tmp_path)
+    loaded, meta = VectorIndex.load(tmp_path, "e")
+    allowed = np.arange(0, len(now), 3)
+    for index in (second, loaded):
+        for metric in index.metrics:
+            for q in rng.normal(size=(6, 10)).astype(np.float32):
+                assert [r for r, _ in index.search(q, 5, metric=metric)] == _exact(now_vectors, q, 5, metric)
+                got = [r for r, _ in index.search(q, 4, metric=metric, allowed=allowed)]
+                assert got == allowed[_exact(now_vectors[allowed], q, 4, metric)].tolist()
+            many = index.search_many(rng.normal(size=(3, 10)), 7, metric=metric)
+            assert all(len(hits) == 7 and all(0 <= r < len(now) for r, _ in hits) for hits in many)
+    assert meta["table_version"] == 2 and len(meta["ids"]) == len(now)
+
+    # past REBUILD_MASKED of the graph masked: built anew, every id its row
+    third = second.updated(now[: len(now) // 2], now_vectors[: len(now) // 2], table_version=3)
+    assert third.masked == 0 and third._ids is None
+    # below the threshold: a flat index, as a fresh build would be
+    assert second.updated(now[:40], now_vectors[:40], table_version=4).kind == "flat"
+    assert isinstance(second._indexes["cosine"], faiss.IndexHNSWFlat)
+
+
+def test_a_write_updates_the_saved_hnsw_index_of_a_registry(tmp_path, monkeypatch):
+    """Through the models table: an add and a re-embed after the index was saved reuse its graph (the
+    saved file grows by the new rows), and search answers as an index built from scratch does."""
+    import indexing.vector_index as vi
+    from indexing.model_index import ModelIndex
+    from indexing.store import Store
+
+    monkeypatch.setattr(vi, "HNSW_THRESHOLD", 8)
+    rng = np.random.default_rng(2)
+    store = Store(tmp_path / "home")
+    rows = [{"name": f"m{i:02d}", "vector": rng.normal(size=6).tolist(), "encoder_id": "enc"} for i in range(30)]
+    _write_models(store, rows)
+    index = ModelIndex.open(store)
+    assert index.kind == "hnsw" and index._index.masked == 0
+    rows[3] = {**rows[3], "vector": rng.normal(size=6).tolist()}
+    rows.append({"name": "m99", "vector": rng.normal(size=6).tolist(), "encoder_id": "enc"})
+    _write_models(store, rows[3:4] + rows[-1:])
+    after = ModelIndex.open(store)
+    assert after._index.masked == 1 and after.names == sorted(r["name"] for r in rows)
+    fresh = ModelIndex.open(store, rebuild=True)
+    assert fresh._index.masked == 0
+    for name in ("m03", "m99", "m10"):
+        assert after.neighbours(name, 5) == fresh.neighbours(name, 5)
+    assert after.problems(store) == []
+
+
+def _write_models(store, rows: list[dict]) -> None:
+    from datetime import datetime, timezone
+
+    from indexing.store import MODEL_SCHEMA, MODELS
+
+    added = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with store.transaction():
+        store.upsert(MODELS, [{"added": added, **r} for r in rows], MODEL_SCHEMA, "name")
