@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -53,10 +52,38 @@ _CURRENT = "current.json"
 _FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved metadata
 
 
-def _json_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A models-table row without its vectors, JSON-safe (timestamps as ISO 8601 text)."""
-    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()
-            if k not in ("vector", "fingerprint", "behaviour")}
+def _table_rows(table, column: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """The models table's rows by name, without their vectors and JSON-safe (timestamps as ISO 8601 text),
+    and the table row of each model whose `column` (a vector) is set. Column by column: per-row dicts with
+    every vector as Python floats took seconds at 100,000 models (scripts/bench_index.py --updates)."""
+    import pyarrow as pa
+
+    plain = [c for c in table.column_names if c not in ("vector", "fingerprint", "behaviour")]
+    columns = []
+    for name in plain:
+        values = table.column(name).to_pylist()
+        if pa.types.is_timestamp(table.column(name).type):
+            values = [None if v is None else v.isoformat() for v in values]
+        columns.append(values)
+    names = table.column("name").to_pylist()
+    rows = {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))} if columns else {}
+    if column not in table.column_names:  # a home of an older format (no fingerprint column)
+        return rows, {}
+    valid = table.column(column).is_valid().to_numpy(zero_copy_only=False)
+    return rows, {names[i]: i for i in np.flatnonzero(valid)}
+
+
+def _vectors(column, rows: list[int]) -> np.ndarray:
+    """(len(rows), d) float32: these table rows of a list<float32> column."""
+    if not rows:
+        return np.zeros((0, 0), dtype=np.float32)
+    import pyarrow.compute as pc
+
+    taken = pc.take(column, np.asarray(rows, dtype=np.int64)).combine_chunks()
+    lengths = pc.list_value_length(taken).to_numpy(zero_copy_only=False)
+    if (lengths != lengths[0]).any():
+        return np.array(taken.to_pylist(), dtype=np.float32)  # ragged: raises, as it did
+    return taken.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(rows), -1)
 
 
 def _check_kind(by: str) -> tuple[str, str]:
@@ -217,9 +244,10 @@ class ModelIndex:
         # label rows of one version with the other, and that index, saved, would be trusted for the newer
         # version with the older vectors (the soak test's `registry check` caught one)
         version = store.version(MODELS)
-        rows = {r["name"]: r for r in store.read(MODELS, without=skip).to_pylist()}
+        table = store.read(MODELS, without=skip)
         consistent = store.version(MODELS) == version
-        embedded = sorted(n for n, r in rows.items() if r.get(column) is not None)
+        rows, vector_of = _table_rows(table, column)
+        embedded = sorted(vector_of)
         encoders = {rows[n][made_by] for n in embedded}
         if len(encoders) == 1:
             encoder_id = next(iter(encoders))
@@ -231,8 +259,7 @@ class ModelIndex:
                 counts[rows[n][made_by]] = counts.get(rows[n][made_by], 0) + 1
             encoder_id = min(counts, key=lambda t: (-counts[t], t)) if counts else "none"
         chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
-        vectors = (np.array([rows[n][column] for n in chosen], dtype=np.float32) if chosen
-                   else np.zeros((0, 0), dtype=np.float32))
+        vectors = _vectors(table.column(column) if chosen else None, [vector_of[n] for n in chosen])
         if not consistent:
             version, rebuild = -1, True  # built for this answer only: never reused or saved as either version
         directory = home / _INDEX_DIR
@@ -247,7 +274,7 @@ class ModelIndex:
         if index is None:
             index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version,
                                       metrics=KIND_METRICS[by])
-        snapshot = cls(home, encoder_id, {n: _json_row(r) for n, r in rows.items()}, encoders, index, by)
+        snapshot = cls(home, encoder_id, rows, encoders, index, by)
         # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
         # without opening LanceDB on every search
         if (consistent and (chosen or by != "locus") and token is not None and saved_token != token
