@@ -1,7 +1,7 @@
 """Issue 23: what a fuzzer, a race and a hostile web page do to `registry serve` and the store.
 
 One small trained registry (helpers.SMALL_TRAINED) serves the module; each server test works on its own
-copy. Everything here is bounded (few examples, few restarts, a soak of ~20 s unless $LOCUS_SOAK_SECONDS
+copy. Everything here is bounded (few examples, few restarts, a soak of ~15 s unless $LOCUS_SOAK_SECONDS
 says more: the soak asserts that no acknowledged write is lost or numbered twice across kills, which a few
 kills show as well as many; set it to 600 for a longer hunt), and two restarts with a pending job unless
 $LOCUS_RESTARTS says more (each loads the query encoder twice, ~20 s).
@@ -486,7 +486,7 @@ def test_soak_writers_readers_and_kills(base_home, texts, tmp_path):
 
     from registry import Registry
 
-    seconds = float(os.environ.get("LOCUS_SOAK_SECONDS", "20"))
+    seconds = float(os.environ.get("LOCUS_SOAK_SECONDS", "15"))
     home = copy_home(base_home, tmp_path / "home")
     reg = Registry.open(home)
     rows = [(t, i % 2, task) for i, (t, task) in enumerate(texts)]
