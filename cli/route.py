@@ -26,9 +26,7 @@ def _parse_tasks(ctx, param, values) -> dict[str, float]:
         if task in targets:
             raise click.BadParameter(f"task {task!r} is given twice", ctx=ctx, param=param)
         targets[task] = accuracy
-    if not targets:
-        raise click.BadParameter("name at least one task, e.g. --task math=0.8", ctx=ctx, param=param)
-    return targets
+    return targets  # none at all is refused by the command, after Click has named any stray argument
 
 
 @click.command()
@@ -44,6 +42,8 @@ def _parse_tasks(ctx, param, values) -> dict[str, float]:
 @click.pass_context
 def profile(ctx, targets, k, evals, seed, where, by, as_json) -> None:
     """Real models nearest to a hypothetical one with these task accuracies (appendix E.1)."""
+    if not targets:
+        raise click.BadParameter("name at least one task, e.g. --task math=0.8", ctx=ctx, param_hint="'--task'")
     result = _backend(ctx).profile(targets, k=k, evals=evals, seed=seed, where=where, by=by)
     emit(result, as_json, _echo_profile)
 

@@ -165,6 +165,7 @@ def test_cli_profile_json_and_text(reg, accuracies):
     (["--task", "math=1.2"], "must be in [0, 1]"),
     (["--task", "math=0.2", "--task", "math=0.3"], "task 'math' is given twice"),
     ([], "name at least one task"),
+    (["math=0.8"], "unexpected extra argument (math=0.8)"),  # not swallowed by "name at least one task"
     (["--task", "astrology=0.5"], "unknown task(s) 'astrology'; known tasks: biology, code, law, math"),
     (["--task", "math=0.5", "-k", "99"], "option -k: must be between 1 and the number of embedded models (9)"),
     (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "option --evals: must be an integer from the number of tasks named (2)"),
