@@ -632,6 +632,11 @@ class Registry:
         if not isinstance(target, str) or not target:
             raise InputError(f"an alias points at NAME or NAME@VERSION (text), not {target!r}", field="target")
         name, version = split_version(target, set(live))
+        pointed = (self.store.config.get("aliases") or {}).get(name)
+        if name not in live and pointed is not None:  # one hop only: an alias names a model
+            shown = pointed["name"] + ("" if pointed.get("version") is None else f"@{pointed['version']}")
+            raise InputError(f"{name!r} is an alias (of {shown}); an alias points at a model, not at another alias: "
+                             f"point {alias!r} at {shown}", field="target")
         past = history(self.store, name)  # "no model named ..." with suggestions
         versions = sorted({int(entry.version) for entry in past.versions})
         if version is not None and version not in versions:

@@ -115,6 +115,10 @@ def test_a_model_cannot_take_an_alias_s_name_and_history_reads_the_model_first(h
         reg.add_model("prod", [{"query_id": query, "score": 1}])
     assert "prod" not in [m.name for m in reg.models()]
     assert json.loads(_cli(home, "history", "prod", "--json", code=0).stdout)["name"] == target  # the alias's
+    # an alias of an alias: refused naming the model to point at (it said "no model named 'prod'")
+    error = json.loads(_cli(home, "alias", "set", "prod2", "prod", "--json").stdout)["error"]
+    assert error["field"] == "target" and f"'prod' is an alias (of {target})" in error["message"]
+    assert f"point 'prod2' at {target}" in error["message"] and "prod2" not in [a.alias for a in reg.aliases()]
 
 
 def test_a_pinned_alias_of_a_restored_version_is_shown_by_the_cli_as_by_the_api(home, tmp_path):
