@@ -220,6 +220,11 @@ def check_fraction_option(option: str, value: float) -> None:
         raise click.BadParameter(f"must be between 0 and 1 (exclusive), not {value}", param_hint=option)
 
 
+def count(n: int, noun: str) -> str:
+    """'1 evaluation', '2 evaluations'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def one_line(text: str, width: int) -> str:
     """A query text on one table line: whitespace runs made single spaces, cut to `width` with "..."
     (--json keeps it whole)."""

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from cli._common import (EXISTING_FILE, _backend, echo_warnings, emit, evals_option, json_option, max_evals_option,
-                         quiet_thin_warnings)
+from cli._common import (EXISTING_FILE, _backend, count, echo_warnings, emit, evals_option, json_option,
+                         max_evals_option, quiet_thin_warnings)
 
 
 @click.command()
@@ -24,8 +24,8 @@ def refine(ctx, name, evals_file, max_evals, as_json) -> None:
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
         f"refine {r.name}: nothing new (version {r.version} stays)" if r.event == "unchanged" else
-        f"refine {r.name} (version {r.version}): {r.new_evaluations} new evaluations; embedded from {r.n_evals} "
-        f"evaluations with encoder {r.encoder_id}; {r.encoded_texts} new texts encoded"))
+        f"refine {r.name} (version {r.version}): {count(r.new_evaluations, 'new evaluation')}; embedded from "
+        f"{count(r.n_evals, 'evaluation')} with encoder {r.encoder_id}; {count(r.encoded_texts, 'new text')} encoded"))
 
 
 @click.group()

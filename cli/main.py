@@ -18,6 +18,7 @@ from cli._common import (
     EXISTING_FILE,
     FINDING_EXIT,
     _backend,
+    count,
     _echo_neighbour,
     _registry,
     _server,
@@ -557,8 +558,9 @@ def add_model(ctx, name, evals_file, metadata, replace, max_evals, as_json) -> N
                                          max_evals=evals_option(max_evals, "--max-evals"))
     echo_warnings(result.warnings)
     emit(result, as_json, lambda r: click.echo(
-        f"{r.event} {r.name} (version {r.version}): embedded from {r.n_evals} evaluations with encoder "
-        f"{r.encoder_id}; {r.encoded_texts} new texts encoded"))
+        f"{r.event} {r.name} (version {r.version}): embedded from {count(r.n_evals, 'evaluation')} with encoder "
+        f"{r.encoder_id}; {count(r.encoded_texts, 'new text')} encoded"))
+
 
 
 @cli.command()

@@ -387,3 +387,19 @@ def test_stored_task_warnings_name_the_query_and_both_tasks() -> None:
         "line 3: query 'q9' is stored with task 'law'; the task 'math' given here was not applied "
         "(a stored query keeps its task)",
     ]
+
+
+def test_a_query_given_by_text_twice_with_two_scores_is_named_by_its_text(tmp_path: Path) -> None:
+    """It was named by the id made from the text's hash ('t:52cb6b5e...'), which the user never wrote."""
+    from registry.importers.tabular import read_model_evaluations
+
+    path = tmp_path / "t.csv"
+    long = "Which of these " + "very " * 30 + "long options?"
+    path.write_text(f'query,score\nWhat is 2+2?,1\n"{long}",1\nWhat is 2+2?,0\n"{long}",1\n', encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        read_model_evaluations(path, "m")
+    assert caught.value.line == 4 and caught.value.field == "score"
+    assert "query 'What is 2+2?' is given twice with different scores: line 2 (1) and line 4 (0)" in str(caught.value)
+    path.write_text(f'query,score\n"{long}",1\n"{long}",0\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"query 'Which of these very very .{50,}\.\.\.' is given twice"):
+        read_model_evaluations(path, "m")

@@ -141,9 +141,18 @@ class ImportBatch:
             if j != i and self.eval_scores[j] != self.eval_scores[i]:
                 file, line = self.where(i)
                 _, earlier = self.where(j)
-                raise InputError(f"query {key[1]!r} is given twice with different scores: line {earlier} "
+                raise InputError(f"query {self._as_given(key[1])} is given twice with different scores: line {earlier} "
                                  f"({self.eval_scores[j]:g}) and line {line} ({self.eval_scores[i]:g})",
                                  file=file, line=line, field="score")
+
+    def _as_given(self, query_id: str) -> str:
+        """A query as the user gave it: its text (shortened) when it came by text and has only the id made
+        from the text's hash, else its id."""
+        if query_id.startswith(TEXT_ID_PREFIX):
+            text = next((q.text for q in self.queries if q.id == query_id), None)
+            if text is not None:
+                return repr(text if len(text) <= 80 else text[:77] + "...")
+        return repr(query_id)
 
     def land_texts_on_stored(self, stored_by_hash: Mapping[str, str]) -> dict[str, str]:
         """Queries given by text (ids from `query_id_for_text`) whose text is stored under another id: their
