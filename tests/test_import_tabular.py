@@ -403,3 +403,6 @@ def test_a_query_given_by_text_twice_with_two_scores_is_named_by_its_text(tmp_pa
     path.write_text(f'query,score\n"{long}",1\n"{long}",0\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"query 'Which of these very very .{50,}\.\.\.' is given twice"):
         read_model_evaluations(path, "m")
+    path.write_text("query,score,task\nWhat is 2+2?,1,math\nWhat is 2+2?,1,law\n", encoding="utf-8")
+    assert ("t.csv line 3: query 'What is 2+2?' is given task 'law' here and task 'math' on line 2; the first is kept"
+            in read_model_evaluations(path, "m").warnings)

@@ -141,11 +141,11 @@ class ImportBatch:
             if j != i and self.eval_scores[j] != self.eval_scores[i]:
                 file, line = self.where(i)
                 _, earlier = self.where(j)
-                raise InputError(f"query {self._as_given(key[1])} is given twice with different scores: line {earlier} "
+                raise InputError(f"query {self.as_given(key[1])} is given twice with different scores: line {earlier} "
                                  f"({self.eval_scores[j]:g}) and line {line} ({self.eval_scores[i]:g})",
                                  file=file, line=line, field="score")
 
-    def _as_given(self, query_id: str) -> str:
+    def as_given(self, query_id: str) -> str:
         """A query as the user gave it: its text (shortened) when it came by text and has only the id made
         from the text's hash, else its id."""
         if query_id.startswith(TEXT_ID_PREFIX):

@@ -112,7 +112,7 @@ def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> Im
         batch.warnings.append(f"{path.name}: column(s) {', '.join(map(str, unread))} not read; "
                               f"add-model reads {', '.join(_EVALS_COLUMNS)}")
     where = _where(kind)
-    named = [f"{path.name} {where} {line}: query {query_id!r} is given task {task!r} here and "
+    named = [f"{path.name} {where} {line}: query {batch.as_given(query_id)} is given task {task!r} here and "
              + (f"task {first!r}" if first else "no task") + f" on {where} {first_line}; the first is kept"
              for query_id, task, line, first, first_line in conflicts[:_NAMED]]
     if len(conflicts) > _NAMED:
