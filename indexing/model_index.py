@@ -260,8 +260,8 @@ class ModelIndex:
             encoder_id = min(counts, key=lambda t: (-counts[t], t)) if counts else "none"
         chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
         vectors = _vectors(table.column(column) if chosen else None, [vector_of[n] for n in chosen])
-        if not consistent:
-            version, rebuild = -1, True  # built for this answer only: never reused or saved as either version
+        if not consistent:  # made for this answer only: never reused or saved as either version (a saved
+            version = -1  # graph may still be its base: `updated` answers for exactly the rows read)
         directory = home / _INDEX_DIR
         loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
         index, saved_token = None, None
