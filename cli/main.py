@@ -18,11 +18,11 @@ from cli._common import (
     EXISTING_FILE,
     FINDING_EXIT,
     _backend,
-    count,
     _echo_neighbour,
     _registry,
     _server,
     check_fraction_option,
+    count,
     echo_evidence_note,
     echo_neighbour_header,
     echo_warnings,
@@ -560,7 +560,6 @@ def add_model(ctx, name, evals_file, metadata, replace, max_evals, as_json) -> N
     emit(result, as_json, lambda r: click.echo(
         f"{r.event} {r.name} (version {r.version}): embedded from {count(r.n_evals, 'evaluation')} with encoder "
         f"{r.encoder_id}; {count(r.encoded_texts, 'new text')} encoded"))
-
 
 
 @cli.command()

@@ -58,15 +58,16 @@ def _table_rows(table, column: str) -> tuple[dict[str, dict[str, Any]], dict[str
     every vector as Python floats took seconds at 100,000 models (scripts/bench_index.py --updates)."""
     import pyarrow as pa
 
-    plain = [c for c in table.column_names if c not in ("vector", "fingerprint", "behaviour")]
+    vector_columns = {c for c, _ in VECTOR_KINDS.values()}
+    plain = [c for c in table.column_names if c not in vector_columns]
     columns = []
     for name in plain:
         values = table.column(name).to_pylist()
         if pa.types.is_timestamp(table.column(name).type):
             values = [None if v is None else v.isoformat() for v in values]
         columns.append(values)
-    names = table.column("name").to_pylist()
-    rows = {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))} if columns else {}
+    names = columns[plain.index("name")]
+    rows = {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))}
     if column not in table.column_names:  # a home of an older format (no fingerprint column)
         return rows, {}
     valid = table.column(column).is_valid().to_numpy(zero_copy_only=False)

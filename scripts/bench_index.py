@@ -127,20 +127,21 @@ def through_table(n: int) -> None:
     x = clustered(n + 2, 64)
     added = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-    def rows(lo: int, hi: int) -> pa.Table:
-        return pa.Table.from_pydict({"name": [f"m{i:07d}" for i in range(lo, hi)], "added": [added] * (hi - lo),
-                                     "vector": list(x[lo:hi]), "encoder_id": ["bench"] * (hi - lo)},
-                                    schema=pa.schema([MODEL_SCHEMA.field(c) for c in ("name", "added", "vector",
-                                                                                       "encoder_id")]))
+    def rows(lo: int, hi: int) -> pa.Table:  # models lo..hi-1: a name, a LOCUS vector, the rest null
+        given = {"name": pa.array([f"m{i:07d}" for i in range(lo, hi)]), "added": pa.array([added] * (hi - lo)),
+                 "vector": pa.array(list(x[lo:hi]), MODEL_SCHEMA.field("vector").type),
+                 "encoder_id": pa.array(["bench"] * (hi - lo))}
+        return pa.table({f.name: given.get(f.name, pa.nulls(hi - lo, f.type)) for f in MODEL_SCHEMA},
+                        schema=MODEL_SCHEMA)
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "home")
         with store.transaction():
-            store.append(MODELS, _full(rows(0, n)), MODEL_SCHEMA)
+            store.append(MODELS, rows(0, n), MODEL_SCHEMA)
         ModelIndex.open(store)  # the saved index of N models
         for label, extra, patch in (("updated", n, False), ("built anew", n + 1, True)):
             with store.transaction():
-                store.append(MODELS, _full(rows(extra, extra + 1)), MODEL_SCHEMA)
+                store.append(MODELS, rows(extra, extra + 1), MODEL_SCHEMA)
             original = VectorIndex.updated
             if patch:
                 VectorIndex.updated = lambda self, names, vectors, *, table_version: VectorIndex.build(
@@ -153,16 +154,6 @@ def through_table(n: int) -> None:
                 VectorIndex.updated = original
             assert len(index.names) == extra + 1
             print(f"| {n:,} | {label} | {took:.1f} |", flush=True)
-
-
-def _full(table):
-    """`table` with every other column of the models table, null."""
-    import pyarrow as pa
-
-    from indexing.store import MODEL_SCHEMA
-
-    return pa.table({f.name: table[f.name] if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-                     for f in MODEL_SCHEMA}, schema=MODEL_SCHEMA)
 
 
 KINDS = {"locus": (64, "cosine"), "fingerprint": (17, "euclidean")}

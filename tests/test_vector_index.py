@@ -108,7 +108,7 @@ def _exact(vectors: np.ndarray, query: np.ndarray, k: int, metric: str) -> list[
 
 def test_an_hnsw_graph_takes_a_write_without_a_rebuild_and_answers_as_a_fresh_index(tmp_path, monkeypatch):
     """Models added, re-embedded and removed: the graph gains rows and masks the old ones (a rebuild at
-    100,000 vectors took minutes), and every search, restricted or not, saved and loaded, answers for the
+    100,000 vectors took 30-40 s), and every search, restricted or not, saved and loaded, answers for the
     new state only: never a removed model, never a replaced vector."""
     import faiss
 
