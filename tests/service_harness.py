@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from encoder.query_encoder import EXPORT_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "test-token-0123456789abcdef"
 
@@ -41,6 +43,10 @@ class Server:
         home, token, extra = self.home, self.token, self.extra
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         env.pop("LOCUS_TOKEN", None)
+        # The product's own start: fp32 from the torch-free copy of the query encoder (the first server of a
+        # run writes it under the cache, once), not torch: seconds off every start (conftest keeps the
+        # in-process routes on torch). LOCUS_TEST_SERVER_EXPORT=0 keeps the servers on torch too.
+        env[EXPORT_ENV] = os.environ.get("LOCUS_TEST_SERVER_EXPORT", "1")
         if token is not None:
             env["LOCUS_TOKEN"] = token
         self.log = log or home.parent / f"server-{self.port}.log"

@@ -1,13 +1,20 @@
 """Offline query encoders: the packaged MiniLM, and the split-zip mpnet joined once into a cache."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from encoder.query_encoder import canonical_encoder_name, join_zip_parts, load_query_encoder, resolve_encoder_source
 from registry.errors import RegistryError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_small_encoder_loads_offline_and_normalises():
@@ -80,8 +87,19 @@ def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypat
     # One at a time (a route call) gives the same vectors as a padded batch.
     single = np.stack([encoder.encode([t])[0] for t in TEXTS])
     assert np.sum(single * vectors, axis=1).min() > 0.9999
-    if backend == "openvino":
-        assert list(tmp_path.glob("openvino/*/model.xml"))  # converted once, cached
+    if backend == "openvino":  # converted once, checked against fp32, cached: a later process needs no torch
+        manifest = json.loads(next(tmp_path.glob("openvino/*/manifest.json")).read_text())
+        assert manifest["probe_min_cosine"] >= 0.999 and manifest["kind"] == "openvino"
+        code = ("import sys, json, numpy as np\nfrom encoder.query_encoder import load_query_encoder\n"
+                "e = load_query_encoder(sys.argv[1], backend='openvino')\n"
+                "np.save(sys.argv[2], e.encode(json.loads(sys.argv[3])))\n"
+                "print(json.dumps([m for m in ('torch', 'sentence_transformers', 'transformers') "
+                "if m in sys.modules]))")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "LOCUS_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run([sys.executable, "-c", code, "all-MiniLM-L6-v2", str(tmp_path / "v.npy"),
+                               json.dumps(TEXTS)], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+        assert np.abs(np.load(tmp_path / "v.npy") - vectors).max() < 1e-6  # the same engine and IR
 
 
 def test_backend_names_are_checked():
@@ -103,7 +121,7 @@ def test_auto_falls_back_to_torch_when_openvino_cannot_run_the_model(monkeypatch
     def refuse(*args, **kwargs):
         raise RuntimeError("unsupported operation")
 
-    monkeypatch.setattr(qe, "_OpenVINORunner", refuse)
+    monkeypatch.setattr(qe, "_IRRunner", refuse)
     monkeypatch.setattr(qe, "_LOADED", {})
     with pytest.raises(RegistryError, match="cannot run query encoder 'all-MiniLM-L6-v2' with openvino"):
         qe.load_query_encoder("all-MiniLM-L6-v2", backend="openvino")

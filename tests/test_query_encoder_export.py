@@ -1,4 +1,4 @@
-"""The exported fp32 copy of the query encoder (route's fast path, encoder.query_encoder._ExportedRunner):
+"""The exported fp32 copy of the query encoder (route's fast path, encoder.query_encoder._IRRunner):
 the reference's vectors to 1e-5, loaded without torch, keyed to the weights and library versions so a
 stale copy is never read, and never kept when its check fails."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,18 @@ def cache(tmp_path_factory):
         handler.emit = lambda record: said.append(record.getMessage())
         qe.log.addHandler(handler)
         qe.log.setLevel(logging.INFO)
+        orphan, kept = directory / "exported" / "0000000000000000", directory / "exported" / "1111111111111111"
+        for copy, source in ((orphan, directory / "gone" / "model"), (kept, directory)):
+            copy.mkdir(parents=True)
+            (copy / "manifest.json").write_text(json.dumps({"source": str(source)}))
         try:
             first = qe.load_query_encoder(NAME, exported=True)
         finally:
             qe.log.removeHandler(handler)
         assert not first.exported and first.backend == "fp32"  # the reference answered, and wrote the copy
+        # a copy made from a model directory that is gone (a removed virtual environment) is removed then
+        assert not orphan.exists() and kept.exists()
+        shutil.rmtree(kept)
         assert len(said) == 1 and "writing a torch-free copy" in said[0]  # the wait is announced, once
     return directory
 
@@ -121,12 +129,10 @@ def test_the_key_follows_the_model_files(tmp_path):
 
 
 def test_a_copy_for_other_files_or_a_damaged_one_is_not_read(fresh, cache, monkeypatch, tmp_path):
-    import shutil
-
     source = qe.resolve_encoder_source(NAME)
     assert qe._load_exported(NAME, source) is not None
     with monkeypatch.context() as mp:
-        mp.setattr(qe, "_export_key", lambda source: "0123456789abcdef")  # the weights changed since
+        mp.setattr(qe, "_export_key", lambda source, kind="exported": "0123456789abcdef")  # the weights changed since
         assert qe._load_exported(NAME, source) is None
     original = next(cache.glob("exported/*"))
     damaged = tmp_path / "exported" / original.name

@@ -104,6 +104,8 @@ def test_serve_says_its_start_up_stages(server):
               f"listening on {server.url} "]
     assert all(stage in log for stage in stages), log
     assert [log.index(stage) for stage in stages] == sorted(log.index(stage) for stage in stages)
+    # fp32 on CPU starts from the checked torch-free copy of the query encoder (no sentence-transformers import)
+    assert "engine fp32, the torch-free copy" in log, log
 
 
 def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, texts, tmp_path):

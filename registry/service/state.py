@@ -345,7 +345,10 @@ class WarmState(StoreView):
     def query_encoder(self, name: str):
         from encoder.query_encoder import load_query_encoder
 
-        return load_query_encoder(name, device=self.settings.device, backend=self.settings.query_backend)
+        # exported=True: fp32 on CPU answers from the checked torch-free copy (encoder.query_encoder),
+        # written by the first start that lacks one; a start then skips importing sentence-transformers
+        return load_query_encoder(name, device=self.settings.device, backend=self.settings.query_backend,
+                                  exported=True)
 
     def encode(self, encoder: str, texts: list[str], *, bulk: bool = False) -> np.ndarray:
         # A write's texts (thousands, perhaps) are encoded directly, not through the routes' encoding
