@@ -52,10 +52,10 @@ _CURRENT = "current.json"
 _FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved metadata
 
 
-def _table_rows(table, column: str) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+def _table_rows(table) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The models table's rows by name, without their vectors and JSON-safe (timestamps as ISO 8601 text),
-    and the table row of each model whose `column` (a vector) is set. Column by column: per-row dicts with
-    every vector as Python floats took seconds at 100,000 models (scripts/bench_index.py --updates)."""
+    and the names in table order. Column by column: per-row dicts with every vector as Python floats took
+    seconds at 100,000 models (scripts/bench_index.py --updates)."""
     import pyarrow as pa
 
     vector_columns = {c for c, _ in VECTOR_KINDS.values()}
@@ -67,11 +67,15 @@ def _table_rows(table, column: str) -> tuple[dict[str, dict[str, Any]], dict[str
             values = [None if v is None else v.isoformat() for v in values]
         columns.append(values)
     names = columns[plain.index("name")]
-    rows = {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))}
+    return {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))}, names
+
+
+def _rows_with(table, column: str, names: list[str]) -> dict[str, int]:
+    """The table row of each model whose `column` (a vector) is set."""
     if column not in table.column_names:  # a home of an older format (no fingerprint column)
-        return rows, {}
+        return {}
     valid = table.column(column).is_valid().to_numpy(zero_copy_only=False)
-    return rows, {names[i]: i for i in np.flatnonzero(valid)}
+    return {names[i]: i for i in np.flatnonzero(valid)}
 
 
 def _vectors(column, rows: list[int]) -> np.ndarray:
@@ -212,7 +216,7 @@ class ModelIndex:
                 opened = Store(home, create=False)
         else:
             opened = source
-        return cls._from_store(opened, rebuild=rebuild, by=by).refuse_mixed()
+        return cls._from_store(opened, rebuild=rebuild, kinds=(by,))[by].refuse_mixed()
 
     @classmethod
     def _load_current(cls, home: Path, by: str = "locus") -> "ModelIndex | None":
@@ -234,20 +238,47 @@ class ModelIndex:
         return cls(home, current["encoder_id"], meta["rows"], set(meta["encoders_seen"]), index, by)
 
     @classmethod
-    def _from_store(cls, store: "Store", *, rebuild: bool, by: str = "locus") -> "ModelIndex":
+    def open_kinds(cls, store: "Store", kinds) -> "dict[str, ModelIndex]":
+        """`open` for several vector kinds of one store, reading the models table at most once: the saved
+        index of each kind that is provably current, the others from one read (a service reloads three
+        after every write; at 100,000 models each read of the table took seconds). Not checked with
+        `refuse_mixed` (the caller decides per kind)."""
+        found = {}
+        for by in kinds:
+            _check_kind(by)
+            saved = cls._load_current(store.home, by)
+            if saved is not None:
+                found[by] = saved
+        missing = [by for by in kinds if by not in found]
+        if missing:
+            found.update(cls._from_store(store, rebuild=False, kinds=missing))
+        return {by: found[by] for by in kinds}
+
+    @classmethod
+    def _from_store(cls, store: "Store", *, rebuild: bool, kinds=("locus",)) -> "dict[str, ModelIndex]":
         from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
 
-        column, made_by = _check_kind(by)
-        home = store.home
-        token = generation(home)
-        skip = tuple(c for c in HEAVY_MODEL_COLUMNS if c != column)  # another kind's vectors: not read
+        wanted = {VECTOR_KINDS[by][0] for by in kinds}
+        skip = tuple(c for c in HEAVY_MODEL_COLUMNS if c not in wanted)  # another kind's vectors: not read
+        token = generation(store.home)
         # the table's version before its rows and after: a write landing in between (another process) would
         # label rows of one version with the other, and that index, saved, would be trusted for the newer
         # version with the older vectors (the soak test's `registry check` caught one)
         version = store.version(MODELS)
         table = store.read(MODELS, without=skip)
         consistent = store.version(MODELS) == version
-        rows, vector_of = _table_rows(table, column)
+        if not consistent:  # made for this answer only: never reused or saved as either version (a saved
+            version = -1  # graph may still be its base: `updated` answers for exactly the rows read)
+        rows, names = _table_rows(table)  # one dict shared by every kind's index: read only
+        return {by: cls._of_kind(store, table, rows, names, by, version=version, token=token,
+                                 save=consistent, rebuild=rebuild) for by in kinds}
+
+    @classmethod
+    def _of_kind(cls, store: "Store", table, rows: dict, names: list[str], by: str, *, version: int,
+                 token: str | None, save: bool, rebuild: bool) -> "ModelIndex":
+        column, made_by = VECTOR_KINDS[by]
+        home = store.home
+        vector_of = _rows_with(table, column, names)
         embedded = sorted(vector_of)
         encoders = {rows[n][made_by] for n in embedded}
         if len(encoders) == 1:
@@ -261,8 +292,6 @@ class ModelIndex:
             encoder_id = min(counts, key=lambda t: (-counts[t], t)) if counts else "none"
         chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
         vectors = _vectors(table.column(column) if chosen else None, [vector_of[n] for n in chosen])
-        if not consistent:  # made for this answer only: never reused or saved as either version (a saved
-            version = -1  # graph may still be its base: `updated` answers for exactly the rows read)
         directory = home / _INDEX_DIR
         loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
         index, saved_token = None, None
@@ -278,7 +307,7 @@ class ModelIndex:
         snapshot = cls(home, encoder_id, rows, encoders, index, by)
         # an empty fingerprint index is saved too: a home without fingerprints then answers "none" from it
         # without opening LanceDB on every search
-        if (consistent and (chosen or by != "locus") and token is not None and saved_token != token
+        if (save and (chosen or by != "locus") and token is not None and saved_token != token
                 and not transaction_open(home)):
             snapshot._save(token)
         return snapshot

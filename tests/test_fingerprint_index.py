@@ -350,3 +350,24 @@ def test_readers_that_do_not_search_by_behaviour_leave_its_column_out(reg, tmp_p
     assert empty.num_rows == 0 and "behaviour" not in empty.schema.names and "name" in empty.schema.names
     # the rows the list, the index and add-model read still say everything they said
     assert [m.name for m in reg.models()] == sorted(_rows(reg))
+
+
+def test_the_three_indexes_open_from_one_read_of_the_models_table(reg, monkeypatch):
+    """What a service's reload after a write reads: the models table once for every vector kind, and each
+    kind's index as opening it alone gives it."""
+    from indexing.model_index import VECTOR_KINDS, ModelIndex
+    from indexing.store import MODELS
+    from registry.analytics.search import open_indexes
+
+    reg.remove(sorted(_rows(reg))[0])  # a write: every saved index is stale now
+    reads = []
+    read = type(reg.store).read
+    monkeypatch.setattr(type(reg.store), "read", lambda self, table, **kw: reads.append(table) or read(self, table, **kw))
+    together = open_indexes(reg.store)
+    assert reads.count(MODELS) == 1 and set(together) == set(VECTOR_KINDS)
+    monkeypatch.undo()
+    for by, index in together.items():
+        alone = ModelIndex.open(reg.store, by=by, rebuild=True)
+        assert (index.by, index.encoder_id, index.names, index.rows) == (by, alone.encoder_id, alone.names, alone.rows)
+        assert index.names and np.array_equal(index.vectors, alone.vectors)
+    assert open_indexes(reg.store)["locus"].names == together["locus"].names  # saved: read from the index files

@@ -14,7 +14,7 @@ import numpy as np
 
 from registry.checks import check_count
 from indexing.errors import InputError, RegistryError
-from indexing.model_index import METRICS, ModelIndex
+from indexing.model_index import METRICS, VECTOR_KINDS, ModelIndex
 from registry.records import ModelRecord
 from registry.catalog.rows import record_of
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import Neighbour
 
-__all__ = ["EmbeddedModels", "open_index", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
+__all__ = ["EmbeddedModels", "open_index", "open_indexes", "embedded", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "behaviour_neighbours", "behaviour_neighbours_many", "behaviour_index", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX", "behaviour_distance_matrix", "fingerprint_distances"]
@@ -74,7 +74,11 @@ class EmbeddedModels:
 def open_index(store_or_home: "Store | str | Path", *, rebuild: bool = False,
                store: "Callable[[], Store] | None" = None, by: str = "locus") -> EmbeddedModels:
     """The index of one vector kind for the models table as it is now, with records (`ModelIndex.open`)."""
-    index = ModelIndex.open(store_or_home, rebuild=rebuild, store=store, by=canonical_by(by) or "locus")
+    return embedded(ModelIndex.open(store_or_home, rebuild=rebuild, store=store, by=canonical_by(by) or "locus"))
+
+
+def embedded(index: ModelIndex) -> EmbeddedModels:
+    """`index` with its models' records."""
     return EmbeddedModels(index, _Records(index.rows))
 
 
@@ -383,18 +387,40 @@ def behaviour_index(source: "Store | str | Path", store: "Callable[[], Store] | 
     """The behaviour index of a home, kept while the home's generation token stands (a service searching
     many times reads its files once per write, not once per search). ModelIndex itself: "behaviour" is
     also an old user-facing name of by="fingerprint" (BY_ALIASES)."""
-    from indexing.home import as_path, generation, is_remote, transaction_open
+    from indexing.home import as_path
 
     home = as_path(source) if not hasattr(source, "read") else source.home
-    token = None if is_remote(home) or transaction_open(home) else generation(home)
+    token = _stable_token(home)
     kept = _BEHAVIOUR_OPEN.get(str(home))
     if token is not None and kept is not None and kept[0] == token:
         return kept[1]
     index = ModelIndex.open(source, store=store, by="behaviour")
+    _keep_behaviour(home, token, index)
+    return index
+
+
+def _stable_token(home) -> str | None:
+    from indexing.home import generation, is_remote, transaction_open
+
+    return None if is_remote(home) or transaction_open(home) else generation(home)
+
+
+def _keep_behaviour(home, token: str | None, index: ModelIndex) -> None:
+    """Keep `index` as the behaviour index of `home` at `token` (read before the index was opened)."""
     if token is not None:
         _BEHAVIOUR_OPEN.clear()  # one home at a time: a process serves one
         _BEHAVIOUR_OPEN[str(home)] = (token, index)
-    return index
+
+
+def open_indexes(store: "Store") -> dict[str, ModelIndex]:
+    """Every vector kind's index (`VECTOR_KINDS`) as `ModelIndex.open_kinds` gives them: the models table
+    read once for the kinds whose saved index is not provably current, not three times (a service's
+    reload after each write). The behaviour index is kept as `behaviour_index` keeps it. Not checked
+    with `refuse_mixed`: the caller decides per kind."""
+    token = _stable_token(store.home)  # before the read: a write landing after it only makes it stale
+    indexes = ModelIndex.open_kinds(store, tuple(VECTOR_KINDS))
+    _keep_behaviour(store.home, token, indexes["behaviour"])
+    return indexes
 
 
 def behaviour_neighbours(source: "Store | str | Path", table, name: str, k: int, *,

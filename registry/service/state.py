@@ -227,7 +227,7 @@ class WarmState(StoreView):
 
     def _load(self, key, previous: Snapshot | None) -> Snapshot:
         from registry.catalog.embedding import active_encoder
-        from registry.analytics.search import open_index
+        from registry.analytics.search import embedded, open_indexes
 
         config = json.loads(key[1])
         encoder_id = config.get("active_encoder")
@@ -242,20 +242,18 @@ class WarmState(StoreView):
                     active.locus.to(self.settings.device)
         else:
             problem = "no active encoder: run `registry train` first"
+        models = prints = behaviour = None
         try:
-            models = open_index(self.store)
+            indexes = open_indexes(self.store)  # the models table read once for the three kinds
         except RegistryError as err:
-            models, problem = None, str(err)
-        try:
-            prints = open_index(self.store, by="fingerprint")
-        except RegistryError:
-            prints = None
-        try:
-            from registry.analytics.search import behaviour_index
-
-            behaviour = behaviour_index(self.store, None)  # the one a search from a model reads too
-        except RegistryError:
-            behaviour = None
+            indexes, problem = {}, str(err)
+        if indexes:
+            try:
+                models = embedded(indexes["locus"].refuse_mixed())
+            except RegistryError as err:
+                problem = str(err)
+            prints = embedded(indexes["fingerprint"])  # refuse_mixed refuses LOCUS vectors only
+            behaviour = indexes["behaviour"]  # the one a search from a model reads too (behaviour_index)
         return Snapshot(key, encoder_id, active, models, problem, prints=prints, behaviour=behaviour)
 
     def current(self) -> Snapshot | None:
