@@ -49,7 +49,9 @@ KIND_METRICS = {"locus": METRICS, "fingerprint": METRICS, "behaviour": (INNER,)}
 
 _INDEX_DIR = "index"
 _CURRENT = "current.json"
-_FORMAT = 2  # 2: rows (table columns) instead of registry records in the saved metadata
+_FORMAT = 3  # 2: rows (table columns) instead of registry records in the saved metadata; 3: the rows in one
+# file per generation (`_ROWS`), which every kind's metadata names, not in each kind's metadata
+_ROWS = "rows"  # <home>/index/rows-<generation id>.json
 
 
 def _table_rows(table) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -233,9 +235,13 @@ class ModelIndex:
         if loaded is None:
             return None
         index, meta = loaded
-        if meta.get("generation") != token or "rows" not in meta:
+        if meta.get("generation") != token or meta.get("rows_file") != _rows_file(token):
             return None
-        return cls(home, current["encoder_id"], meta["rows"], set(meta["encoders_seen"]), index, by)
+        try:
+            rows = json.loads((home / _INDEX_DIR / meta["rows_file"]).read_text())
+        except (OSError, ValueError):  # removed by a save of a later generation meanwhile
+            return None
+        return cls(home, current["encoder_id"], rows, set(meta["encoders_seen"]), index, by)
 
     @classmethod
     def open_kinds(cls, store: "Store", kinds) -> "dict[str, ModelIndex]":
@@ -297,7 +303,8 @@ class ModelIndex:
         index, saved_token = None, None
         if loaded is not None:
             candidate, meta = loaded
-            if candidate.table_version == version and candidate.names == chosen and "rows" in meta:
+            if candidate.table_version == version and candidate.names == chosen and meta.get("rows_file") and \
+                    (directory / meta["rows_file"]).is_file():
                 index, saved_token = candidate, meta.get("generation")
             elif candidate.metrics == KIND_METRICS[by]:  # an older state's: an HNSW graph takes the write's
                 index = candidate.updated(chosen, vectors, table_version=version)  # vectors, not built anew
@@ -313,10 +320,19 @@ class ModelIndex:
         return snapshot
 
     def _save(self, token: str) -> None:
-        """Index files, then the pointer to them (atomically): a crash in between leaves a pointer to
-        the previous generation, and the next open rebuilds."""
+        """The generation's rows (once for every kind: the same table read), the index files, then the
+        pointer to them (atomically): a crash in between leaves a pointer to the previous generation, and
+        the next open rebuilds. At 100,000 models each kind's metadata holding every row cost a reload
+        after a write a second of JSON written and parsed per kind."""
         directory = self.home / _INDEX_DIR
-        meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows": self.rows}
+        rows_file = _rows_file(token)
+        if not (directory / rows_file).is_file():
+            directory.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(directory / rows_file, json.dumps(self.rows), fsync=False)
+            for old in directory.glob(f"{_ROWS}-*.json"):  # earlier generations': their indexes are stale
+                if old.name != rows_file:
+                    old.unlink(missing_ok=True)
+        meta = {"generation": token, "encoders_seen": sorted(self.encoders_seen), "rows_file": rows_file}
         self._index.save(directory, meta)
         write_text_atomic(directory / _current_file(self.by),
                           json.dumps({"format": _FORMAT, "encoder_id": self.encoder_id, "generation": token}),
@@ -349,6 +365,10 @@ def _token_id(token: str) -> str:
     import hashlib
 
     return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def _rows_file(token: str) -> str:
+    return f"{_ROWS}-{_token_id(token)}.json"
 
 
 class SavedEvaluations:

@@ -15,7 +15,9 @@
 2c. With --updates: what a write costs the index past HNSW_THRESHOLD, at each size (64-d, the LOCUS
    index's two metrics): building the HNSW graph anew (what every write did before `VectorIndex.updated`)
    against updating it for 1 model added, 1 re-embedded, and 1% re-embedded; then, with 10% of the rows
-   replaced (masked), search p50 and recall@10 against exact search of the same vectors.
+   replaced (masked), search p50 and recall@10 against exact search of the same vectors. Then, through
+   a LanceDB home, the first open after one add: the LOCUS index updated and built anew, and a service's
+   reload of all three kinds' indexes, one read of the models table each and one read for all.
 3. With --evals FILE (evaluations whose query texts the registry has already encoded): add-model wall
    time, from a fresh process (`registry add-model`, which loads torch and the encoder) and in-process
    (`Registry.add_model` after a first call), on a throwaway copy of --home. --sizes 0 skips part 1.
@@ -106,9 +108,11 @@ def updates_table(sizes: list[int], n_queries: int) -> None:
             took = time.perf_counter() - started
             search = searched(index, new_names, y, rng) if changed == n // 10 else ("", "")
             print(f"| {n:,} | {label} | {took:.2f} | {index.masked:,} | {' | '.join(search)} |", flush=True)
-    print("\nThrough the models table (a LanceDB home of N models with 64-d LOCUS vectors): the first search after "
-          "one model is added, `ModelIndex.open` (read the table, update or build the index, save it), with the "
-          "saved HNSW index updated and, as before `VectorIndex.updated`, built anew.\n")
+    print("\nThrough the models table (a LanceDB home of N models with 64-d LOCUS vectors, 17-d fingerprints and "
+          "128-d behaviour vectors): the first search after one model is added, `ModelIndex.open` (read the table, "
+          "update or build the index, save it), with the saved HNSW index updated and, as before "
+          "`VectorIndex.updated`, built anew; then a service's reload, every kind's index, opened one by one "
+          "(each reads the table) and by `ModelIndex.open_kinds` (one read).\n")
     print("| models | index after the write | open s |")
     print("|---:|---|---:|")
     for n in sizes:
@@ -124,13 +128,17 @@ def through_table(n: int) -> None:
     from indexing.store import MODEL_SCHEMA, MODELS, Store
     from indexing.vector_index import VectorIndex
 
-    x = clustered(n + 2, 64)
+    x = clustered(n + 4, 64)
+    prints = clustered(n + 4, 17, seed=2)  # the fingerprint (rank 16 + 1) and behaviour (128 probes) columns
+    behaviour = np.random.default_rng(3).random((n + 4, 128), dtype=np.float32)
     added = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-    def rows(lo: int, hi: int) -> pa.Table:  # models lo..hi-1: a name, a LOCUS vector, the rest null
+    def rows(lo: int, hi: int) -> pa.Table:  # models lo..hi-1: a name, the three vectors, the rest null
         given = {"name": pa.array([f"m{i:07d}" for i in range(lo, hi)]), "added": pa.array([added] * (hi - lo)),
                  "vector": pa.array(list(x[lo:hi]), MODEL_SCHEMA.field("vector").type),
-                 "encoder_id": pa.array(["bench"] * (hi - lo))}
+                 "encoder_id": pa.array(["bench"] * (hi - lo)), "table_id": pa.array(["bench"] * (hi - lo)),
+                 "fingerprint": pa.array(list(prints[lo:hi]), MODEL_SCHEMA.field("fingerprint").type),
+                 "behaviour": pa.array(list(behaviour[lo:hi]), MODEL_SCHEMA.field("behaviour").type)}
         return pa.table({f.name: given.get(f.name, pa.nulls(hi - lo, f.type)) for f in MODEL_SCHEMA},
                         schema=MODEL_SCHEMA)
 
@@ -138,7 +146,8 @@ def through_table(n: int) -> None:
         store = Store(Path(tmp) / "home")
         with store.transaction():
             store.append(MODELS, rows(0, n), MODEL_SCHEMA)
-        ModelIndex.open(store)  # the saved index of N models
+        for by in ("locus", "fingerprint", "behaviour"):
+            ModelIndex.open(store, by=by)  # the saved indexes of N models
         for label, extra, patch in (("updated", n, False), ("built anew", n + 1, True)):
             with store.transaction():
                 store.append(MODELS, rows(extra, extra + 1), MODEL_SCHEMA)
@@ -153,6 +162,17 @@ def through_table(n: int) -> None:
             finally:
                 VectorIndex.updated = original
             assert len(index.names) == extra + 1
+            print(f"| {n:,} | {label} | {took:.1f} |", flush=True)
+        kinds = ("locus", "fingerprint", "behaviour")  # what a service's reload after a write opens
+        for label, extra, one_read in (("updated, 3 kinds, one read each", n + 2, False),
+                                       ("updated, 3 kinds from one read", n + 3, True)):
+            with store.transaction():
+                store.append(MODELS, rows(extra, extra + 1), MODEL_SCHEMA)
+            started = time.perf_counter()
+            opened = ModelIndex.open_kinds(store, kinds) if one_read else \
+                {by: ModelIndex.open(store, by=by) for by in kinds}
+            took = time.perf_counter() - started
+            assert all(len(i.names) == extra + 1 for i in opened.values())
             print(f"| {n:,} | {label} | {took:.1f} |", flush=True)
 
 

@@ -2,6 +2,8 @@
 parts 1-2): written with the LOCUS vector by every write path, exact in the index, read by `--by`."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -370,4 +372,14 @@ def test_the_three_indexes_open_from_one_read_of_the_models_table(reg, monkeypat
         alone = ModelIndex.open(reg.store, by=by, rebuild=True)
         assert (index.by, index.encoder_id, index.names, index.rows) == (by, alone.encoder_id, alone.names, alone.rows)
         assert index.names and np.array_equal(index.vectors, alone.vectors)
-    assert open_indexes(reg.store)["locus"].names == together["locus"].names  # saved: read from the index files
+    # saved with the generation's rows in one file every kind's metadata names (not in each kind's metadata)
+    index_dir = reg.home / "index"
+    assert len(list(index_dir.glob("rows-*.json"))) == 1
+    metas = [index_dir / (f"{i.encoder_id}.json" if by == "locus" else f"{by}-{i.encoder_id}.json")
+             for by, i in together.items()]
+    assert all("rows" not in json.loads(p.read_text()) and json.loads(p.read_text())["rows_file"] for p in metas)
+    saved = {by: ModelIndex._load_current(reg.home, by) for by in VECTOR_KINDS}  # what a fresh process reads
+    assert all(saved[by].rows == together[by].rows and saved[by].names == together[by].names for by in saved)
+    reg.remove(sorted(_rows(reg))[0])
+    open_indexes(reg.store)
+    assert len(list(index_dir.glob("rows-*.json"))) == 1  # the earlier generation's rows went with it
