@@ -244,10 +244,14 @@ class ModelIndex:
         return cls(home, current["encoder_id"], rows, set(meta["encoders_seen"]), index, by)
 
     @classmethod
-    def open_kinds(cls, store: "Store", kinds) -> "dict[str, ModelIndex]":
+    def open_kinds(cls, store: "Store", kinds, *, previous: "dict[str, ModelIndex] | None" = None
+                   ) -> "dict[str, ModelIndex]":
         """`open` for several vector kinds of one store, reading the models table at most once: the saved
         index of each kind that is provably current, the others from one read (a service reloads three
-        after every write; at 100,000 models each read of the table took seconds). Not checked with
+        after every write; at 100,000 models each read of the table took seconds). `previous`: the
+        indexes this process opened last (a service's snapshot), a base to update from when newer than
+        the saved one: under writes back to back no reader may save, and updating from the saved graph
+        alone would mask ever more of it until every read built the graph anew. Not checked with
         `refuse_mixed` (the caller decides per kind)."""
         found = {}
         for by in kinds:
@@ -257,11 +261,12 @@ class ModelIndex:
                 found[by] = saved
         missing = [by for by in kinds if by not in found]
         if missing:
-            found.update(cls._from_store(store, rebuild=False, kinds=missing))
+            found.update(cls._from_store(store, rebuild=False, kinds=missing, previous=previous or {}))
         return {by: found[by] for by in kinds}
 
     @classmethod
-    def _from_store(cls, store: "Store", *, rebuild: bool, kinds=("locus",)) -> "dict[str, ModelIndex]":
+    def _from_store(cls, store: "Store", *, rebuild: bool, kinds=("locus",),
+                    previous: "dict[str, ModelIndex] | None" = None) -> "dict[str, ModelIndex]":
         from indexing.store import HEAVY_MODEL_COLUMNS, MODELS
 
         wanted = {VECTOR_KINDS[by][0] for by in kinds}
@@ -276,12 +281,14 @@ class ModelIndex:
         if not consistent:  # made for this answer only: never reused or saved as either version (a saved
             version = -1  # graph may still be its base: `updated` answers for exactly the rows read)
         rows, names = _table_rows(table)  # one dict shared by every kind's index: read only
+        previous = previous or {}
         return {by: cls._of_kind(store, table, rows, names, by, version=version, token=token,
-                                 save=consistent, rebuild=rebuild) for by in kinds}
+                                 save=consistent, rebuild=rebuild, previous=previous.get(by)) for by in kinds}
 
     @classmethod
     def _of_kind(cls, store: "Store", table, rows: dict, names: list[str], by: str, *, version: int,
-                 token: str | None, save: bool, rebuild: bool) -> "ModelIndex":
+                 token: str | None, save: bool, rebuild: bool, previous: "ModelIndex | None" = None
+                 ) -> "ModelIndex":
         column, made_by = VECTOR_KINDS[by]
         home = store.home
         vector_of = _rows_with(table, column, names)
@@ -300,14 +307,20 @@ class ModelIndex:
         vectors = _vectors(table.column(column) if chosen else None, [vector_of[n] for n in chosen])
         directory = home / _INDEX_DIR
         loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
-        index, saved_token = None, None
+        index, saved_token, base = None, None, None
         if loaded is not None:
             candidate, meta = loaded
             if candidate.table_version == version and candidate.names == chosen and meta.get("rows_file") and \
                     (directory / meta["rows_file"]).is_file():
                 index, saved_token = candidate, meta.get("generation")
-            elif candidate.metrics == KIND_METRICS[by]:  # an older state's: an HNSW graph takes the write's
-                index = candidate.updated(chosen, vectors, table_version=version)  # vectors, not built anew
+            elif candidate.metrics == KIND_METRICS[by]:
+                base = candidate
+        if index is None and not rebuild and previous is not None and previous.encoder_id == encoder_id \
+                and previous.by == by and previous._index.metrics == KIND_METRICS[by] and \
+                (base is None or previous._index.table_version > base.table_version):
+            base = previous._index  # newer than the saved graph: the one this process served last
+        if index is None and base is not None:  # an older state's: an HNSW graph takes the write's vectors
+            index = base.updated(chosen, vectors, table_version=version)  # rather than being built anew
         if index is None:
             index = VectorIndex.build(_file_id(by, encoder_id), chosen, vectors, table_version=version,
                                       metrics=KIND_METRICS[by])

@@ -364,7 +364,8 @@ def test_the_three_indexes_open_from_one_read_of_the_models_table(reg, monkeypat
     reg.remove(sorted(_rows(reg))[0])  # a write: every saved index is stale now
     reads = []
     read = type(reg.store).read
-    monkeypatch.setattr(type(reg.store), "read", lambda self, table, **kw: reads.append(table) or read(self, table, **kw))
+    monkeypatch.setattr(type(reg.store), "read",
+                        lambda self, table, **kw: reads.append(table) or read(self, table, **kw))
     together = open_indexes(reg.store)
     assert reads.count(MODELS) == 1 and set(together) == set(VECTOR_KINDS)
     monkeypatch.undo()

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from indexing.store import Store
     from registry.results import Neighbour
 
-__all__ = ["EmbeddedModels", "open_index", "open_indexes", "embedded", "open_embedded", "embedded_subset", "similar", "neighbours", "distance",
+__all__ = ["EmbeddedModels", "open_index", "open_indexes", "embedded", "open_embedded", "embedded_subset", "similar",
+           "neighbours", "distance",
            "check_consistency", "search_result", "BY", "BY_ALIASES", "LIKENESS_DEFAULT", "canonical_by", "likeness_index",
            "behaviour_order", "behaviour_neighbours", "behaviour_neighbours_many", "behaviour_index", "answer_distance_matrix",
            "answer_keys", "ANSWER_MATRIX_MAX", "behaviour_distance_matrix", "fingerprint_distances"]
@@ -412,13 +413,14 @@ def _keep_behaviour(home, token: str | None, index: ModelIndex) -> None:
         _BEHAVIOUR_OPEN[str(home)] = (token, index)
 
 
-def open_indexes(store: "Store") -> dict[str, ModelIndex]:
-    """Every vector kind's index (`VECTOR_KINDS`) as `ModelIndex.open_kinds` gives them: the models table
-    read once for the kinds whose saved index is not provably current, not three times (a service's
-    reload after each write). The behaviour index is kept as `behaviour_index` keeps it. Not checked
-    with `refuse_mixed`: the caller decides per kind."""
+def open_indexes(store: "Store", previous: "dict[str, ModelIndex] | None" = None) -> dict[str, ModelIndex]:
+    """Every vector kind's index (`VECTOR_KINDS`) as `ModelIndex.open_kinds` gives them (`previous`: the
+    ones this process served last, a base to update from): the models table read once for the kinds whose
+    saved index is not provably current, not three times (a service's reload after each write). The
+    behaviour index is kept as `behaviour_index` keeps it. Not checked with `refuse_mixed`: the caller
+    decides per kind."""
     token = _stable_token(store.home)  # before the read: a write landing after it only makes it stale
-    indexes = ModelIndex.open_kinds(store, tuple(VECTOR_KINDS))
+    indexes = ModelIndex.open_kinds(store, tuple(VECTOR_KINDS), previous=previous)
     _keep_behaviour(store.home, token, indexes["behaviour"])
     return indexes
 

@@ -243,8 +243,12 @@ class WarmState(StoreView):
         else:
             problem = "no active encoder: run `registry train` first"
         models = prints = behaviour = None
-        try:
-            indexes = open_indexes(self.store)  # the models table read once for the three kinds
+        served = {} if previous is None else {
+            by: index for by, index in (("locus", previous.models and previous.models.index),
+                                        ("fingerprint", previous.prints and previous.prints.index),
+                                        ("behaviour", previous.behaviour)) if index is not None}
+        try:  # the models table read once for the three kinds; what was served is a base to update from
+            indexes = open_indexes(self.store, served)
         except RegistryError as err:
             indexes, problem = {}, str(err)
         if indexes:
