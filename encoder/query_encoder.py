@@ -522,6 +522,8 @@ def _openvino_encoder(canonical: str, source: str, load_model) -> QueryEncoder:
         raise RegistryError("openvino or a library it is converted with is not installed")
     found = _read_ir(key, "openvino")
     if found is None:
+        log.info("query encoder %s: converting it for openvino and checking it against torch (once, tens of "
+                 "seconds; later processes start from it)", canonical)
         _write_ir(QueryEncoder(canonical, load_model(), "fp32"), source, key, "openvino")
         found = _read_ir(key, "openvino")
         if found is None:
@@ -577,8 +579,8 @@ def _load_or_export(name: str, canonical: str) -> QueryEncoder:
         if key in _LOADED:
             return _LOADED[key]
     # A first route waits for this once (tens of seconds): say so, on the logger the CLI shows on stderr.
-    log.info("query encoder %s: writing a torch-free copy for later routes (once, tens of seconds; "
-             "%s=0 turns it off)", canonical, EXPORT_ENV)
+    log.info("query encoder %s: writing a torch-free copy for later routes and service starts (once, tens of "
+             "seconds; %s=0 turns it off)", canonical, EXPORT_ENV)
     reference = load_query_encoder(name, backend="fp32")  # outside the lock: it takes the lock itself
     try:
         _export(reference, source)
