@@ -117,3 +117,27 @@ def stored_texts(home) -> list[tuple[str, str]]:
 
     table = Registry.open(home).store.read("queries", ["text", "task"])
     return list(zip(table.column("text").to_pylist(), table.column("task").to_pylist()))
+
+
+def encode_in_a_fresh_process(name: str, texts: list[str], cache: Path, out: Path,
+                              load: str) -> tuple[np.ndarray, dict]:
+    """`load_query_encoder(name, <load>)` (load: its keyword arguments as Python source, e.g. "exported=True")
+    encoding `texts` in a new Python process whose cache is `cache`: the vectors, and what the process says of
+    itself: whether the exported copy answered, which heavy libraries it imported, and its stderr."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, json, numpy as np\nfrom encoder.query_encoder import load_query_encoder\n"
+            f"e = load_query_encoder(sys.argv[1], {load})\n"
+            "np.save(sys.argv[2], e.encode(json.loads(sys.argv[3])))\n"
+            "print(json.dumps({'exported': e.exported, 'heavy': [m for m in ('torch', 'sentence_transformers', "
+            "'transformers') if m in sys.modules]}))")
+    env = {**os.environ, "PYTHONPATH": str(root), "LOCUS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    env.pop("LOCUS_QUERY_EXPORT", None)
+    done = subprocess.run([sys.executable, "-c", code, name, str(out), json.dumps(texts)],
+                          capture_output=True, text=True, env=env, cwd=root, check=True)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    return np.load(out), {**said, "stderr": done.stderr}

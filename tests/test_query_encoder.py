@@ -2,19 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from encoder.query_encoder import canonical_encoder_name, join_zip_parts, load_query_encoder, resolve_encoder_source
+from helpers import encode_in_a_fresh_process
 from registry.errors import RegistryError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_small_encoder_loads_offline_and_normalises():
@@ -90,16 +85,9 @@ def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypat
     if backend == "openvino":  # converted once, checked against fp32, cached: a later process needs no torch
         manifest = json.loads(next(tmp_path.glob("openvino/*/manifest.json")).read_text())
         assert manifest["probe_min_cosine"] >= 0.999 and manifest["kind"] == "openvino"
-        code = ("import sys, json, numpy as np\nfrom encoder.query_encoder import load_query_encoder\n"
-                "e = load_query_encoder(sys.argv[1], backend='openvino')\n"
-                "np.save(sys.argv[2], e.encode(json.loads(sys.argv[3])))\n"
-                "print(json.dumps([m for m in ('torch', 'sentence_transformers', 'transformers') "
-                "if m in sys.modules]))")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "LOCUS_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-        done = subprocess.run([sys.executable, "-c", code, "all-MiniLM-L6-v2", str(tmp_path / "v.npy"),
-                               json.dumps(TEXTS)], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
-        assert json.loads(done.stdout.strip().splitlines()[-1]) == []
-        assert np.abs(np.load(tmp_path / "v.npy") - vectors).max() < 1e-6  # the same engine and IR
+        got, said = encode_in_a_fresh_process("all-MiniLM-L6-v2", TEXTS, tmp_path, tmp_path / "v.npy",
+                                              "backend='openvino'")
+        assert said["heavy"] == [] and np.abs(got - vectors).max() < 1e-6  # the same engine and IR
 
 
 def test_backend_names_are_checked():

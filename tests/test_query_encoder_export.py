@@ -7,18 +7,15 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import encoder.query_encoder as qe
+from helpers import encode_in_a_fresh_process
 
 pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "all-MiniLM-L6-v2"
 TEXTS = ["What is 2 + 2?", "Name the capital of France.",
          "A train leaves at 9:00 and travels 120 km at 80 km/h; when does it arrive? Options: A. 10:00 B. 10:30",
@@ -83,18 +80,10 @@ def test_exported_copy_gives_the_reference_vectors(fresh, cache):
 
 def test_exported_copy_loads_without_torch(fresh, cache, tmp_path):
     want = qe.load_query_encoder(NAME, backend="fp32").encode(TEXTS[:3])
-    code = ("import sys, json, numpy as np\nfrom encoder.query_encoder import load_query_encoder\n"
-            "e = load_query_encoder(sys.argv[1], exported=True)\n"
-            "np.save(sys.argv[2], e.encode(json.loads(sys.argv[3])))\n"
-            "print(json.dumps({'exported': e.exported, 'heavy': [m for m in ('torch', 'sentence_transformers', "
-            "'transformers') if m in sys.modules]}))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOCUS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    env.pop(qe.EXPORT_ENV, None)
-    done = subprocess.run([sys.executable, "-c", code, NAME, str(tmp_path / "v.npy"), json.dumps(TEXTS[:3])],
-                          capture_output=True, text=True, env=env, cwd=ROOT, check=True)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"exported": True, "heavy": []}
-    assert "fork" not in done.stderr  # openvino's telemetry process (and LanceDB's warning about it) is gone
-    assert np.abs(np.load(tmp_path / "v.npy") - want).max() <= TOLERANCE
+    got, said = encode_in_a_fresh_process(NAME, TEXTS[:3], cache, tmp_path / "v.npy", "exported=True")
+    assert (said["exported"], said["heavy"]) == (True, [])
+    assert "fork" not in said["stderr"]  # openvino's telemetry process (and LanceDB's warning about it) is gone
+    assert np.abs(got - want).max() <= TOLERANCE
 
 
 def test_switched_off_by_the_environment(fresh, monkeypatch):
