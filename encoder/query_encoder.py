@@ -504,14 +504,19 @@ def _write_ir(reference: QueryEncoder, source: str, key: str, kind: str) -> Path
 
 def _remove_orphans(kind: str) -> None:
     """Remove the IRs of `kind` whose model directory is gone: every new virtual environment (a fresh
-    clone's set-up) keys a new one, and nothing prunes the old ones otherwise."""
-    for manifest_path in (cache_dir() / kind).glob("*/manifest.json"):
+    clone's set-up) keys a new one, and nothing prunes the old ones otherwise. Also the openvino IRs
+    of the earlier format (a model.xml without a manifest), which no key names any more."""
+    for directory in (cache_dir() / kind).glob("*"):
         try:
-            source = json.loads(manifest_path.read_text("utf-8"))["source"]
+            source = json.loads((directory / "manifest.json").read_text("utf-8"))["source"]
+        except FileNotFoundError:
+            if kind == "openvino" and (directory / "model.xml").is_file():
+                shutil.rmtree(directory, ignore_errors=True)
+            continue
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if isinstance(source, str) and Path(source).is_absolute() and not Path(source).exists():
-            shutil.rmtree(manifest_path.parent, ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _openvino_encoder(canonical: str, source: str, load_model) -> QueryEncoder:

@@ -72,6 +72,9 @@ def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypat
     if backend == "openvino":
         pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
     monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))  # the converted IR lands here, not in ~/.cache
+    earlier = tmp_path / "openvino" / "0123456789abcdef"  # an IR of the earlier format: no manifest, no key
+    earlier.mkdir(parents=True)
+    (earlier / "model.xml").write_text("<net/>")
     reference = load_query_encoder("all-MiniLM-L6-v2", backend="fp32").encode(TEXTS)
     encoder = load_query_encoder("all-MiniLM-L6-v2", backend=backend)
     vectors = encoder.encode(TEXTS)
@@ -85,6 +88,7 @@ def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypat
     if backend == "openvino":  # converted once, checked against fp32, cached: a later process needs no torch
         manifest = json.loads(next(tmp_path.glob("openvino/*/manifest.json")).read_text())
         assert manifest["probe_min_cosine"] >= 0.999 and manifest["kind"] == "openvino"
+        assert not earlier.exists()  # removed when the new one was written
         got, said = encode_in_a_fresh_process("all-MiniLM-L6-v2", TEXTS, tmp_path, tmp_path / "v.npy",
                                               "backend='openvino'")
         assert said["heavy"] == [] and np.abs(got - vectors).max() < 1e-6  # the same engine and IR
