@@ -5,8 +5,9 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Routes in tests use the torch query encoder unless a test asks for the exported copy (which it builds in its
-# own LOCUS_CACHE): building one costs 20-60 s and ~180-870 MB under ~/.cache (encoder.query_encoder).
+# In-process routes in tests use the torch query encoder unless a test asks for the exported copy (which it builds
+# in its own LOCUS_CACHE): building one costs 8-60 s and ~180-870 MB under ~/.cache (encoder.query_encoder). The
+# servers the tests start use it (tests/service_harness.py): the first writes it once, every start is faster.
 os.environ.setdefault("LOCUS_QUERY_EXPORT", "0")
 
 import shutil  # noqa: E402
