@@ -8,6 +8,9 @@
 >>> async with AsyncRegistryClient("http://127.0.0.1:8000") as reg:   # in an asyncio service
 ...     decision = await reg.route("What is 12 times 7?", k=3)
 
+`read="loaded"` (either client): reads answer from the state the service has loaded, never waiting for the
+reload after a write (docs/service.md, "Reads after a write"); the default, "fresh", reads its own writes.
+
 Errors come back as the registry's own (`InputError` with file/line/field, `NotFoundError`,
 `RegistryError`), so code written against `Registry` handles them unchanged. As httpx does, one
 implementation with two faces: `_BaseClient` turns each operation into a request and its answer into a
@@ -48,7 +51,7 @@ from registry.results import (
     SearchResult,
     Stats,
 )
-from registry.service.settings import CLIENT_HEADER, SERVER_ENV, TOKEN_ENV
+from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_MODES, SERVER_ENV, TOKEN_ENV
 
 __all__ = ["RegistryClient", "AsyncRegistryClient"]
 
@@ -68,14 +71,18 @@ class _Call(NamedTuple):
 class _BaseClient:
     """What both clients share: the server, the token, and every operation as a `_Call`."""
 
-    def __init__(self, url: str | None, token: str | None) -> None:
+    def __init__(self, url: str | None, token: str | None, read: str = "fresh") -> None:
         url = url or os.environ.get(SERVER_ENV)
         if not url:
             raise RegistryError(f"no server URL: pass one or set ${SERVER_ENV}")
+        if read not in READ_MODES:
+            raise InputError(f"read must be one of {', '.join(READ_MODES)}, not {read!r}", field="read")
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {CLIENT_HEADER: "registry-client"}  # a program, not a web page (README, Security)
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        if read != "fresh":  # docs/service.md, "Reads after a write"
+            self._headers[READ_HEADER] = read
         self.url = url.rstrip("/")
 
     def _send(self, call: _Call):
@@ -296,8 +303,8 @@ class RegistryClient(_BaseClient):
     """The registry over HTTP, blocking: each method returns what `Registry`'s does."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        super().__init__(url, token)
+                 read: str = "fresh", transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(url, token, read)
         self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout, transport=transport)
 
     def close(self) -> None:
@@ -326,8 +333,8 @@ class AsyncRegistryClient(_BaseClient):
     awaitable of what `Registry`'s returns."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None, timeout: float = 300.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(url, token)
+                 read: str = "fresh", transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(url, token, read)
         self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout,
                                        transport=transport)
 

@@ -17,7 +17,7 @@ from dataclasses import fields
 from fastapi import Depends, FastAPI
 
 from registry.api import Registry
-from registry.service.deps import WRITE, check_write_before_body, single_valued_parameters
+from registry.service.deps import WRITE, check_write_before_body, read_mode, single_valued_parameters
 from registry.service.edge import Edge, allowed_methods
 from registry.service.errors import add_error_handlers
 from registry.service.jobs import JobQueue
@@ -57,7 +57,7 @@ def create_app(settings: ServiceSettings, *, state=None) -> FastAPI:
                     f"body {limits.max_body_bytes} bytes, model name {limits.max_name_chars} characters, "
                     f"query text {limits.max_query_chars} characters, {limits.max_evaluations} evaluations "
                     f"per request, {limits.max_route_queries} texts per route call.",
-        dependencies=[Depends(single_valued_parameters)],
+        dependencies=[Depends(single_valued_parameters), Depends(read_mode)],
     )
     metrics = ServiceMetrics(state, queue)
     app.state.settings, app.state.warm, app.state.jobs = settings, state, queue

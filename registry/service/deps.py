@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Header, Path as PathParam, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,10 +24,10 @@ from registry.limits import check_model_name
 from registry.service.errors import HTTPError
 from registry.service.jobs import JobQueue
 from registry.service.metrics import ServiceMetrics
-from registry.service.settings import CLIENT_HEADER, ServiceSettings, loopback_host
-from registry.service.state import WarmState
+from registry.service.settings import CLIENT_HEADER, READ_HEADER, ServiceSettings, loopback_host
+from registry.service.state import READ_LOADED, WarmState
 
-__all__ = ["single_valued_parameters", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics",
+__all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader", "get_metrics",
            "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics",
            "Uploads", "Name", "WRITE"]
 
@@ -41,6 +41,16 @@ async def single_valued_parameters(request: Request) -> None:
         _refuse_repeated(request.query_params, "query")
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         _refuse_repeated(await request.form(), "form")
+
+
+async def read_mode(read: Literal["fresh", "loaded"] | None = Header(
+        default=None, alias=READ_HEADER,
+        description="fresh (the default): a read made after a write sees it, waiting for the service to load "
+                    "the new state; loaded: answered from the state already loaded, never waiting for a reload "
+                    "(which goes on meanwhile). Reads only: a write always lands on the newest state.")) -> None:
+    """Which state this request's reads take (`registry.service.state.READ_LOADED`). App-wide and async: set
+    on the request's own context, which the endpoint (in the thread pool or not) runs in a copy of."""
+    READ_LOADED.set(read == "loaded")
 
 
 def _refuse_repeated(params, where: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from registry.limits import MAX_NAME_CHARS, MAX_QUERY_CHARS
 
-__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "is_loopback", "loopback_host"]
+__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "READ_HEADER", "READ_MODES", "is_loopback", "loopback_host"]
 
 TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
 SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (or --server)
@@ -15,6 +15,8 @@ SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (o
 # text/plain or bodiless POST) is accepted only with this header: a browser sends a custom header
 # cross-origin only after a CORS preflight, which this server never grants. The client always sends it.
 CLIENT_HEADER = "X-Locus-Client"
+READ_HEADER = "X-Locus-Read"  # "fresh" (the default: wait for the reload after a write) or "loaded"
+READ_MODES = ("fresh", "loaded")
 
 
 @dataclass(frozen=True)
