@@ -7,7 +7,8 @@ from pathlib import Path
 
 from registry.limits import MAX_NAME_CHARS, MAX_QUERY_CHARS
 
-__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "READ_HEADER", "READ_MODES", "is_loopback", "loopback_host"]
+__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "READ_HEADER", "READ_MODES",
+           "is_loopback", "loopback_host"]
 
 TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
 SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (or --server)
