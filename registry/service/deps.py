@@ -24,7 +24,7 @@ from registry.limits import check_model_name
 from registry.service.errors import HTTPError
 from registry.service.jobs import JobQueue
 from registry.service.metrics import ServiceMetrics
-from registry.service.settings import CLIENT_HEADER, READ_HEADER, ServiceSettings, loopback_host
+from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_MODES, ServiceSettings, loopback_host
 from registry.service.state import READ_LOADED, WarmState
 
 __all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader",
@@ -43,7 +43,7 @@ async def single_valued_parameters(request: Request) -> None:
         _refuse_repeated(await request.form(), "form")
 
 
-async def read_mode(read: Literal["fresh", "loaded"] | None = Header(
+async def read_mode(read: Literal[READ_MODES] | None = Header(
         default=None, alias=READ_HEADER,
         description="fresh (the default): a read made after a write sees it, waiting for the service to load "
                     "the new state; loaded: answered from the state already loaded, never waiting for a reload "
