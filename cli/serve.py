@@ -74,11 +74,10 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     if port:
         _check_port_free(host, port)
 
-    # Start-up takes seconds to tens of seconds (torch, LanceDB, the query encoder): each stage says
+    # Start-up takes seconds (the first with a new query encoder tens of seconds): each stage says
     # what it is doing on stderr, so that a silent terminal is never a mystery.
     stage = _Stages()
-    stage.start(f"loading the registry at {home} (LanceDB, the LOCUS encoder, the index)")
-    import torch
+    stage.start(f"loading the registry at {home} (the LOCUS predictor, the index)")
     import uvicorn
 
     from registry.service.app import create_app
@@ -88,7 +87,6 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
                                limits=Limits(max_body_bytes=int(max_body_mb * 1024 * 1024)), torch_threads=threads,
                                port=port or None, compact_every=compact_every)  # port 0: any, chosen by the OS
-    torch.set_num_threads(settings.torch_threads)
     state = WarmState(settings)
     snap = state.snapshot()
     n_models = len(snap.models.index.names) if snap.models is not None else 0

@@ -662,21 +662,39 @@ def test_a_routed_text_is_offered_to_writes_until_one_stores_its_vector(base_hom
     assert state.unstored_vectors(encoder, [text_hash(fresh)]) == set()
 
 
-def test_the_service_imports_lancedb_beside_its_first_requests(base_home, tmp_path):
-    """Reads never need LanceDB; the first write does, and importing it then cost that add-model 1.6 s
-    (bench_service's p99): a fresh service process imports it in a background thread at start-up."""
+def test_the_service_imports_lancedb_and_torch_beside_its_first_requests(base_home, tmp_path, texts):
+    """Reads never need LanceDB, and on the CPU routes read G in numpy, without torch; the first write needs
+    both, and importing them then cost that add-model seconds (LanceDB 1.6 s, bench_service's p99): a fresh
+    service process imports them, and loads the torch LOCUS, in background threads at start-up."""
     home = copy_home(base_home, tmp_path / "home")
-    code = ("import sys, threading\n"
-            "from registry.service.app import LANCEDB_IMPORT, create_app\n"
+    code = ("import json, sys, threading\n"
+            "from registry.service.app import LANCEDB_IMPORT, TORCH_IMPORT, create_app\n"
             "from registry.service.settings import ServiceSettings\n"
-            "app = create_app(ServiceSettings(home=sys.argv[1], query_backend='fp32'))\n"
-            "[t.join(120) for t in threading.enumerate() if t.name == LANCEDB_IMPORT]\n"
-            "print('lancedb' in sys.modules)\n"
+            "from registry.service.state import WarmState\n"
+            "settings = ServiceSettings(home=sys.argv[1], query_backend='fp32')\n"
+            "state = WarmState(settings)\n"
+            "state.route([sys.argv[2]], k=1, exclude=[], where=None, fallback=0)\n"
+            "routed = 'torch' in sys.modules\n"
+            "app = create_app(settings, state=state)\n"
+            "[t.join(120) for t in threading.enumerate() if t.name in (LANCEDB_IMPORT, TORCH_IMPORT)]\n"
+            "print(json.dumps([routed, 'lancedb' in sys.modules, state._locus is not None]))\n"
             "app.state.jobs.stop()\n")
-    done = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code, str(home), texts[0][0]], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "True", done.stdout + done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, True], done.stdout + done.stderr
+
+
+def test_auto_device_without_an_nvidia_driver_is_the_cpu_without_importing_torch():
+    from registry.service.settings import _may_have_cuda
+
+    if _may_have_cuda():
+        pytest.skip("this machine may have a CUDA device: torch is asked, as it should be")
+    code = ("import sys\nfrom registry.service.settings import resolve_device\n"
+            "print(resolve_device('auto'), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split() == ["cpu", "False"]
 
 
 def test_families_are_computed_once_per_generation_of_the_store(base_home, tmp_path, texts):

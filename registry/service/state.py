@@ -166,6 +166,8 @@ class WarmState(StoreView):
         self._knn_lock = threading.Lock()
         self._behind: threading.Thread | None = None  # the reload a read that took the loaded state started
         self._behind_lock = threading.Lock()
+        self._locus = None  # the torch ActiveEncoder writes embed with, on the CPU (`active`)
+        self._locus_lock = threading.Lock()
         self._last_knn = None  # ((query encoder, settings, pool), the router's kNN last built or extended)
         self.knn_builds = {"built": 0, "extended": 0}
         self.reloads = 0
@@ -256,7 +258,7 @@ class WarmState(StoreView):
             log.exception("loading the state after a landing failed")
 
     def _load(self, key, previous: Snapshot | None) -> Snapshot:
-        from registry.catalog.embedding import active_encoder
+        from registry.catalog.embedding import active_encoder, active_predictor
         from registry.analytics.search import embedded, open_indexes
 
         config = json.loads(key[1])
@@ -266,10 +268,11 @@ class WarmState(StoreView):
         if encoder_id:
             if previous is not None and previous.encoder_id == encoder_id and previous.active is not None:
                 active = previous.active
+            elif self.settings.device == "cpu":  # routes read G alone, in numpy: no torch (`active` loads it)
+                active = active_predictor(self.store, encoder_id)
             else:
                 active = active_encoder(self.store, encoder_id)
-                if self.settings.device != "cpu":
-                    active.locus.to(self.settings.device)
+                active.locus.to(self.settings.device)
         else:
             problem = "no active encoder: run `registry train` first"
         models = prints = behaviour = None
@@ -306,7 +309,22 @@ class WarmState(StoreView):
 
     # ------------------------------------------------- the view the operations read
     def active(self):
-        """The active encoder. When the home's config still names the encoder the snapshot holds (an
+        """The active encoder with the torch LOCUS (what a write embeds with): on a GPU the snapshot's, on
+        the CPU loaded on first use beside the snapshot's numpy G and kept while the encoder stays active."""
+        loaded = self._loaded_active()
+        if self.settings.device != "cpu":
+            return loaded
+        with self._locus_lock:
+            if self._locus is None or self._locus.encoder_id != loaded.encoder_id:
+                from registry.catalog.embedding import active_encoder
+                from registry.service.settings import configure_torch
+
+                configure_torch(self.settings)
+                self._locus = active_encoder(self.store, loaded.encoder_id)
+            return self._locus
+
+    def _loaded_active(self):
+        """The snapshot's active encoder. When the home's config still names the encoder the snapshot holds (an
         encoder is content-addressed by its id) it is returned without reloading the indexes, which every
         write makes stale: the writer needs only the encoder, and reloading them before each landing cost
         an add-model ~110 ms of its ~260; readers reload them when they read them (`index`)."""
@@ -323,7 +341,7 @@ class WarmState(StoreView):
         return snap.active if named == snap.encoder_id else self.snapshot().require_active()
 
     def predictor(self):
-        return self.active()  # the loaded torch Locus (on the service's device) reads G as well
+        return self._loaded_active()  # G in numpy on the CPU, the torch Locus on a GPU
 
     def index(self, by: str = "locus"):
         snap = self.snapshot()
