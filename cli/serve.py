@@ -33,7 +33,8 @@ def _read_token(token_file: Path | None) -> str | None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where LOCUS and the query encoder run: auto is CUDA when torch sees it.")
+              help="Where LOCUS and the query encoder run: auto is CUDA when torch sees it (asked only where "
+                   "an NVIDIA driver is loaded).")
 @click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="File holding the bearer token write endpoints need (else $LOCUS_TOKEN). Required to "
                    "listen beyond loopback.")
