@@ -1,8 +1,8 @@
 """What the service keeps loaded between requests, and when it reloads it.
 
-A `Snapshot` is one consistent view: the active LOCUS checkpoint (encoder F + predictor G, on the
-service's device) and the FAISS index with every model's record, both for one generation of the
-store. Each request compares two tiny files with the snapshot's key (the store's generation token,
+A `Snapshot` is one consistent view: the active LOCUS checkpoint as routes read it (the predictor G in
+numpy on the CPU; the whole torch Locus on a GPU) and the FAISS indexes with every model's record, both
+for one generation of the store. Writes embed with the torch Locus, loaded beside it (`WarmState.active`). Each request compares two tiny files with the snapshot's key (the store's generation token,
 which every finished transaction rewrites whoever the writer was, CLI or service, and the home's
 config, which names the active encoder); only when they changed is anything reloaded. While a
 transaction is open (its journal exists) the old snapshot keeps answering: the tables may be
@@ -53,7 +53,7 @@ READ_LOADED: contextvars.ContextVar[bool] = contextvars.ContextVar("locus_read_l
 class Snapshot:
     key: tuple[str | None, str]  # (generation token, config text)
     encoder_id: str | None
-    active: Any  # registry.catalog.embedding.ActiveEncoder or None
+    active: Any  # registry.catalog.embedding.ActiveEncoder (G in numpy on the CPU) or None
     models: Any  # registry.analytics.search.EmbeddedModels or None
     problem: str | None  # why search/route cannot answer (no encoder, mixed encoders), else None
     loaded_at: float = field(default_factory=time.time)
