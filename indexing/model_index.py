@@ -261,7 +261,7 @@ class ModelIndex:
                 found[by] = saved
         missing = [by for by in kinds if by not in found]
         if missing:
-            found.update(cls._from_store(store, rebuild=False, kinds=missing, previous=previous or {}))
+            found.update(cls._from_store(store, rebuild=False, kinds=missing, previous=previous))
         return {by: found[by] for by in kinds}
 
     @classmethod

@@ -18,48 +18,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_service import start_server  # noqa: E402  (one way to start the service and wait for it)
 
 
 def start_seconds(home: Path, backend: str, env: dict[str, str], log: Path) -> float:
-    """Seconds from starting `registry serve` until /v1/health answers 200; the server is stopped after."""
-    port = _port()
-    begun = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--home", str(home), "serve", "--port", str(port),
-                                 "--device", "cpu", "--query-backend", backend, "--log-level", "warning"],
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            while True:
-                if proc.poll() is not None:
-                    raise SystemExit(f"the server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=2).status_code == 200:
-                        return time.monotonic() - begun
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() - begun > 600:
-                    raise SystemExit(f"no answer within 600 s:\n{log.read_text()[-2000:]}")
-                time.sleep(0.05)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+    """Seconds from starting `registry serve --device cpu` until /v1/health answers 200; stopped after."""
+    proc, _, took = start_server(home, "cpu", backend, log, env)
+    proc.terminate()
+    proc.wait(timeout=60)
+    return took
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_MODES, Se
 from registry.service.state import READ_LOADED, WarmState
 
 __all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader",
-           "get_metrics", "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue", "Reader", "Metrics",
-           "Uploads", "Name", "WRITE"]
+           "get_metrics", "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue",
+           "Reader", "Metrics", "Uploads", "Name", "WRITE"]
 
 
 async def single_valued_parameters(request: Request) -> None:

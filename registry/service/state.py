@@ -2,8 +2,9 @@
 
 A `Snapshot` is one consistent view: the active LOCUS checkpoint as routes read it (the predictor G in
 numpy on the CPU; the whole torch Locus on a GPU) and the FAISS indexes with every model's record, both
-for one generation of the store. Writes embed with the torch Locus, loaded beside it (`WarmState.active`). Each request compares two tiny files with the snapshot's key (the store's generation token,
-which every finished transaction rewrites whoever the writer was, CLI or service, and the home's
+for one generation of the store. Writes embed with the torch Locus, loaded beside it (`WarmState.active`).
+Each request compares two tiny files with the snapshot's key (the store's generation token, which every
+finished transaction rewrites whoever the writer was, CLI or service, and the home's
 config, which names the active encoder); only when they changed is anything reloaded. While a
 transaction is open (its journal exists) the old snapshot keeps answering: the tables may be
 half-way through the write.
