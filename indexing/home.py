@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from indexing.object_store import ObjectPath
 
 __all__ = ["resolve_home", "as_path", "is_remote", "HomePath", "HOME_ENV", "GENERATION_FILE", "JOURNAL_FILE",
-           "generation", "transaction_open", "write_text_atomic", "write_bytes_atomic", "remove_tree", "scratch_path",
-           "file_lock"]
+           "generation", "generation_number", "transaction_open", "write_text_atomic", "write_bytes_atomic",
+           "remove_tree", "scratch_path", "file_lock"]
 
 HOME_ENV = "LOCUS_HOME"
 GENERATION_FILE = "generation"  # changes with every finished store transaction
@@ -65,6 +65,14 @@ def generation(home: HomePath) -> str | None:
         return (as_path(home) / GENERATION_FILE).read_text()
     except OSError:
         return None
+
+
+def generation_number(token: str | None) -> int:
+    """How many transactions had finished when `token` was written: it only grows, so a client can ask for a
+    state at least as new as the one it wrote (0 before the first, and for a token written before tokens
+    were counted)."""
+    head = (token or "").split(" ", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def transaction_open(home: HomePath) -> bool:

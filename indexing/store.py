@@ -36,6 +36,8 @@ from indexing.home import (  # noqa: E402
     HomePath,
     as_path,
     file_lock,
+    generation,
+    generation_number,
     is_remote,
     transaction_open,
     write_text_atomic,
@@ -689,8 +691,10 @@ class Store:
 
     def _bump_generation(self) -> None:
         """A token that changes with every finished transaction: readers that cache something
-        derived from the tables (the FAISS index) compare it without opening LanceDB."""
-        _atomic_write(self.home / GENERATION_FILE, f"{now_utc().isoformat()} {os.getpid()} {id(self)}")
+        derived from the tables (the FAISS index) compare it without opening LanceDB. It starts with the
+        count of finished transactions (`generation_number`; under the writer's lock, so it only grows)."""
+        number = generation_number(generation(self.home)) + 1
+        _atomic_write(self.home / GENERATION_FILE, f"{number} {now_utc().isoformat()} {os.getpid()} {id(self)}")
 
     def _require_transaction(self) -> None:
         if not self._in_transaction:

@@ -8,8 +8,10 @@
 >>> async with AsyncRegistryClient("http://127.0.0.1:8000") as reg:   # in an asyncio service
 ...     decision = await reg.route("What is 12 times 7?", k=3)
 
-`read="loaded"` (either client): reads answer from the state the service has loaded, never waiting for the
-reload after a write (docs/service.md, "Reads after a write"); the default, "fresh", reads its own writes.
+Reads after writes (docs/service.md, "Reads after a write"), `read=` on either client: "fresh" (the default)
+sees every write landed before it, waiting for the service to load it; "session" sees this client's own
+writes and never goes back in time, without waiting for other clients' (it sends the newest
+X-Locus-Generation it was answered with); "loaded" takes whatever state the service has loaded.
 
 Errors come back as the registry's own (`InputError` with file/line/field, `NotFoundError`,
 `RegistryError`), so code written against `Registry` handles them unchanged. As httpx does, one
@@ -20,6 +22,7 @@ anything is sent, on both).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -51,9 +54,11 @@ from registry.results import (
     SearchResult,
     Stats,
 )
-from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_MODES, SERVER_ENV, TOKEN_ENV
+from registry.service.settings import CLIENT_HEADER, GENERATION_HEADER, READ_HEADER, SERVER_ENV, TOKEN_ENV
 
 __all__ = ["RegistryClient", "AsyncRegistryClient"]
+
+READS = ("fresh", "session", "loaded")  # what `read=` takes (session: X-Locus-Read fresh, then a generation)
 
 
 class _Call(NamedTuple):
@@ -75,15 +80,23 @@ class _BaseClient:
         url = url or os.environ.get(SERVER_ENV)
         if not url:
             raise RegistryError(f"no server URL: pass one or set ${SERVER_ENV}")
-        if read not in READ_MODES:
-            raise InputError(f"read must be one of {', '.join(READ_MODES)}, not {read!r}", field="read")
+        if read not in READS:
+            raise InputError(f"read must be one of {', '.join(READS)}, not {read!r}", field="read")
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         self._headers = {CLIENT_HEADER: "registry-client"}  # a program, not a web page (README, Security)
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        if read != "fresh":  # docs/service.md, "Reads after a write"
+        if read == "loaded":  # docs/service.md, "Reads after a write"
             self._headers[READ_HEADER] = read
+        self.read = read
+        self._seen = 0  # session: the newest generation an answer carried
+        self._seen_lock = threading.Lock()
         self.url = url.rstrip("/")
+
+    @property
+    def generation(self) -> int:
+        """The newest generation an answer to this client carried (X-Locus-Generation; 0: none yet)."""
+        return self._seen
 
     def _send(self, call: _Call):
         raise NotImplementedError
@@ -91,6 +104,8 @@ class _BaseClient:
     def _request(self, call: _Call, handle=None) -> dict[str, Any]:
         """The keyword arguments of httpx's `request` for `call` (`handle`: its upload, opened)."""
         kwargs: dict[str, Any] = {"params": call.params}
+        if self.read == "session" and self._seen:
+            kwargs["headers"] = {READ_HEADER: str(self._seen)}
         if call.json is not None:
             kwargs["json"] = call.json
         if call.upload is not None:
@@ -103,6 +118,10 @@ class _BaseClient:
 
     def _result(self, call: _Call, response: httpx.Response):
         """The result of `call`, or the registry's error for what the service answered."""
+        seen = response.headers.get(GENERATION_HEADER, "")
+        if seen.isdigit():
+            with self._seen_lock:
+                self._seen = max(self._seen, int(seen))
         if response.status_code < 400:
             return call.parse(response.json())
         method, path = call.method, call.path

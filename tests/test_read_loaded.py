@@ -73,20 +73,20 @@ def test_a_stale_loaded_state_is_reloaded_in_the_background(base_home, tmp_path)
     reload, and a later one sees the write."""
     from registry import Registry
     from registry.service.settings import ServiceSettings
-    from registry.service.state import READ_LOADED, WarmState
+    from registry.service.state import READ, ReadRequest, WarmState
 
     home = copy_home(base_home, tmp_path / "home")
     state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
     before = state.snapshot()
     victim = before.models.index.names[0]
     Registry.open(home).remove(victim)
-    token = READ_LOADED.set(True)
+    token = READ.set(ReadRequest(loaded=True))
     try:
         assert state.snapshot() is before  # answered at once from what is loaded
         state._behind.join(120)  # the reload it started
         assert victim not in state.snapshot().models.index.names
     finally:
-        READ_LOADED.reset(token)
+        READ.reset(token)
 
 
 def test_the_client_sends_the_read_mode_and_checks_it():
@@ -102,6 +102,6 @@ def test_the_client_sends_the_read_mode_and_checks_it():
         with RegistryClient("http://registry.test", read=read, transport=httpx.MockTransport(answer)) as client:
             client.job("j1")
         assert seen.pop() == header
-    with pytest.raises(InputError, match="read must be one of fresh, loaded, not 'stale'") as refused:
+    with pytest.raises(InputError, match="read must be one of fresh, session, loaded, not 'stale'") as refused:
         RegistryClient("http://registry.test", read="stale")
     assert refused.value.field == "read"

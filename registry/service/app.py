@@ -131,12 +131,15 @@ def _schema_as_served(app, state, settings) -> None:
                 for operation in item.values():
                     if isinstance(operation, dict):
                         operation.pop("security", None)
-        # every route answers 403 (the Host / Origin checks) and 413 (the body limit) before it runs
+        # every route answers 403 (the Host / Origin checks) and 413 (the body limit) before it runs, and one
+        # that reads the warm state 503 when the state it needs is not loaded within the wait
         error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
         for item in schema["paths"].values():
             for operation in item.values():
                 if isinstance(operation, dict) and "responses" in operation:
-                    for code, why in (("403", "Refused by the Host or Origin check"), ("413", "Request body too large")):
+                    for code, why in (("403", "Refused by the Host or Origin check"), ("413", "Request body too large"),
+                                      ("503", "The state a read needs was not loaded within the wait: a write "
+                                              "is under way (Retry-After)")):
                         operation["responses"].setdefault(code, {"description": why, **error})
         vector = schema["components"]["schemas"]["SimilarByVector"]["properties"]["vector"]
         models = state.snapshot().models

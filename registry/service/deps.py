@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, Header, Path as PathParam, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,8 +24,8 @@ from registry.limits import check_model_name
 from registry.service.errors import HTTPError
 from registry.service.jobs import JobQueue
 from registry.service.metrics import ServiceMetrics
-from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_MODES, ServiceSettings, loopback_host
-from registry.service.state import READ_LOADED, WarmState
+from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_PATTERN, ServiceSettings, loopback_host
+from registry.service.state import READ, ReadRequest, WarmState
 
 __all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader",
            "get_metrics", "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue",
@@ -43,14 +43,23 @@ async def single_valued_parameters(request: Request) -> None:
         _refuse_repeated(await request.form(), "form")
 
 
-async def read_mode(read: Literal[READ_MODES] | None = Header(
-        default=None, alias=READ_HEADER,
-        description="fresh (the default): a read made after a write sees it, waiting for the service to load "
-                    "the new state; loaded: answered from the state already loaded, never waiting for a reload "
-                    "(which goes on meanwhile). Reads only: a write always lands on the newest state.")) -> None:
-    """Which state this request's reads take (`registry.service.state.READ_LOADED`). App-wide and async: set
-    on the request's own context, which the endpoint (in the thread pool or not) runs in a copy of."""
-    READ_LOADED.set(read == "loaded")
+async def read_mode(read: str | None = Header(
+        default=None, alias=READ_HEADER, pattern=READ_PATTERN,
+        description="Which state a read takes. fresh (the default): one holding every write landed when the read "
+                    "arrived, waiting for the service to load it (and, while another write is under way, for the "
+                    "state after it). A generation number N: a state of N or newer, the X-Locus-Generation your "
+                    "own last write answered with (read-your-writes without waiting for other clients' writes). "
+                    "loaded: the state already loaded, never waiting for a reload (which goes on meanwhile). "
+                    "Reads only: a write always lands on the newest state.")) -> None:
+    """Which state this request's reads take (`registry.service.state.READ`, made by the middleware). App-wide
+    and async: it runs on the request's own context, which the endpoint (in the thread pool or not) runs in a
+    copy of, sharing the one `ReadRequest`."""
+    request = READ.get()
+    if request is None:  # an app without the middleware (it makes one per request)
+        request = ReadRequest()
+        READ.set(request)
+    request.loaded = read == "loaded"
+    request.after = int(read) if read is not None and read.isdigit() else None
 
 
 def _refuse_repeated(params, where: str) -> None:

@@ -8,6 +8,8 @@ import time
 from fastapi.responses import PlainTextResponse
 
 from registry.service.errors import error_response
+from registry.service.settings import GENERATION_HEADER
+from registry.service.state import READ, ReadRequest
 
 __all__ = ["Edge", "allowed_methods"]
 
@@ -32,11 +34,16 @@ class Edge:
         start = time.perf_counter()
         status = 500
         started = False
+        request = ReadRequest()  # the state its reads take (deps.read_mode), the generation it read or wrote
+        reading = READ.set(request)
 
         async def tracking_send(message):
             nonlocal started, status
             if message["type"] == "http.response.start":
                 started, status = True, message["status"]
+                if request.generation is not None and status < 400:
+                    message = {**message, "headers": [*message.get("headers", ()),
+                                                      (_GENERATION, str(request.generation).encode())]}
             await send(message)
 
         scope = _name_kept_encoded(scope)
@@ -66,6 +73,7 @@ class Edge:
                 await error_response(500, "InternalError", "the server failed; see its log")(
                     scope, receive, tracking_send)
         finally:
+            READ.reset(reading)
             route = scope.get("route")
             self.observe(scope["method"], getattr(route, "path", "unmatched"), status,
                          time.perf_counter() - start)
@@ -128,6 +136,7 @@ def _bodiless(send):
 
 
 _MODELS_PREFIX = b"/v1/models/"
+_GENERATION = GENERATION_HEADER.lower().encode()
 
 
 def _name_kept_encoded(scope):

@@ -31,7 +31,7 @@ SERVICE_DIR = "service"
 
 
 class JobRecord:
-    __slots__ = ("spec", "state", "created", "started", "finished", "result", "error", "event")
+    __slots__ = ("spec", "state", "created", "started", "finished", "result", "error", "event", "generation")
 
     def __init__(self, spec: JobSpec, state: str = "queued") -> None:
         self.spec = spec
@@ -42,6 +42,7 @@ class JobRecord:
         self.result: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
         self.event = threading.Event()
+        self.generation: int | None = None  # the home's once it landed (X-Locus-Generation)
 
     def view(self) -> dict[str, Any]:
         error = dict(self.error) if self.error else None
@@ -110,6 +111,8 @@ class JobQueue:
         record.result, record.error = saved.get("result"), saved.get("error")
         record.created, record.started, record.finished = (saved.get("created", 0.0), saved.get("started"),
                                                            saved.get("finished"))
+        generation = saved.get("generation")
+        record.generation = generation if isinstance(generation, int) else None
         return record
 
     def depth(self) -> int:
@@ -127,7 +130,7 @@ class JobQueue:
         if job.state in ("done", "failed"):
             spec["evaluations"] = None  # the payload is in the store now (or refused): keep the record small
         payload = {"spec": spec, "state": job.state, "created": job.created, "started": job.started,
-                   "finished": job.finished, "result": job.result, "error": job.error}
+                   "finished": job.finished, "result": job.result, "error": job.error, "generation": job.generation}
         write_text_atomic(self.directory / f"{job.spec.id}.json", json.dumps(payload))
 
     def _recover(self) -> None:
@@ -147,6 +150,7 @@ class JobQueue:
         for job in pending:
             if job.spec.id in done:
                 job.state, job.result, job.finished = "done", done[job.spec.id], time.time()
+                job.generation = self.state.generation()  # it landed before this start: the home holds it
                 self._persist(job)
                 self._cleanup(job)
                 job.event.set()
@@ -195,6 +199,7 @@ class JobQueue:
                         except Exception as alone:  # noqa: BLE001
                             log.exception("job %s failed to land", job.spec.id)
                             outcomes[job.spec.id] = alone
+            landed_at = self.state.generation()  # read after the landing: this batch's, or a later write's
             self.batches += 1
             self.batch_sizes.append(len(batch))
             del self.batch_sizes[:-1000]
@@ -202,7 +207,7 @@ class JobQueue:
             for job in batch:
                 outcome = outcomes.get(job.spec.id)
                 if isinstance(outcome, dict):
-                    job.state, job.result = "done", outcome
+                    job.state, job.result, job.generation = "done", outcome, landed_at
                     self.landed += 1
                 else:
                     err = outcome if outcome is not None else RegistryError("the job was not landed")
@@ -225,8 +230,9 @@ class JobQueue:
             with self._cond:
                 idle = not self._waiting
             compacted = idle and self._compact_if_due()
-            if idle and (compacted or any(job.state == "done" for job in batch)):
-                # answered already; with jobs waiting, their batch changes the state again: warm after it
+            if (idle and (compacted or any(job.state == "done" for job in batch))) or self.state.readers_waiting():
+                # answered already; with jobs waiting, their batch changes the state again: warm after it,
+                # unless a read waits for the state this one landed (it arrived during the batch)
                 self.state.warm()
 
     def _compact_if_due(self) -> bool:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from registry.limits import MAX_NAME_CHARS, MAX_QUERY_CHARS
 
-__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "READ_HEADER", "READ_MODES",
-           "is_loopback", "loopback_host", "configure_torch"]
+__all__ = ["Limits", "ServiceSettings", "TOKEN_ENV", "SERVER_ENV", "CLIENT_HEADER", "READ_HEADER",
+           "READ_PATTERN", "GENERATION_HEADER", "is_loopback", "loopback_host", "configure_torch"]
 
 TOKEN_ENV = "LOCUS_TOKEN"  # the bearer token when no --token-file is given
 SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (or --server)
@@ -17,8 +17,13 @@ SERVER_ENV = "LOCUS_SERVER"  # the CLI goes through this service URL when set (o
 # text/plain or bodiless POST) is accepted only with this header: a browser sends a custom header
 # cross-origin only after a CORS preflight, which this server never grants. The client always sends it.
 CLIENT_HEADER = "X-Locus-Client"
-READ_HEADER = "X-Locus-Read"  # "fresh" (the default: wait for the reload after a write) or "loaded"
-READ_MODES = ("fresh", "loaded")
+# Which state a read takes: "fresh" (the default: every write landed before it), "loaded" (whatever is
+# loaded), or a generation number N (a state of N or newer: what the client's own writes answered with,
+# read-your-writes without waiting for other clients' writes). Up to 18 digits: generations never get there.
+READ_HEADER = "X-Locus-Read"
+READ_PATTERN = "^(fresh|loaded|0|[1-9][0-9]{0,17})$"
+# On an answer: the generation of the state a read took, or the home's once a write landed.
+GENERATION_HEADER = "X-Locus-Generation"
 
 
 @dataclass(frozen=True)

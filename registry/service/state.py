@@ -9,10 +9,13 @@ config, which names the active encoder); only when they changed is anything relo
 transaction is open (its journal exists) the old snapshot keeps answering: the tables may be
 half-way through the write.
 
-Reads wait for the reload after a write (each client reads its own writes), unless the request says
-`X-Locus-Read: loaded` (`READ_LOADED`): it is then answered from the state already loaded, and the reload
-goes on in a thread of its own; a router that can route on the pool as it was a moment ago never waits
-for one (at 100,000 models reopening the indexes after a write took 2.3 s).
+Every finished transaction has a number (its generation, `indexing.home.generation_number`), and a
+request says which states it may read (`ReadRequest`): by default one holding every write finished when
+it arrived (each client reads its own writes; while another write is under way, it waits for the state
+after it rather than answer from an older one); with `X-Locus-Read: N` one of generation N or newer
+(the number the client's own last write answered with: its writes, not every client's); with
+`X-Locus-Read: loaded` whatever is loaded. The last two answer at once when the loaded state will do, and
+a reload goes on in a thread of its own; at 100,000 models reopening the indexes after a write took 2.3 s.
 
 Encoded query texts are kept in an LRU keyed by (query encoder, text hash): a text is encoded at
 most once per process, and stored texts are read from the store's vector cache, not re-encoded.
@@ -37,17 +40,50 @@ import numpy as np
 
 from indexing.home import JOURNAL_FILE, as_path, is_remote, transaction_open
 from indexing.home import generation as read_generation
+from indexing.home import generation_number
 from indexing.store import Store
 from registry.errors import RegistryError
 from registry.operations import StoreView, router_knn_key
+from registry.service.errors import HTTPError
 from registry.service.settings import ServiceSettings
 
-__all__ = ["Snapshot", "WarmState", "TextEncoder", "READ_LOADED"]
+__all__ = ["Snapshot", "WarmState", "TextEncoder", "ReadRequest", "READ", "note_generation"]
 
 log = logging.getLogger("locus.service")
-# This request takes the state already loaded rather than wait for a reload (X-Locus-Read: loaded). Set per
-# request by the app (registry.service.deps.read_mode); a thread of the service's own starts unset.
-READ_LOADED: contextvars.ContextVar[bool] = contextvars.ContextVar("locus_read_loaded", default=False)
+
+
+@dataclass
+class ReadRequest:
+    """What one request asked of the state its reads take, and the generation its answer carries
+    (`X-Locus-Generation`): the state's a read took, or the home's once its write landed."""
+
+    loaded: bool = False  # X-Locus-Read: loaded: any loaded state
+    after: int | None = None  # X-Locus-Read: N: a state of generation N or newer
+    generation: int | None = None
+
+    @property
+    def takes_older(self) -> bool:
+        """Whether a loaded state older than the home's may answer (when new enough)."""
+        return self.loaded or self.after is not None
+
+    def needs(self, committed: int) -> int:
+        """The oldest generation this read may take, `committed` being the home's last finished one."""
+        if self.loaded:
+            return 0
+        return committed if self.after is None else min(self.after, committed)
+
+
+# The request being answered: made by the app's middleware (registry.service.edge) and filled in by its
+# dependency (registry.service.deps.read_mode); None in the service's own threads, which take the state
+# as it is (a write under way: the state before it).
+READ: contextvars.ContextVar[ReadRequest | None] = contextvars.ContextVar("locus_read", default=None)
+
+
+def note_generation(number: int | None) -> None:
+    """The generation this request's answer carries (a write's, once it landed)."""
+    request = READ.get()
+    if request is not None and number is not None:
+        request.generation = number
 
 
 @dataclass(frozen=True)
@@ -62,6 +98,11 @@ class Snapshot:
     behaviour: Any = None  # the behaviour index (indexing.model_index.ModelIndex) or None
     # the router's kNN over the stored evaluations, built by the first route that needs it (StoreView.build_router_knn)
     knn: dict = field(default_factory=dict)
+
+    @property
+    def generation(self) -> int:
+        """Of the key, read before the tables: the state holds at least that generation's writes."""
+        return generation_number(self.key[0])
 
     def require_models(self):
         if self.models is None:
@@ -167,6 +208,8 @@ class WarmState(StoreView):
         self._knn_lock = threading.Lock()
         self._behind: threading.Thread | None = None  # the reload a read that took the loaded state started
         self._behind_lock = threading.Lock()
+        self._landed = threading.Condition()  # notified when a state is loaded (reads waiting for a write's)
+        self._wanted = 0  # the newest generation a read waits for
         self._locus = None  # the torch ActiveEncoder writes embed with, on the CPU (`active`)
         self._locus_lock = threading.Lock()
         self._last_knn = None  # ((query encoder, settings, pool), the router's kNN last built or extended)
@@ -201,26 +244,69 @@ class WarmState(StoreView):
         return True
 
     def snapshot(self) -> Snapshot:
-        """The current view, reloaded only when the store or the active encoder changed."""
-        current = self._snapshot
-        if transaction_open(self.home):
-            if current is not None and self._writer_alive():
-                return current  # a write is under way: keep answering from the last whole state
+        """The current view, reloaded only when the store or the active encoder changed and the request
+        (`READ`) needs what changed; the request notes the view's generation."""
+        request = READ.get()
+        snap = self._snapshot_for(request)
+        if request is not None:
+            request.generation = snap.generation
+        return snap
+
+    def _snapshot_for(self, request: ReadRequest | None) -> Snapshot:
+        deadline = None
+        while transaction_open(self.home):
+            current = self._snapshot
             if not self._writer_alive():
                 with self._lock:
                     self._store = Store(self.home, create=False)  # recovers a dead writer's journal
+                break
+            if current is None:
+                break
+            # the tables may be half-way through the write: answer from the last whole state when it holds
+            # what this read needs, else wait for the state after the write (this service's writer loads it
+            # before its next batch: `readers_waiting`)
+            need = 0 if request is None else request.needs(generation_number(read_generation(self.home)))
+            if current.generation >= need:
+                return current
+            deadline = deadline or time.monotonic() + self.settings.limits.max_wait_s
+            if time.monotonic() > deadline:
+                raise HTTPError(503, f"the state this read needs (generation {need}) was not loaded within "
+                                f"{self.settings.limits.max_wait_s:g} s: a write is under way; retry",
+                                type_="StateBehind", headers={"Retry-After": "1"})
+            with self._landed:
+                self._wanted = max(self._wanted, need)
+                self._landed.wait(0.05)
         key = self._key()
+        current = self._snapshot
         if current is not None and current.key == key:
             return current
-        if current is not None and READ_LOADED.get():
+        if current is not None and request is not None and request.takes_older \
+                and current.generation >= request.needs(generation_number(key[0])):
             self._reload_behind()
             return current
         with self._lock:
-            if self._snapshot is not None and self._snapshot.key == key:
-                return self._snapshot
-            self._snapshot = self._load(key, self._snapshot)
-            self.reloads += 1
-            return self._snapshot
+            if self._snapshot is None or self._snapshot.key != key:
+                self._snapshot = self._load(key, self._snapshot)
+                self.reloads += 1
+            snap = self._snapshot
+        with self._landed:
+            self._landed.notify_all()
+        return snap
+
+    def readers_waiting(self) -> bool:
+        """A read waits for a state newer than the loaded one (it arrived during a write): the writer loads
+        it before it starts another."""
+        snap = self._snapshot
+        return snap is not None and self._wanted > snap.generation
+
+    def note_written(self) -> None:
+        """After a write this request made landed: its answer carries the home's generation (read after it:
+        that of a later write when one landed since, which holds this one too)."""
+        note_generation(self.generation())
+
+    def generation(self) -> int:
+        """The home's last finished generation."""
+        return generation_number(read_generation(self.home))
 
     def _reload_behind(self) -> None:
         """Reload in a thread of its own unless a reload is under way already (a read took the loaded state)."""
@@ -234,7 +320,7 @@ class WarmState(StoreView):
 
     def _reload_quietly(self) -> None:
         try:
-            self.snapshot()  # a new thread's context: READ_LOADED unset, so this one loads
+            self.snapshot()  # a new thread's context: no request, so this one loads
         except Exception:  # noqa: BLE001 - the next reader that needs the new state loads it and says why
             log.exception("loading the state in the background failed")
 
@@ -295,18 +381,27 @@ class WarmState(StoreView):
         return Snapshot(key, encoder_id, active, models, problem, prints=prints, behaviour=behaviour)
 
     def current(self) -> Snapshot | None:
-        """The loaded snapshot when two small local file reads show nothing changed; None when a
-        write is under way, a reload is due, or the home is remote (its checks are network calls)."""
+        """The loaded snapshot when it will do for this request without waiting (two small local file reads
+        show nothing changed, or the request takes an older state and the loaded one is new enough); None
+        when a write is under way, a reload is due, or the home is remote (its checks are network calls):
+        `snapshot` decides then."""
         snap = self._snapshot
         if snap is None or is_remote(self.home):
             return None
-        if READ_LOADED.get():  # whatever changed since: the loaded state answers (see `snapshot`)
-            if not transaction_open(self.home) and snap.key != self._key():
-                self._reload_behind()
-            return snap
+        request = READ.get()
+        older = request is not None and request.takes_older
         if transaction_open(self.home):
-            return None
-        return snap if snap.key == self._key() else None
+            if not older or snap.generation < request.needs(generation_number(read_generation(self.home))):
+                return None
+        else:
+            key = self._key()
+            if snap.key != key:
+                if not older or snap.generation < request.needs(generation_number(key[0])):
+                    return None
+                self._reload_behind()
+        if request is not None:
+            request.generation = snap.generation
+        return snap
 
     # ------------------------------------------------- the view the operations read
     def active(self):

@@ -216,11 +216,15 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     @router.put("/v1/aliases/{alias}", dependencies=write, response_model=Alias, responses=_ERRORS, tags=["aliases"])
     def set_alias(alias: str, body: AliasTarget):
         """Point an alias at NAME (whatever version is live) or NAME@VERSION."""
-        return Registry.open(settings.home, create=False).set_alias(alias, body.target)
+        pointed = Registry.open(settings.home, create=False).set_alias(alias, body.target)
+        state.note_written()
+        return pointed
 
     @router.delete("/v1/aliases/{alias}", dependencies=write, response_model=Alias, responses=_ERRORS,
                    tags=["aliases"])
     def delete_alias(alias: str):
-        return Registry.open(settings.home, create=False).delete_alias(alias)
+        deleted = Registry.open(settings.home, create=False).delete_alias(alias)
+        state.note_written()
+        return deleted
 
     return router

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from registry import results as r
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.service import schemas as s
-from registry.service.deps import WRITE, Name, Reader
+from registry.service.deps import WRITE, Name, Reader, State
 from registry.service.errors import ERRORS
 from registry.service.schemas import LIMITS
 from registry.service.json_body import UniqueKeysRoute
@@ -67,8 +67,10 @@ def drift(name: Name, reader: Reader,
 
 
 @router.post("/v1/drift/run", dependencies=WRITE, response_model=r.DriftRun, responses=ERRORS, tags=["audit"])
-def drift_run(reader: Reader,
+def drift_run(reader: Reader, state: State,
               alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
               max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0)):
     """Drift of every model given a version since the last run (registry audit --drift); keeps the new marker."""
-    return reader.drift_refined(alpha=alpha, max_noise=max_noise)
+    run = reader.drift_refined(alpha=alpha, max_noise=max_noise)
+    state.note_written()
+    return run

@@ -18,6 +18,7 @@ from registry.limits import MAX_EVALS_PER_MODEL
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Queue, Settings, State, Uploads
 from registry.service.errors import ERRORS, error_response
+from registry.service.state import note_generation
 from registry.service.writer import JobSpec
 from registry.service.json_body import UniqueKeysRoute
 
@@ -68,6 +69,7 @@ def get_job(job_id: str, queue: Queue):
     job = queue.get(job_id)
     if job is None:
         raise NotFoundError(f"no job {job_id!r}")
+    note_generation(job.generation)
     return job.view()
 
 
@@ -75,13 +77,17 @@ def get_job(job_id: str, queue: Queue):
                tags=["models"])
 def remove(name: Name, state: State):
     """Remove a model (its history stays: restore brings it back)."""
-    return operations.remove(state, name)
+    removed = operations.remove(state, name)
+    state.note_written()
+    return removed
 
 
 @router.post("/v1/models/{name}/restore", dependencies=WRITE, response_model=r.RestoreResult, responses=ERRORS,
              tags=["models"])
 def restore(name: Name, state: State, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
-    return operations.restore(state, name, version)
+    restored = operations.restore(state, name, version)
+    state.note_written()
+    return restored
 
 
 # ------------------------------------------------------------------ helpers
@@ -92,6 +98,7 @@ def _answer(job, wait: bool, settings) -> JSONResponse:
         job.event.wait(settings.limits.max_wait_s)
     view = job.view()
     if job.state == "done":
+        note_generation(job.generation)
         return JSONResponse(r.ModelChange.model_validate(job.result).model_dump(mode="json"), status_code=201,
                             headers={"Location": f"/v1/jobs/{job.spec.id}", "X-Job-Id": job.spec.id})
     if job.state == "failed":

@@ -1,0 +1,265 @@
+"""Generations: every finished transaction has a number that only grows; the service's answers carry the
+generation they read or wrote (X-Locus-Generation), a read may ask for a state at least that new
+(`X-Locus-Read: N`; `RegistryClient(read="session")`), and a default read that arrives while a write is
+under way waits for the state after it when the loaded one lacks a write that had landed."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import SMALL_TRAINED, stored_texts
+from service_harness import TOKEN, copy_home
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def base_home(synthetic_home) -> Path:
+    return synthetic_home("read-after", **SMALL_TRAINED)
+
+
+def test_generation_numbers_only_grow_and_old_tokens_count_as_none(tmp_path):
+    from indexing.home import generation, generation_number
+    from registry import Registry
+
+    assert generation_number(None) == 0
+    assert generation_number("2026-12-06T10:00:00+00:00 123 456") == 0  # a token of before the count
+    assert generation_number("17 2026-12-06T10:00:00+00:00 123 456") == 17
+    reg = Registry.open(tmp_path / "home")
+    first = generation_number(generation(reg.home))
+    with reg.store.transaction():
+        pass
+    with pytest.raises(RuntimeError), reg.store.transaction():  # a rolled-back transaction counts too
+        raise RuntimeError("rolled back")
+    assert generation_number(generation(reg.home)) == first + 2
+
+
+def _app(home, **limits):
+    from registry.service.app import create_app
+    from registry.service.settings import Limits, ServiceSettings
+
+    return create_app(ServiceSettings(home=home, token=TOKEN, query_backend="fp32", limits=Limits(**limits)))
+
+
+def _held_load(state):
+    """Make the state's next reloads wait until `release` is set; `reloading` is set when one starts."""
+    reloading, release = threading.Event(), threading.Event()
+    load = state._load
+
+    def slow_load(key, previous):
+        reloading.set()
+        assert release.wait(120)
+        return load(key, previous)
+
+    state._load = slow_load
+    return reloading, release
+
+
+def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_home, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from indexing.home import generation, generation_number
+    from registry import Registry
+
+    home = copy_home(base_home, tmp_path / "home")
+    app = _app(home)
+    texts = [t for t, _ in stored_texts(home)]
+    with TestClient(app) as client:
+        health = client.get("/v1/health")
+        n, seen = health.json()["embedded"], int(health.headers["x-locus-generation"])
+        assert seen == generation_number(generation(home))
+        added = client.post("/v1/models", headers=AUTH, json={
+            "name": "mine", "evaluations": [{"query": t, "score": i % 2} for i, t in enumerate(texts[:20])]})
+        assert added.status_code == 201, added.text
+        mine = int(added.headers["x-locus-generation"])
+        assert mine > seen
+        job = client.get(f"/v1/jobs/{added.headers['x-job-id']}")
+        assert int(job.headers["x-locus-generation"]) == mine
+
+        # another client's write; its reload held open: a read after my write answers at once from the
+        # loaded state (which holds it), a default read waits for the other write
+        other = Registry.open(home)
+        other.remove([m for m in other.models() if m.name != "mine"][0].name)
+        reloading, release = _held_load(app.state.warm)
+        waited = []
+        fresh = threading.Thread(target=lambda: waited.append(client.get("/v1/health")))
+        fresh.start()
+        try:
+            assert reloading.wait(120)
+            after = client.get("/v1/health", headers={"X-Locus-Read": str(mine)})
+            assert after.json()["embedded"] == n + 1 and int(after.headers["x-locus-generation"]) == mine
+            route = {"query": texts[0], "k": n + 1, "fallback": 0, "min_evals": 0}
+            ranked = client.post("/v1/route", json=route, headers={"X-Locus-Read": str(mine)})
+            assert "mine" in [m["name"] for m in ranked.json()["results"][0]["ranking"]]
+            assert int(ranked.headers["x-locus-generation"]) == mine
+            fresh.join(0.5)
+            assert fresh.is_alive() and not waited
+        finally:
+            release.set()
+            fresh.join(120)
+        assert waited[0].json()["embedded"] == n and int(waited[0].headers["x-locus-generation"]) == mine + 1
+        # a number beyond the home's own asks for no more than the newest state
+        beyond = client.get("/v1/health", headers={"X-Locus-Read": str(10**18 - 1)})
+        assert beyond.status_code == 200 and int(beyond.headers["x-locus-generation"]) == mine + 1
+
+        for value in ("-1", "soon", "07", str(10**18), "stale"):
+            refused = client.get("/v1/health", headers={"X-Locus-Read": value})
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == "X-Locus-Read", value
+            assert "should match pattern" in refused.json()["error"]["message"]
+            assert "x-locus-generation" not in refused.headers
+
+
+def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state_lacks(base_home, tmp_path):
+    """A write landed, and another began before the service loaded the first: the tables are half-way through
+    the second, so the state of before the first answered (a client did not read its own write). Now a default
+    read waits for the state after the second; a loaded read still answers at once; past the wait, 503."""
+    from registry import Registry
+    from registry.service.errors import HTTPError
+    from registry.service.settings import Limits, ServiceSettings
+    from registry.service.state import READ, ReadRequest, WarmState
+
+    home = copy_home(base_home, tmp_path / "home")
+    state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
+    before = state.snapshot()
+    names = list(before.models.index.names)
+    writer = Registry.open(home)
+    writer.remove(names[0])  # landed: the loaded state lacks it
+
+    opened, finish = threading.Event(), threading.Event()
+
+    def second_write():
+        with writer.store.transaction():  # under way (this process: a live writer)
+            opened.set()
+            assert finish.wait(120)
+        writer.remove(names[1])
+
+    thread = threading.Thread(target=second_write)
+    thread.start()
+    try:
+        assert opened.wait(120)
+        token = READ.set(ReadRequest(loaded=True))
+        try:
+            assert state.snapshot() is before
+        finally:
+            READ.reset(token)
+        answers = []
+
+        def fresh_read():
+            token = READ.set(ReadRequest())
+            try:
+                answers.append(state.snapshot())
+            finally:
+                READ.reset(token)
+
+        reader = threading.Thread(target=fresh_read)
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and not answers and state.readers_waiting()
+        finish.set()
+        reader.join(120)
+        thread.join(120)
+    finally:
+        finish.set()
+    assert names[0] not in answers[0].models.index.names
+    assert not state.readers_waiting()
+
+    # a write that stays under way past the wait: 503 with Retry-After, nothing half-read
+    impatient = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32", limits=Limits(max_wait_s=0.3)))
+    impatient.snapshot()
+    writer.remove(names[2])
+    with writer.store.transaction():
+        token = READ.set(ReadRequest())
+        try:
+            with pytest.raises(HTTPError, match="generation .* not loaded within 0.3 s") as behind:
+                impatient.snapshot()
+        finally:
+            READ.reset(token)
+        assert behind.value.status == 503 and behind.value.headers == {"Retry-After": "1"}
+
+
+def test_the_session_client_reads_after_its_newest_answer():
+    from registry.client import RegistryClient
+
+    sent, generations = [], iter(["3", "7", "5", None])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("X-Locus-Read"))
+        number = next(generations)
+        return httpx.Response(200, json={"id": "j1", "state": "done"},
+                              headers={"X-Locus-Generation": number} if number else {})
+
+    with RegistryClient("http://registry.test", read="session", transport=httpx.MockTransport(answer)) as client:
+        for _ in range(4):
+            client.job("j1")
+        assert client.generation == 7
+    assert sent == [None, "3", "7", "7"]  # never back in time: 5 came after 7
+    with RegistryClient("http://registry.test", transport=httpx.MockTransport(answer)) as client:
+        generations = iter(["9"])
+        client.job("j1")
+        assert client.generation == 9  # kept by every client; only a session one sends it
+
+
+def test_the_writer_loads_the_state_a_read_waits_for_before_its_next_batch(base_home, tmp_path, monkeypatch):
+    """Batches back to back never leave the writer idle, and it used to load the state only when idle: a read
+    that needs batch A's landing, arriving during batch B, is answered once B lands, while C is under way."""
+    from registry.catalog import landing
+    from registry.service.jobs import JobQueue
+    from registry.service.settings import ServiceSettings
+    from registry.service.state import READ, ReadRequest, WarmState
+    from registry.service.writer import JobSpec
+
+    home = copy_home(base_home, tmp_path / "home")
+    state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
+    state.snapshot()
+    rows = [{"query": t, "score": i % 2} for i, (t, _) in enumerate(stored_texts(home)[:12])]
+    submitted, under_way = threading.Event(), {"b": threading.Event(), "c": threading.Event()}
+    release = {"b": threading.Event(), "c": threading.Event()}
+    land, calls = landing.land, iter("abc")
+
+    def held_land(state_, changes, on_commit=None):
+        name = next(calls)  # max_batch=1: one job a batch, in order
+        if name == "a":
+            assert submitted.wait(120)  # B and C wait behind A: the writer is not idle after it
+            return land(state_, changes, on_commit=on_commit)
+
+        def held(store, results):  # inside the batch's transaction
+            under_way[name].set()
+            assert release[name].wait(120)
+            on_commit(store, results)
+        return land(state_, changes, on_commit=held)
+
+    monkeypatch.setattr(landing, "land", held_land)
+    queue = JobQueue(state, max_batch=1)
+    try:
+        a = queue.submit(JobSpec(id="ja", kind="add", name="a", evaluations=rows))
+        for name in "bc":
+            queue.submit(JobSpec(id="j" + name, kind="add", name=name, evaluations=rows))
+        submitted.set()
+        assert a.event.wait(120) and a.state == "done"
+        assert under_way["b"].wait(120)
+        answers = []
+
+        def fresh_read():
+            token = READ.set(ReadRequest())
+            try:
+                answers.append(state.snapshot())
+            finally:
+                READ.reset(token)
+
+        reader = threading.Thread(target=fresh_read)
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive()  # the state of before A is loaded, and B is half-way
+        release["b"].set()
+        assert under_way["c"].wait(120)
+        reader.join(60)
+        assert answers and {"a", "b"} <= set(answers[0].models.index.names)  # answered while C is under way
+        assert not state.readers_waiting()
+        assert "c" not in answers[0].models.index.names
+    finally:
+        for event in release.values():
+            event.set()
+        queue.stop()
