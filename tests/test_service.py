@@ -286,6 +286,12 @@ def test_python_client_and_cli_through_the_server(server, texts, tmp_path, monke
         with pytest.raises(InputError) as refused:
             reg.add_model("client-b", [("a question?", 2.0)])
         assert refused.value.field == "evaluations.0.score"
+    with RegistryClient(server.url, token=TOKEN, read="session") as session:  # reads after its own writes
+        before = session.generation
+        session.add_model("client-s", [(t, int(i % 3 == 0), task) for i, (t, task) in enumerate(texts[:20])])
+        added_at = session.generation
+        assert added_at > before
+        assert session.similar("client-s", k=1).neighbours and session.generation == added_at
     with RegistryClient(server.url) as anonymous:  # no token: reads work, writes are refused
         assert anonymous.stats().n_models >= 1
         with pytest.raises(Exception, match="bearer token"):
