@@ -1,13 +1,14 @@
-"""Query-encoder engines against speed: fp32 (the reference), bf16 and openvino, on real MMLU-Pro
-question texts (dynamic int8 was measured and refused: see encoder/query_encoder.py). Prints one table:
-wall and CPU time per text (batched, and one text at a time as a route call encodes it) and the cosine of each text's vector
-to its fp32 vector (mean and minimum). CPU seconds are printed beside wall time because the machine
-may be shared: they do not grow with other processes' load.
+"""Query-encoder engines against speed: fp32 (the reference), the exported fp32 copy (fp32-exported:
+what `registry route` and the service on fp32 encode with), bf16 and openvino, on real MMLU-Pro question
+texts (dynamic int8 was measured and refused: see encoder/query_encoder.py). Prints one table: wall and
+CPU time per text (batched, and one text at a time as a route call encodes it) and the cosine of each
+text's vector to its fp32 vector (mean and minimum). CPU seconds are printed beside wall time because the
+machine may be shared: they do not grow with other processes' load.
 
     python scripts/bench_query_encoder.py [--encoder all-mpnet-base-v2] [--texts 48] [--threads 1]
 
-openvino runs on every core whatever --threads says (torch threads); compare CPU seconds, or pass
---threads with the core count for wall time at equal cores.
+openvino and the exported copy (OpenVINO in fp32) run on every core whatever --threads says (torch
+threads); compare CPU seconds, or pass --threads with the core count for wall time at equal cores.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=48)
     parser.add_argument("--single", type=int, default=12, help="texts encoded one at a time")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--backends", default="fp32,bf16,openvino")
+    parser.add_argument("--backends", default="fp32,fp32-exported,bf16,openvino")
     args = parser.parse_args()
 
     import numpy as np
@@ -56,6 +57,9 @@ def main() -> None:
     from encoder.query_encoder import load_query_encoder
 
     texts = _texts(args.texts)
+    if "fp32-exported" in args.backends.split(","):
+        # before the torch model: a process that holds it answers from it (nothing to save), not the copy
+        load_query_encoder(args.encoder, backend="fp32", exported=True)
     ref_encoder = load_query_encoder(args.encoder, backend="fp32")
     tokens = [len(ref_encoder._model.tokenizer(t)["input_ids"]) for t in texts]
     print(f"{args.encoder}: {len(texts)} MMLU-Pro texts, {np.mean(tokens):.0f} tokens on average "
@@ -64,7 +68,11 @@ def main() -> None:
     reference = None
     rows = []
     for backend in args.backends.split(","):
-        enc = load_query_encoder(args.encoder, backend=backend)
+        if backend == "fp32-exported":  # loaded above (written on first use, checked against torch to 1e-5)
+            enc = load_query_encoder(args.encoder, backend="fp32", exported=True)
+            assert enc.exported, "the torch model answered, not the exported copy"
+        else:
+            enc = load_query_encoder(args.encoder, backend=backend)
         enc.encode(texts[:2], progress=False)  # warm-up
         vectors, wall, cpu = _timed(lambda: enc.encode(texts, batch_size=32, progress=False))
         _, wall1, cpu1 = _timed(lambda: [enc.encode([t], progress=False) for t in texts[: args.single]])
@@ -74,10 +82,10 @@ def main() -> None:
         rows.append((backend, wall / len(texts), cpu / len(texts), wall1 / args.single, cpu1 / args.single,
                      float(cos.mean()), float(cos.min())))
     base = rows[0]
-    print(f"{'backend':<8}{'batch ms/text':>15}{'CPU-s/text':>12}{'single ms':>11}{'CPU-s':>8}"
+    print(f"{'backend':<14}{'batch ms/text':>15}{'CPU-s/text':>12}{'single ms':>11}{'CPU-s':>8}"
           f"{'speed-up (CPU)':>16}{'cos mean':>10}{'cos min':>9}")
     for b, w, c, w1, c1, mean, low in rows:
-        print(f"{b:<8}{w * 1000:>15.1f}{c:>12.3f}{w1 * 1000:>11.1f}{c1:>8.3f}"
+        print(f"{b:<14}{w * 1000:>15.1f}{c:>12.3f}{w1 * 1000:>11.1f}{c1:>8.3f}"
               f"{base[2] / c:>9.2f}x/{base[4] / c1:.2f}x{mean:>10.5f}{low:>9.5f}")
 
 
