@@ -152,20 +152,20 @@ class KNNRouter(Baseline):
     def with_models(self, models: Sequence[str], model: np.ndarray, query: np.ndarray, score: np.ndarray
                     ) -> "KNNRouter | None":
         """This router, fitted on all of its data's evaluations (no validation), with evaluations appended to
-        them: new models' and more of its models' own. The router that a fit on the old and the new
-        evaluations together gives, exactly, without reading the old ones again (a service's kNN follows the
-        models added and refined); call `pool_neighbourhoods` on it as after `fit`. `models`: every model of
-        this one and the new ones, in the order wanted; `model`, `query`, `score`: the appended evaluations,
-        as positions in `models` and in the fitted data's queries, in stored order. None where that router
-        would differ by more than those rows: a model of this one missing from `models`, a new model without
-        evaluations, an evaluation on a query no fitted model was evaluated on (a new column), a fitted model
-        without evaluations (its prior is the pool's mean, which the new rows move), a router fitted on a
-        part of its data."""
+        them (new models' and more of its models' own) and the models it holds that `models` lacks left out
+        with their evaluations. The router that a fit on the evaluations of `models` gives, exactly, without
+        reading the old ones again (a service's kNN follows the models added, refined and removed); call
+        `pool_neighbourhoods` on it as after `fit`. `models`: the models wanted, in the order wanted; `model`,
+        `query`, `score`: the appended evaluations, as positions in `models` and in the fitted data's queries,
+        in stored order. None where that router would differ by more than those rows: a new model without
+        evaluations, an evaluation on a query no fitted model was evaluated on (a new column), a query that
+        only models left out were evaluated on (a column fewer), a fitted model without evaluations (its
+        prior is the pool's mean, which the new rows move), a router fitted on a part of its data."""
         self._check_fitted()
         data = self._data
         models = list(models)
         old = {name: i for i, name in enumerate(data.models)}
-        if len(set(models)) != len(models) or not set(old) <= set(models) or not (self._counts > 0).all() \
+        if len(set(models)) != len(models) or not (self._counts > 0).all() \
                 or self._counts.sum() != len(data.scores):  # fitted on a part of its data (an evaluation's split)
             return None
         model, query = np.asarray(model, np.int64), np.asarray(query, np.int64)
@@ -179,6 +179,10 @@ class KNNRouter(Baseline):
         if len(query) and (column.max() >= len(self._train_q) or (self._train_q[column] != query).any()):
             return None
         kept = ~added
+        covered = self._O[source[kept]].any(axis=0)
+        covered[column] = True
+        if not covered.all():  # only models left out were evaluated on a query: a fit would not hold it
+            return None
         grown = object.__new__(KNNRouter)
         grown.__dict__.update(self.__dict__)
         grown._Y = np.zeros((len(models), self._Y.shape[1]), dtype=np.float32)
@@ -196,13 +200,15 @@ class KNNRouter(Baseline):
         grown._own = [self._own[r] if r >= 0 and not gained[i] else np.flatnonzero(grown._O[i])
                       for i, r in enumerate(source)]
         grown._pooled = None  # drawn again by pool_neighbourhoods
-        renumber = np.full(len(data.models), -1, np.int64)
+        renumber = np.full(len(data.models), -1, np.int64)  # -1: left out
         renumber[source[kept]] = np.flatnonzero(kept)
+        stays = renumber[data.model_index] >= 0
         grown._data = EvalData(models=models, query_ids=data.query_ids, tasks=data.tasks,
                                query_vectors=data.query_vectors,
-                               model_index=np.concatenate([renumber[data.model_index], model]),
-                               query_index=np.concatenate([data.query_index, query]),
-                               scores=np.concatenate([data.scores, score]), unvectored=dict(data.unvectored))
+                               model_index=np.concatenate([renumber[data.model_index][stays], model]),
+                               query_index=np.concatenate([data.query_index[stays], query]),
+                               scores=np.concatenate([data.scores[stays], score]),
+                               unvectored={n: c for n, c in data.unvectored.items() if n in set(models)})
         return grown
 
     def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":

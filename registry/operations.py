@@ -170,9 +170,10 @@ class StoreView:
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
         """`build_router_knn(query_encoder, names, settings, pool)` from `previous`, the one built with the same
         encoder, settings and pool before, when the evaluations table has only gained rows since, on queries
-        it already holds (models added, or refined with queries they had no score for): the same router,
-        exactly (KNNRouter.with_models), reading only those rows. None when it cannot be told or is not so
-        (a removal; a refine that replaces scores deletes rows)."""
+        it already holds (models added, or refined with queries they had no score for), and models removed
+        since are left out: the same router, exactly (KNNRouter.with_models), reading only those rows. None
+        when it cannot be told or is not so (a refine that replaces scores deletes rows; a model back with
+        evaluations from before, restored or imported; a query only removed models were evaluated on)."""
         import numpy as np
         import pyarrow.compute as pc
 

@@ -179,11 +179,58 @@ def test_a_router_with_evaluations_appended_is_the_router_fitted_on_them_all(mod
     assert np.array_equal(grown._prior, full._prior) and np.array_equal(grown._Y, full._Y)
     assert np.array_equal(grown._pooled, full._pooled) and grown._data.models == names
     assert np.array_equal(old.predict_vectors(phi), fitted(old_names, np.arange(len(first)))[0].predict_vectors(phi))
-    # what it refuses: a new model with no evaluation, a removed model, a new column, a part-fitted router
+    # what it refuses: a new model with no evaluation, a new column, a part-fitted router
     assert old.with_models(names + ["m9"], *rows) is None
-    assert old.with_models([n for n in names if n != "m5"], *rows) is None
     outside = np.setdiff1d(np.arange(400), old._train_q)[:1]  # a query no old model was evaluated on
     assert len(outside) and old.with_models(names, [names.index("m2")], outside, [1.0]) is None
     part = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False)
     part.fit(old_data, np.arange(len(old_data.scores) - 5), [])
     assert part.with_models(names, *rows) is None  # fitted on a part of its data: not a fit on all of it
+
+
+@pytest.mark.parametrize("mode", ["pooled", "per_model"])
+def test_a_router_with_models_left_out_is_the_router_fitted_without_them(mode):
+    """A model removed from the registry: `with_models` without it (and with rows appended for others at
+    once) gives what a fit on the remaining models' evaluations gives; a query that only the models left out
+    were evaluated on would be a column fewer, which it refuses."""
+    base = _data(seed=7)
+    own = base.query_index[base.model_index == 0]
+    rest = np.flatnonzero((base.model_index != 0) & (base.query_index != 399))  # q399: m0's alone
+    extra = np.setdiff1d(np.arange(400), own)  # m0 evaluated on every query: any other may leave
+    data = EvalData(models=base.models, query_ids=base.query_ids, tasks=base.tasks, query_vectors=base.query_vectors,
+                    model_index=np.concatenate([base.model_index[base.model_index == 0], base.model_index[rest],
+                                                np.zeros(len(extra), np.int64)]),
+                    query_index=np.concatenate([own, base.query_index[rest], extra]),
+                    scores=np.concatenate([base.scores[base.model_index == 0], base.scores[rest],
+                                           np.ones(len(extra), np.float32)]))
+    pool = {"m0", "m2", "m4"}
+
+    def fitted(names):
+        sub = _take(data, names, np.flatnonzero(np.isin(np.asarray(data.models)[data.model_index], names)))
+        knn = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(sub, np.arange(len(sub.scores)), [])
+        return knn.pool_neighbourhoods([i for i, n in enumerate(names) if n in pool])
+
+    full = fitted(data.models)
+    phi = np.concatenate([data.query_vectors[[3, 60, 7, 200]], data.query_vectors[[9]] + 0.05])
+    for left_out in (["m3"], ["m2", "m5"]):  # m2: of the pool
+        names = [n for n in data.models if n not in left_out]
+        want = fitted(names)
+        got = full.with_models(names, [], [], []).pool_neighbourhoods([i for i, n in enumerate(names) if n in pool])
+        assert got._data.models == names and len(got._data.scores) == len(want._data.scores)
+        assert np.array_equal(got.predict_vectors(phi), want.predict_vectors(phi))
+        assert np.array_equal(got.predict(np.arange(50)), want.predict(np.arange(50)))
+        assert np.array_equal(got._Y, want._Y) and np.array_equal(got._prior, want._prior)
+        assert np.array_equal(got._pooled, want._pooled)
+    # one left out, rows appended for another at once (a removal and a refine landed between two loads)
+    names = [n for n in data.models if n != "m3"]
+    m1_new = np.setdiff1d(np.arange(400), data.query_index[data.model_index == 1])[:5]
+    got = full.with_models(names, [names.index("m1")] * 5, m1_new, np.ones(5, np.float32))
+    plus = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
+                    model_index=np.concatenate([data.model_index, np.ones(5, np.int64)]),
+                    query_index=np.concatenate([data.query_index, m1_new]),
+                    scores=np.concatenate([data.scores, np.ones(5, np.float32)]))
+    sub = _take(plus, names, np.flatnonzero(np.asarray(plus.models)[plus.model_index] != "m3"))
+    want = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(sub, np.arange(len(sub.scores)), [])
+    assert np.array_equal(got.predict_vectors(phi), want.predict_vectors(phi)) and np.array_equal(got._Y, want._Y)
+    # m0 alone was evaluated on q399: without it a fit has a column fewer
+    assert full.with_models([n for n in data.models if n != "m0"], [], [], []) is None

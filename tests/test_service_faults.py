@@ -51,7 +51,8 @@ def _names(client) -> list[str]:
 def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch):
     """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
     in memory answers on the event loop without reading the store; after an add-model the last one goes on
-    with the new model's rows, after a removal it is built again: once per state either way."""
+    with the new model's rows, after a removal without the model, after a refine that replaces scores it is
+    built again: once per state."""
     from registry.operations import StoreView
 
     built = []
@@ -72,13 +73,21 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     assert client.delete("/v1/models/newcomer", headers=AUTH).status_code == 200
     for _ in range(2):
         client.post("/v1/route", json={"query": text, "k": 2})
-    assert len(built) == 2 and state.knn_builds == {"built": 2, "extended": 1}
+    assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 2}
+    some = _names(client)[0]
+    r = client.post(f"/v1/models/{some}/refine", headers=AUTH, json={"evaluations": [  # replaces its scores
+        {"query_id": q, "score": 0} for q in _ids(client)[:3]]})
+    assert r.status_code == 201, r.text
+    for _ in range(2):
+        client.post("/v1/route", json={"query": text, "k": 2})
+    assert len(built) == 2 and state.knn_builds == {"built": 2, "extended": 2}
 
 
 def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appended(base_home, tmp_path, monkeypatch):
     """After an add-model, or a refine with queries the model had no score for, the router's kNN is the last
-    one with the new rows (reading only those): the same as a build over every evaluation; after a refine
-    that replaces scores, a removal or a model evaluated on a query no model had, it is built again."""
+    one with the new rows (reading only those), and after a removal the last one without the model: the same
+    as a build over every evaluation; after a refine that replaces scores, a model back with rows from before
+    or a model evaluated on a query no model had, it is built again."""
     from registry import Registry
     from registry.operations import StoreView, router_knn_args
 
@@ -94,7 +103,8 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
         return view, router_knn_args(view.predictor(), view.index("locus"))
 
     def same(a, b) -> bool:
-        return (a._data.models == b._data.models and np.array_equal(a.predict_vectors(phi), b.predict_vectors(phi))
+        return (a._data.models == b._data.models and a._data.query_ids == b._data.query_ids
+                and np.array_equal(a.predict_vectors(phi), b.predict_vectors(phi))
                 and np.array_equal(a._Y, b._Y) and np.array_equal(a._prior, b._prior))
 
     view, (encoder, names, settings, pool) = args()
@@ -115,10 +125,12 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None
     last = view.build_router_knn(encoder, names, settings, pool)
-    registry.remove("another")
+    registry.remove("another")  # left out, with its rows (kept in the table for a restore)
     view, (encoder, names, settings, pool) = args()
-    assert view.extend_router_knn(last, encoder, names, pool) is None
-    last = view.build_router_knn(encoder, names, settings, pool)
+    grown = view.extend_router_knn(last, encoder, names, pool)
+    assert grown is not None and "another" not in grown._data.models
+    assert same(grown, view.build_router_knn(encoder, names, settings, pool))
+    last = grown
     if registry.add_model("another", [{"query_id": q, "score": 0} for q in ids[:50]]).name == "another":
         view, (encoder, names, settings, pool) = args()  # added again: the rows it kept for restore are deleted
         assert view.extend_router_knn(last, encoder, names, pool) is None
