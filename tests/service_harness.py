@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,3 +107,17 @@ def serving_copy(base: Path, where: Path, **options) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+def held_reload(state) -> tuple[threading.Event, threading.Event]:
+    """Make the service state's reloads wait until the second event is set; the first is set when one starts."""
+    reloading, release = threading.Event(), threading.Event()
+    load = state._load
+
+    def held(key, previous):
+        reloading.set()
+        assert release.wait(120)
+        return load(key, previous)
+
+    state._load = held
+    return reloading, release

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from helpers import SMALL_TRAINED, stored_texts
-from service_harness import TOKEN, copy_home
+from service_harness import TOKEN, copy_home, held_reload
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -44,18 +44,25 @@ def _app(home, **limits):
     return create_app(ServiceSettings(home=home, token=TOKEN, query_backend="fp32", limits=Limits(**limits)))
 
 
-def _held_load(state):
-    """Make the state's next reloads wait until `release` is set; `reloading` is set when one starts."""
-    reloading, release = threading.Event(), threading.Event()
-    load = state._load
+def _snapshot_as(state, request):
+    """`state.snapshot()` for a request that asked for `request` (what the app's dependency sets)."""
+    from registry.service.state import READ
 
-    def slow_load(key, previous):
-        reloading.set()
-        assert release.wait(120)
-        return load(key, previous)
+    token = READ.set(request)
+    try:
+        return state.snapshot()
+    finally:
+        READ.reset(token)
 
-    state._load = slow_load
-    return reloading, release
+
+def _reading(state) -> tuple[threading.Thread, list]:
+    """A default read of `state` in a thread of its own, started: the thread, and its answer once it has one."""
+    from registry.service.state import ReadRequest
+
+    answers: list = []
+    thread = threading.Thread(target=lambda: answers.append(_snapshot_as(state, ReadRequest())))
+    thread.start()
+    return thread, answers
 
 
 def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_home, tmp_path):
@@ -83,7 +90,7 @@ def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_
         # loaded state (which holds it), a default read waits for the other write
         other = Registry.open(home)
         other.remove([m for m in other.models() if m.name != "mine"][0].name)
-        reloading, release = _held_load(app.state.warm)
+        reloading, release = held_reload(app.state.warm)
         waited = []
         fresh = threading.Thread(target=lambda: waited.append(client.get("/v1/health")))
         fresh.start()
@@ -119,7 +126,7 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
     from registry import Registry
     from registry.service.errors import HTTPError
     from registry.service.settings import Limits, ServiceSettings
-    from registry.service.state import READ, ReadRequest, WarmState
+    from registry.service.state import ReadRequest, WarmState
 
     home = copy_home(base_home, tmp_path / "home")
     state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
@@ -140,22 +147,8 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
     thread.start()
     try:
         assert opened.wait(120)
-        token = READ.set(ReadRequest(loaded=True))
-        try:
-            assert state.snapshot() is before
-        finally:
-            READ.reset(token)
-        answers = []
-
-        def fresh_read():
-            token = READ.set(ReadRequest())
-            try:
-                answers.append(state.snapshot())
-            finally:
-                READ.reset(token)
-
-        reader = threading.Thread(target=fresh_read)
-        reader.start()
+        assert _snapshot_as(state, ReadRequest(loaded=True)) is before
+        reader, answers = _reading(state)
         reader.join(0.5)
         assert reader.is_alive() and not answers and state.readers_waiting()
         finish.set()
@@ -171,12 +164,8 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
     impatient.snapshot()
     writer.remove(names[2])
     with writer.store.transaction():
-        token = READ.set(ReadRequest())
-        try:
-            with pytest.raises(HTTPError, match="generation .* not loaded within 0.3 s") as behind:
-                impatient.snapshot()
-        finally:
-            READ.reset(token)
+        with pytest.raises(HTTPError, match="generation .* not loaded within 0.3 s") as behind:
+            _snapshot_as(impatient, ReadRequest())
         assert behind.value.status == 503 and behind.value.headers == {"Retry-After": "1"}
 
 
@@ -208,7 +197,7 @@ def test_the_writer_loads_the_state_a_read_waits_for_before_its_next_batch(base_
     from registry.catalog import landing
     from registry.service.jobs import JobQueue
     from registry.service.settings import ServiceSettings
-    from registry.service.state import READ, ReadRequest, WarmState
+    from registry.service.state import WarmState
     from registry.service.writer import JobSpec
 
     home = copy_home(base_home, tmp_path / "home")
@@ -240,17 +229,7 @@ def test_the_writer_loads_the_state_a_read_waits_for_before_its_next_batch(base_
         submitted.set()
         assert a.event.wait(120) and a.state == "done"
         assert under_way["b"].wait(120)
-        answers = []
-
-        def fresh_read():
-            token = READ.set(ReadRequest())
-            try:
-                answers.append(state.snapshot())
-            finally:
-                READ.reset(token)
-
-        reader = threading.Thread(target=fresh_read)
-        reader.start()
+        reader, answers = _reading(state)
         reader.join(0.5)
         assert reader.is_alive()  # the state of before A is loaded, and B is half-way
         release["b"].set()

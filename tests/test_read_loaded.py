@@ -11,7 +11,7 @@ import pytest
 
 from helpers import SMALL_TRAINED, stored_texts
 from registry.errors import InputError
-from service_harness import TOKEN, copy_home
+from service_harness import TOKEN, copy_home, held_reload
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +37,7 @@ def test_a_read_that_takes_the_loaded_state_never_waits_for_a_reload(base_home, 
         ranked = [m["name"] for m in client.post("/v1/route", json=route).json()["results"][0]["ranking"]]
         victim = ranked[0]
         Registry.open(home).remove(victim)  # a write from another process: the loaded state is one behind now
-        reloading, release = threading.Event(), threading.Event()
-        load = state._load
-
-        def slow_load(key, previous):
-            reloading.set()
-            assert release.wait(120)
-            return load(key, previous)
-
-        state._load = slow_load
+        reloading, release = held_reload(state)
         waited = []
         fresh = threading.Thread(target=lambda: waited.append(client.get("/v1/health").json()["embedded"]))
         fresh.start()
