@@ -6,8 +6,8 @@ for one generation of the store. Writes embed with the torch Locus, loaded besid
 Each request compares two tiny files with the snapshot's key (the store's generation token, which every
 finished transaction rewrites whoever the writer was, CLI or service, and the home's
 config, which names the active encoder); only when they changed is anything reloaded. While a
-transaction is open (its journal exists) the old snapshot keeps answering: the tables may be
-half-way through the write.
+transaction is open (its journal exists) nothing is loaded, the tables may be half-way through the
+write: the last whole state answers the reads it will do for.
 
 Every finished transaction has a number (its generation, `indexing.home.generation_number`), and a
 request says which states it may read (`ReadRequest`): by default one holding every write finished when
@@ -332,8 +332,8 @@ class WarmState(StoreView):
         older state: each client reads its own writes). A failure only leaves the work to the next reader."""
         from registry.operations import router_knn_args
 
-        if is_remote(self.home) or transaction_open(self.home):
-            return
+        if transaction_open(self.home) or (is_remote(self.home) and not self.readers_waiting()):
+            return  # on s3 the first reader loads (each check is a request), unless one waits already
         try:
             routed = self._snapshot is not None and bool(self._snapshot.knn)
             snap = self.snapshot()
