@@ -227,6 +227,14 @@ def test_the_service_over_an_s3_home_serves_reads_and_lands_a_write(s3, trained,
                             json={"name": "via-service", "evaluations": evals})
         assert added.status_code == 201, added.text
         job = added.headers["x-job-id"]
+        # the writer left the load to the first reader (each check is a request here), unless one waits
+        state, landed = client.app.state.warm, int(added.headers["x-locus-generation"])
+        assert state._snapshot.generation < landed and not state.readers_waiting()
+        state._wanted = landed  # what a read that arrived during the next batch would have set
+        state.warm()
+        assert state._snapshot.generation >= landed and not state.readers_waiting()
+        mine = client.get("/v1/similar", params={"name": "via-service", "k": 1}, headers={"X-Locus-Read": str(landed)})
+        assert mine.status_code == 200 and int(mine.headers["x-locus-generation"]) >= landed
     assert f"registry/service/jobs/{job}.json" in _keys(s3)
     hits = Registry.open(HOME, create=False).similar("via-service", k=1).neighbours
     assert hits[0].name == name and hits[0].distance < 1e-5
