@@ -150,8 +150,9 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"\n{args.seconds:g} s a mode; {args.readers} clients routing a stored question, up to {args.rate:g} a second "
-          "each; one client adding models back to back; one adding a model and then asking for its neighbours\n")
+    print(f"\n{args.seconds:g} s a mode; {args.readers} clients routing a stored question, up to {args.rate:g} a "
+          "second each; one client adding models back to back; one adding a model and then asking for its "
+          "neighbours\n")
     print("| read mode | routes | route p50 ms | p99 ms | max ms | other writes landed | own writes read | "
           "own write missed | errors |")
     print("|---|---|---|---|---|---|---|---|---|")
