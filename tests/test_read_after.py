@@ -104,6 +104,8 @@ def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_
             assert int(ranked.headers["x-locus-generation"]) == mine
             fresh.join(0.5)
             assert fresh.is_alive() and not waited
+            metrics = client.get("/metrics").text  # how far the loaded state is behind the home
+            assert f"locus_home_generation {mine + 1}.0" in metrics and f"locus_state_generation {mine}.0" in metrics
         finally:
             release.set()
             fresh.join(120)

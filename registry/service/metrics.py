@@ -23,6 +23,11 @@ class ServiceMetrics:
         Gauge("locus_store_compactions", "compactions of the store by the writer since start", registry=metrics
               ).set_function(lambda: queue.compactions)
         Gauge("locus_state_reloads", "warm-state reloads", registry=metrics).set_function(lambda: state.reloads)
+        # how far the loaded state is behind the home: reads with X-Locus-Read: loaded (or N) may answer from it
+        Gauge("locus_home_generation", "the home's last finished transaction (generation)", registry=metrics
+              ).set_function(state.generation)
+        Gauge("locus_state_generation", "the generation of the state loaded (-1: none yet)", registry=metrics
+              ).set_function(lambda: getattr(state.loaded(), "generation", -1))
         Gauge("locus_text_cache_size", "encoded texts in memory", registry=metrics).set_function(
             lambda: state.cached_texts)
         Gauge("locus_text_cache_hits", "query texts answered from memory", registry=metrics).set_function(

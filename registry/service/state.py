@@ -293,6 +293,10 @@ class WarmState(StoreView):
             self._landed.notify_all()
         return snap
 
+    def loaded(self) -> Snapshot | None:
+        """The snapshot loaded now, whatever the home holds since (no check, no reload)."""
+        return self._snapshot
+
     def readers_waiting(self) -> bool:
         """A read waits for a state newer than the loaded one (it arrived during a write): the writer loads
         it before it starts another."""
