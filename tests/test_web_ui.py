@@ -277,12 +277,24 @@ def test_the_portfolio_page_shows_the_library_s_choice_and_refuses_bad_input(tab
 
 
 def test_the_route_playground_returns_a_ranking(tab, server, home):
+    from playwright.sync_api import expect
+
     from registry import Registry
 
     question = Registry.open(home).store.read("queries", ["text"]).column("text")[0].as_py()
     page = tab.page
     page.goto("/route")
-    page.get_by_label("Questions (one per line)").fill(question + "\nWhich planet is the largest?")
+    page.get_by_role("button", name="Try stored questions").click()  # a first visit: one of each of three tasks
+    box = page.get_by_label("Questions (one per line)")
+    expect(box).not_to_have_value("")  # (no wait_for_function: the pages' CSP refuses eval)
+    with server.client(auth=False) as c:
+        stored = c.get("/v1/queries", params={"limit": 1000}).json()["queries"]
+    first: dict[str, str] = {}
+    for q in stored:
+        if q["task"] not in first and len(first) < 3:
+            first[q["task"]] = q["text"]
+    assert box.input_value().split("\n") == list(first.values()) and len(first) == 3
+    box.fill(question + "\nWhich planet is the largest?")
     page.get_by_label("Top k").first.fill("2")
     page.get_by_role("button", name="Route").click()
     page.locator("#route-out ol").nth(1).wait_for()

@@ -13,8 +13,21 @@ export async function render(root) {
   const maxCost = h("input", { id: "route-max-cost", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "only models costing at most this per call (price metadata, else the params_b proxy)" });
   const pay = h("input", { id: "route-wtp", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "rank by P(correct) − λ · cost per call" });
   const routeOut = h("div", { id: "route-out", "aria-live": "polite" });
+  // a first visit has nothing to type: one stored question of each of the first three tasks
+  const examples = h("button", { type: "button", id: "route-examples", class: "secondary",
+    title: "fill in stored questions of three tasks" }, "Try stored questions");
+  examples.addEventListener("click", async () => {
+    try {
+      const stored = await api("/v1/queries?limit=1000");
+      const first = new Map();
+      for (const q of stored.queries) if (!first.has(q.task) && first.size < 3) first.set(q.task, q.text);
+      questions.value = [...first.values()].join("\n");
+    } catch (err) {
+      replace(routeOut, errorBox(err));
+    }
+  });
   const routeForm = h("form", { class: "stack", id: "route-form", "aria-labelledby": "h-route" },
-    field("Questions (one per line)", questions),
+    field("Questions (one per line)", questions), h("div", {}, examples),
     h("div", { class: "row" }, field("Only models where", where), field("Exclude (down or unwanted)", exclude), field("Top k", k), field("Fallbacks", fallback),
       field("Max cost (USD/call)", maxCost), field("Willingness to pay λ", pay),
       h("button", { type: "submit" }, "Route")));
