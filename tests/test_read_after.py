@@ -172,9 +172,11 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
 
 
 def test_the_session_client_reads_after_its_newest_answer():
-    from registry.client import RegistryClient
+    import asyncio
 
-    sent, generations = [], iter(["3", "7", "5", None])
+    from registry.client import AsyncRegistryClient, RegistryClient
+
+    sent, generations = [], iter([])
 
     def answer(request: httpx.Request) -> httpx.Response:
         sent.append(request.headers.get("X-Locus-Read"))
@@ -182,15 +184,28 @@ def test_the_session_client_reads_after_its_newest_answer():
         return httpx.Response(200, json={"id": "j1", "state": "done"},
                               headers={"X-Locus-Generation": number} if number else {})
 
+    generations = iter(["3", "7", "5", None])
     with RegistryClient("http://registry.test", read="session", transport=httpx.MockTransport(answer)) as client:
         for _ in range(4):
             client.job("j1")
         assert client.generation == 7
     assert sent == [None, "3", "7", "7"]  # never back in time: 5 came after 7
+
+    async def asynchronously() -> int:
+        async with AsyncRegistryClient("http://registry.test", read="session",
+                                       transport=httpx.MockTransport(answer)) as client:
+            for _ in range(3):
+                await client.job("j1")
+            return client.generation
+
+    sent.clear()
+    generations = iter(["4", None, "2"])
+    assert asyncio.run(asynchronously()) == 4 and sent == [None, "4", "4"]
     with RegistryClient("http://registry.test", transport=httpx.MockTransport(answer)) as client:
-        generations = iter(["9"])
+        generations, sent[:] = iter(["9", "10"]), []
         client.job("j1")
-        assert client.generation == 9  # kept by every client; only a session one sends it
+        client.job("j1")
+        assert client.generation == 10 and sent == [None, None]  # kept by every client; a session one sends it
 
 
 def test_the_writer_loads_the_state_a_read_waits_for_before_its_next_batch(base_home, tmp_path, monkeypatch):
