@@ -126,8 +126,7 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
     the second, so the state of before the first answered (a client did not read its own write). Now a default
     read waits for the state after the second; a loaded read still answers at once; past the wait, 503."""
     from registry import Registry
-    from registry.service.errors import HTTPError
-    from registry.service.settings import Limits, ServiceSettings
+    from registry.service.settings import ServiceSettings
     from registry.service.state import ReadRequest, WarmState
 
     home = copy_home(base_home, tmp_path / "home")
@@ -161,14 +160,19 @@ def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state
     assert names[0] not in answers[0].models.index.names
     assert not state.readers_waiting()
 
-    # a write that stays under way past the wait: 503 with Retry-After, nothing half-read
-    impatient = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32", limits=Limits(max_wait_s=0.3)))
-    impatient.snapshot()
-    writer.remove(names[2])
-    with writer.store.transaction():
-        with pytest.raises(HTTPError, match="generation .* not loaded within 0.3 s") as behind:
-            _snapshot_as(impatient, ReadRequest())
-        assert behind.value.status == 503 and behind.value.headers == {"Retry-After": "1"}
+    # a write that stays under way past the wait: 503 with Retry-After, never the older state
+    from fastapi.testclient import TestClient
+
+    with TestClient(_app(home, max_wait_s=0.3)) as client:
+        n = client.get("/v1/health").json()["embedded"]
+        writer.remove(names[2])
+        with writer.store.transaction():
+            behind = client.get("/v1/health")
+            assert behind.status_code == 503 and behind.headers["retry-after"] == "1", behind.text
+            error = behind.json()["error"]
+            assert error["type"] == "StateBehind" and "not loaded within 0.3 s" in error["message"]
+            assert client.get("/v1/health", headers={"X-Locus-Read": "loaded"}).json()["embedded"] == n
+        assert client.get("/v1/health").json()["embedded"] == n - 1
 
 
 def test_the_session_client_reads_after_its_newest_answer():
