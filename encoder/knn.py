@@ -149,15 +149,17 @@ class KNNRouter(Baseline):
                     sums[m, j], counts[m, j] = self._Y[m, cols].sum(dtype=np.float64), len(cols)
         return sums, counts
 
-    def with_models(self, models: Sequence[str], model: np.ndarray, query: np.ndarray, score: np.ndarray
-                    ) -> "KNNRouter | None":
+    def with_models(self, models: Sequence[str], model: np.ndarray, query: np.ndarray, score: np.ndarray,
+                    *, refreshed: Sequence[str] = ()) -> "KNNRouter | None":
         """This router, fitted on all of its data's evaluations (no validation), with evaluations appended to
         them (new models' and more of its models' own) and the models it holds that `models` lacks left out
         with their evaluations. The router that a fit on the evaluations of `models` gives, exactly, without
         reading the old ones again (a service's kNN follows the models added, refined and removed); call
         `pool_neighbourhoods` on it as after `fit`. `models`: the models wanted, in the order wanted; `model`,
         `query`, `score`: the appended evaluations, as positions in `models` and in the fitted data's queries,
-        in stored order. None where that router would differ by more than those rows: a new model without
+        in stored order. `refreshed`: models of this one whose evaluations these rows give anew, all of them
+        (some of theirs were deleted: a refine that replaced scores); their old ones are left out. None where
+        that router would differ by more than those rows: a new model without
         evaluations, an evaluation on a query no fitted model was evaluated on (a new column), a query that
         only models left out were evaluated on (a column fewer), a fitted model without evaluations (its
         prior is the pool's mean, which the new rows move), a router fitted on a part of its data."""
@@ -170,7 +172,9 @@ class KNNRouter(Baseline):
             return None
         model, query = np.asarray(model, np.int64), np.asarray(query, np.int64)
         score = np.asarray(score, np.float32)
-        source = np.array([old.get(name, -1) for name in models], dtype=np.int64)  # row in this router, -1: new
+        anew = set(refreshed)
+        source = np.array([-1 if name in anew else old.get(name, -1) for name in models],
+                          dtype=np.int64)  # row in this router, -1: new (or given anew)
         added = source < 0
         gained = np.bincount(model, minlength=len(models))
         if (gained[added] == 0).any():

@@ -24,7 +24,7 @@ import re
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 os.environ.setdefault("LANCEDB_LOG", "error")  # lance warns on every table creation otherwise
 
@@ -45,7 +45,8 @@ from indexing.home import (  # noqa: E402
 from indexing.home import JOURNAL_FILE as _JOURNAL  # noqa: E402
 from indexing.errors import InputError, NotFoundError, RegistryError  # noqa: E402
 
-__all__ = ["Store", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name", "sql_literal", "sql_in"]
+__all__ = ["Store", "TableChange", "QUERIES", "EVALUATIONS", "MODELS", "VERSIONS", "vector_table_name", "sql_literal",
+           "sql_in"]
 
 QUERIES = "queries"
 EVALUATIONS = "evaluations"
@@ -173,6 +174,15 @@ def sql_in(column: str, values) -> str:
     if not values:
         return "false"
     return f"{column} IN ({', '.join(sql_literal(v) for v in values)})"
+
+
+class TableChange(NamedTuple):
+    """`Store.changed_since`: what a table gained and lost after a version."""
+
+    version: int  # the table's version now
+    gained: pa.Table  # the rows added, in table order
+    lost: frozenset  # the key values of the rows deleted
+    rows_of: Callable[[Iterable], pa.Table]  # the rows of these key values now, in table order
 
 
 def now_utc() -> datetime:
@@ -382,7 +392,7 @@ class Store:
     def read_committed(self, name: str, columns: list[str]) -> tuple[int | None, pa.Table]:
         """A whole table's `columns` and the version they are (from one handle); the version is None unless
         it is a committed state of a local home (no transaction open before the read or after it), the
-        only kind `appended_since` can go on from."""
+        only kind `changed_since` can go on from."""
         if not (self._committed_here() and _HAVE_LANCE) or not self.has_table(name):
             return None, self.read(name, columns)
         import lance
@@ -391,14 +401,16 @@ class Store:
         rows = dataset.to_table(columns=columns)
         return (int(dataset.version) if not transaction_open(self.home) else None), rows
 
-    def appended_since(self, name: str, version: int, columns: list[str]) -> tuple[int, pa.Table] | None:
-        """What a table gained after `version` (from `read_committed`): (the version now, the rows), when all
-        it did since was gain rows (fragments added after the old ones, which are all still there with no row
-        deleted), so that the rows at `version` followed by these are the whole table now in its own order;
-        None otherwise, or when that cannot be told here (a remote home, a transaction open)."""
+    def changed_since(self, name: str, version: int, columns: list[str], key: str) -> "TableChange | None":
+        """What a table gained and lost after `version` (from `read_committed`): the rows added (fragments after
+        the old ones) and the `key` values of the rows deleted from the old fragments, which must all still be
+        there, the same files (a refine that replaces scores deletes rows; a compaction rewrites fragments:
+        None). `TableChange.rows_of` reads the rows of some keys as the table holds them now, in its order.
+        None when it cannot be told here (a remote home, a transaction open, the version gone)."""
         if not (self._committed_here() and _HAVE_LANCE):
             return None
         import lance
+        import pyarrow.compute as pc
 
         path = str(self._lance_path(name))
         try:
@@ -408,17 +420,35 @@ class Store:
         if transaction_open(self.home):
             return None
 
-        def shape(fragment) -> tuple[int, int]:
-            deleted = fragment.metadata.deletion_file
-            return fragment.metadata.physical_rows, (deleted.num_deleted_rows if deleted is not None else 0)
+        def deleted(fragment) -> int:
+            found = fragment.metadata.deletion_file
+            return found.num_deleted_rows if found is not None else 0
 
-        old = [(f.fragment_id, shape(f)) for f in before.get_fragments()]
-        fragments = now.get_fragments()
-        if [(f.fragment_id, shape(f)) for f in fragments[:len(old)]] != old:
+        old, fragments = before.get_fragments(), now.get_fragments()
+        kept = fragments[:len(old)]
+        if [(f.fragment_id, f.metadata.physical_rows) for f in kept] != \
+                [(f.fragment_id, f.metadata.physical_rows) for f in old] \
+                or any(deleted(f) < deleted(o) for f, o in zip(kept, old)):
             return None
+        lost: set = set()
+        for was, now_fragment in zip(old, kept):
+            if deleted(now_fragment) == deleted(was):
+                continue
+
+            def addresses(fragment) -> np.ndarray:
+                return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
+
+            then = addresses(was)
+            gone = then[~np.isin(then, addresses(now_fragment), assume_unique=True)]
+            offsets = (gone & 0xFFFFFFFF).astype(np.int64)  # an address is (fragment id << 32) | row offset
+            lost.update(pc.unique(was.take(offsets, columns=[key]).column(key)).to_pylist())
         added = [f.to_table(columns=columns) for f in fragments[len(old):]]
         rows = pa.concat_tables(added) if added else now.schema.empty_table().select(columns)
-        return int(now.version), rows
+
+        def rows_of(values) -> pa.Table:
+            return now.to_table(columns=columns, filter=sql_in(key, values))
+
+        return TableChange(int(now.version), rows, frozenset(lost), rows_of)
 
     def read_settled(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """`read` under the writer lock: no transaction is half landed then, so every row read has been

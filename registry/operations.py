@@ -169,12 +169,13 @@ class StoreView:
 
     def extend_router_knn(self, previous, query_encoder: str, names: list[str], pool: "Iterable[str]" = ()):
         """`build_router_knn(query_encoder, names, settings, pool)` from `previous`, the one built with the same
-        encoder, settings and pool before, when the evaluations table has only gained rows since, on queries
-        it already holds (models added, or refined with queries they had no score for), and models removed
-        since are left out: the same router, exactly (KNNRouter.with_models), reading only those rows. None
-        when it cannot be told or is not so (a refine that replaces scores deletes rows; a model back with
+        encoder, settings and pool before, from what the evaluations table gained since, on queries it already
+        holds (models added, or refined), with models removed since left out and the models that lost rows
+        (a refine that replaced scores) read anew: the same router, exactly (KNNRouter.with_models), reading
+        only those rows. None when it cannot be told or is not so (the table compacted; a model back with
         evaluations from before, restored or imported; a query only removed models were evaluated on)."""
         import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         from indexing.store import EVALUATIONS
@@ -186,10 +187,15 @@ class StoreView:
         # that the new ones are not all of
         if source is None or source.version is None or added & source.evaluated_models:
             return None
-        grown = self.store.appended_since(EVALUATIONS, source.version, EVAL_COLUMNS)
-        if grown is None:
+        change = self.store.changed_since(EVALUATIONS, source.version, EVAL_COLUMNS, "model")
+        if change is None:
             return None
-        version, rows = grown
+        version, rows = change.version, change.gained
+        # a model that lost rows has them all read again, in the table's order, in place of what it had
+        refreshed = sorted(change.lost & set(names) & set(previous._data.models))
+        if refreshed:
+            theirs = pc.is_in(rows.column("model"), value_set=pa.array(refreshed))
+            rows = pa.concat_tables([rows.filter(pc.invert(theirs)), change.rows_of(refreshed)])
         queries = previous._data.query_ids
         model = positions_in(rows.column("model"), list(names))
         query = positions_in(rows.column("query_id"), queries)
@@ -205,7 +211,8 @@ class StoreView:
             return None
         keep = (model >= 0) & (query >= 0)
         knn = previous.with_models(list(names), model[keep], query[keep],
-                                   rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32))
+                                   rows.column("score").to_numpy(zero_copy_only=False)[keep].astype(np.float32),
+                                   refreshed=refreshed)
         if knn is not None:
             pool = set(pool)
             knn.pool_neighbourhoods([i for i, name in enumerate(names) if name in pool])  # as build_router_knn

@@ -234,3 +234,27 @@ def test_a_router_with_models_left_out_is_the_router_fitted_without_them(mode):
     assert np.array_equal(got.predict_vectors(phi), want.predict_vectors(phi)) and np.array_equal(got._Y, want._Y)
     # m0 alone was evaluated on q399: without it a fit has a column fewer
     assert full.with_models([n for n in data.models if n != "m0"], [], [], []) is None
+
+
+@pytest.mark.parametrize("mode", ["pooled", "per_model"])
+def test_a_router_with_a_models_rows_given_anew_is_the_router_fitted_on_them(mode):
+    """A refine that replaced scores deletes a model's rows: `with_models(..., refreshed=[name])` takes every
+    row of that model anew (in the table's order, the replaced ones last) in place of the ones it had."""
+    data = _data(seed=9)
+    knn = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(data, np.arange(len(data.scores)), [])
+    mine = np.flatnonzero(data.model_index == 2)
+    moved = mine[:6]  # their scores replaced: deleted where they were, written again at the end
+    rows = np.concatenate([np.setdiff1d(mine, moved), moved])
+    scores = data.scores.copy()
+    scores[moved] = 1.0 - scores[moved]
+    got = knn.with_models(data.models, data.model_index[rows], data.query_index[rows], scores[rows],
+                          refreshed=["m2"])
+    order = np.concatenate([np.flatnonzero(data.model_index != 2), rows])
+    now = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
+                   model_index=data.model_index[order], query_index=data.query_index[order], scores=scores[order])
+    want = KNNRouter(k=7, pseudo_count=2.0, mode=mode, tune=False).fit(now, np.arange(len(now.scores)), [])
+    phi = np.concatenate([data.query_vectors[[3, 60, 7, 200]], data.query_vectors[[9]] + 0.05])
+    assert np.array_equal(got.predict_vectors(phi), want.predict_vectors(phi))
+    assert np.array_equal(got._Y, want._Y) and np.array_equal(got._prior, want._prior)
+    assert not np.array_equal(got._Y, knn._Y)  # the replaced scores are in
+    assert np.array_equal(got._counts, want._counts)  # m2's rows once, not its old ones beside the new

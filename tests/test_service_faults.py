@@ -51,8 +51,8 @@ def _names(client) -> list[str]:
 def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch):
     """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
     in memory answers on the event loop without reading the store; after an add-model the last one goes on
-    with the new model's rows, after a removal without the model, after a refine that replaces scores it is
-    built again: once per state."""
+    with the new model's rows, after a removal without the model, after a refine that replaces scores with
+    that model's rows read anew: built once."""
     from registry.operations import StoreView
 
     built = []
@@ -80,14 +80,15 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     assert r.status_code == 201, r.text
     for _ in range(2):
         client.post("/v1/route", json={"query": text, "k": 2})
-    assert len(built) == 2 and state.knn_builds == {"built": 2, "extended": 2}
+    assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 3}  # its rows read anew
 
 
 def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appended(base_home, tmp_path, monkeypatch):
     """After an add-model, or a refine with queries the model had no score for, the router's kNN is the last
-    one with the new rows (reading only those), and after a removal the last one without the model: the same
-    as a build over every evaluation; after a refine that replaces scores, a model back with rows from before
-    or a model evaluated on a query no model had, it is built again."""
+    one with the new rows (reading only those), after a removal the last one without the model, after a refine
+    that replaces scores the last one with that model's rows read anew: the same as a build over every
+    evaluation; after a model back with rows from before or a model evaluated on a query no model had, it is
+    built again."""
     from registry import Registry
     from registry.operations import StoreView, router_knn_args
 
@@ -123,8 +124,10 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
     last = grown
     registry.refine("newcomer", [{"query_id": q, "score": 0} for q in ids[:3]])  # new scores replace rows
     view, (encoder, names, settings, pool) = args()
-    assert view.extend_router_knn(last, encoder, names, pool) is None
-    last = view.build_router_knn(encoder, names, settings, pool)
+    grown = view.extend_router_knn(last, encoder, names, pool)  # its rows read anew
+    assert grown is not None and same(grown, view.build_router_knn(encoder, names, settings, pool))
+    assert grown._Y[grown._data.models.index("newcomer")].sum() < last._Y[last._data.models.index("newcomer")].sum()
+    last = grown
     registry.remove("another")  # left out, with its rows (kept in the table for a restore)
     view, (encoder, names, settings, pool) = args()
     grown = view.extend_router_knn(last, encoder, names, pool)

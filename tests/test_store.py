@@ -286,23 +286,52 @@ def test_vector_rows_are_what_cached_vectors_finds_and_version_is_one_tables(tmp
     assert store.version(QUERIES) == store.versions()[QUERIES] and store.version("no_such_table") == 0
 
 
-def test_appended_since_gives_what_a_table_gained_only_when_it_only_gained_rows(tmp_path):
+def test_changed_since_gives_what_a_table_gained_from_a_committed_version(tmp_path):
     store = Store(tmp_path / "h")
     with store.transaction():
         store.append(QUERIES, _query_rows("a", "b"), QUERY_SCHEMA)
     version, rows = store.read_committed(QUERIES, ["query_id"])
     assert rows.column("query_id").to_pylist() == ["a", "b"] and version == store.version(QUERIES)
-    assert store.appended_since(QUERIES, version, ["query_id"])[1].num_rows == 0  # nothing since
+    since = store.changed_since(QUERIES, version, ["query_id"], "query_id")
+    assert since.gained.num_rows == 0 and not since.lost  # nothing since
     for ids in (["c"], ["d", "e"]):
         with store.transaction():
             store.append(QUERIES, _query_rows(*ids), QUERY_SCHEMA)
-    now, gained = store.appended_since(QUERIES, version, ["query_id"])
-    assert gained.column("query_id").to_pylist() == ["c", "d", "e"] and now == store.version(QUERIES)
-    assert store.read(QUERIES, ["query_id"]).column("query_id").to_pylist() == ["a", "b", "c", "d", "e"]
+    since = store.changed_since(QUERIES, version, ["query_id"], "query_id")
+    assert since.gained.column("query_id").to_pylist() == ["c", "d", "e"] and since.version == store.version(QUERIES)
+    assert not since.lost and store.read(QUERIES, ["query_id"]).column("query_id").to_pylist() == list("abcde")
+    now = since.version
     with store.transaction():
         assert store.read_committed(QUERIES, ["query_id"])[0] is None  # not a committed state
-        assert store.appended_since(QUERIES, version, ["query_id"]) is None
+        assert store.changed_since(QUERIES, version, ["query_id"], "query_id") is None
         store.delete_in(QUERIES, "query_id", ["a"])
-    assert store.appended_since(QUERIES, version, ["query_id"]) is None  # a row of that version is gone
-    assert store.appended_since(QUERIES, now, ["query_id"]) is None
-    assert store.appended_since(QUERIES, 10_000, ["query_id"]) is None  # no such version
+    assert store.changed_since(QUERIES, version, ["query_id"], "query_id").lost == {"a"}  # a row of it is gone
+    assert store.changed_since(QUERIES, now, ["query_id"], "query_id").lost == {"a"}
+    assert store.changed_since(QUERIES, 10_000, ["query_id"], "query_id") is None  # no such version
+
+
+def test_changed_since_names_the_keys_of_deleted_rows_and_reads_theirs_as_they_are_now(tmp_path):
+    from datetime import timedelta
+
+    from indexing.store import EVALUATION_SCHEMA, EVALUATIONS, now_utc
+
+    def rows(*cells):
+        return [{"model": m, "query_id": q, "score": s, "source": "test", "time": now_utc()} for m, q, s in cells]
+
+    columns = ["model", "query_id", "score"]
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.append(EVALUATIONS, rows(("m1", "a", 1.0), ("m2", "a", 0.0), ("m1", "b", 0.0), ("m3", "b", 1.0)),
+                     EVALUATION_SCHEMA)
+    version, _ = store.read_committed(EVALUATIONS, columns)
+    with store.transaction():  # what a refine that replaces m1's score on b does, and an add for m2
+        store.upsert(EVALUATIONS, rows(("m1", "b", 1.0)), EVALUATION_SCHEMA, ["model", "query_id"])
+        store.append(EVALUATIONS, rows(("m2", "c", 1.0)), EVALUATION_SCHEMA)
+    change = store.changed_since(EVALUATIONS, version, columns, "model")
+    assert change.lost == {"m1"} and change.version == store.version(EVALUATIONS)
+    assert change.gained.to_pylist() == [{"model": "m1", "query_id": "b", "score": 1.0},
+                                         {"model": "m2", "query_id": "c", "score": 1.0}]
+    assert change.rows_of(["m1"]).to_pylist() == [{"model": "m1", "query_id": "a", "score": 1.0},
+                                                   {"model": "m1", "query_id": "b", "score": 1.0}]
+    store.compact(keep_versions_for=timedelta(days=1))  # the fragments written again: what was lost is unknown
+    assert store.changed_since(EVALUATIONS, version, columns, "model") is None
