@@ -438,10 +438,9 @@ class Store:
             def addresses(fragment) -> np.ndarray:
                 return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
 
-            then = addresses(was)
-            gone = then[~np.isin(then, addresses(now_fragment), assume_unique=True)]
-            offsets = (gone & 0xFFFFFFFF).astype(np.int64)  # an address is (fragment id << 32) | row offset
-            lost.update(pc.unique(was.take(offsets, columns=[key]).column(key)).to_pylist())
+            # `take` counts the rows a fragment still had then (not its physical offsets): positions in `then`
+            gone = np.flatnonzero(~np.isin(addresses(was), addresses(now_fragment), assume_unique=True))
+            lost.update(pc.unique(was.take(gone, columns=[key]).column(key)).to_pylist())
         added = [f.to_table(columns=columns) for f in fragments[len(old):]]
         rows = pa.concat_tables(added) if added else now.schema.empty_table().select(columns)
 

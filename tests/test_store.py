@@ -333,5 +333,8 @@ def test_changed_since_names_the_keys_of_deleted_rows_and_reads_theirs_as_they_a
                                          {"model": "m2", "query_id": "c", "score": 1.0}]
     assert change.rows_of(["m1"]).to_pylist() == [{"model": "m1", "query_id": "a", "score": 1.0},
                                                    {"model": "m1", "query_id": "b", "score": 1.0}]
+    with store.transaction():  # a fragment that had lost rows before `version`: the rows it lost since
+        store.delete_in(EVALUATIONS, "model", ["m3"])
+    assert store.changed_since(EVALUATIONS, change.version, columns, "model").lost == {"m3"}
     store.compact(keep_versions_for=timedelta(days=1))  # the fragments written again: what was lost is unknown
     assert store.changed_since(EVALUATIONS, version, columns, "model") is None
