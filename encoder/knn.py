@@ -159,10 +159,10 @@ class KNNRouter(Baseline):
         `query`, `score`: the appended evaluations, as positions in `models` and in the fitted data's queries,
         in stored order. `refreshed`: models of this one whose evaluations these rows give anew, all of them
         (some of theirs were deleted: a refine that replaced scores); their old ones are left out. None where
-        that router would differ by more than those rows: a new model without
-        evaluations, an evaluation on a query no fitted model was evaluated on (a new column), a query that
-        only models left out were evaluated on (a column fewer), a fitted model without evaluations (its
-        prior is the pool's mean, which the new rows move), a router fitted on a part of its data."""
+        that router would differ by more than those rows: a new model without evaluations, an evaluation on
+        a query no fitted model was evaluated on (a new column), a query that only models left out were
+        evaluated on (a column fewer), a fitted model without evaluations (its prior is the pool's mean,
+        which the new rows move), a router fitted on a part of its data."""
         self._check_fitted()
         data = self._data
         models = list(models)
@@ -204,6 +204,7 @@ class KNNRouter(Baseline):
         grown._own = [self._own[r] if r >= 0 and not gained[i] else np.flatnonzero(grown._O[i])
                       for i, r in enumerate(source)]
         grown._pooled = None  # drawn again by pool_neighbourhoods
+        left_out = set(data.models) - set(models)
         renumber = np.full(len(data.models), -1, np.int64)  # -1: left out
         renumber[source[kept]] = np.flatnonzero(kept)
         stays = renumber[data.model_index] >= 0
@@ -212,7 +213,7 @@ class KNNRouter(Baseline):
                                model_index=np.concatenate([renumber[data.model_index][stays], model]),
                                query_index=np.concatenate([data.query_index[stays], query]),
                                scores=np.concatenate([data.scores[stays], score]),
-                               unvectored={n: c for n, c in data.unvectored.items() if n in set(models)})
+                               unvectored={n: c for n, c in data.unvectored.items() if n not in left_out})
         return grown
 
     def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":
