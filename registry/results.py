@@ -217,6 +217,8 @@ class ModelChange(Result):
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
     warnings: list[str] = Field(default_factory=list, description="e.g. embedded from fewer evaluations than "
                                                                   "the documented minimum")
+    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
+                                   "the home answers `X-Locus-Read: N` from a state holding it")
 
     @model_validator(mode="after")
     def _mark(self) -> "ModelChange":
@@ -228,12 +230,16 @@ class RemoveResult(Result):
     name: str
     removed: bool
     version: int | None = Field(None, description="the version removed (restore brings it back)")
+    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
+                                   "the home answers `X-Locus-Read: N` from a state holding it")
 
 
 class RestoreResult(Result):
     name: str
     restored_version: int = Field(description="the history version brought back")
     version: int = Field(description="the model's version now")
+    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
+                                   "the home answers `X-Locus-Read: N` from a state holding it")
 
 
 class CheckResult(Result):

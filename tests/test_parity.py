@@ -35,7 +35,8 @@ def both(tmp_path_factory):
     server.stop()
 
 
-_WHEN = {"added", "embedded_at", "time"}  # when each copy wrote: the two homes are written seconds apart
+# when each copy wrote (the two homes are written seconds apart), and how many writes each home had seen
+_WHEN = {"added", "embedded_at", "time", "generation"}
 
 
 def _same(a, b, where="result"):

@@ -37,6 +37,30 @@ def test_generation_numbers_only_grow_and_old_tokens_count_as_none(tmp_path):
     assert generation_number(generation(reg.home)) == first + 2
 
 
+def test_writes_say_the_generation_they_landed_at(base_home, tmp_path):
+    """The library's and the CLI's write results carry the home's generation once they landed: a script that
+    writes with the CLI reads after it over HTTP with `X-Locus-Read: N`."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    from indexing.home import generation, generation_number
+    from registry import Registry
+
+    home = copy_home(base_home, tmp_path / "home")
+    reg = Registry.open(home)
+    rows = [(t, i % 2) for i, (t, _) in enumerate(stored_texts(home)[:20])]
+    added = reg.add_model("g-one", rows)
+    assert added.generation == generation_number(generation(home)) > 0
+    removed = reg.remove("g-one")
+    assert removed.generation == added.generation + 1
+    assert reg.restore("g-one").generation == removed.generation + 1
+    printed = CliRunner().invoke(cli, ["--home", str(home), "remove", "g-one", "--json"])
+    assert printed.exit_code == 0, printed.output
+    assert json.loads(printed.output)["generation"] == generation_number(generation(home)) == removed.generation + 2
+
+
 def _app(home, **limits):
     from registry.service.app import create_app
     from registry.service.settings import Limits, ServiceSettings
@@ -82,7 +106,7 @@ def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_
             "name": "mine", "evaluations": [{"query": t, "score": i % 2} for i, t in enumerate(texts[:20])]})
         assert added.status_code == 201, added.text
         mine = int(added.headers["x-locus-generation"])
-        assert mine > seen
+        assert mine > seen and added.json()["generation"] == mine
         job = client.get(f"/v1/jobs/{added.headers['x-job-id']}")
         assert int(job.headers["x-locus-generation"]) == mine
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from indexing.home import generation, generation_number
 from indexing.store import (
     EVALUATION_SCHEMA,
     EVALUATIONS,
@@ -104,6 +105,10 @@ def land(view, changes: list[Change], *,
                 else:
                     stored = _land(view, changes, outcomes, on_commit)
                 view.vectors_stored(*stored)  # committed: the view need not offer them to the next write
+                landed = generation_number(generation(view.store.home))  # read after: this one's, or later
+                for outcome in outcomes.values():
+                    if isinstance(outcome, ModelChange):
+                        outcome.generation = landed
                 break
             except _Moved:
                 outcomes.clear()

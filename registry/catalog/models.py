@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from indexing.home import generation, generation_number
 from indexing.store import MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.errors import InputError, NotFoundError
 from registry.catalog.fingerprint_store import load_item_table
@@ -87,7 +88,8 @@ def remove(store: Store, name: str) -> RemoveResult:
             raise NotFoundError.model(name, list(rows))
         store.append(VERSIONS, [version_row(rows[name], "remove", now_utc())], VERSION_SCHEMA)
         store.delete_in(MODELS, "name", [name])
-    return RemoveResult(name=name, removed=True, version=rows[name].get("version"))
+    return RemoveResult(name=name, removed=True, version=rows[name].get("version"),
+                        generation=generation_number(generation(store.home)))
 
 
 def history(store: Store, name: str) -> ModelHistory:
@@ -137,7 +139,8 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
                    behaviour=chosen.get("behaviour") if same else None, table_id=table.table_id if same else None)
         _restore_evaluations(store, name, int(chosen["version"]), row["version"], history)
         write_model(store, row, "restore")
-    return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"])
+    return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"],
+                         generation=generation_number(generation(store.home)))
 
 
 def _restore_evaluations(store: Store, name: str, restored: int, version: int, history: list[dict]) -> None:

@@ -151,6 +151,7 @@ class JobQueue:
             if job.spec.id in done:
                 job.state, job.result, job.finished = "done", done[job.spec.id], time.time()
                 job.generation = self.state.generation()  # it landed before this start: the home holds it
+                job.result = {**job.result, "generation": job.generation}  # its row was written before the count
                 self._persist(job)
                 self._cleanup(job)
                 job.event.set()
@@ -207,7 +208,8 @@ class JobQueue:
             for job in batch:
                 outcome = outcomes.get(job.spec.id)
                 if isinstance(outcome, dict):
-                    job.state, job.result, job.generation = "done", outcome, landed_at
+                    job.state, job.result = "done", outcome
+                    job.generation = outcome.get("generation") or landed_at  # what the landing read after it
                     self.landed += 1
                 else:
                     err = outcome if outcome is not None else RegistryError("the job was not landed")
