@@ -143,6 +143,8 @@ def test_answers_carry_their_generation_and_a_read_after_it_sees_the_write(base_
             assert refused.status_code == 422 and refused.json()["error"]["field"] == "X-Locus-Read", value
             assert "should match pattern" in refused.json()["error"]["message"]
             assert "x-locus-generation" not in refused.headers
+        removed = client.delete("/v1/models/mine", headers=AUTH)  # a write answered at once carries its number
+        assert int(removed.headers["x-locus-generation"]) == removed.json()["generation"] == mine + 2
 
 
 def test_a_default_read_during_a_write_waits_for_a_landed_write_the_loaded_state_lacks(base_home, tmp_path):

@@ -223,7 +223,7 @@ def test_the_writer_warms_the_state_once_its_queue_is_empty(tmp_path, monkeypatc
 
     monkeypatch.setattr(jobs, "land_jobs", land)
     queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: events.append(("warm",)),
-                                                generation=lambda: 0, readers_waiting=lambda: False))
+                                                readers_waiting=lambda: False))
     try:
         first = queue.submit(JobSpec(id=queue.new_id(), kind="add", name="a"))
         assert first_landing.wait(30)
@@ -341,7 +341,7 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
         return {s.id: {"name": s.name} for s in specs}
 
     monkeypatch.setattr(jobs, "land_jobs", land)
-    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None, generation=lambda: 0,
+    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None,
                                                 readers_waiting=lambda: False))
     try:
         with queue._cond:  # all three wait before the writer takes any: one batch
@@ -355,7 +355,7 @@ def test_a_bug_in_one_job_fails_that_job_alone_not_its_batch(monkeypatch, tmp_pa
     assert (good.state, other.state, bad.state) == ("done", "done", "failed")
     assert bad.error["type"] == "InternalError" and "secret" not in bad.error["message"] and bad.error["status"] == 500
     # read back after a restart (from the job's file): the same times, `started` included
-    restarted = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None, generation=lambda: 0,
+    restarted = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None,
                                                 readers_waiting=lambda: False))
     try:
         for record in records:

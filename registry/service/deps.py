@@ -25,7 +25,7 @@ from registry.service.errors import HTTPError
 from registry.service.jobs import JobQueue
 from registry.service.metrics import ServiceMetrics
 from registry.service.settings import CLIENT_HEADER, READ_HEADER, READ_PATTERN, ServiceSettings, loopback_host
-from registry.service.state import READ, ReadRequest, WarmState
+from registry.service.state import READ, WarmState
 
 __all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader",
            "get_metrics", "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue",
@@ -55,9 +55,6 @@ async def read_mode(read: str | None = Header(
     and async: it runs on the request's own context, which the endpoint (in the thread pool or not) runs in a
     copy of, sharing the one `ReadRequest`."""
     request = READ.get()
-    if request is None:  # an app without the middleware (it makes one per request)
-        request = ReadRequest()
-        READ.set(request)
     request.loaded = read == "loaded"
     request.after = int(read) if read is not None and read.isdigit() else None
 

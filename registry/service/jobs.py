@@ -200,7 +200,6 @@ class JobQueue:
                         except Exception as alone:  # noqa: BLE001
                             log.exception("job %s failed to land", job.spec.id)
                             outcomes[job.spec.id] = alone
-            landed_at = self.state.generation()  # read after the landing: this batch's, or a later write's
             self.batches += 1
             self.batch_sizes.append(len(batch))
             del self.batch_sizes[:-1000]
@@ -209,7 +208,7 @@ class JobQueue:
                 outcome = outcomes.get(job.spec.id)
                 if isinstance(outcome, dict):
                     job.state, job.result = "done", outcome
-                    job.generation = outcome.get("generation") or landed_at  # what the landing read after it
+                    job.generation = outcome.get("generation")  # the home's, read after the landing
                     self.landed += 1
                 else:
                     err = outcome if outcome is not None else RegistryError("the job was not landed")

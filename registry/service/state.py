@@ -61,16 +61,15 @@ class ReadRequest:
     after: int | None = None  # X-Locus-Read: N: a state of generation N or newer
     generation: int | None = None
 
-    @property
-    def takes_older(self) -> bool:
-        """Whether a loaded state older than the home's may answer (when new enough)."""
-        return self.loaded or self.after is not None
-
     def needs(self, committed: int) -> int:
         """The oldest generation this read may take, `committed` being the home's last finished one."""
         if self.loaded:
             return 0
         return committed if self.after is None else min(self.after, committed)
+
+    def takes(self, loaded: int, committed: int) -> bool:
+        """Whether a loaded state of generation `loaded`, older than the home's, may answer it at once."""
+        return (self.loaded or self.after is not None) and loaded >= self.needs(committed)
 
 
 # The request being answered: made by the app's middleware (registry.service.edge) and filled in by its
@@ -265,7 +264,7 @@ class WarmState(StoreView):
             # the tables may be half-way through the write: answer from the last whole state when it holds
             # what this read needs, else wait for the state after the write (this service's writer loads it
             # before its next batch: `readers_waiting`)
-            need = 0 if request is None else request.needs(generation_number(read_generation(self.home)))
+            need = 0 if request is None else request.needs(self.generation())
             if current.generation >= need:
                 return current
             deadline = deadline or time.monotonic() + self.settings.limits.max_wait_s
@@ -280,8 +279,8 @@ class WarmState(StoreView):
         current = self._snapshot
         if current is not None and current.key == key:
             return current
-        if current is not None and request is not None and request.takes_older \
-                and current.generation >= request.needs(generation_number(key[0])):
+        if current is not None and request is not None and request.takes(current.generation,
+                                                                         generation_number(key[0])):
             self._reload_behind()
             return current
         with self._lock:
@@ -393,14 +392,13 @@ class WarmState(StoreView):
         if snap is None or is_remote(self.home):
             return None
         request = READ.get()
-        older = request is not None and request.takes_older
         if transaction_open(self.home):
-            if not older or snap.generation < request.needs(generation_number(read_generation(self.home))):
+            if request is None or not request.takes(snap.generation, self.generation()):
                 return None
         else:
             key = self._key()
             if snap.key != key:
-                if not older or snap.generation < request.needs(generation_number(key[0])):
+                if request is None or not request.takes(snap.generation, generation_number(key[0])):
                     return None
                 self._reload_behind()
         if request is not None:

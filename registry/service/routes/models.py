@@ -78,7 +78,7 @@ def get_job(job_id: str, queue: Queue):
 def remove(name: Name, state: State):
     """Remove a model (its history stays: restore brings it back)."""
     removed = operations.remove(state, name)
-    state.note_written()
+    note_generation(removed.generation)
     return removed
 
 
@@ -86,7 +86,7 @@ def remove(name: Name, state: State):
              tags=["models"])
 def restore(name: Name, state: State, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
     restored = operations.restore(state, name, version)
-    state.note_written()
+    note_generation(restored.generation)
     return restored
 
 
