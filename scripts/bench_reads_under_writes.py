@@ -2,17 +2,16 @@
 
     python scripts/bench_reads_under_writes.py --home locus-demo [--seconds 20] [--readers 2]
 
-Starts `registry serve` on a copy of the home (never written) and, for each mode in turn (fresh: no
-header; session: `X-Locus-Read: N`, N the newest X-Locus-Generation the client was answered with;
-loaded), runs for --seconds: one client adding models back to back (another client's writes: every
-landing makes the loaded state stale), --readers clients routing a stored question (a cached text, so
-the encoder is not what is timed; up to --rate a second each, so that the writes get CPU too), and one
-client that adds a model and at once asks for its
-neighbours (`GET /v1/similar?name=...`) with the mode's header: "own write missed" counts the answers
-that did not know the model it had just added (404), what a read-your-writes guarantee rules out. A route
-that fails any other way counts as an error. Latency of the routes by percentile; the writer's landings
-during the run. The modes run in turn on one service: a later mode's home holds the models the earlier
-ones added. The load average is printed: other jobs move these numbers.
+Starts `registry serve` on a copy of the home (never written) and, for each mode in turn (the clients are
+`RegistryClient(url, read=MODE)`: fresh, session, loaded), runs for --seconds: one client adding models
+back to back (another client's writes: every landing makes the loaded state stale), --readers clients
+routing a stored question (a cached text, so the encoder is not what is timed; up to --rate a second each,
+so that the writes get CPU too), and one client that adds a model and at once asks for its neighbours
+(`similar`): "own write missed" counts the answers that did not know the model it had just added (404),
+what a read-your-writes guarantee rules out. Any other refusal counts as an error. Latency of the routes
+(as the client returns them, parsed) by percentile; the writer's landings during the run. The modes run in
+turn on one service: a later mode's home holds the models the earlier ones added. The load average is
+printed: other jobs move these numbers.
 """
 from __future__ import annotations
 
@@ -27,95 +26,82 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
 from bench_service import TOKEN, pct, start_server  # noqa: E402  (one way to start the service and wait for it)
 
 MODES = ("fresh", "session", "loaded")
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _stored(home: Path) -> tuple[list[str], str]:
-    sys.path.insert(0, str(ROOT))
     from registry import Registry
 
     table = Registry.open(home).store.read("queries", ["query_id", "text"])
     return table.column("query_id").to_pylist(), table.column("text").to_pylist()[0]
 
 
-class _Session:
-    """What a client sends for `mode`, following the generations it is answered with (session)."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode, self.seen = mode, 0
-
-    def headers(self) -> dict[str, str]:
-        if self.mode == "loaded":
-            return {"X-Locus-Read": "loaded"}
-        if self.mode == "session" and self.seen:
-            return {"X-Locus-Read": str(self.seen)}
-        return {}
-
-    def saw(self, response) -> None:
-        number = response.headers.get("x-locus-generation", "")
-        if number.isdigit():
-            self.seen = max(self.seen, int(number))
-
-
 def run_mode(url: str, mode: str, *, seconds: float, readers: int, rate: float, ids: list[str], text: str) -> dict:
-    import httpx
+    from registry.client import RegistryClient
+    from registry.errors import NotFoundError, RegistryError
 
     stop = threading.Event()
     latencies: list[float] = []
     counts = {"routes": 0, "errors": 0, "landed": 0, "own": 0, "missed": 0}
     lock = threading.Lock()
 
+    def client() -> RegistryClient:  # one a thread, as an application would hold one (its session its own)
+        return RegistryClient(url, token=TOKEN, read=mode, timeout=120)
+
     def evals(i: int) -> list[dict]:
         return [{"query_id": q, "score": (j + i) % 2} for j, q in enumerate(ids[:64])]
 
+    def count(key: str) -> None:
+        with lock:
+            counts[key] += 1
+
     def other_writer() -> None:
-        with httpx.Client(base_url=url, timeout=120) as client:
+        with client() as reg:
             i = 0
             while not stop.is_set():
-                r = client.post("/v1/models", headers=AUTH, json={"name": f"bench-other-{mode}-{i}",
-                                                                  "evaluations": evals(i)})
-                with lock:
-                    counts["landed" if r.status_code == 201 else "errors"] += 1
+                try:
+                    reg.add_model(f"bench-other-{mode}-{i}", evals(i))
+                    count("landed")
+                except RegistryError:
+                    count("errors")
                 i += 1
 
     def reader() -> None:
-        session = _Session(mode)
-        with httpx.Client(base_url=url, timeout=120) as client:
+        with client() as reg:
             while not stop.is_set():
                 started = time.perf_counter()
-                r = client.post("/v1/route", json={"query": text, "k": 3}, headers=session.headers())
+                try:
+                    reg.route(text, k=3)
+                except RegistryError:
+                    count("errors")
+                    continue
                 took = time.perf_counter() - started
-                stop.wait(max(0.0, 1.0 / rate - took))  # a steady stream: the writes get the rest of the CPU
-                session.saw(r)
                 with lock:
-                    counts["routes" if r.status_code == 200 else "errors"] += 1
-                    if r.status_code == 200:
-                        latencies.append(took)
+                    counts["routes"] += 1
+                    latencies.append(took)
+                stop.wait(max(0.0, 1.0 / rate - took))  # a steady stream: the writes get the rest of the CPU
 
     def own_writer() -> None:
-        session = _Session(mode)
-        with httpx.Client(base_url=url, timeout=120) as client:
+        with client() as reg:
             i = 0
             while not stop.is_set():
                 name = f"bench-own-{mode}-{i}"
-                added = client.post("/v1/models", headers=AUTH, json={"name": name, "evaluations": evals(i + 1)})
-                session.saw(added)
-                if added.status_code != 201:
-                    with lock:
-                        counts["errors"] += 1
-                    continue
-                r = client.get("/v1/similar", params={"name": name, "k": 1}, headers=session.headers())
-                session.saw(r)
-                with lock:
-                    counts["own"] += 1
-                    if r.status_code == 404:
-                        counts["missed"] += 1
-                    elif r.status_code != 200:
-                        counts["errors"] += 1
                 i += 1
+                try:
+                    reg.add_model(name, evals(i))
+                except RegistryError:
+                    count("errors")
+                    continue
+                count("own")
+                try:
+                    reg.similar(name, k=1)
+                except NotFoundError:
+                    count("missed")
+                except RegistryError:
+                    count("errors")
 
     threads = [threading.Thread(target=other_writer), threading.Thread(target=own_writer)]
     threads += [threading.Thread(target=reader) for _ in range(readers)]
