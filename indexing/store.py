@@ -185,6 +185,49 @@ class TableChange(NamedTuple):
     rows_of: Callable[[Iterable], pa.Table]  # the rows of these key values now, in table order
 
 
+def _fragment_change(before, now, columns: list[str], key: str) -> "tuple[pa.Table, frozenset] | None":
+    """(rows added, key values of rows deleted) from Lance dataset `before` to `now`, a later version of it,
+    told by fragment: a fragment of both (the same files) lost the rows its deletions gained, one that only
+    `before` has lost all its rows (Lance drops a fragment once every row of it is deleted), and the rows of
+    those only `now` has were added, in `now`'s order. None when a fragment of both has other files or fewer
+    deleted rows, or a fragment only `now` has stands before one of both (a rewrite)."""
+    import pyarrow.compute as pc
+
+    def deleted(fragment) -> int:
+        found = fragment.metadata.deletion_file
+        return found.num_deleted_rows if found is not None else 0
+
+    def files(fragment) -> list[str]:
+        return [f.path for f in fragment.metadata.files]
+
+    old = {f.fragment_id: f for f in before.get_fragments()}
+    fragments = now.get_fragments()
+    both = [f.fragment_id in old for f in fragments]
+    if False in both and any(both[both.index(False):]):
+        return None  # a new fragment before a kept one: rows rewritten, not appended
+    lost: set = set()
+    for fragment in fragments:
+        was = old.pop(fragment.fragment_id, None)
+        if was is None or deleted(fragment) == deleted(was):
+            if was is not None and files(fragment) != files(was):
+                return None
+            continue
+        if files(fragment) != files(was) or deleted(fragment) < deleted(was):
+            return None
+
+        def addresses(fragment) -> np.ndarray:
+            return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
+
+        # `take` counts the rows a fragment still had then (not its physical offsets): positions in `then`
+        gone = np.flatnonzero(~np.isin(addresses(was), addresses(fragment), assume_unique=True))
+        lost.update(pc.unique(was.take(gone, columns=[key]).column(key)).to_pylist())
+    for dropped in old.values():  # every row it had deleted
+        lost.update(pc.unique(dropped.to_table(columns=[key]).column(key)).to_pylist())
+    added = [f.to_table(columns=columns) for f, kept in zip(fragments, both) if not kept]
+    rows = pa.concat_tables(added) if added else now.schema.empty_table().select(columns)
+    return rows, frozenset(lost)
+
+
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -403,14 +446,16 @@ class Store:
 
     def changed_since(self, name: str, version: int, columns: list[str], key: str) -> "TableChange | None":
         """What a table gained and lost after `version` (from `read_committed`): the rows added (fragments after
-        the old ones) and the `key` values of the rows deleted from the old fragments, which must all still be
-        there, the same files (a refine that replaces scores deletes rows; a compaction rewrites fragments:
-        None). `TableChange.rows_of` reads the rows of some keys as the table holds them now, in its order.
-        None when it cannot be told here (a remote home, a transaction open, the version gone)."""
+        the old ones) and the `key` values of the rows deleted (a refine that replaces scores, a removal), told
+        by fragment (`_fragment_change`). Across a compaction (a Lance rewrite: the same rows in new files) the
+        changes before it and after it are told apart, each from the versions either side, and every key
+        either touched counts as lost, its rows as they are now gained.
+        `TableChange.rows_of` reads the rows of some keys as the table holds them now, in its order. None when
+        it cannot be told here (a remote home, a transaction open, a version needed gone: cleaned up by
+        `compact`, or the table made again)."""
         if not (self._committed_here() and _HAVE_LANCE):
             return None
         import lance
-        import pyarrow.compute as pc
 
         path = str(self._lance_path(name))
         try:
@@ -420,34 +465,34 @@ class Store:
         if transaction_open(self.home):
             return None
 
-        def deleted(fragment) -> int:
-            found = fragment.metadata.deletion_file
-            return found.num_deleted_rows if found is not None else 0
-
-        old, fragments = before.get_fragments(), now.get_fragments()
-        kept = fragments[:len(old)]
-        if [(f.fragment_id, f.metadata.physical_rows) for f in kept] != \
-                [(f.fragment_id, f.metadata.physical_rows) for f in old] \
-                or any(deleted(f) < deleted(o) for f, o in zip(kept, old)):
-            return None
-        lost: set = set()
-        for was, now_fragment in zip(old, kept):
-            if deleted(now_fragment) == deleted(was):
-                continue
-
-            def addresses(fragment) -> np.ndarray:
-                return fragment.to_table(columns=[], with_row_address=True).column("_rowaddr").to_numpy()
-
-            # `take` counts the rows a fragment still had then (not its physical offsets): positions in `then`
-            gone = np.flatnonzero(~np.isin(addresses(was), addresses(now_fragment), assume_unique=True))
-            lost.update(pc.unique(was.take(gone, columns=[key]).column(key)).to_pylist())
-        added = [f.to_table(columns=columns) for f in fragments[len(old):]]
-        rows = pa.concat_tables(added) if added else now.schema.empty_table().select(columns)
-
         def rows_of(values) -> pa.Table:
             return now.to_table(columns=columns, filter=sql_in(key, values))
 
-        return TableChange(int(now.version), rows, frozenset(lost), rows_of)
+        try:  # a compaction in between? The same rows before and after each rewrite: tell the spans apart
+            rewrites = [v for v in range(version + 1, int(now.version) + 1)
+                        if type(getattr(now.read_transaction(v), "operation", None)).__name__ == "Rewrite"]
+        except (OSError, ValueError, RuntimeError):
+            return None
+        if not rewrites:
+            found = _fragment_change(before, now, columns, key)
+            return TableChange(int(now.version), *found, rows_of) if found is not None else None
+        try:
+            touched: set = set()
+            for start, end in zip([version] + rewrites, [r - 1 for r in rewrites] + [int(now.version)]):
+                if start == end:
+                    continue
+                span = _fragment_change(lance.dataset(path, version=start), lance.dataset(path, version=end),
+                                        [key], key)
+                if span is None:
+                    return None
+                gained, lost = span
+                touched |= lost | set(gained.column(key).unique().to_pylist())
+        except (OSError, ValueError, RuntimeError):
+            return None
+        if transaction_open(self.home):
+            return None
+        touched = frozenset(touched)
+        return TableChange(int(now.version), rows_of(touched), touched, rows_of)
 
     def read_settled(self, name: str, columns: list[str] | None = None) -> pa.Table:
         """`read` under the writer lock: no transaction is half landed then, so every row read has been

@@ -172,8 +172,10 @@ class StoreView:
         encoder, settings and pool before, from what the evaluations table gained since, on queries it already
         holds (models added, or refined), with models removed since left out and the models that lost rows
         (a refine that replaced scores) read anew: the same router, exactly (KNNRouter.with_models), reading
-        only those rows. None when it cannot be told or is not so (the table compacted; a model back with
-        evaluations from before, restored or imported; a query only removed models were evaluated on)."""
+        only those rows; a model that comes with rows from before it joined (removed and added again,
+        restored, imported then embedded) has all its rows read. Across a compaction every model written since
+        has its rows read. None when it cannot be told or is not so (the versions before a compaction removed,
+        `changed_since`; a query only removed models were evaluated on)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -182,20 +184,20 @@ class StoreView:
         from registry.catalog.dataset import EVAL_COLUMNS, load_query_vectors, positions_in
 
         source = getattr(previous, "stored_from", None)
-        added = set(names) - set(previous._data.models)
-        # a model with evaluations from before (removed and added again, imported then refined) has rows
-        # that the new ones are not all of
-        if source is None or source.version is None or added & source.evaluated_models:
+        if source is None or source.version is None:
             return None
         change = self.store.changed_since(EVALUATIONS, source.version, EVAL_COLUMNS, "model")
         if change is None:
             return None
         version, rows = change.version, change.gained
-        # a model that lost rows has them all read again, in the table's order, in place of what it had
+        # a model that lost rows has them all read again, in the table's order, in place of what it had; one
+        # new here with rows from before (removed and added again, imported then refined) has them all read:
+        # the new ones are not all of them
         refreshed = sorted(change.lost & set(names) & set(previous._data.models))
-        if refreshed:
-            theirs = pc.is_in(rows.column("model"), value_set=pa.array(refreshed))
-            rows = pa.concat_tables([rows.filter(pc.invert(theirs)), change.rows_of(refreshed)])
+        returning = sorted((set(names) - set(previous._data.models)) & source.evaluated_models)
+        if refreshed or returning:
+            theirs = pc.is_in(rows.column("model"), value_set=pa.array(refreshed + returning))
+            rows = pa.concat_tables([rows.filter(pc.invert(theirs)), change.rows_of(refreshed + returning)])
         queries = previous._data.query_ids
         model = positions_in(rows.column("model"), list(names))
         query = positions_in(rows.column("query_id"), queries)

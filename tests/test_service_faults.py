@@ -52,7 +52,7 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     """Routes read the router's kNN (every stored evaluation) from the loaded snapshot: a route of a text
     in memory answers on the event loop without reading the store; after an add-model the last one goes on
     with the new model's rows, after a removal without the model, after a refine that replaces scores with
-    that model's rows read anew: built once."""
+    that model's rows read anew, after a compaction the same: built once."""
     from registry.operations import StoreView
 
     built = []
@@ -81,14 +81,25 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     for _ in range(2):
         client.post("/v1/route", json={"query": text, "k": 2})
     assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 3}  # its rows read anew
+    from datetime import timedelta
+
+    from registry import Registry
+
+    Registry.open(client.home).store.compact(keep_versions_for=timedelta(hours=1))  # as the writer does
+    for _ in range(2):
+        client.post("/v1/route", json={"query": text, "k": 2})
+    assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 4}  # across the compaction
 
 
 def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appended(base_home, tmp_path, monkeypatch):
     """After an add-model, or a refine with queries the model had no score for, the router's kNN is the last
     one with the new rows (reading only those), after a removal the last one without the model, after a refine
-    that replaces scores the last one with that model's rows read anew: the same as a build over every
-    evaluation; after a model back with rows from before or a model evaluated on a query no model had, it is
-    built again."""
+    that replaces scores, a model back with rows from before, or a compaction, the last one with those models'
+    rows read anew: the same as a build over every evaluation; after a model evaluated on a query no model
+    had, or a compaction that removed the versions before it, it is built again."""
+    from datetime import timedelta
+
+    from indexing.store import EVALUATION_SCHEMA, EVALUATIONS, QUERIES, QUERY_SCHEMA, now_utc
     from registry import Registry
     from registry.operations import StoreView, router_knn_args
 
@@ -134,24 +145,45 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
     assert grown is not None and "another" not in grown._data.models
     assert same(grown, view.build_router_knn(encoder, names, settings, pool))
     last = grown
-    if registry.add_model("another", [{"query_id": q, "score": 0} for q in ids[:50]]).name == "another":
-        view, (encoder, names, settings, pool) = args()  # added again: the rows it kept for restore are deleted
-        assert view.extend_router_knn(last, encoder, names, pool) is None
-        last = view.build_router_knn(encoder, names, settings, pool)
-    # a model that had evaluations before it joined the index (imported, then refined): not from its new rows
-    earlier = last.stored_from.evaluated_models | {"imported-earlier"}
-    last.stored_from = last.stored_from._replace(evaluated_models=earlier)
-    registry.add_model("imported-earlier", [{"query_id": q, "score": 1} for q in ids[:50]])
+    registry.restore("another")  # back, with the rows it kept
     view, (encoder, names, settings, pool) = args()
-    assert view.extend_router_knn(last, encoder, names, pool) is None
+    grown = view.extend_router_knn(last, encoder, names, pool)
+    assert grown is not None and "another" in grown._data.models
+    assert same(grown, view.build_router_knn(encoder, names, settings, pool))
+    last = grown
+    # a model that had evaluations before it joined the index (imported, then added): all its rows read
+    with registry.store.transaction():
+        registry.store.append(EVALUATIONS, [{"model": "imported-earlier", "query_id": q, "score": 0.0,
+                                             "source": "test", "time": now_utc()} for q in ids[40:]],
+                              EVALUATION_SCHEMA)
+    view, (encoder, names, settings, pool) = args()
+    last = view.extend_router_knn(last, encoder, names, pool)
+    assert last is not None and "imported-earlier" in last.stored_from.evaluated_models
+    registry.add_model("imported-earlier", [{"query_id": q, "score": 1} for q in ids[:40]])
+    view, (encoder, names, settings, pool) = args()
+    grown = view.extend_router_knn(last, encoder, names, pool)
+    stored = registry.store.read(EVALUATIONS, ["model"]).column("model").to_pylist().count("imported-earlier")
+    assert grown is not None and grown._O[grown._data.models.index("imported-earlier")].sum() == stored
+    assert same(grown, view.build_router_knn(encoder, names, settings, pool))
+    last = grown
+    # a compaction between (the versions before it kept): what changed before it and after it
+    registry.refine("newcomer", [{"query_id": q, "score": 1} for q in ids[:2]])
+    registry.store.compact(keep_versions_for=timedelta(days=1))
+    registry.add_model("after-compaction", [{"query_id": q, "score": 1} for q in ids[10:40]])
+    view, (encoder, names, settings, pool) = args()
+    grown = view.extend_router_knn(last, encoder, names, pool)
+    assert grown is not None and grown.stored_from.version == registry.store.version(EVALUATIONS)
+    assert same(grown, view.build_router_knn(encoder, names, settings, pool))
+    registry.add_model("after-cleanup", [{"query_id": q, "score": 0} for q in ids[10:40]])
+    registry.store.compact(keep_versions_for=timedelta(0))  # the versions between removed: built again
+    view, (encoder, names, settings, pool) = args()
+    assert view.extend_router_knn(grown, encoder, names, pool) is None
     last = view.build_router_knn(encoder, names, settings, pool)
     registry.add_model("asked-anew", [{"query_id": q, "score": 1} for q in ids]
                        + [{"query": "A question no model was asked before?", "score": 1, "task": "math"}])
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None  # a new query with a vector: a new column
     # a stored evaluation on a query without a vector is left out, until the query gets one
-    from indexing.store import EVALUATION_SCHEMA, EVALUATIONS, QUERIES, QUERY_SCHEMA, now_utc
-
     store = registry.store
     with store.transaction():
         store.append(QUERIES, [{"query_id": "later", "text": "Asked before it had a vector?", "task": "math",

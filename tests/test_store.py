@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from indexing.store import QUERIES, QUERY_SCHEMA, Store
@@ -336,5 +337,14 @@ def test_changed_since_names_the_keys_of_deleted_rows_and_reads_theirs_as_they_a
     with store.transaction():  # a fragment that had lost rows before `version`: the rows it lost since
         store.delete_in(EVALUATIONS, "model", ["m3"])
     assert store.changed_since(EVALUATIONS, change.version, columns, "model").lost == {"m3"}
-    store.compact(keep_versions_for=timedelta(days=1))  # the fragments written again: what was lost is unknown
+    store.compact(keep_versions_for=timedelta(days=1))  # the same rows in new files
+    with store.transaction():
+        store.append(EVALUATIONS, rows(("m4", "a", 0.0)), EVALUATION_SCHEMA)
+    # across the compaction: every model touched before it or after it, its rows as they are now
+    across = store.changed_since(EVALUATIONS, version, columns, "model")
+    assert across.lost == {"m1", "m2", "m3", "m4"} and across.version == store.version(EVALUATIONS)
+    assert across.gained.to_pylist() == store.read(EVALUATIONS, columns).filter(
+        pc.is_in(store.read(EVALUATIONS, columns).column("model"), pa.array(["m1", "m2", "m4"]))).to_pylist()
+    assert store.changed_since(EVALUATIONS, across.version, columns, "model").lost == frozenset()
+    store.compact(keep_versions_for=timedelta(0))  # the versions before it removed: what changed is unknown
     assert store.changed_since(EVALUATIONS, version, columns, "model") is None
