@@ -91,6 +91,28 @@ def test_the_router_knn_is_built_once_per_state_of_the_store(client, monkeypatch
     assert len(built) == 1 and state.knn_builds == {"built": 1, "extended": 4}  # across the compaction
 
 
+def _knn_view(home):
+    """A fresh view of the home and the arguments a service builds its router's kNN with."""
+    from registry.operations import StoreView, router_knn_args
+
+    def args():
+        view = StoreView(home)
+        return view, router_knn_args(view.predictor(), view.index("locus"))
+    return args
+
+
+def _same_router(registry):
+    """Whether two routers' kNNs are the same: models, queries, scores, priors and predictions."""
+    phi = np.random.default_rng(0).normal(size=(6, registry.store.vector_dim(
+        registry.store.config["query_encoder"]))).astype(np.float32)
+
+    def same(a, b) -> bool:
+        return (a._data.models == b._data.models and a._data.query_ids == b._data.query_ids
+                and np.array_equal(a.predict_vectors(phi), b.predict_vectors(phi))
+                and np.array_equal(a._Y, b._Y) and np.array_equal(a._O, b._O) and np.array_equal(a._prior, b._prior))
+    return same
+
+
 def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appended(base_home, tmp_path, monkeypatch):
     """After an add-model, or a refine with queries the model had no score for, the router's kNN is the last
     one with the new rows (reading only those), after a removal the last one without the model, after a refine
@@ -101,23 +123,12 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
 
     from indexing.store import EVALUATION_SCHEMA, EVALUATIONS, QUERIES, QUERY_SCHEMA, now_utc
     from registry import Registry
-    from registry.operations import StoreView, router_knn_args
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     home = copy_home(base_home, tmp_path / "home")
     registry = Registry.open(home)
     ids = registry.store.read("queries", ["query_id"]).column("query_id").to_pylist()
-    phi = np.random.default_rng(0).normal(size=(6, registry.store.vector_dim(
-        registry.store.config["query_encoder"]))).astype(np.float32)
-
-    def args():
-        view = StoreView(home)
-        return view, router_knn_args(view.predictor(), view.index("locus"))
-
-    def same(a, b) -> bool:
-        return (a._data.models == b._data.models and a._data.query_ids == b._data.query_ids
-                and np.array_equal(a.predict_vectors(phi), b.predict_vectors(phi))
-                and np.array_equal(a._Y, b._Y) and np.array_equal(a._prior, b._prior))
+    args, same = _knn_view(home), _same_router(registry)
 
     view, (encoder, names, settings, pool) = args()
     last = view.build_router_knn(encoder, names, settings, pool)
@@ -194,7 +205,7 @@ def test_the_router_knn_goes_on_from_the_last_when_evaluations_were_only_appende
     last = view.build_router_knn(encoder, names, settings, pool)
     assert "later" not in last._data.query_ids
     with store.transaction():
-        store.add_vectors(encoder, ["ab" * 16], phi[:1])
+        store.add_vectors(encoder, ["ab" * 16], np.ones((1, store.vector_dim(encoder)), np.float32))
     view, (encoder, names, settings, pool) = args()
     assert view.extend_router_knn(last, encoder, names, pool) is None
     assert "later" in view.build_router_knn(encoder, names, settings, pool)._data.query_ids
@@ -469,3 +480,61 @@ def test_a_failing_extension_of_the_router_knn_builds_it_instead(client, monkeyp
     again = client.post("/v1/route", json={"query": text, "k": 2})
     assert again.status_code == 200 and again.json()["results"][0]["predictor"] == "locus+item+knn"
     assert client.app.state.warm.knn_builds["built"] == 2
+
+
+@pytest.mark.filterwarnings("ignore::registry.evidence.ThinEvidenceWarning")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_after_any_sequence_of_writes_the_router_knn_gone_on_is_a_build(base_home, tmp_path, monkeypatch, seed):
+    """Writes drawn at random (add, refine with new queries or replacing scores, remove, restore, a removed
+    model added again, a compaction keeping the versions or not, two writes between reads): after each, the
+    kNN gone on from the last equals a build over every stored evaluation, and it is built only after a
+    compaction that removed the versions it was read at."""
+    import random
+    from datetime import timedelta
+
+    from registry import Registry
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    home = copy_home(base_home, tmp_path / "home")
+    registry = Registry.open(home)
+    ids = registry.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    args, same = _knn_view(home), _same_router(registry)
+    rng = random.Random(seed)
+
+    def scores(queries):
+        return [{"query_id": q, "score": rng.randint(0, 1)} for q in queries]
+
+    view, (encoder, names, settings, pool) = args()
+    last = view.build_router_knn(encoder, names, settings, pool)
+    removed, went_on = [], 0
+    for step in range(18):
+        op = rng.choice(["add", "refine new", "refine replacing", "remove", "restore", "add again", "compact",
+                         "two"])
+        cleaned = False
+        if op in ("add", "two"):
+            registry.add_model(f"walk{step}", scores(rng.sample(ids, rng.randint(20, len(ids)))))
+        if op in ("refine new", "refine replacing", "two"):
+            name = rng.choice(names)
+            held = set(registry.store.read_in("evaluations", ["query_id"], "model", [name])
+                       .column("query_id").to_pylist())
+            asked = [q for q in ids if (q in held) == (op != "refine new")]
+            if asked:
+                registry.refine(name, scores(rng.sample(asked, min(len(asked), rng.randint(1, 10)))))
+        if op == "remove" and len(names) > 4:
+            removed.append(rng.choice(names))
+            registry.remove(removed[-1])
+        if op == "restore" and removed:
+            registry.restore(removed.pop(rng.randrange(len(removed))))
+        if op == "add again" and removed:
+            registry.add_model(removed.pop(rng.randrange(len(removed))), scores(rng.sample(ids, 30)))
+        if op == "compact":
+            cleaned = rng.random() < 0.3
+            registry.store.compact(keep_versions_for=timedelta(0) if cleaned else timedelta(hours=1))
+        view, (encoder, names, settings, pool) = args()
+        built = view.build_router_knn(encoder, names, settings, pool)
+        grown = view.extend_router_knn(last, encoder, names, pool)
+        assert grown is not None or cleaned, (step, op)
+        assert grown is None or same(grown, built), (step, op)
+        went_on += grown is not None
+        last = grown if grown is not None else built
+    assert went_on >= 12
