@@ -432,8 +432,18 @@ def test_add_a_model_from_the_suggested_queries_file(tab, server, home, names, t
         info = c.get("/v1/models/web-added").json()
         assert (info["record"]["family"], info["record"]["params_b"], info["n_evals"]) == ("web", 7, len(filled))
         assert info["low_evidence"] and "fewer than" in page.locator("#add-result .warn").inner_text()  # thin: said so
+        # the tab keeps the generation its write landed at and asks every later read for a state that new
+        from indexing.home import generation, generation_number
+
+        landed = generation_number(generation(home))
+        assert page.evaluate("sessionStorage.getItem('locus-generation')") == str(landed) and landed > 0
+        with page.expect_request(lambda r: r.url.endswith("/v1/models/web-added")) as asked:
+            page.locator("#add-result a").click()
+        assert asked.value.headers.get("x-locus-read") == str(landed)
+        page.locator("#low-evidence").wait_for()  # its page shows it: thin, as the add said
+        page.locator("#neighbours .error", has_text="no behaviour fingerprint").wait_for()  # too few to fit one
         assert c.delete("/v1/models/web-added").status_code == 200  # the module's other tests see the pool as it was
-    assert [s for s, _ in tab.statuses] == [401, 422], tab.statuses
+    assert [s for s, _ in tab.statuses] == [401, 422, 409], tab.statuses  # 409: its fingerprint neighbours
 
 
 # ------------------------------------------------------------------ the /v1 endpoints the pages use

@@ -44,6 +44,28 @@ export class ApiError extends Error {
   }
 }
 
+// The newest store generation this tab was answered with (X-Locus-Generation), kept across its pages:
+// every request asks for a state at least that new (X-Locus-Read: N), so the tab sees its own writes
+// and never an older state, without waiting for other clients' writes (docs/service.md).
+const GENERATION = "locus-generation";
+export const generation = {
+  get() {
+    try {
+      const n = Number(sessionStorage.getItem(GENERATION));
+      return Number.isSafeInteger(n) && n > 0 ? n : null;
+    } catch {
+      return null; // storage refused (a privacy mode): read as the server's default
+    }
+  },
+  saw(value) {
+    const n = Number(value);
+    if (!Number.isSafeInteger(n) || n <= (generation.get() || 0)) return;
+    try {
+      sessionStorage.setItem(GENERATION, String(n));
+    } catch {}
+  },
+};
+
 // GET/POST/PUT/DELETE on the API; a write sends the token (when one was given) in the
 // Authorization header. An error answer becomes an ApiError carrying the API's own message.
 export async function api(path, { method = "GET", params = null, body = undefined, write = false } = {}) {
@@ -62,12 +84,15 @@ export async function api(path, { method = "GET", params = null, body = undefine
   const form = typeof FormData !== "undefined" && body instanceof FormData;
   if (body !== undefined && !form) headers["Content-Type"] = "application/json";
   if (write && token.get()) headers.Authorization = "Bearer " + token.get();
+  const seen = generation.get();
+  if (seen !== null) headers["X-Locus-Read"] = String(seen);
   let response;
   try {
     response = await fetch(url, { method, headers, body: body === undefined ? undefined : form ? body : JSON.stringify(body) });
   } catch (err) {
     throw new ApiError(0, { message: `the server did not answer (${err.message})` });
   }
+  if (response.ok && response.headers.get("X-Locus-Generation")) generation.saw(response.headers.get("X-Locus-Generation"));
   const data = await response.json().catch(() => null);
   if (!response.ok) {
     throw new ApiError(response.status, (data && data.error) || { message: `HTTP ${response.status}` });
