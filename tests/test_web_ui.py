@@ -441,7 +441,7 @@ def test_add_a_model_from_the_suggested_queries_file(tab, server, home, names, t
             page.locator("#add-result a").click()
         assert asked.value.headers.get("x-locus-read") == str(landed)
         page.locator("#low-evidence").wait_for()  # its page shows it: thin, as the add said
-        page.locator("#neighbours .error", has_text="no behaviour fingerprint").wait_for()  # too few to fit one
+        page.locator("#no-fingerprint", has_text="no behaviour fingerprint").wait_for()  # too few to fit one: said
         assert c.delete("/v1/models/web-added").status_code == 200  # the module's other tests see the pool as it was
     assert [s for s, _ in tab.statuses] == [401, 422, 409], tab.statuses  # 409: its fingerprint neighbours
 

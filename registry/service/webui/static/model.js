@@ -143,6 +143,9 @@ async function drift(name, el) {
   }
 }
 
+// A model without that vector (too few evaluations for a fingerprint: a 409) is a state, not a failure.
+const missing = (err) => (err.status === 409 ? h("p", { class: "muted", id: "no-fingerprint" }, err.message) : errorBox(err));
+
 async function neighbours(name, el) {
   const [byLocus, byBehaviour] = await Promise.allSettled([
     api("/v1/similar", { params: { name, k: 10, by: "locus" } }), api("/v1/similar", { params: { name, k: 10, by: "fingerprint" } })]);
@@ -155,7 +158,7 @@ async function neighbours(name, el) {
     h("thead", {}, h("tr", {}, ["model", "euclidean d", "behav. d", "kappa", "shared", ""].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, byBehaviour.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
       h("td", { class: "num" }, (n.same_model ? "= " : "") + fmt.dist(n.behaviour_distance)), h("td", { class: "num" }, fmt.acc(n.agreement_kappa)),
-      h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))) : errorBox(byBehaviour.reason);
+      h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))) : missing(byBehaviour.reason);
   replace(el, h("h2", { id: "h-neighbours" }, "Nearest models"), h("div", { class: "grid2" },
     h("div", {}, h("h3", {}, "By LOCUS embedding"), locus),
     h("div", {}, h("h3", {}, "By behaviour fingerprint"), behaviour)),
