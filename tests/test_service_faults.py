@@ -538,3 +538,27 @@ def test_after_any_sequence_of_writes_the_router_knn_gone_on_is_a_build(base_hom
         went_on += grown is not None
         last = grown if grown is not None else built
     assert went_on >= 12
+
+
+def test_the_request_examples_in_the_schema_are_answered(client):
+    """/docs shows each request body's example (the schema's `examples`) to try out: each one is answered, not
+    refused, on a registry with the tasks it names."""
+    schema = client.get("/openapi.json").json()
+    operations = {(path, method): op for path, item in schema["paths"].items() for method, op in item.items()}
+
+    def example(path, method="post"):
+        ref = operations[(path, method)]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        return schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["examples"][0]
+
+    added = client.post("/v1/models", headers=AUTH, json=example("/v1/models"))
+    assert added.status_code == 201 and added.json()["name"] == example("/v1/models")["name"], added.text
+    refined = client.post(f"/v1/models/{added.json()['name']}/refine", headers=AUTH,
+                          json=example("/v1/models/{name}/refine"))
+    assert refined.status_code == 201 and refined.json()["version"] == 2, refined.text
+    routed = client.post("/v1/route", json=example("/v1/route"))
+    assert routed.status_code == 200 and routed.json()["results"][0]["ranking"], routed.text
+    tasks = set(client.get("/v1/stats").json()["queries_per_task"])
+    profile = example("/v1/profile")
+    profile["targets"] = {task: accuracy for task, accuracy in profile["targets"].items() if task in tasks}
+    assert profile["targets"]  # the example's tasks are common ones: a registry with any of them answers it
+    assert client.post("/v1/profile", json=profile).status_code == 200

@@ -66,6 +66,11 @@ class EvaluationIn(_Strict):
 
 
 class AddModelRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+        "name": "my-model", "metadata": {"family": "llama", "params_b": 8, "provider": "example"},
+        "evaluations": [{"query": "Solve for x: 3x + 7 = 100.", "score": 1, "task": "math"},
+                        {"query": "Which planet is known as the red planet?", "score": 0, "task": "science"}]}]})
+
     name: str = Name
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
     metadata: dict[str, Scalar | list[str]] = Field(default_factory=dict, max_length=64)
@@ -77,6 +82,10 @@ class AddModelRequest(_Strict):
 
 
 class RefineRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+        "evaluations": [{"query": "What is the boiling point of water at sea level in Celsius?", "score": 1,
+                         "task": "science"}]}]})
+
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
     max_evals: int | None = MaxEvals
     wait: bool = True
@@ -85,7 +94,8 @@ class RefineRequest(_Strict):
 class RouteRequest(_Strict):
     # Exactly one of query and queries (the schema's oneOf says so); absent, not null.
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
-        "oneOf": [{"required": ["query"]}, {"required": ["queries"]}]})
+        "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
+        "examples": [{"query": "Which planet is known as the red planet?", "k": 3}]})
 
     query: str = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars, pattern=r"\S")
     queries: list[Annotated[str, StringConstraints(min_length=1, max_length=LIMITS.max_query_chars,
@@ -136,6 +146,9 @@ class SimilarByVector(_Strict):
 
 
 class ProfileRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"targets": {"math": 0.8, "law": 0.4}, "k": 5}]})
+
     targets: dict[str, float] = Field(min_length=1, max_length=256, description="task -> accuracy in [0, 1]")
     k: int = Field(default=5, ge=1, le=LIMITS.max_k)
     evals: int = Field(default=512, ge=1, le=LIMITS.max_evaluations)
