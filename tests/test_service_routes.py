@@ -51,6 +51,25 @@ def test_each_method_and_path_is_served_by_one_route(app):
     assert not [op for op, n in ids.items() if n > 1]
 
 
+def test_the_schema_links_lead_to_operations_that_take_what_they_pass(app):
+    """The OpenAPI links (a created model to its reads and writes, a removed one to restore, a job to its
+    poll, an alias to its deletion) name operations the schema has, with parameters those operations take,
+    from fields the response has: a renamed handler would leave a link to nothing."""
+    schema = app.openapi()
+    operations = {op["operationId"]: op for item in schema["paths"].values() for op in item.values()}
+    links = [(path, code, response, link) for path, item in schema["paths"].items() for op in item.values()
+             for code, response in op["responses"].items() for link in response.get("links", {}).values()]
+    assert len(links) >= 20
+    for path, code, response, link in links:
+        target = operations[link["operationId"]]
+        taken = {p["name"] for p in target.get("parameters", [])}
+        fields = schema["components"]["schemas"][
+            response["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]]["properties"]
+        for parameter, source in link["parameters"].items():
+            assert parameter in taken, (path, code, link)
+            assert source.startswith("$response.body#/") and source.split("/")[-1] in fields, (path, code, link)
+
+
 def test_every_write_and_no_read_asks_for_the_token(app):
     from registry.service.deps import require_token
 

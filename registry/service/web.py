@@ -213,7 +213,11 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     def aliases():
         return reader.aliases()
 
-    @router.put("/v1/aliases/{alias}", dependencies=write, response_model=Alias, responses=_ERRORS, tags=["aliases"])
+    @router.put("/v1/aliases/{alias}", dependencies=write, response_model=Alias, responses={200: {"links": {
+        "delete": {"operationId": "delete_alias_v1_aliases__alias__delete",
+                   "parameters": {"alias": "$response.body#/alias"}},
+        "show": {"operationId": "show_v1_models__name__get", "parameters": {"name": "$response.body#/alias"}}}},
+        **_ERRORS}, tags=["aliases"])
     def set_alias(alias: str, body: AliasTarget):
         """Point an alias at NAME (whatever version is live) or NAME@VERSION."""
         pointed = Registry.open(settings.home, create=False).set_alias(alias, body.target)

@@ -27,7 +27,21 @@ __all__ = ["router", "uploads_dir"]
 router = APIRouter(route_class=UniqueKeysRoute)
 MaxEvalsForm = Form(None, ge=1, le=MAX_EVALS_PER_MODEL, description=s.MaxEvals.description)
 _UPLOAD_SUFFIXES = (".csv", ".jsonl", ".parquet")
-CREATED = {201: {"model": r.ModelChange}, 202: {"model": s.JobView}, **ERRORS}
+
+# OpenAPI links: which operations a response's model name (or job id) leads to. /docs lists them under each
+# response; a stateful fuzzer (schemathesis) follows them from a created model to its reads and writes.
+def model_links(*operations: str, name: str = "$response.body#/name") -> dict[str, dict]:
+    return {"links": {op: {"operationId": LINKED[op], "parameters": {"name": name}} for op in operations}}
+
+
+LINKED = {"show": "show_v1_models__name__get", "history": "history_v1_models__name__history_get",
+          "accuracy": "accuracy_v1_models__name__accuracy_get", "drift": "drift_v1_models__name__drift_get",
+          "refine": "refine_v1_models__name__refine_post", "remove": "remove_v1_models__name__delete",
+          "restore": "restore_v1_models__name__restore_post"}
+_JOB_LINK = {"links": {"job": {"operationId": "get_job_v1_jobs__job_id__get",
+                               "parameters": {"job_id": "$response.body#/id"}}}}
+CREATED = {201: {"model": r.ModelChange, **model_links("show", "history", "accuracy", "drift", "refine", "remove")},
+           202: {"model": s.JobView, **_JOB_LINK}, **ERRORS}
 
 
 @router.post("/v1/models", dependencies=WRITE, status_code=201, responses=CREATED, tags=["models"])
@@ -73,8 +87,8 @@ def get_job(job_id: str, queue: Queue):
     return job.view()
 
 
-@router.delete("/v1/models/{name}", dependencies=WRITE, response_model=r.RemoveResult, responses=ERRORS,
-               tags=["models"])
+@router.delete("/v1/models/{name}", dependencies=WRITE, response_model=r.RemoveResult,
+               responses={200: model_links("restore", "history"), **ERRORS}, tags=["models"])
 def remove(name: Name, state: State):
     """Remove a model (its history stays: restore brings it back)."""
     removed = operations.remove(state, name)
@@ -82,8 +96,8 @@ def remove(name: Name, state: State):
     return removed
 
 
-@router.post("/v1/models/{name}/restore", dependencies=WRITE, response_model=r.RestoreResult, responses=ERRORS,
-             tags=["models"])
+@router.post("/v1/models/{name}/restore", dependencies=WRITE, response_model=r.RestoreResult,
+             responses={200: model_links("show", "history", "remove"), **ERRORS}, tags=["models"])
 def restore(name: Name, state: State, version: int | None = Query(default=None, ge=1, le=2**31 - 1)):
     restored = operations.restore(state, name, version)
     note_generation(restored.generation)
