@@ -185,6 +185,9 @@ class TableChange(NamedTuple):
     rows_of: Callable[[Iterable], pa.Table]  # the rows of these key values now, in table order
 
 
+_REWRITES_LOOKED_FOR = 256  # versions: `changed_since` reads each one's transaction to find compactions
+
+
 def _fragment_change(before, now, columns: list[str], key: str) -> "tuple[pa.Table, frozenset] | None":
     """(rows added, key values of rows deleted) from Lance dataset `before` to `now`, a later version of it,
     told by fragment: a fragment of both (the same files) lost the rows its deletions gained, one that only
@@ -468,11 +471,19 @@ class Store:
         def rows_of(values) -> pa.Table:
             return now.to_table(columns=columns, filter=sql_in(key, values))
 
-        try:  # a compaction in between? The same rows before and after each rewrite: tell the spans apart
-            rewrites = [v for v in range(version + 1, int(now.version) + 1)
-                        if type(getattr(now.read_transaction(v), "operation", None)).__name__ == "Rewrite"]
-        except (OSError, ValueError, RuntimeError):
-            return None
+        # A compaction in between? The same rows before and after each rewrite: tell the spans apart. Only
+        # when a fragment of `before` is gone (else no rewrite touched what it held), and only over a few
+        # versions (a transaction file each): past that, the rewritten rows count as deleted and added
+        def fragments(dataset) -> set:
+            return {(f.fragment_id, tuple(d.path for d in f.metadata.files)) for f in dataset.get_fragments()}
+
+        rewrites = []
+        if int(now.version) - version <= _REWRITES_LOOKED_FOR and not fragments(before) <= fragments(now):
+            try:
+                rewrites = [v for v in range(version + 1, int(now.version) + 1)
+                            if type(getattr(now.read_transaction(v), "operation", None)).__name__ == "Rewrite"]
+            except (OSError, ValueError, RuntimeError):
+                return None
         if not rewrites:
             found = _fragment_change(before, now, columns, key)
             return TableChange(int(now.version), *found, rows_of) if found is not None else None
