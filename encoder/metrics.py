@@ -56,3 +56,14 @@ def paired_test(a, b) -> dict:
     wins, losses = int((x & ~y).sum()), int((~x & y).sum())
     p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
     return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}
+
+
+def pooled_paired_test(tests: list[dict]) -> dict:
+    """`paired_test`s of the same two routers on disjoint test sets (one per seed) taken together: the mean
+    difference over every query, and McNemar's exact test on all the discordant queries."""
+    from scipy.stats import binomtest
+
+    wins, losses, n = (sum(t[k] for t in tests) for k in ("wins", "losses", "n"))
+    p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
+    return {"diff": sum(t["diff"] * t["n"] for t in tests) / n if n else 0.0, "wins": wins, "losses": losses,
+            "p": p, "n": n}

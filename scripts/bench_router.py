@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from encoder.metrics import paired_test  # noqa: E402
+from encoder.metrics import paired_test, pooled_paired_test  # noqa: E402
 
 DATA_ROOT = ROOT.parent / "shared" / "data"
 ENCODER = "all-mpnet-base-v2"
@@ -138,6 +138,7 @@ def summarise(runs: list[dict]) -> dict:
             "routing_ahead": rows["registry"]["routing"] > rows[best_base]["routing"],
             "correctness_ahead": all(rows["registry"]["correctness"] > rows[m]["correctness"] for m in corr_bases),
             "paired_vs_best": [r["paired"][best_base] for r in rs],
+            "paired_pooled": pooled_paired_test([r["paired"][best_base] for r in rs]),
             "blend": [r.get("blend", {}).get("registry") for r in rs],
         }
     return out
@@ -173,12 +174,15 @@ def write_markdown(result: dict, path: Path) -> None:
             corr = "" if row["correctness"] is None else f"{row['correctness']:.4f}"
             bold = "**" if m == "registry" else ""
             lines.append(f"| {bold}{m}{bold} | {row['routing']:.4f} ± {row['routing_sd']:.4f} | {corr} |")
+        pooled = block.get("paired_pooled") or pooled_paired_test(block["paired_vs_best"])
         paired = ", ".join(f"seed {s}: {p['diff']:+.4f} ({p['wins']} won / {p['losses']} lost, p {p['p']:.3g})"
                            for s, p in zip(block["seeds"], block["paired_vs_best"]))
         lines += ["", f"Best baseline: {block['best_baseline']}. Registry ahead on routing: "
                       f"**{'yes' if block['routing_ahead'] else 'NO'}**; ahead of every baseline on correctness: "
                       f"**{'yes' if block['correctness_ahead'] else 'NO'}**.",
-                  f"Paired against {block['best_baseline']} (McNemar, test queries): {paired}.", ""]
+                  f"Paired against {block['best_baseline']} (McNemar, test queries): {paired}; every seed's "
+                  f"queries together: {pooled['diff']:+.4f} ({pooled['wins']} won / {pooled['losses']} lost of "
+                  f"{pooled['n']}, p {pooled['p']:.3g}).", ""]
         weights = [b for b in block["blend"] if b]
         if weights:
             lines += ["Blend weights per seed (logit of each component; intercept): " + "; ".join(

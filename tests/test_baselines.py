@@ -181,3 +181,14 @@ def test_the_paired_test_counts_discordant_queries_and_is_symmetric():
     back = paired_test(b, a)
     assert (back["wins"], back["losses"]) == (1, 6) and back["p"] == out["p"]
     assert paired_test(a, a)["p"] == 1.0  # no discordant query
+
+
+def test_the_pooled_paired_test_is_the_paired_test_of_every_seed_s_queries_together():
+    from encoder.metrics import paired_test, pooled_paired_test
+
+    a1, b1 = [1, 1, 1, 0], [0, 0, 1, 0]
+    a2, b2 = [1, 0, 0, 1, 1, 0], [1, 1, 0, 0, 0, 0]
+    pooled = pooled_paired_test([paired_test(a1, b1), paired_test(a2, b2)])
+    together = paired_test(a1 + a2, b1 + b2)
+    assert pooled["p"] == together["p"] and (pooled["wins"], pooled["losses"], pooled["n"]) == (4, 1, 10)
+    assert abs(pooled["diff"] - together["diff"]) < 1e-12
