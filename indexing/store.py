@@ -439,7 +439,8 @@ class Store:
         """A whole table's `columns` and the version they are (from one handle); the version is None unless
         it is a committed state of a local home (no transaction open before the read or after it), the
         only kind `changed_since` can go on from."""
-        if not (self._committed_here() and _HAVE_LANCE) or not self.has_table(name):
+        # the table's directory, not `has_table`: that connects LanceDB, a second's import for a CLI route
+        if not (self._committed_here() and _HAVE_LANCE) or not self._lance_path(name).is_dir():
             return None, self.read(name, columns)
         import lance
 
@@ -574,7 +575,11 @@ class Store:
         return {name: self._open(name).version for name in self.table_names()}
 
     def version(self, name: str) -> int:
-        """One table's version (0 when it does not exist): `versions()[name]` without opening every table."""
+        """One table's version (0 when it does not exist): `versions()[name]` without opening every table
+        (nor LanceDB, while nothing here has needed it: `_direct`)."""
+        direct = self._direct(name)
+        if direct is not None:
+            return 0 if direct is _ABSENT else int(direct.version)
         return self._open(name).version if self.has_table(name) else 0
 
     # ------------------------------------------------------------- encodings

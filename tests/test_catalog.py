@@ -236,6 +236,25 @@ def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
     assert out.startswith("True") and "syn-synfam0-7b" not in out
 
 
+def test_a_route_reads_the_store_without_lancedb(reg):
+    """A CLI route reads the models table and every evaluation (its kNN), and after a write the index
+    is made again from the table: all through Lance directly. LanceDB's import (~1 s, its namespace clients)
+    was most of a cold `registry route` while a version check and the kNN's read went through it."""
+    import subprocess
+    import sys
+
+    text = reg.store.read("queries", ["text"]).column("text")[0].as_py()
+    code = ("import sys; from registry import Registry; "
+            f"r = Registry.open({str(reg.home)!r}, create=False).route({text!r}, k=2); "
+            "print('lancedb' in sys.modules, r.predictor, len(r.ranking))")
+    root = Path(__file__).resolve().parents[1]
+    reg.remove("syn-synfam0-7b")  # the saved index is stale: the route opens the models table
+    for _ in range(2):  # and once more with the index it saved
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True,
+                             env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}).stdout
+        assert out.split() == ["False", "locus+item+knn", "2"], out
+
+
 def test_writes_load_the_active_encoder_once_while_the_config_names_it(reg, monkeypatch):
     """Loading and verifying the checkpoint cost each add-model ~20 ms: a Registry keeps the one the
     home's config names, and reads the config afresh, so another encoder made active is picked up."""

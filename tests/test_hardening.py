@@ -674,7 +674,7 @@ def test_the_service_imports_lancedb_and_torch_beside_its_first_requests(base_ho
             "settings = ServiceSettings(home=sys.argv[1], query_backend='fp32')\n"
             "state = WarmState(settings)\n"
             "state.route([sys.argv[2]], k=1, exclude=[], where=None, fallback=0)\n"
-            "routed = 'torch' in sys.modules\n"
+            "routed = 'torch' in sys.modules or 'lancedb' in sys.modules\n"
             "app = create_app(settings, state=state)\n"
             "[t.join(120) for t in threading.enumerate() if t.name in (LANCEDB_IMPORT, TORCH_IMPORT)]\n"
             "print(json.dumps([routed, 'lancedb' in sys.modules, state._locus is not None]))\n"
