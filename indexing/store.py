@@ -363,6 +363,8 @@ class Store:
         return handle
 
     def has_table(self, name: str) -> bool:
+        if self._connection is None and not is_remote(self.home):
+            return self._lance_path(name).is_dir()  # what LanceDB would list, without importing it (`_direct`)
         return name in self.table_names()
 
     def table(self, name: str, schema: pa.Schema | None = None):

@@ -220,7 +220,8 @@ def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
 
 def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
     """ModelIndex's currency check: after one search saved the index, a fresh process searches from it
-    without importing LanceDB; after a write (new generation) it rebuilds from the table."""
+    without importing LanceDB; after a write (new generation) it rebuilds from the table (read by Lance
+    directly: LanceDB is still not imported)."""
     import subprocess
     import sys
 
@@ -233,26 +234,29 @@ def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
     assert out.strip() == f"False {[h.name for h in first.neighbours]}"
     reg.remove("syn-synfam0-7b")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
-    assert out.startswith("True") and "syn-synfam0-7b" not in out
+    assert out.startswith("False") and "syn-synfam0-7b" not in out  # read from the table, by Lance directly
 
 
-def test_a_route_reads_the_store_without_lancedb(reg):
-    """A CLI route reads the models table and every evaluation (its kNN), and after a write the index
-    is made again from the table: all through Lance directly. LanceDB's import (~1 s, its namespace clients)
-    was most of a cold `registry route` while a version check and the kNN's read went through it."""
+def test_reads_need_neither_lancedb_nor_torch(reg):
+    """A route reads the models table and every evaluation (its kNN), and after a write the index is made
+    again from the table; compare predicts with G; drift reads the evaluation log: all through Lance
+    directly and numpy. LanceDB's import (~1 s, its namespace clients) was most of a cold `registry route`
+    while a version check and the kNN's read went through it, and torch's a cold `registry compare`'s."""
     import subprocess
     import sys
 
     text = reg.store.read("queries", ["text"]).column("text")[0].as_py()
     code = ("import sys; from registry import Registry; "
-            f"r = Registry.open({str(reg.home)!r}, create=False).route({text!r}, k=2); "
-            "print('lancedb' in sys.modules, r.predictor, len(r.ranking))")
+            f"reg = Registry.open({str(reg.home)!r}, create=False); r = reg.route({text!r}, k=2); "
+            "c = reg.compare('syn-synfam0-1b', 'syn-synfam1-1b'); d = reg.drift('syn-synfam1-1b'); "
+            "print('lancedb' in sys.modules, 'torch' in sys.modules, r.predictor, len(r.ranking), "
+            "c.predicted_note is None and len(c.tasks) > 0)")
     root = Path(__file__).resolve().parents[1]
     reg.remove("syn-synfam0-7b")  # the saved index is stale: the route opens the models table
     for _ in range(2):  # and once more with the index it saved
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True,
-                             env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"}).stdout
-        assert out.split() == ["False", "locus+item+knn", "2"], out
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                             env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+        assert out.stdout.split() == ["False", "False", "locus+item+knn", "2", "True"], out.stdout + out.stderr
 
 
 def test_writes_load_the_active_encoder_once_while_the_config_names_it(reg, monkeypatch):

@@ -86,17 +86,18 @@ def _scores_by_task(store: "Store", a: str, b: str):
 
 
 def _predicted(store: "Store", models, za: np.ndarray, zb: np.ndarray, queries) -> tuple[dict, str | None]:
-    """Mean predicted P(correct) per task over the task's stored queries with vectors."""
-    from registry.catalog.embedding import active_encoder
+    """Mean predicted P(correct) per task over the task's stored queries with vectors (G in numpy, as a
+    route reads it: importing torch cost a cold `registry compare` a second and more)."""
+    from registry.catalog.embedding import active_predictor
 
     try:
-        active = active_encoder(store)
+        active = active_predictor(store)
     except RegistryError as err:
         return {}, str(err)
     if active.encoder_id != models.index.encoder_id:
         return {}, (f"models were embedded by {models.index.encoder_id}, the active encoder is "
                     f"{active.encoder_id} (registry embed --all)")
-    from encoder.inference import predict
+    from encoder.predictor import predict
 
     hashes = queries.column("text_hash").to_pylist()
     vectors = store.cached_vectors(active.query_encoder, hashes)
