@@ -146,8 +146,8 @@ class ModelIndex:
         except ValueError:
             if self.by in ("fingerprint", "behaviour"):
                 raise RegistryError(f"model {name!r} has no behaviour fingerprint (too few evaluations, or no item "
-                                    "table: `registry fit-fingerprints`); --by locus searches by its LOCUS "
-                                    "vector") from None
+                                    "table: `registry fit-fingerprints`); by its LOCUS vector instead: --by "
+                                    "locus, or by=locus over HTTP") from None
             raise RegistryError(f"model {name!r} has no embedding yet: run `registry embed --all`") from None
 
     def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",
