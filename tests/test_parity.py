@@ -81,7 +81,6 @@ def _both(both, call, *, message: bool = True):
     return a
 
 
-@pytest.mark.filterwarnings("ignore::registry.evidence.ThinEvidenceWarning")
 def test_every_operation_gives_the_same_answer_through_the_library_and_the_service(both):
     local, client, texts, first = both
     evals = [(t, i % 2, task) for i, (t, task) in enumerate(texts[:70])]

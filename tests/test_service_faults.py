@@ -482,7 +482,6 @@ def test_a_failing_extension_of_the_router_knn_builds_it_instead(client, monkeyp
     assert client.app.state.warm.knn_builds["built"] == 2
 
 
-@pytest.mark.filterwarnings("ignore::registry.evidence.ThinEvidenceWarning")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_after_any_sequence_of_writes_the_router_knn_gone_on_is_a_build(base_home, tmp_path, monkeypatch, seed):
     """Writes drawn at random (add, refine with new queries or replacing scores, remove, restore, a removed
