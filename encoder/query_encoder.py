@@ -226,20 +226,24 @@ def resolve_backend(backend: str | None, device: str | None) -> str:
     return backend
 
 
-def _openvino():
+def _openvino(*, converter: bool = False):
     """The openvino module, imported without its usage telemetry: `import openvino` otherwise forks a
     process to post an "import" event (openvino_telemetry, on by default without a consent file), which
-    cost a cold route time and printed LanceDB's fork-safety warning. Blocked only when openvino is
-    not imported yet; its own stub then stands in (openvino.tools.ovc.telemetry_utils)."""
+    cost a cold route time and printed LanceDB's fork-safety warning. `converter`: its model converter's
+    modules too, which post conversion events from a forked process of their own (a fork with LanceDB
+    loaded, a network call from the user's machine). Blocked only for modules not imported yet; openvino's
+    own stub then stands in (openvino.tools.ovc.telemetry_stub)."""
     import sys
 
-    if "openvino" not in sys.modules and "openvino_telemetry" not in sys.modules:
+    wanted = ["openvino"] + (["openvino.tools.ovc.convert_impl", "openvino.tools.ovc.telemetry_utils"]
+                             if converter else [])
+    if "openvino_telemetry" not in sys.modules and any(m not in sys.modules for m in wanted):
         sys.modules["openvino_telemetry"] = None  # an ImportError for openvino's `import openvino_telemetry`
         try:
-            import openvino
+            for module in wanted:
+                __import__(module)
         finally:
             del sys.modules["openvino_telemetry"]
-        return openvino
     import openvino
 
     return openvino
@@ -296,7 +300,7 @@ def _check_mean_pooled(model) -> None:
 
 def _convert(model):
     """The OpenVINO model of `model`'s transformer: (input_ids, attention_mask) -> last hidden state."""
-    ov = _openvino()
+    ov = _openvino(converter=True)
     import torch
 
     class _Hidden(torch.nn.Module):  # (input_ids, attention_mask) -> last hidden state (B, T, D)

@@ -33,7 +33,7 @@ def main() -> int:
     from encoder.query_encoder import _openvino
 
     try:
-        _openvino()  # as the product imports it: without openvino's usage telemetry (it forks a process)
+        _openvino(converter=True)  # as the product imports it (the converter on a first export): no telemetry
     except ImportError as err:
         skipped.append(f"openvino ({type(err).__name__})")
     for name in LATER:

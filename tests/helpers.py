@@ -141,3 +141,15 @@ def encode_in_a_fresh_process(name: str, texts: list[str], cache: Path, out: Pat
                           capture_output=True, text=True, env=env, cwd=root, check=True)
     said = json.loads(done.stdout.strip().splitlines()[-1])
     return np.load(out), {**said, "stderr": done.stderr}
+
+
+def need_openvino(*, module_level: bool = False) -> None:
+    """Skip unless openvino is installed, without importing it: imported unblocked it loads its usage
+    telemetry, which the registry's own import keeps out (encoder.query_encoder._openvino), and the tests
+    would then run with it."""
+    from importlib.util import find_spec
+
+    import pytest
+
+    if find_spec("openvino") is None:
+        pytest.skip("openvino is not installed (a dependency: pip install -e .)", allow_module_level=module_level)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from encoder.query_encoder import canonical_encoder_name, join_zip_parts, load_query_encoder, resolve_encoder_source
-from helpers import encode_in_a_fresh_process
+from helpers import encode_in_a_fresh_process, need_openvino
 from registry.errors import RegistryError
 
 
@@ -70,7 +70,7 @@ TEXTS = ["What is 2 + 2?", "Name the capital of France.",
 @pytest.mark.parametrize("backend", ["bf16", "openvino"])
 def test_faster_backends_keep_the_reference_vectors(backend, tmp_path, monkeypatch):
     if backend == "openvino":
-        pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
+        need_openvino()
     monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))  # the converted IR lands here, not in ~/.cache
     earlier = tmp_path / "openvino" / "0123456789abcdef"  # an IR of the earlier format: no manifest, no key
     earlier.mkdir(parents=True)
@@ -108,7 +108,7 @@ def test_backend_names_are_checked():
 def test_auto_falls_back_to_torch_when_openvino_cannot_run_the_model(monkeypatch):
     import encoder.query_encoder as qe
 
-    pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
+    need_openvino()
 
     def refuse(*args, **kwargs):
         raise RuntimeError("unsupported operation")

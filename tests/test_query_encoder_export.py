@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import encoder.query_encoder as qe
-from helpers import encode_in_a_fresh_process
+from helpers import encode_in_a_fresh_process, need_openvino
 
-pytest.importorskip("openvino", reason="openvino is not installed (a dependency: pip install -e .)")
+need_openvino(module_level=True)
 
 NAME = "all-MiniLM-L6-v2"
 TEXTS = ["What is 2 + 2?", "Name the capital of France.",
@@ -146,3 +146,19 @@ def test_a_copy_that_fails_its_check_is_not_kept(monkeypatch, tmp_path):
     assert not encoder.exported and encoder.encode(["What is 2 + 2?"]).shape == (1, 384)  # the reference answers
     assert not list(tmp_path.glob("exported/*/manifest.json"))
     assert [p.name for p in (tmp_path / "exported").iterdir()] == []  # no scratch left behind
+
+
+def test_the_conversion_posts_no_openvino_telemetry():
+    """openvino's converter posts usage events from a forked process (openvino_telemetry, on without a
+    consent file): a network call from the user's machine, and a fork with LanceDB loaded. The registry
+    imports openvino and its converter with the telemetry module blocked, so their own stub stands in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, encoder.query_encoder as qe\n"
+            "qe._openvino(converter=True)\n"
+            "impl = sys.modules['openvino.tools.ovc.convert_impl']\n"
+            "print('openvino_telemetry' in sys.modules, impl.tm.__name__)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert out.stdout.split() == ["False", "openvino.tools.ovc.telemetry_stub"], out.stdout + out.stderr

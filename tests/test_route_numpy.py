@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import synthetic_registry
+from helpers import need_openvino, synthetic_registry
 
 from encoder.checkpoint import _tensors, save_checkpoint
 from encoder.inference import predict as torch_predict
@@ -121,7 +121,7 @@ NEW_TEXTS = ["Write a Python function that counts the vowels in a string in line
 def test_new_texts_route_alike_with_the_exported_query_encoder(reg, monkeypatch, tmp_path):
     """A new text encoded by the exported copy (route's default once written) and by torch: the same
     rankings and P(correct) within 1e-5."""
-    pytest.importorskip("openvino")
+    need_openvino()
     import encoder.query_encoder as qe
 
     monkeypatch.setenv("LOCUS_CACHE", str(tmp_path))
