@@ -188,6 +188,11 @@ class TableChange(NamedTuple):
 _REWRITES_LOOKED_FOR = 256  # versions: `changed_since` reads each one's transaction to find compactions
 
 
+def _fragment_files(fragment) -> tuple[str, ...]:
+    """A fragment's data files: with its id, what it is (a restore can bring an id back with other files)."""
+    return tuple(f.path for f in fragment.metadata.files)
+
+
 def _fragment_change(before, now, columns: list[str], key: str) -> "tuple[pa.Table, frozenset] | None":
     """(rows added, key values of rows deleted) from Lance dataset `before` to `now`, a later version of it,
     told by fragment: a fragment of both (the same files) lost the rows its deletions gained, one that only
@@ -200,9 +205,6 @@ def _fragment_change(before, now, columns: list[str], key: str) -> "tuple[pa.Tab
         found = fragment.metadata.deletion_file
         return found.num_deleted_rows if found is not None else 0
 
-    def files(fragment) -> list[str]:
-        return [f.path for f in fragment.metadata.files]
-
     old = {f.fragment_id: f for f in before.get_fragments()}
     fragments = now.get_fragments()
     both = [f.fragment_id in old for f in fragments]
@@ -212,10 +214,10 @@ def _fragment_change(before, now, columns: list[str], key: str) -> "tuple[pa.Tab
     for fragment in fragments:
         was = old.pop(fragment.fragment_id, None)
         if was is None or deleted(fragment) == deleted(was):
-            if was is not None and files(fragment) != files(was):
+            if was is not None and _fragment_files(fragment) != _fragment_files(was):
                 return None
             continue
-        if files(fragment) != files(was) or deleted(fragment) < deleted(was):
+        if _fragment_files(fragment) != _fragment_files(was) or deleted(fragment) < deleted(was):
             return None
 
         def addresses(fragment) -> np.ndarray:
@@ -478,7 +480,7 @@ class Store:
         # when a fragment of `before` is gone (else no rewrite touched what it held), and only over a few
         # versions (a transaction file each): past that, the rewritten rows count as deleted and added
         def fragments(dataset) -> set:
-            return {(f.fragment_id, tuple(d.path for d in f.metadata.files)) for f in dataset.get_fragments()}
+            return {(f.fragment_id, _fragment_files(f)) for f in dataset.get_fragments()}
 
         rewrites = []
         if int(now.version) - version <= _REWRITES_LOOKED_FOR and not fragments(before) <= fragments(now):
@@ -781,11 +783,16 @@ class Store:
         self._bump_generation()
         (self.home / _JOURNAL).unlink()
 
+    def landed_generation(self) -> int:
+        """The number of the last finished transaction (`generation_number` of the home's token): a write
+        reads it after it committed, and a service answers `X-Locus-Read: N` from a state holding it."""
+        return generation_number(generation(self.home))
+
     def _bump_generation(self) -> None:
         """A token that changes with every finished transaction: readers that cache something
         derived from the tables (the FAISS index) compare it without opening LanceDB. It starts with the
         count of finished transactions (`generation_number`; under the writer's lock, so it only grows)."""
-        number = generation_number(generation(self.home)) + 1
+        number = self.landed_generation() + 1
         _atomic_write(self.home / GENERATION_FILE, f"{number} {now_utc().isoformat()} {os.getpid()} {id(self)}")
 
     def _require_transaction(self) -> None:

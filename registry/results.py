@@ -130,6 +130,8 @@ class CompactReport(Result):
     seconds: float
 
 
+GENERATION_HELP = ("the home's generation once this write landed: a service on the home answers "
+                   "`X-Locus-Read: N` from a state holding it")
 LOW_EVIDENCE_HELP = (f"embedded from fewer than the documented minimum of {MIN_EVALS} evaluations "
                      "(registry.evidence): its vector is ranked after well-evidenced ones unless min_evals=0")
 
@@ -217,8 +219,7 @@ class ModelChange(Result):
     low_evidence: bool = Field(False, description=LOW_EVIDENCE_HELP)
     warnings: list[str] = Field(default_factory=list, description="e.g. embedded from fewer evaluations than "
                                                                   "the documented minimum")
-    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
-                                   "the home answers `X-Locus-Read: N` from a state holding it")
+    generation: int | None = Field(None, description=GENERATION_HELP)
 
     @model_validator(mode="after")
     def _mark(self) -> "ModelChange":
@@ -230,16 +231,14 @@ class RemoveResult(Result):
     name: str
     removed: bool
     version: int | None = Field(None, description="the version removed (restore brings it back)")
-    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
-                                   "the home answers `X-Locus-Read: N` from a state holding it")
+    generation: int | None = Field(None, description=GENERATION_HELP)
 
 
 class RestoreResult(Result):
     name: str
     restored_version: int = Field(description="the history version brought back")
     version: int = Field(description="the model's version now")
-    generation: int | None = Field(None, description="the home's generation once this write landed: a service on "
-                                   "the home answers `X-Locus-Read: N` from a state holding it")
+    generation: int | None = Field(None, description=GENERATION_HELP)
 
 
 class CheckResult(Result):

@@ -22,7 +22,6 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from indexing.home import generation, generation_number
 from indexing.store import (
     EVALUATION_SCHEMA,
     EVALUATIONS,
@@ -105,7 +104,7 @@ def land(view, changes: list[Change], *,
                 else:
                     stored = _land(view, changes, outcomes, on_commit)
                 view.vectors_stored(*stored)  # committed: the view need not offer them to the next write
-                landed = generation_number(generation(view.store.home))  # read after: this one's, or later
+                landed = view.store.landed_generation()  # read after: this one's, or a later write's
                 for outcome in outcomes.values():
                     if isinstance(outcome, ModelChange):
                         outcome.generation = landed

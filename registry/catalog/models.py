@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from indexing.home import generation, generation_number
 from indexing.store import MODELS, VERSION_SCHEMA, VERSIONS, Store, now_utc
 from registry.errors import InputError, NotFoundError
 from registry.catalog.fingerprint_store import load_item_table
@@ -89,7 +88,7 @@ def remove(store: Store, name: str) -> RemoveResult:
         store.append(VERSIONS, [version_row(rows[name], "remove", now_utc())], VERSION_SCHEMA)
         store.delete_in(MODELS, "name", [name])
     return RemoveResult(name=name, removed=True, version=rows[name].get("version"),
-                        generation=generation_number(generation(store.home)))
+                        generation=store.landed_generation())
 
 
 def history(store: Store, name: str) -> ModelHistory:
@@ -140,7 +139,7 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         _restore_evaluations(store, name, int(chosen["version"]), row["version"], history)
         write_model(store, row, "restore")
     return RestoreResult(name=name, restored_version=chosen["version"], version=row["version"],
-                         generation=generation_number(generation(store.home)))
+                         generation=store.landed_generation())
 
 
 def _restore_evaluations(store: Store, name: str, restored: int, version: int, history: list[dict]) -> None:

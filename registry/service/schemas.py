@@ -30,6 +30,7 @@ __all__ = ["EvaluationIn", "AddModelRequest", "RefineRequest", "RouteRequest", "
 class _Strict(BaseModel):
     # strict: `true` is not 1, "0.5" is not a number, as the schema's types say
     model_config = ConfigDict(extra="forbid", strict=True)
+    # subclasses add to it (json_schema_extra): pydantic merges a model's config with its bases'
 
 
 def _check_name(value: str) -> str:
@@ -48,7 +49,7 @@ class EvaluationIn(_Strict):
     """One evaluation: the query by text (`query`) and/or by stored id (`query_id`), its score."""
 
     # Either or both of query and query_id (the schema's anyOf says so); absent, not null.
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+    model_config = ConfigDict(json_schema_extra={
         "anyOf": [{"required": ["query"]}, {"required": ["query_id"]}]})
 
     query: str = Field(default=None, min_length=1, max_length=LIMITS.max_query_chars, pattern=r"\S",
@@ -66,7 +67,7 @@ class EvaluationIn(_Strict):
 
 
 class AddModelRequest(_Strict):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+    model_config = ConfigDict(json_schema_extra={"examples": [{
         "name": "my-model", "metadata": {"family": "llama", "params_b": 8, "provider": "example"},
         "evaluations": [{"query": "Solve for x: 3x + 7 = 100.", "score": 1, "task": "math"},
                         {"query": "Which planet is known as the red planet?", "score": 0, "task": "science"}]}]})
@@ -82,7 +83,7 @@ class AddModelRequest(_Strict):
 
 
 class RefineRequest(_Strict):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [{
+    model_config = ConfigDict(json_schema_extra={"examples": [{
         "evaluations": [{"query": "What is the boiling point of water at sea level in Celsius?", "score": 1,
                          "task": "science"}]}]})
 
@@ -93,7 +94,7 @@ class RefineRequest(_Strict):
 
 class RouteRequest(_Strict):
     # Exactly one of query and queries (the schema's oneOf says so); absent, not null.
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+    model_config = ConfigDict(json_schema_extra={
         "oneOf": [{"required": ["query"]}, {"required": ["queries"]}],
         "examples": [{"query": "Which planet is known as the red planet?", "k": 3}]})
 
@@ -146,7 +147,7 @@ class SimilarByVector(_Strict):
 
 
 class ProfileRequest(_Strict):
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"targets": {"math": 0.8, "law": 0.4}, "k": 5}]})
 
     targets: dict[str, float] = Field(min_length=1, max_length=256, description="task -> accuracy in [0, 1]")

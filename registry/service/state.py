@@ -309,7 +309,7 @@ class WarmState(StoreView):
 
     def generation(self) -> int:
         """The home's last finished generation."""
-        return generation_number(read_generation(self.home))
+        return self.store.landed_generation()
 
     def _reload_behind(self) -> None:
         """Reload in a thread of its own unless a reload is under way already (a read took the loaded state)."""
