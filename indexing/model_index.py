@@ -28,12 +28,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from indexing.errors import InputError, NotFoundError, RegistryError
 from indexing.home import as_path, generation, is_remote, scratch_path, transaction_open, write_text_atomic
+from indexing.model_rows import ModelRows
 from indexing.vector_index import INNER, METRICS, VectorIndex
 
 if TYPE_CHECKING:
@@ -49,27 +50,10 @@ KIND_METRICS = {"locus": METRICS, "fingerprint": METRICS, "behaviour": (INNER,)}
 
 _INDEX_DIR = "index"
 _CURRENT = "current.json"
-_FORMAT = 3  # 2: rows (table columns) instead of registry records in the saved metadata; 3: the rows in one
-# file per generation (`_ROWS`), which every kind's metadata names, not in each kind's metadata
-_ROWS = "rows"  # <home>/index/rows-<generation id>.json
-
-
-def _table_rows(table) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The models table's rows by name, without their vectors and JSON-safe (timestamps as ISO 8601 text),
-    and the names in table order. Column by column: per-row dicts with every vector as Python floats took
-    seconds at 100,000 models (scripts/bench_index.py --updates)."""
-    import pyarrow as pa
-
-    vector_columns = {c for c, _ in VECTOR_KINDS.values()}
-    plain = [c for c in table.column_names if c not in vector_columns]
-    columns = []
-    for name in plain:
-        values = table.column(name).to_pylist()
-        if pa.types.is_timestamp(table.column(name).type):
-            values = [None if v is None else v.isoformat() for v in values]
-        columns.append(values)
-    names = columns[plain.index("name")]
-    return {n: dict(zip(plain, values)) for n, values in zip(names, zip(*columns))}, names
+_FORMAT = 4  # 2: rows (table columns) instead of registry records in the saved metadata; 3: the rows in one
+# file per generation (`_ROWS`), which every kind's metadata names, not in each kind's metadata; 4: that file
+# holds columns (ModelRows), not a dict per row
+_ROWS = "rows"  # <home>/index/rows-<format>-<generation id>.json
 
 
 def _rows_with(table, column: str, names: list[str]) -> dict[str, int]:
@@ -111,11 +95,11 @@ def _current_file(by: str) -> str:
 class ModelIndex:
     """A snapshot of the models table's embeddings: `names` (embedded with `encoder_id`, sorted),
     `vectors` (n, d) float32 in that order, `rows` (every model, embedded or not; table columns
-    without the vector) and the FAISS index over the vectors."""
+    without the vectors: `ModelRows`) and the FAISS index over the vectors."""
 
     home: Path
     encoder_id: str  # what made the vectors: the LOCUS encoder id, or the item table id (by="fingerprint")
-    rows: dict[str, dict[str, Any]]
+    rows: ModelRows
     encoders_seen: set[str]
     _index: VectorIndex = field(repr=False)
     by: str = "locus"  # the vector kind (VECTOR_KINDS)
@@ -238,8 +222,8 @@ class ModelIndex:
         if meta.get("generation") != token or meta.get("rows_file") != _rows_file(token):
             return None
         try:
-            rows = json.loads((home / _INDEX_DIR / meta["rows_file"]).read_text())
-        except (OSError, ValueError):  # removed by a save of a later generation meanwhile
+            rows = ModelRows.from_json((home / _INDEX_DIR / meta["rows_file"]).read_text())
+        except (OSError, ValueError, KeyError):  # removed by a save of a later generation meanwhile
             return None
         return cls(home, current["encoder_id"], rows, set(meta["encoders_seen"]), index, by)
 
@@ -280,20 +264,21 @@ class ModelIndex:
         consistent = store.version(MODELS) == version
         if not consistent:  # made for this answer only: never reused or saved as either version (a saved
             version = -1  # graph may still be its base: `updated` answers for exactly the rows read)
-        rows, names = _table_rows(table)  # one dict shared by every kind's index: read only
+        rows = ModelRows.from_arrow(table, leave_out={c for c, _ in VECTOR_KINDS.values()})  # shared by every kind
         previous = previous or {}
-        return {by: cls._of_kind(store, table, rows, names, by, version=version, token=token,
+        return {by: cls._of_kind(store, table, rows, by, version=version, token=token,
                                  save=consistent, rebuild=rebuild, previous=previous.get(by)) for by in kinds}
 
     @classmethod
-    def _of_kind(cls, store: "Store", table, rows: dict, names: list[str], by: str, *, version: int,
+    def _of_kind(cls, store: "Store", table, rows: ModelRows, by: str, *, version: int,
                  token: str | None, save: bool, rebuild: bool, previous: "ModelIndex | None" = None
                  ) -> "ModelIndex":
         column, made_by = VECTOR_KINDS[by]
         home = store.home
-        vector_of = _rows_with(table, column, names)
+        vector_of = _rows_with(table, column, rows.names)
         embedded = sorted(vector_of)
-        encoders = {rows[n][made_by] for n in embedded}
+        made = rows.column(made_by)
+        encoders = {made[n] for n in embedded}
         if len(encoders) == 1:
             encoder_id = next(iter(encoders))
         elif by == "locus":
@@ -301,16 +286,17 @@ class ModelIndex:
         else:  # the item table most models carry (after a refit: all of them), ties by id
             counts: dict[str, int] = {}
             for n in embedded:
-                counts[rows[n][made_by]] = counts.get(rows[n][made_by], 0) + 1
+                counts[made[n]] = counts.get(made[n], 0) + 1
             encoder_id = min(counts, key=lambda t: (-counts[t], t)) if counts else "none"
-        chosen = [n for n in embedded if rows[n][made_by] == encoder_id]
+        chosen = [n for n in embedded if made[n] == encoder_id]
         vectors = _vectors(table.column(column) if chosen else None, [vector_of[n] for n in chosen])
         directory = home / _INDEX_DIR
         loaded = None if rebuild else VectorIndex.load(directory, _file_id(by, encoder_id))
         index, saved_token, base = None, None, None
         if loaded is not None:
             candidate, meta = loaded
-            if candidate.table_version == version and candidate.names == chosen and meta.get("rows_file") and \
+            if candidate.table_version == version and candidate.names == chosen and \
+                    meta.get("rows_file") == _rows_file(meta.get("generation") or "") and \
                     (directory / meta["rows_file"]).is_file():
                 index, saved_token = candidate, meta.get("generation")
             elif candidate.metrics == KIND_METRICS[by]:
@@ -341,7 +327,7 @@ class ModelIndex:
         rows_file = _rows_file(token)
         if not (directory / rows_file).is_file():
             directory.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(directory / rows_file, json.dumps(self.rows), fsync=False)
+            write_text_atomic(directory / rows_file, self.rows.to_json(), fsync=False)
             for old in directory.glob(f"{_ROWS}-*.json"):  # earlier generations': their indexes are stale
                 if old.name != rows_file:
                     old.unlink(missing_ok=True)
@@ -381,7 +367,9 @@ def _token_id(token: str) -> str:
 
 
 def _rows_file(token: str) -> str:
-    return f"{_ROWS}-{_token_id(token)}.json"
+    # the format in the name: a saved index of an earlier format is then never taken as current (its graph
+    # is updated instead), so the first open after an upgrade saves this format's and the next reads it
+    return f"{_ROWS}-{_FORMAT}-{_token_id(token)}.json"
 
 
 class SavedEvaluations:

@@ -15,9 +15,12 @@ One constant, here; the web table's per-task "low evidence" mark uses it too (re
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from indexing.errors import InputError
+
+if TYPE_CHECKING:
+    from indexing.model_rows import ModelRows
 
 __all__ = ["MIN_EVALS", "is_thin", "thin_warning", "check_min_evals", "demote_thin", "evidence_note",
            "ThinEvidenceWarning", "warn_if_thin", "thin_models_warning", "thin_names"]
@@ -89,11 +92,12 @@ def check_min_evals(value: Any, field: str = "min_evals") -> int:
     return value
 
 
-def thin_names(rows: dict[str, dict[str, Any]], min_evals: int) -> set[str]:
-    """Names of the models-table rows (name -> row with `n_evals`) embedded from fewer than `min_evals`."""
+def thin_names(rows: "ModelRows", min_evals: int) -> set[str]:
+    """Names of the models-table rows (an index's) embedded from fewer than `min_evals`: read from the
+    `n_evals` column (every route and search asks; a dict per row cost them at 100,000 models)."""
     if min_evals <= 0:
         return set()
-    return {name for name, row in rows.items() if is_thin(row.get("n_evals"), min_evals)}
+    return {name for name, n in rows.column("n_evals").items() if is_thin(n, min_evals)}
 
 
 def demote_thin(ranked: Sequence[T], thin: Callable[[T], bool], k: int) -> tuple[list[T], list[T]]:

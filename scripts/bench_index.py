@@ -185,6 +185,7 @@ def kinds_table(sizes: list[int], n_queries: int) -> None:
 
     from indexing.home import GENERATION_FILE
     from indexing.model_index import ModelIndex, _current_file, _file_id
+    from indexing.model_rows import ModelRows
     from indexing.vector_index import VectorIndex
 
     print("| models | vector kind | dims | metric | build s | open saved s | p50 ms | p99 ms |")
@@ -198,7 +199,7 @@ def kinds_table(sizes: list[int], n_queries: int) -> None:
                 (home / GENERATION_FILE).write_text("bench")
                 started = time.perf_counter()
                 vector_index = VectorIndex.build(_file_id(kind, "bench"), names, x, table_version=1)
-                rows = {name: {"name": name} for name in names}
+                rows = ModelRows(names, {"name": names})
                 index = ModelIndex(home, "bench", rows, {"bench"}, vector_index, kind)
                 build = time.perf_counter() - started
                 index._save("bench")

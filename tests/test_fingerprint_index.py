@@ -384,3 +384,24 @@ def test_the_three_indexes_open_from_one_read_of_the_models_table(reg, monkeypat
     reg.remove(sorted(_rows(reg))[0])
     open_indexes(reg.store)
     assert len(list(index_dir.glob("rows-*.json"))) == 1  # the earlier generation's rows went with it
+
+
+def test_an_index_saved_in_an_earlier_format_is_saved_again_by_the_first_open(reg, monkeypatch):
+    """After an upgrade that changes the saved form, the first open updates the old graph and saves this
+    format's, so that later opens (a cold CLI search) read it without LanceDB instead of each going back to
+    the table."""
+    import indexing.model_index as model_index
+    from indexing.model_index import ModelIndex
+    from registry.analytics.search import open_indexes
+
+    reg.remove(sorted(_rows(reg))[0])
+    monkeypatch.setattr(model_index, "_FORMAT", model_index._FORMAT - 1)
+    open_indexes(reg.store)  # saved as the earlier format would be
+    assert ModelIndex._load_current(reg.home, "locus") is not None
+    monkeypatch.undo()
+    assert ModelIndex._load_current(reg.home, "locus") is None  # not this format's
+    opened = open_indexes(reg.store)
+    for by, index in opened.items():
+        saved = ModelIndex._load_current(reg.home, by)
+        assert saved is not None and saved.names == index.names and saved.rows == index.rows
+    assert len(list((reg.home / "index").glob("rows-*.json"))) == 1  # the earlier format's rows went
