@@ -37,6 +37,7 @@ class ModelRows(Mapping):
         self._timestamps = frozenset(timestamps)
         self._at = {name: i for i, name in enumerate(names)}
         self._made: dict[str, dict[str, Any]] = {}
+        self._by_column: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def from_arrow(cls, table, *, leave_out=()) -> "ModelRows":
@@ -74,13 +75,16 @@ class ModelRows(Mapping):
 
     def column(self, name: str) -> dict[str, Any]:
         """name -> this column's value for every row (None for every row when the table has no such column);
-        timestamps as ISO 8601 text."""
-        values = self._columns.get(name)
-        if values is None:
-            return dict.fromkeys(self.names)
-        if name in self._timestamps:
-            values = [_iso(v) for v in values]
-        return dict(zip(self.names, values))
+        timestamps as ISO 8601 text. Made once (every route and search reads `n_evals`): read only."""
+        made = self._by_column.get(name)
+        if made is None:
+            values = self._columns.get(name)
+            if values is None:
+                made = dict.fromkeys(self.names)
+            else:
+                made = dict(zip(self.names, [_iso(v) for v in values] if name in self._timestamps else values))
+            self._by_column[name] = made
+        return made
 
     # ------------------------------------------------------------------ saved form
     def to_json(self) -> str:
