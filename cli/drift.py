@@ -42,6 +42,9 @@ def drift(ctx, name, alpha, max_noise, permutations, seed, as_json, fail_on_move
         ctx.exit(FINDING_EXIT)
 
 
+_NAMES_SHOWN = 20
+
+
 def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> None:
     """`registry audit --drift`: drift of every model given a version since the last run; exit 1 when one moved."""
     check_fraction_option("--alpha", alpha)
@@ -49,10 +52,17 @@ def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> No
     run = _backend(ctx).drift_refined(alpha=alpha, max_noise=max_noise)
 
     def text(run) -> None:
-        since = f"since {run.since:%Y-%m-%d %H:%M:%S} UTC" if run.since else "first run: every model"
-        click.echo(f"drift of {len(run.checked)} model(s) given a version {since}")
+        since = (f"given a version since {run.since:%Y-%m-%d %H:%M:%S} UTC" if run.since
+                 else "(the first run: every model)")
+        click.echo(f"drift of {len(run.checked)} model(s) {since}")
+        alone = [r.name for r in run.checked if r.status == "nothing to compare"]
         for report in run.checked:
-            _echo_report(report)
+            if report.status != "nothing to compare":
+                _echo_report(report)
+        if alone:  # a first run over a registry of single versions: one line, not one per model, in a CI log
+            shown = ", ".join(alone[:_NAMES_SHOWN]) + (f" and {len(alone) - _NAMES_SHOWN} more (--json lists them)"
+                                                        if len(alone) > _NAMES_SHOWN else "")
+            click.echo(f"NOTHING TO COMPARE {len(alone)} model(s) with one version with evaluations: {shown}")
         click.echo(f"{len(run.moved)} moved" + (f": {', '.join(run.moved)}" if run.moved else ""))
 
     emit(run, as_json, text)

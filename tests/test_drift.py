@@ -166,9 +166,17 @@ def test_refine_with_another_models_answers_moves_and_a_rerun_does_not(reg):
     assert not (reg.store.home / "audit" / "calibration.json").exists()
 
 
-def test_audit_drift_exits_1_when_one_moved_and_checks_only_what_is_new(reg):
+def test_audit_drift_exits_1_when_one_moved_and_checks_only_what_is_new(reg, tmp_path):
+    import shutil
+
     home = reg.store.home
     a, b = "syn-synfam0-13b", "syn-synfam2-1b"
+    # the first run's text on a copy (it records the run): the single-version models in one line, not one each
+    shutil.copytree(home, tmp_path / "copy")
+    lines = _run(tmp_path / "copy", "audit", "--drift").splitlines()
+    assert lines[0] == f"drift of {len(reg.models())} model(s) (the first run: every model)"
+    assert lines[1] == f"NOTHING TO COMPARE {len(reg.models())} model(s) with one version with evaluations: " + \
+        ", ".join(sorted(m.name for m in reg.models())) and lines[2:] == ["0 moved"]
     first = json.loads(_run(home, "audit", "--drift", "--json"))  # first run: every model, none moved
     assert first["since"] is None and first["moved"] == [] and len(first["checked"]) == len(reg.models())
     assert json.loads((home / "config.json").read_text())["last_drift_run"]
