@@ -1,11 +1,11 @@
 """`ModelRows`: the models table's rows without their vectors, by name, kept as columns.
 
 A model index carries every model's row (metadata, `n_evals`, what made its vectors) beside the vectors.
-It used to hold them as one dict per row, made from the table column by column and saved as JSON of those
-dicts: at 100,000 models that was 1.2 s of making dicts and 0.6 s of JSON in a service's 3.9 s reload after
-one write (/work/explore/reload_100k.py). Most readers want a few rows (a search's hits, a route's top k)
-or one column (`n_evals` for the thin-evidence rule), so the rows stay columns (Python lists, no pyarrow
-needed to load them: a cold CLI search does not import it) and a row becomes a dict when first read.
+Made into one dict per row and saved as JSON of those, they were most of a reload after one write at
+100,000 models (`scripts/bench_index.py --updates`, docs/results/benchmarks.md). Most readers want a few
+rows (a search's hits, a route's top k) or one column (`n_evals` for the thin-evidence rule), so the rows
+stay columns (Python lists, no pyarrow needed to load them: a cold CLI search does not import it) and a
+row becomes a dict when first read.
 Timestamps are kept as microseconds since the epoch and read as ISO 8601 text, as the dicts had them.
 """
 from __future__ import annotations
