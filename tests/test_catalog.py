@@ -220,18 +220,19 @@ def test_a_removed_model_leaves_the_pool_that_analytics_read(reg):
 
 def test_a_current_saved_index_answers_search_without_opening_the_store(reg):
     """ModelIndex's currency check: after one search saved the index, a fresh process searches from it
-    without importing LanceDB; after a write (new generation) it rebuilds from the table (read by Lance
-    directly: LanceDB is still not imported)."""
+    without importing LanceDB (nor scipy: the same-model threshold of the default item table is known); after
+    a write (new generation) it rebuilds from the table (read by Lance directly: LanceDB is still not
+    imported)."""
     import subprocess
     import sys
 
     first = reg.similar("syn-synfam0-1b", k=3)
     code = ("import sys; from registry import Registry; "
             f"hits = Registry.open({str(reg.home)!r}, create=False).similar('syn-synfam0-1b', k=3); "
-            "print('lancedb' in sys.modules, [h.name for h in hits.neighbours])")
+            "print('lancedb' in sys.modules, 'scipy' in sys.modules, [h.name for h in hits.neighbours])")
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
-    assert out.strip() == f"False {[h.name for h in first.neighbours]}"
+    assert out.strip() == f"False False {[h.name for h in first.neighbours]}"
     reg.remove("syn-synfam0-7b")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True).stdout
     assert out.startswith("False") and "syn-synfam0-7b" not in out  # read from the table, by Lance directly

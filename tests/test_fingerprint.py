@@ -348,3 +348,13 @@ def test_a_damaged_cache_is_rebuilt_and_a_damaged_table_is_named(reg):
     fp._cache.clear()
     with pytest.raises(RegistryError, match="item_table.json"):
         fp.load_item_table(reg.store)
+
+
+def test_the_known_chi_square_quantiles_are_scipys_and_cover_the_default_table():
+    from scipy.special import chdtri
+
+    from encoder.fingerprint import _KNOWN_QUANTILES, SAME_MODEL_LEVEL, FingerprintConfig
+
+    assert (SAME_MODEL_LEVEL, FingerprintConfig().rank + 1) in _KNOWN_QUANTILES  # a default search needs no scipy
+    for (level, k), x in _KNOWN_QUANTILES.items():
+        assert x == pytest.approx(float(chdtri(k, level)), rel=1e-12)
