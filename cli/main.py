@@ -301,12 +301,12 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 def _echo_stats(summary) -> None:
     click.echo(f"home:        {summary.home}")
     click.echo(f"models:      {summary.n_models}")
-    click.echo(f"queries:     {summary.n_queries} in {len(summary.queries_per_task)} tasks")
-    click.echo(f"evaluations: {summary.n_evaluations} (coverage {summary.coverage:.4f})")
+    click.echo(f"queries:     {summary.n_queries:,} in {len(summary.queries_per_task)} tasks")
+    click.echo(f"evaluations: {summary.n_evaluations:,} (coverage {summary.coverage:.4f})")
     for name, n in summary.query_vectors.items():
-        click.echo(f"vectors:     {n} query vectors from {name}")
+        click.echo(f"vectors:     {n:,} query vectors from {name}")
     for task, n in summary.queries_per_task.items():
-        click.echo(f"  {task:<24} {n}")
+        click.echo(f"  {task:<24} {n:,}")
 
 
 @cli.group()
