@@ -610,10 +610,21 @@ def show(ctx, name, as_json) -> None:
 
 
 def _echo_show(info) -> None:
+    from datetime import datetime
+
+    def plain(value) -> str:  # as a person reads it: no Python reprs of lists and dicts, times to the second
+        if isinstance(value, datetime):
+            return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        if isinstance(value, (list, tuple)):
+            return ", ".join(map(str, value))
+        if isinstance(value, dict):
+            return ", ".join(f"{k}={v}" for k, v in value.items())
+        return str(value)
+
     fields = {**info.record.model_dump(), **info.model_dump(exclude={"record"})}
     for key, value in fields.items():
         if value not in (None, [], {}) and not (key == "low_evidence" and not value):
-            click.echo(f"{key:<12} {value}")
+            click.echo(f"{key:<12} {plain(value)}")
     _echo_low_evidence_key(info.low_evidence)
 
 

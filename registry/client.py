@@ -32,6 +32,7 @@ import httpx
 from registry.checks import check_count
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS
 from registry.errors import InputError, NotFoundError, RegistryError
+from registry.limits import check_evaluations_file
 from registry.records import ModelRecord
 from registry.results import (
     ListedModel,
@@ -152,8 +153,7 @@ class _BaseClient:
         cap = {} if max_evals is None else {"max_evals": max_evals}
         if isinstance(evaluations, (str, Path)):
             path = Path(evaluations)
-            if not path.is_file():
-                raise InputError("no such file", file=path)
+            check_evaluations_file(path)
             return self._send(_Call("POST", f"/v1/models/{_quote(name)}/file", _change, upload=path, form={
                 "metadata": json.dumps(metadata), "replace": str(replace).lower(),
                 **{k: str(v) for k, v in cap.items()}}))
@@ -164,8 +164,7 @@ class _BaseClient:
         cap = {} if max_evals is None else {"max_evals": max_evals}
         if isinstance(more_evaluations, (str, Path)):
             path = Path(more_evaluations)
-            if not path.is_file():
-                raise InputError("no such file", file=path)
+            check_evaluations_file(path)
             return self._send(_Call("POST", f"/v1/models/{_quote(name)}/refine/file", _change, upload=path,
                                     form={k: str(v) for k, v in cap.items()}))
         return self._send(_Call("POST", f"/v1/models/{_quote(name)}/refine", _change,

@@ -17,7 +17,7 @@ from registry.errors import InputError
 
 __all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
            "check_model_name", "check_query_text", "check_task_name", "check_utf8", "lone_surrogate",
-           "check_file_size"]
+           "check_file_size", "check_evaluations_file"]
 
 MAX_NAME_CHARS = 200  # a model's name (Hugging Face repo ids are at most 96 characters)
 MAX_QUERY_CHARS = 100_000  # one query's text; the query encoders read at most a few hundred tokens of it
@@ -108,6 +108,20 @@ def check_utf8(text: str, *, file: str | Path | None = None, line: int | None = 
     if at is not None:
         raise InputError(f"holds U+{ord(text[at]):04X}, {LONE_SURROGATE}", file=file, line=line, field=field)
     return text
+
+
+EVALUATION_FILES = ".csv, .jsonl or .parquet"  # what `add-model` / `refine --evals` read
+
+
+def check_evaluations_file(path: str | Path, *, expected: str = EVALUATION_FILES) -> None:
+    """An InputError unless `path` is a regular file: none there, a directory, or a pipe (a shell's `<(...)`)
+    or device, which the readers cannot take (the format is told by the file's suffix; Parquet seeks)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file", file=path)
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file (a pipe or a device)"
+        raise InputError(f"{kind}; the evaluations are read from a {expected} file", file=path)
 
 
 def check_file_size(path: str | Path) -> None:

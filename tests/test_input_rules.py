@@ -334,3 +334,31 @@ def test_http_query_list_without_a_limit_refuses_more_than_one_answer_holds(home
         page = client.get("/v1/queries", params={"limit": 2, "offset": 3}).json()
         assert [q["id"] for q in page["queries"]] == every[3:5] and page["total"] == len(every)
         assert client.get("/v1/queries", params={"offset": -1}).status_code == 422
+
+
+# ------------------------------------------------------------------ an evaluations "file" that is not a file
+def test_a_pipe_or_directory_given_as_evaluations_is_named_as_such_not_as_missing(home, tmp_path):
+    """A shell's `--evals <(...)` is a pipe: the readers tell the format by the suffix (Parquet seeks), so it is
+    refused, saying what it is, from the CLI, the Python API and the client alike (it read "no such file")."""
+    import os
+
+    from registry import Registry
+    from registry.client import RegistryClient
+    from registry.errors import InputError
+
+    pipe = tmp_path / "evals-pipe"
+    os.mkfifo(pipe)
+    result = _cli(home, "add-model", "p", "--evals", str(pipe), code=2)
+    assert f"{pipe}: not a regular file (a pipe or a device); the evaluations are read from a .csv, .jsonl or " \
+           ".parquet file" in result.output
+    reg = Registry.open(home)
+    with pytest.raises(InputError, match="a directory; the evaluations are read from"):
+        reg.add_model("p", tmp_path)
+    with pytest.raises(InputError, match="not a regular file"):
+        reg.refine(sorted(_model_names(home))[0], pipe)
+    client = RegistryClient("http://127.0.0.1:9", token=TOKEN)  # refused before any request is sent
+    with pytest.raises(InputError, match="not a regular file"):
+        client.add_model("p", pipe)
+    with pytest.raises(InputError, match="no such file"):
+        client.refine("p", tmp_path / "missing.csv")
+    assert "p" not in _model_names(home)

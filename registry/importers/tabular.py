@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from registry.errors import InputError
-from registry.limits import check_file_size, check_utf8
+from registry.limits import check_evaluations_file, check_file_size, check_utf8
 from registry.importers._common import (
     ImportBatch, parse_score, parse_typed_score, query_id_for_text, read_jsonl, required_text,
 )
@@ -52,8 +52,7 @@ def looks_like(path: Path) -> bool:
 
 
 def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
-    if not path.is_file():
-        raise InputError("no such file", file=path)
+    check_evaluations_file(path, expected=" or ".join(SUFFIXES))
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         rows, kind = _jsonl_rows(path), "jsonl"
@@ -80,8 +79,7 @@ def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
 def read_model_evaluations(path: Path, model: str, *, id_prefix: str = "") -> ImportBatch:
     """One model's evaluations (`registry add-model NAME --evals FILE`): CSV, JSONL or Parquet with
     columns `query` and/or `query_id`, `score`, optional `task`; every row belongs to `model`."""
-    if not path.is_file():
-        raise InputError("no such file", file=path)
+    check_evaluations_file(path)
     suffix = path.suffix.lower()
     columns: dict[str, None] = {}  # every column (JSON Lines: key) the file has, in order
     if suffix == ".csv":
