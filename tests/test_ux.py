@@ -449,3 +449,16 @@ def test_the_demo_encoder_tells_models_apart_on_every_question(demo_registry):
         p = [r.p_correct for r in decision.ranking]
         assert len(p) == n_models
         assert max(p) - min(p) >= 0.1, (question[:60], p)
+
+
+def test_show_prints_lists_metadata_and_times_as_text(home, tmp_path):
+    reg = Registry.open(home)
+    first = reg.queries(limit=1).queries[0].id
+    evals = tmp_path / "e.csv"
+    evals.write_text(f"query_id,score\n{first},1\n", encoding="utf-8")
+    _run(home, "add-model", "shown", "--evals", str(evals), "--meta", "tags=a,b", "--meta", "price_in=0.5",
+         "--meta", "note=hi")
+    lines = dict(line.split(None, 1) for line in _run(home, "show", "shown").splitlines() if not line.startswith("*"))
+    assert lines["tags"] == "a, b" and lines["extra"] == "note=hi, price_in=0.5"
+    added = json.loads(_run(home, "show", "shown", "--json"))["added"]
+    assert lines["added"] == f"{added[:10]} {added[11:19]} UTC"  # to the second, with its zone
