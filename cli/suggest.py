@@ -73,6 +73,9 @@ def _echo(result) -> None:
     click.echo(f"{len(result.queries)} of {result.n_candidates} candidate queries{scope} for {basis}; "
                f"pool of {result.pool_models} models, item table {result.table_id}")
     if not result.queries:
+        if not result.n_candidates:  # say why the list is empty, and what would give one
+            click.echo("nothing left to suggest: every stored query" + (f" of task {result.task}" if result.task else "")
+                       + " is answered; import more queries (registry import) for more to ask")
         return
     width = max(8, max(len(q.query_id) for q in result.queries))
     click.echo(f"{'#':>4}  {'query_id':<{width}}  {'task':<16} {'gain':>8} {'P(ok)':>5}  text")

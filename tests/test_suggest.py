@@ -295,6 +295,12 @@ def test_cli_table_json_and_errors(home, reg, tmp_path):
     assert len(body["queries"]) == 5 and not {q["query_id"] for q in body["queries"]} & _answered(reg, "partial")
     assert [q["query_id"] for q in body["queries"]] == [q.query_id for q in reg.suggest_queries("partial", n=5).queries]
 
+    full = next(m.name for m in reg.models() if reg.suggest_queries(m.name, n=1).n_candidates == 0)
+    done = _cli(home, full, "-n", "3")  # a pool model answered every stored query: the empty list says why
+    assert done.exit_code == 0 and done.output.splitlines()[-1] == (
+        "nothing left to suggest: every stored query is answered; import more queries (registry import) for more "
+        "to ask")
+
     zero = _cli(home, "-n", "0")
     assert zero.exit_code == 2 and "-n" in zero.output
     unknown = _cli(home, "ghost-model")
