@@ -225,6 +225,11 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def utc_time(t) -> str:
+    """A stored time as the text commands print it: to the second (the store keeps UTC)."""
+    return f"{t:%Y-%m-%d %H:%M:%S} UTC"
+
+
 def one_line(text: str, width: int) -> str:
     """A query text on one table line: whitespace runs made single spaces, cut to `width` with "..."
     (--json keeps it whole)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from cli._common import FINDING_EXIT, _backend, check_fraction_option, emit, json_option
+from cli._common import FINDING_EXIT, _backend, check_fraction_option, emit, json_option, utc_time
 
 
 def _echo_report(report) -> None:
@@ -52,7 +52,7 @@ def run_drift_audit(ctx, *, alpha: float, max_noise: float, as_json: bool) -> No
     run = _backend(ctx).drift_refined(alpha=alpha, max_noise=max_noise)
 
     def text(run) -> None:
-        since = (f"given a version since {run.since:%Y-%m-%d %H:%M:%S} UTC" if run.since
+        since = (f"given a version since {utc_time(run.since)}" if run.since
                  else "(the first run: every model)")
         click.echo(f"drift of {len(run.checked)} model(s) {since}")
         alone = [r.name for r in run.checked if r.status == "nothing to compare"]

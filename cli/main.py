@@ -33,6 +33,7 @@ from cli._common import (
     emit,
     error_payload,
     json_option,
+    utc_time,
 )
 # not registry.errors: `--help` should not import the registry package
 from indexing.errors import RegistryError
@@ -614,7 +615,7 @@ def _echo_show(info) -> None:
 
     def plain(value) -> str:  # as a person reads it: no Python reprs of lists and dicts, times to the second
         if isinstance(value, datetime):
-            return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+            return utc_time(value)
         if isinstance(value, (list, tuple)):
             return ", ".join(map(str, value))
         if isinstance(value, dict):
@@ -639,7 +640,7 @@ def history(ctx, name, as_json) -> None:
 
     client = _server(ctx)
     emit(client.history(name) if client else snapshot.history(resolve_home(ctx.obj["home"]), name), as_json, lambda h: [
-        click.echo(f"v{v.version:<3} {v.event:<8} {v.time:%Y-%m-%d %H:%M:%S}  encoder {v.encoder_id}  "
+        click.echo(f"v{v.version:<3} {v.event:<8} {utc_time(v.time)}  encoder {v.encoder_id}  "
                    f"{v.n_evals} evals") for v in h.versions])
 
 

@@ -73,7 +73,7 @@ def _echo(result) -> None:
     click.echo(f"{len(result.queries)} of {result.n_candidates} candidate queries{scope} for {basis}; "
                f"pool of {result.pool_models} models, item table {result.table_id}")
     if not result.queries:
-        if not result.n_candidates:  # say why the list is empty, and what would give one
+        if not result.n_candidates and result.n_answered:  # say why it is empty, and what would give one
             click.echo("nothing left to suggest: every stored query" + (f" of task {result.task}" if result.task else "")
                        + " is answered; import more queries (registry import) for more to ask")
         return
