@@ -21,6 +21,7 @@ import importlib.util
 import json
 import os
 import re
+import threading
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -253,18 +254,44 @@ class Store:
                 self.home.mkdir(parents=True)
             elif not self.home.is_dir():
                 raise RegistryError(f"registry home {self.home} is not a directory")
-        self._in_transaction = False
-        # Inside a transaction: one LanceDB handle per table and the table names, kept until it ends (the
-        # writer lock keeps every other writer out, and a handle sees its own writes). A landing opened
-        # ~30 tables and listed them ~13 times, ~50 ms of an add-model; None outside transactions.
-        self._handles: dict[str, Any] | None = None
-        self._names: list[str] | None = None
+        # Whether a transaction is open, and its kept handles, belong to the thread that opened it: a service
+        # shares one Store between its writer thread and request threads, and a second thread that took the
+        # first one's open transaction for its own would skip the lock and write into it (or, once it ended,
+        # fail half-way with nothing to roll its earlier writes back)
+        self._thread_state = _ThreadTransaction()
         self._kept_vectors: dict[str, tuple[int, list[str], np.ndarray]] = {}  # see _all_vectors
         if (self.home / _JOURNAL).is_file():
             with self._writer_lock():
                 self._recover()
         if not (self.home / _CONFIG).is_file():
             self._write_config({"format": STORE_FORMAT, "query_encoder": DEFAULT_QUERY_ENCODER})
+
+    # Inside a transaction: one LanceDB handle per table and the table names, kept until it ends (the
+    # writer lock keeps every other writer out, and a handle sees its own writes). A landing opened
+    # ~30 tables and listed them ~13 times, ~50 ms of an add-model; None outside transactions.
+    @property
+    def _in_transaction(self) -> bool:
+        return self._thread_state.open
+
+    @_in_transaction.setter
+    def _in_transaction(self, value: bool) -> None:
+        self._thread_state.open = value
+
+    @property
+    def _handles(self) -> dict[str, Any] | None:
+        return self._thread_state.handles
+
+    @_handles.setter
+    def _handles(self, value: dict[str, Any] | None) -> None:
+        self._thread_state.handles = value
+
+    @property
+    def _names(self) -> list[str] | None:
+        return self._thread_state.names
+
+    @_names.setter
+    def _names(self, value: list[str] | None) -> None:
+        self._thread_state.names = value
 
     def _check_remote(self, create: bool) -> None:
         if not (self.home / _CONFIG).is_file():
@@ -834,6 +861,14 @@ class Store:
             return
         with file_lock(self.home / _LOCK):
             yield
+
+
+class _ThreadTransaction(threading.local):
+    """A Store's transaction as one thread sees it (see Store.__init__)."""
+
+    open: bool = False
+    handles: dict[str, Any] | None = None
+    names: list[str] | None = None
 
 
 def _atomic_write(path: HomePath, text: str) -> None:

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from helpers import SMALL_TRAINED
+from helpers import SMALL_TRAINED, stored_texts
 from service_harness import TOKEN, copy_home
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -561,3 +561,117 @@ def test_the_request_examples_in_the_schema_are_answered(client):
     profile["targets"] = {task: accuracy for task, accuracy in profile["targets"].items() if task in tasks}
     assert profile["targets"]  # the example's tasks are common ones: a registry with any of them answers it
     assert client.post("/v1/profile", json=profile).status_code == 200
+
+
+def test_a_removal_during_a_landing_waits_for_it_and_both_land_whole(client, monkeypatch):
+    """The service's writer thread and a request thread share one Store: a removal (request thread) arriving
+    while a landing holds its transaction used to take that transaction for its own (no lock), and once the
+    landing ended, its writes failed half-way: a 500 with evaluations stored and no version for them."""
+    import threading
+
+    from registry import Registry
+    from registry.catalog import landing
+
+    names = client.get("/v1/models").json()
+    victim, texts = names[0]["name"], [q["text"] for q in client.get("/v1/queries", params={"limit": 12}).json()["queries"]]
+    holding, release = threading.Event(), threading.Event()
+    land = landing.land
+
+    def held_land(view, changes, on_commit=None, **kw):
+        def held(store, results):  # inside the landing's transaction
+            holding.set()
+            assert release.wait(60)
+            on_commit(store, results)
+        return land(view, changes, on_commit=held, **kw)
+
+    monkeypatch.setattr(landing, "land", held_land)
+    answers = {}
+
+    def add():
+        answers["add"] = client.post("/v1/models", headers=AUTH, json={
+            "name": "landed-while-removing", "evaluations": [{"query": t, "score": i % 2} for i, t in enumerate(texts)]})
+
+    def remove():
+        answers["remove"] = client.delete(f"/v1/models/{quote(victim, safe='')}", headers=AUTH)
+
+    adding = threading.Thread(target=add)
+    adding.start()
+    try:
+        assert holding.wait(60)
+        removing = threading.Thread(target=remove)
+        removing.start()
+        removing.join(0.5)
+        assert removing.is_alive() and "remove" not in answers  # waits for the landing's transaction
+    finally:
+        release.set()
+    adding.join(60)
+    removing.join(60)
+    assert answers["add"].status_code == 201, answers["add"].text
+    assert answers["remove"].status_code == 200, answers["remove"].text
+    reg = Registry.open(client.home)
+    assert reg.show("landed-while-removing").n_evals == 12 and victim not in {m.name for m in reg.models()}
+    assert reg.check().ok
+
+
+def test_a_write_that_lands_again_stores_the_vectors_its_first_try_encoded(base_home, tmp_path, monkeypatch):
+    """A landing that finds the tables moved by another writer lands again from what is there; the texts its
+    first try encoded are then in the service's memory, and the retry used to leave their vectors out of the
+    store (the queries stored without one: every reader of the store left their evaluations out)."""
+    from registry import Registry
+    from registry.catalog.landing import land
+    from registry.importers._common import text_hash
+    from registry.operations import add_change
+    from registry.service.settings import ServiceSettings
+    from registry.service.state import WarmState
+
+    home = copy_home(base_home, tmp_path / "home")
+    state = WarmState(ServiceSettings(home=home, token=TOKEN, query_backend="fp32"))
+    other = Registry.open(home)  # another process's writer (the CLI beside the service)
+    victim = other.models()[0].name
+    text_vectors, calls = state.text_vectors, []
+
+    def moved_after_encoding(encoder, wanted, *, bulk=False):
+        found = text_vectors(encoder, wanted, bulk=bulk)
+        calls.append(len(found[1]))
+        if len(calls) == 1:
+            other.remove(victim)  # lands between this try's reading and its transaction
+        return found
+
+    monkeypatch.setattr(state, "text_vectors", moved_after_encoding)
+    fresh = [f"A text no one has stored yet, number {i}?" for i in range(3)]
+    stored = [t for t, _ in stored_texts(home)[:9]]
+    change = add_change("lands-twice", [(t, i % 2) for i, t in enumerate(fresh + stored)])
+    outcome = land(state, [change])[change.id]
+    assert calls == [3, 0]  # encoded on the first try, found in memory on the second
+    assert outcome.encoded_texts == 3
+    encoder = other.store.query_encoder
+    assert set(other.store.cached_vectors(encoder, [text_hash(t) for t in fresh])) == {text_hash(t) for t in fresh}
+    assert Registry.open(home).check().ok
+
+
+def test_the_writer_reads_its_job_table_only_under_the_queue_s_lock(monkeypatch, tmp_path):
+    """Request threads add jobs while the writer forgets old finished ones: the writer walked the table without
+    the lock, and a job added during the walk ("dictionary changed size during iteration") killed the writer
+    thread, so every later write waited and answered 202 forever."""
+    from registry.service import jobs
+    from registry.service.writer import JobSpec
+
+    monkeypatch.setattr(jobs, "land_jobs", lambda state, specs: {s.id: {"name": s.name} for s in specs})
+    queue = jobs.JobQueue(types.SimpleNamespace(home=tmp_path, warm=lambda: None, readers_waiting=lambda: False),
+                          keep_finished=1)
+    unlocked = []
+
+    class Watched(dict):
+        def values(self):
+            unlocked.append(not queue._cond._is_owned())
+            return super().values()
+
+    queue._jobs = Watched(queue._jobs)
+    try:
+        records = [queue.submit(JobSpec(id=queue.new_id(), kind="add", name=f"m{i}")) for i in range(3)]
+        for record in records:
+            assert record.event.wait(30) and record.state == "done"
+    finally:
+        queue.stop()
+    assert unlocked and not any(unlocked)
+    assert len(queue._jobs) <= 2  # the old finished ones forgotten (readable from their files)

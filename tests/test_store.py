@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +50,48 @@ def test_journal_left_by_a_dead_writer_is_rolled_back_on_open(tmp_path):
     store._db.open_table(QUERIES).add(_query_rows("half-written"))
     reopened = Store(tmp_path / "h")
     assert reopened.read(QUERIES).column("query_id").to_pylist() == ["a"]
+    assert not (tmp_path / "h" / "journal.json").exists()
+
+
+def test_a_transaction_belongs_to_the_thread_that_opened_it(tmp_path):
+    """One Store shared by threads (the service's writer thread and its request threads): a second thread's
+    transaction waits for the first to end and lands on its own; it used to join the first one, skip the lock,
+    and fail half-way once that one had ended."""
+    store = Store(tmp_path / "h")
+    first_open, first_may_end, second_open = threading.Event(), threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def first():
+        with store.transaction():
+            store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a"))
+            first_open.set()
+            first_may_end.wait(10)
+
+    def second():
+        first_open.wait(10)
+        try:
+            with store.transaction():
+                second_open.set()
+                store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("b"))
+                with pytest.raises(RuntimeError, match="boom"):
+                    with store.transaction():  # nested in its own thread: joins its own transaction
+                        raise RuntimeError("boom")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    before = store.landed_generation()
+    for t in threads:
+        t.start()
+    assert first_open.wait(30)
+    entered_early = second_open.wait(0.5)
+    first_may_end.set()
+    for t in threads:
+        t.join(20)
+    assert not entered_early, "the second thread's transaction opened inside the first one's"
+    assert not failures and second_open.is_set()
+    assert sorted(store.read(QUERIES).column("query_id").to_pylist()) == ["a", "b"]
+    assert store.landed_generation() - before == 2  # two transactions, each committed on its own
     assert not (tmp_path / "h" / "journal.json").exists()
 
 

@@ -86,13 +86,14 @@ def land_one(view, change: Change) -> ModelChange:
 
 
 def land(view, changes: list[Change], *,
-         on_commit: Callable[[Any, dict[str, ModelChange]], None] | None = None
+         on_commit: Callable[[Any, dict[str, ModelChange]], None] | None = None, _encoded: set[str] | None = None
          ) -> dict[str, ModelChange | RegistryError]:
     """Land these changes (distinct names); per change id its `ModelChange`, or the error that failed it.
     `view` gives the store, the active encoder and query vectors (registry.operations.StoreView, or the
     service's warm state); `on_commit(store, results)` runs inside the transaction (the service writes its
     jobs' completion rows there, so a job and its model land together)."""
     outcomes: dict[str, ModelChange | RegistryError] = {}
+    encoded = set() if _encoded is None else _encoded  # text hashes encoded for these changes, over every attempt
     try:
         for attempt in range(_ATTEMPTS):
             try:
@@ -100,9 +101,9 @@ def land(view, changes: list[Change], *,
                 # writer elsewhere cannot starve this one; the first ones leave other writers free.
                 if attempt == _ATTEMPTS - 1:
                     with view.store.transaction():
-                        stored = _land(view, changes, outcomes, on_commit)
+                        stored = _land(view, changes, outcomes, on_commit, encoded)
                 else:
-                    stored = _land(view, changes, outcomes, on_commit)
+                    stored = _land(view, changes, outcomes, on_commit, encoded)
                 view.vectors_stored(*stored)  # committed: the view need not offer them to the next write
                 landed = view.store.landed_generation()  # read after: this one's, or a later write's
                 for outcome in outcomes.values():
@@ -117,7 +118,7 @@ def land(view, changes: list[Change], *,
         else:
             for change in changes:  # one change spoilt the batch: find it by landing each alone
                 if change.id not in outcomes:
-                    outcomes.update(land(view, [change], on_commit=on_commit))
+                    outcomes.update(land(view, [change], on_commit=on_commit, _encoded=encoded))
     return outcomes
 
 
@@ -166,7 +167,7 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
     return _Prepared(change, record, existing, new_queries, warnings=warnings)
 
 
-def _land(view, changes: list[Change], outcomes, on_commit) -> tuple[str, list[str]]:
+def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[str]) -> tuple[str, list[str]]:
     """Land `changes` in one transaction, filling `outcomes`; (the query encoder, the text hashes whose
     vectors the store holds now that it may not have held before)."""
     from encoder.data import EvalData
@@ -250,6 +251,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> tuple[str, list[s
     # Query vectors: the view's caches, then the store's, then one encoding batch for the rest.
     wanted = sorted({h for p in prepared for h in p.hashes})
     vectors, encoded = view.text_vectors(active.query_encoder, {h: texts.get(h) for h in wanted}, bulk=True)
+    encoded_before.update(encoded)  # an attempt after this one finds them in the view's memory, not encoded
 
     # One forward pass of F over every model of the batch (padded sets, see embed_models).
     position = {h: i for i, h in enumerate(wanted)}
@@ -314,7 +316,7 @@ def _land(view, changes: list[Change], outcomes, on_commit) -> tuple[str, list[s
             results[p.change.id] = ModelChange(
                 name=p.change.name, version=row["version"], event=event,
                 encoder_id=active.encoder_id, n_evals=row["n_evals"], new_evaluations=p.new_evaluations,
-                encoded_texts=sum(1 for _, d in p.new_queries if d in encoded),
+                encoded_texts=sum(1 for _, d in p.new_queries if d in encoded_before),
                 warnings=list(p.change.batch.warnings) + p.warnings + _thin(p.change.name, row["n_evals"]))
         store.upsert(MODELS, model_rows, MODEL_SCHEMA, "name")
         store.append(VERSIONS, [version_row(row, event, now) for row, event in zip(model_rows, events)],

@@ -255,11 +255,12 @@ class JobQueue:
         return True
 
     def _forget_old(self) -> None:
-        finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]
-        if len(finished) > self.keep_finished:
-            finished.sort(key=lambda j: j.finished or 0)
-            for job in finished[: len(finished) - self.keep_finished]:
-                self._jobs.pop(job.spec.id, None)  # still readable from its file
+        with self._cond:  # request threads add jobs meanwhile: a dict changing size under the loop killed the writer
+            finished = [j for j in self._jobs.values() if j.state in ("done", "failed")]
+            if len(finished) > self.keep_finished:
+                finished.sort(key=lambda j: j.finished or 0)
+                for job in finished[: len(finished) - self.keep_finished]:
+                    self._jobs.pop(job.spec.id, None)  # still readable from its file
 
 
 def _status_of(err: Exception) -> int:

@@ -534,7 +534,10 @@ class WarmState(StoreView):
         if rest:
             more, encoded = super().text_vectors(encoder, rest, bulk=bulk)
             self.text_misses += len(rest)
-            self.remember(encoder, more, unstored=() if bulk else encoded)  # a write stores what it encodes
+            # unstored until a write commits them (`vectors_stored`), a write's own texts too: one that lands
+            # again (another writer moved the tables, or a batch landed one job at a time after a failure)
+            # finds them here, not encoded, and must still store them
+            self.remember(encoder, more, unstored=encoded)
             found.update(more)
         return found, encoded
 
