@@ -799,9 +799,11 @@ class Store:
             self._handles = self._names = None  # the rollback reads the tables as they are on disk
             if _lease_lost(exc):
                 raise  # another writer holds the home now and has rolled this journal back
-            self._rollback(journal["versions"])
+            if self.versions() != journal["versions"]:  # a refusal before any write changes nothing to undo
+                self._rollback(journal["versions"])
+                # a new token disowns what a reader cached of the half-written tables
+                self._bump_generation()
             # Only a finished rollback may drop the journal: if it failed, the next open retries.
-            self._bump_generation()
             (self.home / _JOURNAL).unlink()
             raise
         self._in_transaction = False

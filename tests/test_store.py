@@ -40,6 +40,25 @@ def test_failed_transaction_rolls_back_every_table(tmp_path):
     assert not (tmp_path / "h" / "journal.json").exists()
 
 
+def test_a_refusal_before_any_write_leaves_the_generation_as_it_was(tmp_path):
+    """Readers reload when the generation moves: a transaction refused before it wrote anything (a bad row
+    found inside it) has nothing to disown and must not send them reloading; one that wrote and failed does."""
+    store = Store(tmp_path / "h")
+    with store.transaction():
+        store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("a"))
+    before = store.landed_generation()
+    with pytest.raises(RuntimeError, match="refused"):
+        with store.transaction():
+            raise RuntimeError("refused")
+    assert store.landed_generation() == before
+    with pytest.raises(RuntimeError, match="half-way"):
+        with store.transaction():
+            store.table(QUERIES, QUERY_SCHEMA).add(_query_rows("b"))
+            raise RuntimeError("half-way")
+    assert store.landed_generation() == before + 1
+    assert store.read(QUERIES).column("query_id").to_pylist() == ["a"]
+
+
 def test_journal_left_by_a_dead_writer_is_rolled_back_on_open(tmp_path):
     store = Store(tmp_path / "h")
     with store.transaction():
