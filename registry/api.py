@@ -637,11 +637,14 @@ class Registry:
             shown = pointed["name"] + ("" if pointed.get("version") is None else f"@{pointed['version']}")
             raise InputError(f"{name!r} is an alias (of {shown}); an alias points at a model, not at another alias: "
                              f"point {alias!r} at {shown}", field="target")
-        past = history(self.store, name)  # "no model named ..." with suggestions
+        try:
+            past = history(self.store, name)  # "no model named ..." with suggestions
+        except NotFoundError as err:
+            raise NotFoundError(err.problem, field="target") from None
         versions = sorted({int(entry.version) for entry in past.versions})
         if version is not None and version not in versions:
             raise NotFoundError(f"model {name!r} has no version {version} (versions: "
-                                f"{', '.join(map(str, versions))})")
+                                f"{', '.join(map(str, versions))})", field="target")
         entry = {"name": name, "version": version}
 
         def change(config: dict[str, Any]) -> None:

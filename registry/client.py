@@ -93,6 +93,12 @@ class _BaseClient:
         self._seen = 0  # session: the newest generation an answer carried
         self._seen_lock = threading.Lock()
         self.url = url.rstrip("/")
+        try:
+            scheme = httpx.URL(self.url).scheme
+        except httpx.InvalidURL as err:
+            raise InputError(f"server URL {url!r} is not a URL: {err}", field="url") from None
+        if scheme not in ("http", "https"):
+            raise InputError(f"server URL {url!r}: give http://HOST:PORT or https://HOST:PORT", field="url")
 
     @property
     def generation(self) -> int:
@@ -114,8 +120,18 @@ class _BaseClient:
             kwargs["data"] = call.form or {}
         return kwargs
 
-    def _unreachable(self, err: Exception) -> RegistryError:
+    def _unreachable(self, err: Exception, call: _Call) -> RegistryError:
+        if isinstance(err, httpx.TimeoutException) and not isinstance(err, httpx.ConnectTimeout):
+            landing = " (a write may still land: read it back before sending it again)" if call.method != "GET" else ""
+            return RegistryError(f"{call.method} {call.path}: the registry service at {self.url} did not answer "
+                                 f"within the client's timeout ({type(err).__name__}; `timeout=` sets it){landing}")
         return RegistryError(f"cannot reach the registry service at {self.url}: {err}")
+
+    @staticmethod
+    def _unsendable(err: ValueError, call: _Call) -> InputError:
+        """A body JSON cannot carry (httpx refuses NaN and infinity, as the service would)."""
+        return InputError(f"{call.method} {call.path}: the request holds a number JSON cannot carry (NaN or "
+                          f"infinity): {err}", field="body")
 
     def _result(self, call: _Call, response: httpx.Response):
         """The result of `call`, or the registry's error for what the service answered."""
@@ -132,7 +148,7 @@ class _BaseClient:
             raise RegistryError(f"{method} {path}: HTTP {response.status_code}: {response.text[:200]}") from None
         message = error.get("message") or f"HTTP {response.status_code}"
         if response.status_code == 404 or error.get("type") == "NotFoundError":
-            raise NotFoundError(message)
+            raise NotFoundError(message, field=error.get("field"))
         if response.status_code in (401, 403):
             raise RegistryError(f"{message} (set ${TOKEN_ENV} to the server's token)")
         if response.status_code in (413, 422) or error.get("type") in ("InputError", "ValidationError",
@@ -342,7 +358,11 @@ class RegistryClient(_BaseClient):
                 with open(call.upload, "rb") as handle:
                     response = self._http.request(call.method, call.path, **self._request(call, handle))
         except httpx.HTTPError as err:
-            raise self._unreachable(err) from None
+            raise self._unreachable(err, call) from None
+        except ValueError as err:
+            if "JSON compliant" not in str(err):
+                raise
+            raise self._unsendable(err, call) from None
         return self._result(call, response)
 
 
@@ -373,7 +393,11 @@ class AsyncRegistryClient(_BaseClient):
                 with open(call.upload, "rb") as handle:  # httpx reads a file part from a plain handle
                     response = await self._http.request(call.method, call.path, **self._request(call, handle))
         except httpx.HTTPError as err:
-            raise self._unreachable(err) from None
+            raise self._unreachable(err, call) from None
+        except ValueError as err:
+            if "JSON compliant" not in str(err):
+                raise
+            raise self._unsendable(err, call) from None
         return self._result(call, response)
 
 

@@ -42,7 +42,7 @@ def check_model_name(name: str, *, file: str | Path | None = None, line: int | N
         raise InputError(f"model name of {len(name):,} characters (starting {name[:40]!r}); the limit is "
                          f"{MAX_NAME_CHARS}", file=file, line=line, field=field)
     check_utf8(name, file=file, line=line, field=field)
-    if _first_of(name, ("Cc",)) is not None:  # line breaks, tabs, NUL, escapes, DEL, C1
+    if _first_of(name, LINE_BREAKING) is not None:  # line breaks (U+2028 too), tabs, NUL, escapes, DEL, C1
         raise InputError(f"model name {name[:60]!r} holds a control character (a line break, tab, NUL, ...)",
                          file=file, line=line, field=field)
     if name in (".", ".."):  # a URL path segment that clients normalise away: /v1/models/. is /v1/models/
@@ -77,11 +77,26 @@ def check_task_name(task: str, *, file: str | Path | None = None, line: int | No
         raise InputError(f"task name of {len(task):,} characters; the limit is {MAX_NAME_CHARS}",
                          file=file, line=line, field=field)
     check_utf8(task, file=file, line=line, field=field)
-    bad = _first_of(task, ("Cc", "Cf"))
+    bad = _first_of(task, UNPRINTABLE)
     if bad is not None:
         raise InputError(f"task {task[:60]!r} holds U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}), "
                          "a control or invisible formatting character", file=file, line=line, field=field)
     return task
+
+
+# Unicode categories refused in names: Cc (controls: line breaks, tabs, NUL, escapes), Zl and Zp (the line and
+# paragraph separators U+2028 and U+2029, line breaks to str.splitlines and JavaScript); UNPRINTABLE adds Cf
+# (invisible format characters: zero-width, bidi overrides)
+LINE_BREAKING = ("Cc", "Zl", "Zp")
+UNPRINTABLE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def first_unprintable(text: str, *, breaks_ok: bool = False) -> str | None:
+    """The first control, line-separator or invisible format character of `text`, or None; `breaks_ok`: line
+    breaks, tabs and format characters pass (free text), NUL, escapes and the other controls do not."""
+    if breaks_ok:
+        return next((c for c in text if unicodedata.category(c) == "Cc" and c not in "\n\r\t"), None)
+    return _first_of(text, UNPRINTABLE)
 
 
 def _first_of(text: str, categories: tuple[str, ...]) -> str | None:

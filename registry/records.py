@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from registry.limits import DEFAULT_TASK, LONE_SURROGATE, lone_surrogate
+from registry.limits import DEFAULT_TASK, LONE_SURROGATE, first_unprintable, lone_surrogate
 
 __all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
 
@@ -181,7 +181,12 @@ class ModelRecord(BaseModel):
             if is_reserved_key(key):
                 raise ValueError(f"{key[:40]!r} is a column of its own, not a metadata key (reserved: "
                                  f"{', '.join(RESERVED_KEYS)} and task:NAME); name it otherwise")
+            # checked here, where metadata comes in (CLI, HTTP, files), not on the record: a home that stored
+            # such a value before keeps reading it
+            _check_printable(key, "metadata key", first_unprintable(key))
             value = raw.strip() if isinstance(raw, str) else raw
+            for text in (t for t in (value if isinstance(value, list) else [value]) if isinstance(t, str)):
+                _check_printable(key, "metadata value", first_unprintable(text, breaks_ok=key not in METADATA_FIELDS))
             if value == "":
                 value = None
             if key == "params_b" and value is not None:
@@ -212,6 +217,15 @@ class ModelRecord(BaseModel):
 def is_reserved_key(key: str) -> bool:
     """Whether a metadata key would shadow one of a model's own columns (RESERVED_KEYS, task:NAME)."""
     return key in RESERVED_KEYS or key.startswith("task:")
+
+
+def _check_printable(key: str, what: str, bad: str | None) -> None:
+    if bad is not None:
+        import unicodedata
+
+        named = unicodedata.name(bad, "")
+        raise ValueError(f"{key[:40]!r}: a {what} holds U+{ord(bad):04X}{f' ({named})' if named else ''}, a control, "
+                         "line-separator or invisible formatting character")
 
 
 def _check_price(key: str, value: Any) -> None:

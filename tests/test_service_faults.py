@@ -675,3 +675,85 @@ def test_the_writer_reads_its_job_table_only_under_the_queue_s_lock(monkeypatch,
         queue.stop()
     assert unlocked and not any(unlocked)
     assert len(queue._jobs) <= 2  # the old finished ones forgotten (readable from their files)
+
+
+@pytest.mark.parametrize("send, field, says", [
+    (dict(content=b"hello", headers={"content-type": "text/plain"}), "body", "valid dictionary"),
+    (dict(content=b"null", headers={"content-type": "application/json"}), "body", "valid dictionary"),
+    (dict(json=[1, 2]), "body", "valid dictionary"),
+    (dict(json={"query": "hi", "queries": ["a"]}), "body", "exactly one of query"),
+])
+def test_a_body_that_is_wrong_as_a_whole_names_the_body(client, send, field, says):
+    r = client.post("/v1/route", **send)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == field and says in error["message"] and error["message"].startswith("body: ")
+
+
+@pytest.mark.parametrize("metadata, status, field, says", [
+    ({"foo": {"a": 1}}, 422, "metadata.foo", "not an object"),  # was metadata.foo.str: a union branch's name
+    ({"tags": [1, 2]}, 422, "metadata.tags", "not a list holding a number"),
+    ({"fo\u0000o": "x"}, 422, "metadata", "U+0000"),
+    ({"family": "ll\nama"}, 422, "metadata", "U+000A"),  # an identifier: printed in tables, grouped by
+    ({"provider": "a\u202eb"}, 422, "metadata", "RIGHT-TO-LEFT OVERRIDE"),
+    ({"notes": "line one\nline two\tand a tab"}, 201, None, None),  # free text keeps its line breaks
+])
+def test_metadata_refused_names_its_key_and_what_is_wrong(client, metadata, status, field, says):
+    r = client.post("/v1/models", headers=AUTH, json={"name": "meta-probe", "metadata": metadata,
+                                                      "evaluations": [{"query": "What is 2 + 2?", "score": 1}]})
+    assert r.status_code == status, r.text
+    if status == 201:
+        assert client.get("/v1/models/meta-probe").json()["record"]["extra"]["notes"] == metadata["notes"]
+        return
+    error = r.json()["error"]
+    assert error["field"] == field and says in error["message"], error
+    assert client.get("/v1/models/meta-probe").status_code == 404  # nothing stored
+
+
+def test_a_line_separator_in_a_name_is_refused_as_a_line_break(client):
+    r = client.post("/v1/models", headers=AUTH, json={"name": "two\u2028lines",
+                                                      "evaluations": [{"query": "What is 2 + 2?", "score": 1}]})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "name", r.text
+
+
+def test_an_alias_at_an_unknown_model_names_its_target_here_and_through_the_client(client):
+    import httpx
+
+    from registry.client import RegistryClient
+    from registry.errors import NotFoundError
+
+    r = client.put("/v1/aliases/pointer", headers=AUTH, json={"target": "no-such-model"})
+    assert r.status_code == 404 and r.json()["error"]["field"] == "target", r.text
+    # the client reading that answer (it dropped the field)
+    replay = httpx.MockTransport(lambda request: httpx.Response(r.status_code, json=r.json()))
+    reg = RegistryClient("http://registry.test", token=TOKEN, transport=replay)
+    with pytest.raises(NotFoundError) as caught:
+        reg.set_alias("pointer", "no-such-model")
+    assert caught.value.field == "target" and "no-such-model" in str(caught.value)
+
+
+def test_the_client_says_what_is_wrong_with_its_url_its_numbers_and_a_late_answer():
+    import httpx
+
+    from registry.client import RegistryClient
+    from registry.errors import InputError, RegistryError
+
+    for url in ("http://[::1", "localhost:8000"):
+        with pytest.raises(InputError) as caught:
+            RegistryClient(url)
+        assert caught.value.field == "url" and url in str(caught.value)
+    sent = []
+
+    def late(request):
+        sent.append(request)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with RegistryClient("http://registry.test", token=TOKEN, transport=httpx.MockTransport(late)) as reg:
+        with pytest.raises(InputError) as caught:
+            reg.similar([float("nan")] * 4)
+        assert caught.value.field == "body" and "NaN" in str(caught.value) and not sent  # refused before sending
+        with pytest.raises(RegistryError, match="did not answer within the client's timeout") as caught:
+            reg.show("anything")
+        assert "may still land" not in str(caught.value)
+        with pytest.raises(RegistryError, match="a write may still land"):
+            reg.remove("anything")

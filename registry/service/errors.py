@@ -70,9 +70,10 @@ async def _validation(request: Request, err: RequestValidationError):
         return error_response(422, "ValidationError", f"body: not JSON ({first.get('msg', 'decode error')}{at})",
                               field="body")
     loc = [str(p) for p in first.get("loc", ())]
+    whole_body = loc == ["body"]  # not an object, absent, or two fields that exclude each other: the body's own
     if loc and loc[0] in ("body", "query", "path", "form", "header"):
         loc = loc[1:]  # where the field sits (body, query string) is not part of its name
-    field = ".".join(loc) or None
+    field = ".".join(loc) or ("body" if whole_body else None)
     message = first.get("msg", "invalid request")
     message = message.removeprefix("Value error, ")  # our validators' own words, as a path refusal says them
     if field and first.get("type") in ("too_long", "string_too_long"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WrapValidator, field_validator, model_validator
 
 from registry.evidence import MIN_EVALS
 from registry.limits import MAX_EVALS_PER_MODEL
@@ -22,6 +22,31 @@ MaxEvals = Field(default=None, ge=1, le=MAX_EVALS_PER_MODEL,
 Where = Field(default=None, max_length=LIMITS.max_where_chars,
               description="metadata filter, e.g. 'access == open and params_b <= 70'")
 Scalar = str | float | int | bool | None
+
+
+def _one_metadata_value(value, handler):
+    """The value checked as its union is, refused in one message of ours: pydantic names the branch it tried
+    first (`metadata.family.str: Input should be a valid string`), which is no field the client wrote."""
+    from pydantic import ValidationError
+
+    try:
+        return handler(value)
+    except ValidationError:
+        if isinstance(value, list):
+            odd = next((item for item in value if not isinstance(item, str)), None)
+            what = f"a list holding {_json_kind(odd)}" if odd is not None else "this list"
+        else:
+            what = _json_kind(value)
+        raise ValueError(f"a metadata value is text, a number, true/false, null or a list of texts (tags), "
+                         f"not {what}") from None
+
+
+def _json_kind(value) -> str:
+    return {dict: "an object", list: "a list", bool: "true/false", str: "text", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+MetadataValue = Annotated[Scalar | list[str], WrapValidator(_one_metadata_value)]
 
 __all__ = ["EvaluationIn", "AddModelRequest", "RefineRequest", "RouteRequest", "ProfileRequest",
            "SimilarByVector", "JobView", "RouteResponse", "Health"]
@@ -74,7 +99,7 @@ class AddModelRequest(_Strict):
 
     name: str = Name
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
-    metadata: dict[str, Scalar | list[str]] = Field(default_factory=dict, max_length=64)
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=64)
     replace: bool = False
     max_evals: int | None = MaxEvals
     wait: bool = Field(default=True, description="wait for the embedding job and answer with its result")
