@@ -695,6 +695,10 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
     if drift_run:
         from cli.drift import run_drift_audit
 
+        if model is not None:  # it ran every model, and moved the marker past them all
+            raise click.UsageError(f"--drift runs every model refined since the last run; one model's drift: "
+                                   f"`registry drift {model}`")
+
         return run_drift_audit(ctx, alpha=alpha, max_noise=max_noise, as_json=as_json)
     check_fraction_option("--alpha", alpha)
     check_fraction_option("--max-noise", max_noise)

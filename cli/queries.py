@@ -29,8 +29,9 @@ def _echo_queries(listed) -> None:
     if not listed.total:
         click.echo("no queries yet (registry import PATH)")
         return
-    width = max(8, max(len(q.id) for q in listed.queries))
-    click.echo(f"{'query_id':<{width}}  {'task':<16} text")
+    width = max([8] + [len(q.id) for q in listed.queries])
+    if listed.queries:  # a page past the end has none
+        click.echo(f"{'query_id':<{width}}  {'task':<16} text")
     for q in listed.queries:
         click.echo(f"{q.id:<{width}}  {q.task:<16} {one_line(q.text, TEXT_WIDTH)}")
     scope = f" in task {listed.task}" if listed.task else ""

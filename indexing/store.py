@@ -254,6 +254,9 @@ class Store:
                 self.home.mkdir(parents=True)
             elif not self.home.is_dir():
                 raise RegistryError(f"registry home {self.home} is not a directory")
+            elif not create and not (self.home / _CONFIG).is_file() and not (self.home / "db").is_dir():
+                # a directory that is no registry: a read must not make it one (writing config.json and db/)
+                raise RegistryError(f"no registry at {self.home} (run `registry init`)")
         # Whether a transaction is open, and its kept handles, belong to the thread that opened it: a service
         # shares one Store between its writer thread and request threads, and a second thread that took the
         # first one's open transaction for its own would skip the lock and write into it (or, once it ended,

@@ -70,6 +70,7 @@ class Registry:
 
         # every operation reads through this view (registry.operations): the store, opened on first use
         self._view = StoreView(as_path(home) if home is not None else store.home, store)
+        self._made_here = False
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
@@ -82,7 +83,10 @@ class Registry:
         if create or not path.exists():
             from indexing.store import Store
 
-            return cls(Store(path, create=create))
+            made = create and not is_remote(path) and not path.exists()
+            reg = cls(Store(path, create=create))
+            reg._made_here = made  # a first import that fails takes the home it made away again
+            return reg
         if not path.is_dir():
             raise RegistryError(f"registry home {path} is not a directory")
         return cls(home=path)
@@ -156,8 +160,23 @@ class Registry:
         `encoder` makes it the registry's query encoder (as `registry init --encoder` would).
         `log(line)` hears each stage (reading, checking, encoding with counts, writing). The tables
         get the import whole or not at all; texts encoded before an interruption stay in the vector
-        cache.
+        cache. A refused import into a home that `Registry.open` made for it leaves no home behind.
         """
+        try:
+            report = self._import_path(path, format=format, id_prefix=id_prefix, encoder=encoder, encode=encode,
+                                       query_embeddings=query_embeddings, query_ids=query_ids, metadata=metadata,
+                                       log=log, **options)
+        except BaseException:
+            if self._made_here:
+                from indexing.home import remove_tree
+
+                remove_tree(self.home)
+            raise
+        self._made_here = False
+        return report
+
+    def _import_path(self, path, *, format, id_prefix, encoder, encode, query_embeddings, query_ids, metadata, log,
+                     **options: Any) -> ImportReport:
         import time
 
         from encoder.query_encoder import canonical_encoder_name
@@ -629,6 +648,13 @@ class Registry:
         live = live_versions(self.store)
         if alias in live:
             raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
+        try:
+            history(self.store, alias)
+        except NotFoundError:
+            pass
+        else:  # `restore NAME` would then act on the alias's model, and the removed one could not come back
+            raise RegistryError(f"{alias!r} is a removed model's name (`registry restore {alias}` brings it back); "
+                                "an alias must not hide it: choose another alias")
         if not isinstance(target, str) or not target:
             raise InputError(f"an alias points at NAME or NAME@VERSION (text), not {target!r}", field="target")
         name, version = split_version(target, set(live))

@@ -333,6 +333,13 @@ def refine_change(view: StoreView, name: str, evaluations, *, max_evals: int | N
     from registry.catalog.models import evaluations_batch
     from registry.catalog.landing import Change
 
+    from registry.catalog.aliases import read_aliases
+
+    pinned = read_aliases(view.home).get(name) if isinstance(name, str) else None
+    if pinned is not None and pinned.get("version") is not None:  # the refine's new version would strand it
+        raise InputError(f"alias {name!r} is pinned to {pinned['name']}@{pinned['version']}: a refine makes a new "
+                         f"version, which the alias would not follow; refine {pinned['name']} itself (and re-point "
+                         "the alias if it should follow)", field="name")
     name = view.resolve(name)
     return Change(id=id, kind="refine", name=name, batch=evaluations_batch(name, evaluations),
                   max_evals=max_evals, source=source)

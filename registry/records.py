@@ -78,6 +78,8 @@ def check_score(value: Any) -> float:
     if isinstance(value, str):
         text = value.strip()
         try:
+            if "_" in text:  # Python reads 0_1 as 1 and 1_0 as 10: no CSV writer means that
+                raise ValueError
             value = float(text)
         except ValueError:
             raise ValueError(f"score {text!r} is not a number") from None

@@ -51,6 +51,9 @@ def test_offset_pages_through_the_queries_by_id(tiny):
     assert result.exit_code == 0, result.output
     assert [line.split()[0] for line in result.output.splitlines()[1:3]] == every[2:4]
     assert result.output.splitlines()[-1].startswith("3-4 of 5 queries")
+    past = run(tiny, "queries", "--offset", "5")  # a page past the end: its empty table crashed max()
+    assert past.exit_code == 0 and past.output.splitlines() == [
+        "none from 6 of 5 queries (--limit N, 0 for all; --offset N for the next page; --json for whole texts)"]
 
 
 def test_unknown_task_and_bad_limit_are_input_errors_naming_the_field(tiny):

@@ -187,3 +187,61 @@ def test_a_name_not_found_is_named_by_the_option_it_came_in(home):
     for args, label in (((name, "nosuch"), "argument B"), (("nosuch", name), "argument A")):
         out = _cli(home, "compare", *args).output
         assert f"{label}: no model named 'nosuch' in the registry" in out
+
+
+def test_a_directory_that_is_no_registry_stays_untouched_by_reads_and_by_a_refused_first_import(tmp_path):
+    """A read of a directory that holds no registry wrote config.json and db/ into it (and `--home ""` did so
+    to the current directory); a first import that was refused left the home it had made behind."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for command in (["stats"], ["models", "list"], ["search", "x"]):
+        assert "no registry at" in _cli(plain, *command).output
+    assert list(plain.iterdir()) == []
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"model": "m", "query": "What is 2 + 2?", "score": 7}\n')
+    fresh = tmp_path / "fresh"
+    assert "outside [0, 1]" in _cli(fresh, "import", bad).output
+    assert not fresh.exists()
+    bad.write_text('{"model": "m", "query": "What is 2 + 2?", "score": 1}\n')
+    _cli(fresh, "import", bad, "--no-encode", code=0)
+    assert (fresh / "config.json").is_file()
+
+
+@pytest.mark.parametrize("row, field, words", [
+    ('{"model": {"a": 1}, "query": "q?", "score": 1}', "model", "expected text, not an object"),
+    ('{"model": true, "query": "q?", "score": 1}', "model", "expected text, not true/false"),
+    ('{"model": "a\\tb", "query": "q?", "score": 1}', "model", "control character"),  # with its line now
+])
+def test_a_json_lines_model_that_is_no_name_is_refused_at_its_line(home, tmp_path, row, field, words):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(row + "\n")
+    error = json.loads(_cli(home, "import", path, "--json").stdout)["error"]
+    assert (error["field"], error["line"], error["file"]) == (field, 1, str(path)) and words in error["message"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("model,query,score,score\nm,q?,1,0\n", "'score' appear more than once in the header"),
+    ("model,query,score\nm,q?,0_1\n", "score '0_1' is not a number"),  # float() read it as 1
+])
+def test_csv_cells_python_reads_leniently_are_refused(home, tmp_path, text, words):
+    path = tmp_path / "evals.csv"
+    path.write_text(text)
+    assert words in _cli(home, "add-model", "lenient", "--evals", path).output
+
+
+def test_an_alias_cannot_hide_a_removed_model_nor_be_refined_past_its_pin(home):
+    from registry import Registry
+    from registry.errors import InputError, RegistryError
+
+    reg = Registry.open(home)
+    gone, other = [m.name for m in reg.models()[:2]]
+    reg.remove(gone)
+    with pytest.raises(RegistryError, match="removed model's name"):
+        reg.set_alias(gone, other)  # `restore` would then have restored the alias's model
+    assert reg.restore(gone).name == gone
+    reg.set_alias("pinned", f"{other}@1")
+    query = reg.store.read("queries", ["query_id"]).column("query_id")[0].as_py()
+    with pytest.raises(InputError, match="pinned to") as caught:
+        reg.refine("pinned", [{"query_id": query, "score": 1}])
+    assert caught.value.field == "name" and reg.show(other).version == 1
+    assert "registry drift" in _cli(home, "audit", "--drift", "--model", other).output  # it ran every model

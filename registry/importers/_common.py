@@ -219,6 +219,10 @@ def read_csv(path: Path, required: tuple[str, ...], *,
     rows = _csv_rows(reader, path, lambda: start)
     header = next(rows)
     header = [column.strip() for column in header]
+    repeated = sorted({column for column in header if header.count(column) > 1})
+    if repeated:  # the last one read would win unseen (JSON Lines refuses a repeated key too)
+        raise InputError(f"column(s) {', '.join(map(repr, repeated))} appear more than once in the header",
+                         file=path, line=1)
     missing = [column for column in required if column not in header]
     if missing:
         raise InputError(
@@ -297,6 +301,11 @@ def parse_typed_score(value: object, *, file: Path | str, line: int, field: str)
 
 
 def required_text(value: object, *, file: Path | str, line: int, field: str) -> str:
+    """A name or id as text: a JSON Lines or Parquet integer id is written as one; an object, a list, true/false
+    or a fraction is refused (`{"a": 1}` became a model named "{'a': 1}")."""
+    if isinstance(value, (bool, float, dict, list, tuple)):
+        kind = {bool: "true/false", float: "a fraction", dict: "an object"}.get(type(value), "a list")
+        raise InputError(f"expected text, not {kind} ({str(value)[:40]})", file=file, line=line, field=field)
     text = "" if value is None else str(value).strip()
     if not text:
         raise InputError("empty value", file=file, line=line, field=field)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from registry.errors import InputError
-from registry.limits import check_evaluations_file, check_file_size, check_utf8
+from registry.limits import check_evaluations_file, check_file_size, check_model_name, check_utf8
 from registry.importers._common import (
     ImportBatch, parse_score, parse_typed_score, query_id_for_text, read_jsonl, required_text,
 )
@@ -149,7 +149,8 @@ def _add_each_row(
     tasked: list[tuple[str, str, int]] = []  # (query id, task, line) of every row that gives a task
     score_of = parse_score if kind == "csv" else parse_typed_score
     for line, row in rows:
-        model = required_text(row.get("model"), file=path, line=line, field="model")
+        model = check_model_name(required_text(row.get("model"), file=path, line=line, field="model"), file=path,
+                                 line=line, field="model")  # here, where the line is known
         score = score_of(row.get("score"), file=path, line=line, field="score")
         text = _optional_text(row.get("query"), file=path, line=line, field="query")
         given_id = _optional_text(row.get("query_id"), file=path, line=line, field="query_id")
