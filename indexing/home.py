@@ -105,12 +105,16 @@ def scratch_path(path: Path, suffix: str = "") -> Path:
 def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
     """An advisory lock on a local file (created if missing), exclusive or `shared`, across processes and
     threads alike (each holder opens the file itself). A shared lock whose file this process may not make
-    (a home it may only read) is skipped: the read goes ahead unlocked, as every read did before."""
+    (a home it may only read) is skipped: the read goes ahead unlocked, as every read did before; an
+    exclusive one is refused as a RegistryError saying so."""
     try:
         handle = open(path, "a+")
-    except PermissionError:
+    except OSError as err:  # not ours to write, or a read-only file system (EROFS)
         if not shared:
-            raise
+            from indexing.errors import RegistryError
+
+            raise RegistryError(f"cannot write to the registry at {path.parent}: {err.strerror} (a home this process "
+                                "may only read takes reads only)") from None
         yield
         return
     with handle:

@@ -315,7 +315,10 @@ class ModelIndex:
         # without opening LanceDB on every search
         if (save and (chosen or by != "locus") and token is not None and saved_token != token
                 and not transaction_open(home)):
-            snapshot._save(token)
+            try:
+                snapshot._save(token)
+            except (OSError, RegistryError):  # a home this process may only read: served from memory, unsaved
+                pass
         return snapshot
 
     def _save(self, token: str) -> None:
@@ -483,6 +486,13 @@ class SavedEvaluations:
         ordered = [names[i] for i in order]
         if generation(home) != token or transaction_open(home):
             return None  # a writer came in while the tables were read: what was read may not last
+        try:
+            return cls._saved(home, token, ordered, starts, codes, scores, query_ids, tasks)
+        except OSError:  # a home this process may only read
+            return None
+
+    @classmethod
+    def _saved(cls, home, token, ordered, starts, codes, scores, query_ids, tasks) -> "SavedEvaluations":
         directory = home / _INDEX_DIR
         directory.mkdir(parents=True, exist_ok=True)
         # the arrays under the generation's own name (two searches saving the same generation write the

@@ -11,6 +11,7 @@ JSON of the typed results (`registry.results`), so a read answers with the same 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -66,7 +67,8 @@ def _build(home: Path) -> dict[str, Any]:
         try:
             write_text_atomic(home / SNAPSHOT_FILE, json.dumps(snap), fsync=False)  # a cache, rebuilt when lost
         except (OSError, RegistryError):  # a home we may read but not write: answer anyway, just not faster next time
-            scratch_path(home / SNAPSHOT_FILE).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only file system refuses the unlink too
+                scratch_path(home / SNAPSHOT_FILE).unlink(missing_ok=True)
     return snap
 
 

@@ -245,3 +245,49 @@ def test_an_alias_cannot_hide_a_removed_model_nor_be_refined_past_its_pin(home):
         reg.refine("pinned", [{"query_id": query, "score": 1}])
     assert caught.value.field == "name" and reg.show(other).version == 1
     assert "registry drift" in _cli(home, "audit", "--drift", "--model", other).output  # it ran every model
+
+
+def _unshare_works() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="a read-only bind mount needs `unshare -m` (a mount namespace)")
+def test_a_home_on_a_read_only_file_system_answers_reads_and_refuses_writes_as_such(home, tmp_path):
+    """Reads keep caches in the home (the index, the snapshot, the audit's calibration); on a read-only mount
+    each of them ended in a traceback, and a write in one about `.lock`. Its caches are removed first, so
+    every read has one to write."""
+    import shutil
+    import subprocess
+    import sys
+
+    for cache in ("index", "audit", "fingerprints"):
+        shutil.rmtree(home / cache, ignore_errors=True)
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    cli_call = f"{sys.executable} -c 'from cli.main import cli; cli()' --home {mount}"
+    from registry import Registry
+
+    name = Registry.open(home).models()[0].name
+    commands = ["stats", f"search {name}", "audit", f"alias set foo {name}"]  # a cache each, and a write
+    script = [f"mount --bind {home} {mount} && mount -o remount,ro,bind {mount} || exit 99"]
+    script += [f"echo '@@ {i}'; {cli_call} {c} 2>&1; echo \"rc=$?\"" for i, c in enumerate(commands)]
+    done = subprocess.run(["unshare", "-m", "sh", "-c", "\n".join(script)], capture_output=True, text=True,
+                          timeout=600, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    if done.returncode == 99:
+        pytest.skip("this machine refuses a read-only bind mount")
+    answers = {commands[int(i)]: out for i, out in (part.split("\n", 1) for part in done.stdout.split("@@ ")[1:])}
+    assert set(answers) == set(commands), done.stdout[-2000:]
+    for command, output in answers.items():
+        assert "Traceback" not in output and "internal error" not in output, (command, output)
+        if command.startswith("alias"):
+            assert "rc=2" in output and "Read-only file system" in output, output
+        else:
+            assert output.rstrip().endswith("rc=0"), (command, output)
