@@ -1,7 +1,7 @@
 // Add a model: which stored queries to evaluate a new model on first (/v1/suggest-queries at the pool's
 // prior, downloadable as a JSON Lines file to fill in), then its evaluations uploaded as a file
 // (POST /v1/models/{name}/file, with the token): stored and embedded in one forward pass, no training.
-import { api, errorBox, field, h, modelHref, replace } from "./lib.js";
+import { api, errorBox, field, fieldProblem, h, modelHref, modelNameProblem, replace } from "./lib.js";
 
 const enc = encodeURIComponent;
 
@@ -65,8 +65,10 @@ function upload(root) {
     field("Metadata", meta),
     h("div", { class: "row" }, h("label", { for: "add-replace", class: "check" }, replaceBox, " Replace a model of that name (its history is kept)"),
       h("button", { type: "submit" }, "Add model")));
+  name.addEventListener("input", () => fieldProblem(name, null));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (!fieldProblem(name, modelNameProblem(name.value.trim()))) return; // before a request to /v1/models//file
     let metadata;
     try {
       metadata = metadataOf(meta.value);

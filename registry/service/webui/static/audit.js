@@ -3,6 +3,9 @@
 import { api, errorBox, field, h, params, replace, setParams } from "./lib.js";
 import { flagView } from "./model.js";
 
+// Holm's threshold of the run; 0 when no pair's p-value passes it (nothing can be flagged at this alpha).
+const level = (p) => (p > 0 ? `flag level p ≤ ${p.toExponential(1)}` : "no pair's p-value passes Holm's test at this alpha");
+
 export async function render(root) {
   const start = params();
   const model = h("input", { id: "audit-model", value: start.get("model") || "", placeholder: "every model", autocomplete: "off" });
@@ -28,7 +31,7 @@ export async function render(root) {
     const calibration = `${scope}: ${r.candidates} candidate pairs (${nearest}, ${r.metric}); pool calibration over ${cal.models} models and ` +
       `${cal.reference_pairs} reference pairs` + (cal.cached ? ` (cached${cal.stale ? ", from an older generation" : ""})` : "") +
       (cal.reference_kappa_median === null ? "" : `; reference pairs' median kappa ${cal.reference_kappa_median.toFixed(3)}`) +
-      `; alpha ${r.alpha} (flag level p ≤ ${r.flag_level_p.toExponential(1)}), max noise ${r.max_noise}; ${r.seconds.toFixed(2)} s.`;
+      `; alpha ${r.alpha} (${level(r.flag_level_p)}), max noise ${r.max_noise}; ${r.seconds.toFixed(2)} s.`;
     const duplicates = r.flags.filter((f) => f.label === "duplicate").length;
     replace(out, h("p", { id: "calibration" }, calibration),
       h("h2", {}, `Flagged pairs (${r.flags.length})`),

@@ -142,6 +142,42 @@ export function field(label, input, extra) {
   return h("label", { for: id }, label, input, extra || null);
 }
 
+// What is wrong with a name before it is sent (null: nothing). A model name goes in a URL path percent-encoded
+// ('/' too), but "." and ".." are segments browsers remove; an alias is a path segment of its own rules
+// (the registry's ALIAS_PATTERN).
+export function modelNameProblem(name) {
+  if (!name) return "type a model name";
+  if (name === "." || name === "..") return `a model cannot be named “${name}”: choose another name`;
+  return null;
+}
+
+export function aliasProblem(alias) {
+  if (!alias) return "type an alias";
+  if (!/^[A-Za-z][A-Za-z0-9_.-]{0,63}$/.test(alias)) {
+    return "an alias starts with a letter and holds only letters, digits, '-', '_' and '.' (at most 64 characters)";
+  }
+  return null;
+}
+
+// Say a problem next to its input (after its label, so not in its name; tied by aria-describedby, the input
+// marked invalid); null clears it. Returns whether the input is fine.
+export function fieldProblem(input, problem) {
+  const id = input.id + "-problem";
+  let note = document.getElementById(id);
+  if (!note && problem) {
+    note = h("span", { id, class: "field-problem", role: "alert" });
+    (input.closest("label") || input).after(note);
+    input.setAttribute("aria-describedby", [input.getAttribute("aria-describedby"), id].filter(Boolean).join(" "));
+  }
+  if (note) {
+    note.textContent = problem || "";
+    note.hidden = !problem;
+  }
+  if (problem) input.setAttribute("aria-invalid", "true");
+  else input.removeAttribute("aria-invalid");
+  return !problem;
+}
+
 export function accuracyBar(x) {
   const fill = h("span", { class: "bar-fill" });
   fill.style.width = `${Math.round(100 * (x || 0))}%`;

@@ -1,7 +1,7 @@
 // The map: every embedded model as a point of `registry map`'s projection (/v1/map), coloured by a
 // metadata field; hover names a point, a click (or Enter) opens its model; wheel/drag or the
 // buttons zoom and pan.
-import { api, errorBox, field, fmt, h, modelHref, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelHref, params, replace, setParams, whereHint } from "./lib.js";
 
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
   "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"];
@@ -34,7 +34,10 @@ function colouring(points) {
 
 export async function render(root) {
   const start = params();
-  const colourBy = h("select", { id: "color-by" }, h("option", { value: "" }, "(none)"));
+  // The address's choice is an option from the start, so the address and every draw read the select alone;
+  // the map's own fields fill it in once a draw has answered.
+  const asked = start.get("color_by") || "";
+  const colourBy = h("select", { id: "color-by" }, h("option", { value: "" }, "(none)"), asked ? h("option", { value: asked, selected: true }, asked) : "");
   const where = h("input", { id: "map-where", class: "wide", value: start.get("where") || "", spellcheck: "false", placeholder: "e.g. access == open" });
   const form = h("form", { class: "bar", "aria-label": "Map options" }, field("Colour by", colourBy), field("Only models where", where),
     h("button", { type: "submit" }, "Draw"),
@@ -109,20 +112,32 @@ export async function render(root) {
   svg.addEventListener("pointerup", endDrag);
   svg.addEventListener("pointercancel", endDrag);
 
-  async function draw(first) {
-    setParams({ color_by: colourBy.value, where: where.value.trim() });
+  let filled = false; // the select holds the map's fields
+  let generation = 0;
+  async function draw() {
+    const mine = ++generation;
+    const by = colourBy.value, filter = where.value.trim();
+    setParams({ color_by: by, where: filter });
     let map;
     try {
-      map = await api("/v1/map", { params: { color_by: first ? start.get("color_by") || "" : colourBy.value, where: where.value.trim() } });
+      map = await api("/v1/map", { params: { color_by: by, where: filter } });
     } catch (err) {
-      replace(message, errorBox(err));
+      if (mine !== generation) return;
+      replace(message, errorBox(err, whereHint(err)));
+      // an earlier map under this error would read as its answer: gone, with its caption and legend
+      caption.textContent = "";
+      replace(legend);
+      replace(svg);
       return;
     }
+    if (mine !== generation) return;
     replace(message);
-    if (first) {
-      const wanted = start.get("color_by") || (map.fields.includes("family") ? "family" : "");
-      replace(colourBy, h("option", { value: "" }, "(none)"), map.fields.map((f) => h("option", { value: f, selected: f === wanted }, f)));
-      if (wanted && wanted !== map.color_by) return draw(false);
+    if (!filled) {
+      filled = true;
+      const wanted = by || (asked ? "" : map.fields.includes("family") ? "family" : ""); // family unless the address chose
+      const fields = !wanted || map.fields.includes(wanted) ? map.fields : [...map.fields, wanted];
+      replace(colourBy, h("option", { value: "" }, "(none)"), fields.map((f) => h("option", { value: f, selected: f === wanted }, f)));
+      if (colourBy.value !== by) return draw();
     }
     const projection = map.projection.charAt(0).toUpperCase() + map.projection.slice(1);
     caption.textContent = `${map.n_models} models by ${map.by}. ${projection}; the axes keep ${fmt.pct(map.explained_variance.x)} and ${fmt.pct(map.explained_variance.y)} of ${map.share_of}` +
@@ -165,7 +180,7 @@ export async function render(root) {
         map.points.some((p) => p.value === null) ? h("span", {}, swatch(UNKNOWN), "unknown") : "");
     }
   }
-  form.addEventListener("submit", (event) => { event.preventDefault(); draw(false); });
-  colourBy.addEventListener("change", () => draw(false));
-  await draw(true);
+  form.addEventListener("submit", (event) => { event.preventDefault(); draw(); });
+  colourBy.addEventListener("change", () => draw());
+  await draw();
 }

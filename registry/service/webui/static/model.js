@@ -1,6 +1,6 @@
 // A model's page: record, versions (restore, aliases), accuracy per task, nearest models by LOCUS
 // and by behaviour, audit verdicts. Every number comes from a /v1 call.
-import { accuracyBar, api, compareHref, errorBox, field, fmt, h, modelLink, params, replace } from "./lib.js";
+import { accuracyBar, aliasProblem, api, compareHref, errorBox, field, fieldProblem, fmt, h, modelLink, params, replace } from "./lib.js";
 
 const enc = encodeURIComponent;
 
@@ -105,11 +105,14 @@ async function versions(name, el, refresh) {
   const versionsSeen = [...new Set(past.versions.map((v) => v.version))];
   const aliasVersion = h("select", { id: "alias-version" }, h("option", { value: "" }, "the live version"),
     versionsSeen.map((v) => h("option", { value: v }, `version ${v} only`)));
+  aliasName.addEventListener("input", () => fieldProblem(aliasName, null));
   const aliasForm = h("form", { class: "bar", "aria-label": "Set an alias", onsubmit: (event) => {
     event.preventDefault();
+    const alias = aliasName.value.trim();
+    if (!fieldProblem(aliasName, aliasProblem(alias))) return; // refused here: the API would answer a bare 404/405
     const target = past.name + (aliasVersion.value ? "@" + aliasVersion.value : "");
-    write(`setting alias ${aliasName.value}`, async () => {
-      const a = await api(`/v1/aliases/${enc(aliasName.value.trim())}`, { method: "PUT", body: { target }, write: true });
+    write(`setting alias ${alias}`, async () => {
+      const a = await api(`/v1/aliases/${enc(alias)}`, { method: "PUT", body: { target }, write: true });
       return `alias ${a.alias} → ${a.name}${a.version ? "@" + a.version : ""}`;
     });
   } }, field("Alias", aliasName), field("Points at", aliasVersion), h("button", { type: "submit" }, "Set alias"));
@@ -143,22 +146,28 @@ async function drift(name, el) {
   }
 }
 
-// A model without that vector (too few evaluations for a fingerprint: a 409) is a state, not a failure.
-const missing = (err) => (err.status === 409 ? h("p", { class: "muted", id: "no-fingerprint" }, err.message) : errorBox(err));
+// A model without a behaviour fingerprint (too few evaluations for one) is a state, not a failure: said in
+// the page's words. The search leaves `by` to the server, which answers by LOCUS for such a model (a 200,
+// so the browser logs no failed request); a 409 from an older server reads the same.
+const NO_FINGERPRINT = "This model has no behaviour fingerprint (too few of its evaluations are on the queries fingerprints are "
+  + "fitted on, or none are fitted in this registry yet): its nearest models are under “By LOCUS embedding”.";
+const noFingerprint = () => h("p", { class: "muted", id: "no-fingerprint" }, NO_FINGERPRINT);
+const missing = (err) => (err.status === 409 ? noFingerprint() : errorBox(err));
 
 async function neighbours(name, el) {
   const [byLocus, byBehaviour] = await Promise.allSettled([
-    api("/v1/similar", { params: { name, k: 10, by: "locus" } }), api("/v1/similar", { params: { name, k: 10, by: "fingerprint" } })]);
+    api("/v1/similar", { params: { name, k: 10, by: "locus" } }), api("/v1/similar", { params: { name, k: 10 } })]);
   const compare = (other) => h("a", { href: compareHref(name, other), "aria-label": `compare ${name} with ${other}` }, "compare");
-  const locus = byLocus.status === "fulfilled" ? h("table", { id: "near-locus" },
+  const locus = byLocus.status === "fulfilled" ? h("div", { class: "table-wrap" }, h("table", { id: "near-locus" },
     h("thead", {}, h("tr", {}, ["model", "cosine d", "family", ""].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, byLocus.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
-      h("td", {}, fmt.value(n.metadata.family)), h("td", {}, compare(n.name)))))) : errorBox(byLocus.reason);
-  const behaviour = byBehaviour.status === "fulfilled" ? h("table", { id: "near-behaviour" },
+      h("td", {}, fmt.value(n.metadata.family)), h("td", {}, compare(n.name))))))) : errorBox(byLocus.reason);
+  const behaviour = byBehaviour.status !== "fulfilled" ? missing(byBehaviour.reason)
+    : byBehaviour.value.by !== "fingerprint" ? noFingerprint() : h("div", { class: "table-wrap" }, h("table", { id: "near-behaviour" },
     h("thead", {}, h("tr", {}, ["model", "euclidean d", "behav. d", "kappa", "shared", ""].map((c) => h("th", { scope: "col" }, c)))),
     h("tbody", {}, byBehaviour.value.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
       h("td", { class: "num" }, (n.same_model ? "= " : "") + fmt.dist(n.behaviour_distance)), h("td", { class: "num" }, fmt.acc(n.agreement_kappa)),
-      h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))) : missing(byBehaviour.reason);
+      h("td", { class: "num" }, fmt.value(n.shared_queries)), h("td", {}, compare(n.name)))))));
   replace(el, h("h2", { id: "h-neighbours" }, "Nearest models"), h("div", { class: "grid2" },
     h("div", {}, h("h3", {}, "By LOCUS embedding"), locus),
     h("div", {}, h("h3", {}, "By behaviour fingerprint"), behaviour)),

@@ -1,16 +1,27 @@
 // Models: the table of every model, paged, sorted and filtered by the server (/v1/table).
 import { api, errorBox, field, fmt, h, modelHref, modelLink, params, replace, setParams } from "./lib.js";
 
+const LIMITS = [25, 50, 100, 200];
+const MAX_LIMIT = 500; // /v1/table's largest page
+
+// A whole number from the address, at least lo (at most hi), else the default: a bad deep link reads as none.
+function whole(text, fallback, lo, hi) {
+  const n = text === null || text.trim() === "" ? NaN : Number(text);
+  return Number.isInteger(n) && n >= lo ? Math.min(n, hi) : fallback;
+}
+
 export async function render(root) {
   const start = params();
   const state = {
     q: start.get("q") || "", where: start.get("where") || "", sort: start.get("sort") || "name",
-    order: start.get("order") || "asc", offset: Number(start.get("offset") || 0), limit: Number(start.get("limit") || 50),
+    order: start.get("order") || "asc", offset: whole(start.get("offset"), 0, 0, 1e9), limit: whole(start.get("limit"), 50, 1, MAX_LIMIT),
   };
   const q = h("input", { id: "q", type: "search", value: state.q, placeholder: "part of a name", autocomplete: "off" });
   const where = h("input", { id: "where", class: "wide", value: state.where, spellcheck: "false",
     placeholder: "e.g. family == alpha and params_b <= 13", "aria-describedby": "where-help" });
-  const limit = h("select", { id: "limit" }, [25, 50, 100, 200].map((n) => h("option", { value: n, selected: n === state.limit }, n)));
+  // a deep link's own page size (?limit=5) is offered beside the usual ones, so Apply keeps it
+  const sizes = [...new Set([...LIMITS, state.limit])].sort((a, b) => a - b);
+  const limit = h("select", { id: "limit" }, sizes.map((n) => h("option", { value: n, selected: n === state.limit }, n)));
   const form = h("form", { class: "bar", role: "search", "aria-label": "Filter models" },
     field("Search names", q), field("Filter (where)", where), field("Rows per page", limit),
     h("button", { type: "submit" }, "Apply"),
@@ -34,6 +45,7 @@ export async function render(root) {
   form.addEventListener("submit", (event) => { event.preventDefault(); apply(); });
 
   let generation = 0;
+  let refocus = null; // the sort or page button that asked for this load: focused again in the rebuilt table
   async function load() {
     const mine = ++generation;
     setParams({ q: state.q, where: state.where, sort: state.sort === "name" ? "" : state.sort,
@@ -46,9 +58,18 @@ export async function render(root) {
       if (mine !== generation) return;
       replace(message, errorBox(err));
       if (err.field === "where") where.setAttribute("aria-invalid", "true");
+      // the rows of an earlier answer would read as this one's: gone with their count and pager
+      summary.textContent = "";
+      replace(wrap);
+      replace(pager);
+      refocus = null;
       return;
     }
     if (mine !== generation) return;
+    if (!table.rows.length && table.offset > 0 && table.matched > 0) { // past the end (an old or edited link): its last page
+      state.offset = Math.floor((table.matched - 1) / table.limit) * table.limit;
+      return load();
+    }
     where.removeAttribute("aria-invalid");
     replace(message);
     draw(table);
@@ -82,18 +103,26 @@ export async function render(root) {
       const active = c.key === t.sort;
       const next = active && !t.descending ? "desc" : "asc";
       return h("th", { scope: "col", class: c.num ? "num" : null, "aria-sort": active ? (t.descending ? "descending" : "ascending") : null },
-        h("button", { type: "button", title: `sort by ${c.label}`, onclick: () => { state.sort = c.key; state.order = next; state.offset = 0; load(); } },
+        h("button", { type: "button", title: `sort by ${c.label}`, "data-focus": "sort:" + c.key,
+          onclick: () => { state.sort = c.key; state.order = next; state.offset = 0; refocus = "sort:" + c.key; load(); } },
           c.label, active ? h("span", { class: "dir", "aria-hidden": "true" }, t.descending ? " ▼" : " ▲") : ""));
     }));
     const body = h("tbody", {}, t.rows.map((r) => h("tr", { "data-name": r.name },
       columns.map((c) => h("td", { class: c.num ? "num" : null }, c.cell(r))))));
     replace(wrap, h("table", { id: "models-table" }, h("thead", {}, head), body));
     const prev = h("button", { type: "button", class: "secondary", disabled: t.offset === 0,
-      onclick: () => { state.offset = Math.max(0, t.offset - t.limit); load(); } }, "← Previous");
+      onclick: () => { state.offset = Math.max(0, t.offset - t.limit); refocus = "prev"; load(); } }, "← Previous");
     const next = h("button", { type: "button", class: "secondary", disabled: last >= t.matched,
-      onclick: () => { state.offset = t.offset + t.limit; load(); } }, "Next →");
+      onclick: () => { state.offset = t.offset + t.limit; refocus = "next"; load(); } }, "Next →");
     const pages = Math.max(1, Math.ceil(t.matched / t.limit));
     replace(pager, prev, h("span", {}, `page ${Math.floor(t.offset / t.limit) + 1} of ${pages}`), next);
+    // Keyboard focus stays on the control that rebuilt the table (a page button that just turned disabled
+    // hands it to the other one) instead of falling to the page's body.
+    const again = refocus === "prev" ? [prev, next] : refocus === "next" ? [next, prev]
+      : [...head.querySelectorAll("button")].filter((b) => refocus && b.dataset.focus === refocus);
+    refocus = null;
+    const target = again.find((b) => !b.disabled);
+    if (target) target.focus();
   }
 
   await load();

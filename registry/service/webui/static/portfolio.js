@@ -10,6 +10,19 @@ function options(values, chosen) {
   return values.map(([value, label]) => h("option", { value, selected: value === chosen }, label));
 }
 
+// What is wrong with the two limits (null: nothing): exactly one of them, a number. A number box holding
+// text that is no number (typed, or ?k=abc in the address) reads as empty: say which.
+function limitProblem(query, k, budget, start) {
+  const typed = [[k, "Models"], [budget, "Budget"]].filter(([input]) => input.validity.badInput).map(([, label]) => label);
+  const linked = start ? [["k", k], ["budget_b", budget]].filter(([key, input]) => start.get(key) && input.value === "")
+    .map(([key]) => `${key}=${start.get(key)} in the link`) : [];
+  const bad = [...typed, ...linked];
+  if (bad.length) return `${bad.join(" and ")}: not a number. Give a number of models or a parameter budget (billions).`;
+  if (query.k !== "" && query.budget_b !== "") return "Give either a number of models or a parameter budget, not both.";
+  if (query.k === "" && query.budget_b === "") return "Give a number of models (Models) or a parameter budget (Budget, billions of parameters): both are empty.";
+  return null;
+}
+
 export async function render(root) {
   const start = params();
   const k = h("input", { id: "pf-k", type: "number", min: "1", step: "1", class: "narrow", value: start.get("k") || (start.get("budget_b") ? "" : "3"), title: "how many models (leave blank to choose by a budget)" });
@@ -22,11 +35,14 @@ export async function render(root) {
   const out = h("div", { id: "portfolio-out", "aria-live": "polite" });
   replace(root, form, out);
 
+  let first = true; // the first run reads the address too
   async function run() {
     const query = { k: k.value.trim(), budget_b: budget.value.trim(), method: method.value, by: by.value, where: where.value.trim() };
     setParams(query);
-    if ((query.k === "") === (query.budget_b === "")) {
-      replace(out, h("div", { class: "error", role: "alert" }, "Give either a number of models or a parameter budget, not both."));
+    const problem = limitProblem(query, k, budget, first ? start : null);
+    first = false;
+    if (problem) {
+      replace(out, h("div", { class: "error", role: "alert" }, problem));
       return;
     }
     replace(out, h("p", { class: "muted" }, "Choosing …"));

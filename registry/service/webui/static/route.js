@@ -4,6 +4,14 @@ import { api, errorBox, field, fmt, h, modelLink, replace } from "./lib.js";
 
 const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
 
+// The API words a cost refusal for the command line (--meta, --unpriced): what to do on this page instead.
+function costHint(err, unpriced) {
+  if ((err.field !== "max_cost" && err.field !== "willingness_to_pay") || !/no price/.test(err.message)) return null;
+  return (unpriced.checked ? "" : "Tick “Leave out models with no price …” beside the Route button, or ")
+    + "give those models price metadata (price_in and price_out in USD per 1M tokens, price_call or params_b) when adding them; "
+    + "“Only models where” or “Exclude” can narrow the pool too.";
+}
+
 export async function render(root) {
   const questions = h("textarea", { id: "questions", rows: 4, placeholder: "one question per line", required: true });
   const where = h("input", { id: "route-where", class: "wide", spellcheck: "false", placeholder: "e.g. access == open" });
@@ -12,6 +20,9 @@ export async function render(root) {
   const fallback = h("input", { id: "route-fallback", type: "number", min: 0, max: 100, value: 3 });
   const maxCost = h("input", { id: "route-max-cost", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "only models costing at most this per call (price metadata, else the params_b proxy)" });
   const pay = h("input", { id: "route-wtp", type: "number", min: 0, step: "any", class: "narrow", placeholder: "none", title: "rank by P(correct) − λ · cost per call" });
+  // Under a cost limit every model needs a cost (its price, else the params_b proxy): those with neither are
+  // left out (the API's unpriced=exclude, said in the answer's note) unless this is unticked (a refusal naming them).
+  const unpriced = h("input", { id: "route-unpriced", type: "checkbox", checked: true });
   const routeOut = h("div", { id: "route-out", "aria-live": "polite" });
   // a first visit has nothing to type: one stored question of each of the first three tasks
   const examples = h("button", { type: "button", id: "route-examples", class: "secondary",
@@ -29,8 +40,10 @@ export async function render(root) {
   const routeForm = h("form", { class: "stack", id: "route-form", "aria-labelledby": "h-route" },
     field("Questions (one per line)", questions), h("div", {}, examples),
     h("div", { class: "row" }, field("Only models where", where), field("Exclude (down or unwanted)", exclude), field("Top k", k), field("Fallbacks", fallback),
-      field("Max cost (USD/call)", maxCost), field("Willingness to pay λ", pay),
-      h("button", { type: "submit" }, "Route")));
+      field("Max cost (USD/call)", maxCost), field("Willingness to pay λ", pay)),
+    h("div", { class: "row" }, h("label", { for: "route-unpriced", class: "check",
+      title: "ticked: they are left out and the answer names them; unticked: the route is refused, naming them" }, unpriced,
+      " Leave out models with no price and no params_b under a cost limit"), h("button", { type: "submit" }, "Route")));
   const number = (input) => (input.value.trim() === "" ? null : Number(input.value));
   const ranked = (m) => h("li", {}, modelLink(m.name), ` — P(correct) ${m.p_correct.toFixed(3)}`,
     m.cost_usd === undefined ? "" : `, $${m.cost_usd.toPrecision(3)} a call${m.cost_source === "params_b" ? " (size proxy)" : ""}`
@@ -48,6 +61,7 @@ export async function render(root) {
         where: where.value.trim() || null };
       if (number(maxCost) !== null) body.max_cost = number(maxCost);
       if (number(pay) !== null) body.willingness_to_pay = number(pay);
+      if ((number(maxCost) !== null || number(pay) !== null) && unpriced.checked) body.unpriced = "exclude";
       const r = await api("/v1/route", { method: "POST", body });
       replace(routeOut, r.results.map((d, i) => h("div", { class: "flag ranking", "data-query": i },
         h("strong", {}, d.query),
@@ -58,14 +72,14 @@ export async function render(root) {
       h("p", { class: "muted small" }, `P(correct) from ${r.results[0].predictor_description}; `
         + `${r.encoded_texts} new text(s) encoded, the rest came from the cache.`));
     } catch (err) {
-      replace(routeOut, errorBox(err));
+      replace(routeOut, errorBox(err, costHint(err, unpriced)));
     }
   });
 
   const stats = await api("/v1/stats").catch(() => ({ queries_per_task: {} }));
   const tasks = Object.keys(stats.queries_per_task);
   const targets = h("div", { id: "targets", class: "row" }, tasks.map((task, i) =>
-    field(`${task} accuracy`, h("input", { id: `target-${i}`, type: "number", min: 0, max: 1, step: 0.05, "data-task": task, placeholder: "skip" }))));
+    field(`${task} accuracy`, h("input", { id: `target-${i}`, type: "number", min: 0, max: 1, step: "any", "data-task": task, placeholder: "skip" }))));
   const pk = h("input", { id: "profile-k", type: "number", min: 1, max: 100, value: 5 });
   const pwhere = h("input", { id: "profile-where", class: "wide", spellcheck: "false", placeholder: "e.g. access == open" });
   const profileOut = h("div", { id: "profile-out", "aria-live": "polite" });
