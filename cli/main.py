@@ -303,7 +303,9 @@ def _echo_stats(summary) -> None:
     click.echo(f"home:        {summary.home}")
     click.echo(f"models:      {summary.n_models}")
     click.echo(f"queries:     {summary.n_queries:,} in {len(summary.queries_per_task)} tasks")
-    click.echo(f"evaluations: {summary.n_evaluations:,} (coverage {summary.coverage:.4f})")
+    click.echo(f"evaluations: {summary.n_evaluations:,} (coverage {summary.coverage:.4f})" + (
+        f"; {summary.n_removed_evaluations:,} more of removed models, kept for `registry restore`"
+        if summary.n_removed_evaluations else ""))
     for name, n in summary.query_vectors.items():
         click.echo(f"vectors:     {n:,} query vectors from {name}")
     for task, n in summary.queries_per_task.items():

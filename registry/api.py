@@ -554,7 +554,8 @@ class Registry:
 
     # ------------------------------------------------------------------- reads
     def stats(self) -> Stats:
-        """Counts of models, queries (per task), evaluations and query vectors."""
+        """Counts of models, queries (per task), evaluations (of the live models; a removed model's are kept for
+        `restore` and counted apart) and query vectors."""
         from indexing.store import EVALUATIONS, MODELS, QUERIES, vector_table_name
 
         store = self.store
@@ -573,7 +574,8 @@ class Registry:
             owners = store.read(EVALUATIONS, ["model"]).column("model")
             live_evals = int(pc.sum(pc.is_in(owners, value_set=live)).as_py() or 0)
         return Stats(
-            home=str(self.home), n_models=n_models, n_queries=n_queries, n_evaluations=n_evals,
+            home=str(self.home), n_models=n_models, n_queries=n_queries, n_evaluations=live_evals,
+            n_removed_evaluations=n_evals - live_evals,
             queries_per_task=dict(sorted(tasks.items())),
             coverage=round(live_evals / (n_models * n_queries), 6) if n_models and n_queries else 0.0,
             query_encoder=store.query_encoder, active_encoder=store.config.get("active_encoder"),

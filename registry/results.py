@@ -105,7 +105,8 @@ class Stats(Result):
     home: str
     n_models: int
     n_queries: int
-    n_evaluations: int
+    n_evaluations: int = Field(description="evaluations of the live models")
+    n_removed_evaluations: int = Field(0, description="evaluations of removed models, kept for `restore`")
     queries_per_task: dict[str, int]
     coverage: float = Field(description="evaluations of the live models / (n_models * n_queries), in [0, 1]")
     query_encoder: str

@@ -24,7 +24,7 @@ from registry.errors import NotFoundError, RegistryError
 __all__ = ["load", "stats", "model_list", "model_info", "history", "live_versions"]
 
 SNAPSHOT_FILE = "snapshot.json"
-_FORMAT = 2  # 2: the typed results' JSON (registry.results)
+_FORMAT = 3  # 2: the typed results' JSON (registry.results); 3: stats count removed models' evaluations apart
 
 
 def _current(home: Path) -> dict[str, Any] | None:

@@ -245,6 +245,10 @@ def test_an_alias_cannot_hide_a_removed_model_nor_be_refined_past_its_pin(home):
         reg.refine("pinned", [{"query_id": query, "score": 1}])
     assert caught.value.field == "name" and reg.show(other).version == 1
     assert "registry drift" in _cli(home, "audit", "--drift", "--model", other).output  # it ran every model
+    rows = home.parent / "under-an-alias.jsonl"  # import made a model of an alias's name, as add-model does not
+    rows.write_text(json.dumps({"model": "pinned", "query_id": query, "score": 1}) + "\n")
+    assert "'pinned' points to " + other in _cli(home, "import", rows).output
+    assert "pinned" not in [m.name for m in reg.models()]
 
 
 def _unshare_works() -> bool:
@@ -291,3 +295,20 @@ def test_a_home_on_a_read_only_file_system_answers_reads_and_refuses_writes_as_s
             assert "rc=2" in output and "Read-only file system" in output, output
         else:
             assert output.rstrip().endswith("rc=0"), (command, output)
+
+
+def test_stats_counts_a_removed_model_s_evaluations_apart(home):
+    """`stats` said 14 models and 5,400 evaluations at coverage 1.0 (14 x 360 = 5,040): the count took in a
+    removed model's evaluations, kept for restore, and the coverage did not."""
+    from registry import Registry
+
+    reg = Registry.open(home)
+    before = reg.stats()
+    gone = reg.models()[0].name
+    own = len(reg.store.read_in("evaluations", ["model"], "model", [gone]))
+    reg.remove(gone)
+    after = reg.stats()
+    assert (after.n_evaluations, after.n_removed_evaluations) == (before.n_evaluations - own, own)
+    shown = json.loads(_cli(home, "stats", "--json", code=0).stdout)
+    assert (shown["n_evaluations"], shown["n_removed_evaluations"]) == (after.n_evaluations, own)
+    assert f"{own:,} more of removed models" in _cli(home, "stats", code=0).output

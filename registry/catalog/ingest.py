@@ -193,6 +193,16 @@ def ingest(
                 update_models.append(record)
     missing_models = sorted(set(batch.eval_models) - stored_models.keys() - {m.name for m in batch.models})
     insert_models.extend(ModelRecord(name=name) for name in missing_models)
+    from registry.catalog.aliases import read_aliases
+
+    aliases = read_aliases(store.home)
+    hidden = sorted(r.name for r in insert_models if r.name in aliases)
+    if hidden:  # as add-model refuses: a model and an alias must not answer to one name
+        first = aliases[hidden[0]]
+        raise InputError(f"{len(hidden)} new model name(s) of this import are aliases: {', '.join(map(repr, hidden[:5]))} "
+                         f"({hidden[0]!r} points to {first['name']}); a model must not take an alias's name: import "
+                         f"the evaluations under the model's own name, or `registry alias delete {hidden[0]}` first",
+                         field="model")
 
     stored_e = store.read(EVALUATIONS, ["model", "query_id", "score"])
     stored_score = dict(zip(zip(stored_e.column("model").to_pylist(), stored_e.column("query_id").to_pylist()),
