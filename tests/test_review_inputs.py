@@ -312,3 +312,20 @@ def test_stats_counts_a_removed_model_s_evaluations_apart(home):
     shown = json.loads(_cli(home, "stats", "--json", code=0).stdout)
     assert (shown["n_evaluations"], shown["n_removed_evaluations"]) == (after.n_evaluations, own)
     assert f"{own:,} more of removed models" in _cli(home, "stats", code=0).output
+
+
+def test_a_restore_keeps_when_the_model_was_added_and_embedded(home):
+    """A restore gave `added` and `embedded_at` the removal's time (the "remove" history row is a snapshot made
+    then): an imported and embedded model, and one added by add-model."""
+    from registry import Registry
+
+    reg = Registry.open(home)
+    imported = reg.models()[0].name
+    query = reg.store.read("queries", ["query_id"]).column("query_id")[0].as_py()
+    reg.add_model("added-then-removed", [{"query_id": query, "score": 1}])
+    for name in (imported, "added-then-removed"):
+        before = reg.show(name)
+        reg.remove(name)
+        reg.restore(name)
+        after = reg.show(name)
+        assert (after.added, after.embedded_at) == (before.added, before.embedded_at), name

@@ -108,6 +108,18 @@ def history_rows(store: Store, name: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["time"])
 
 
+def _first_held(store: Store, name: str, first_version_time):
+    """When the registry first held a model that no add made (an import writes no history row): its first
+    history row's time, or its earliest stored evaluation's when that is earlier."""
+    from indexing.store import EVALUATIONS
+
+    import pyarrow.compute as pc
+
+    times = store.read_in(EVALUATIONS, ["time"], "model", [name]).column("time")
+    earliest = pc.min(times).as_py() if len(times) else None
+    return min(first_version_time, earliest) if earliest is not None else first_version_time
+
+
 def restore(store: Store, name: str, version: int | None = None) -> RestoreResult:
     """Bring back a removed model (or an older version of a live one) from its history, as a new
     version: the restored copy gets the next number, so every number names one thing forever."""
@@ -127,9 +139,16 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         if live is not None and version == live:  # already what the model is: no new version
             return RestoreResult(name=name, restored_version=live, version=live)
         record = ModelRecord.model_validate_json(chosen["record"])
-        row = model_row(record, current["added"] if current else chosen["time"])
+        # the times the version was made and the model first added: a "remove" row is only a snapshot, and its
+        # time (the removal's) was given as both
+        made = [r for r in history if r["version"] == chosen["version"] and r["event"] != "remove"]
+        made_at = made[-1]["time"] if made else chosen["time"]
+        adds = [r for r in history if r["event"] in ("add", "replace") and r["time"] <= made_at]
+        row = model_row(record, current["added"] if current else adds[-1]["time"] if adds else
+                        _first_held(store, name, history[0]["time"]))
         row.update(vector=chosen["vector"], encoder_id=chosen["encoder_id"], n_evals=chosen["n_evals"],
-                   embedded_at=chosen["time"], version=next_versions(store, [name])[name])
+                   embedded_at=made_at if chosen["vector"] is not None else None,
+                   version=next_versions(store, [name])[name])
         # the version's fingerprint when the item table that made it is still the current one; else
         # none (a fingerprint of another table is never compared with this table's)
         table = load_item_table(store)
