@@ -642,8 +642,9 @@ def history(ctx, name, as_json) -> None:
 
     client = _server(ctx)
     emit(client.history(name) if client else snapshot.history(resolve_home(ctx.obj["home"]), name), as_json, lambda h: [
-        click.echo(f"v{v.version:<3} {v.event:<8} {utc_time(v.time)}  encoder {v.encoder_id}  "
-                   f"{v.n_evals} evals") for v in h.versions])
+        click.echo(f"v{v.version:<3} {v.event:<8} {utc_time(v.time)}  " + (
+            f"encoder {v.encoder_id}  {v.n_evals} evals" if v.encoder_id else "not embedded"))  # imported, never embedded
+        for v in h.versions])
 
 
 @cli.command()
@@ -664,7 +665,8 @@ def remove(ctx, name, as_json) -> None:
 def restore(ctx, name, version, as_json) -> None:
     """Restore a removed model, or an older version of one, from its history."""
     emit(_backend(ctx).restore(name, version), as_json,
-         lambda r: click.echo(f"restored {r.name} from version {r.restored_version} (now version {r.version})"))
+         lambda r: click.echo(f"{r.name} is version {r.version} already: nothing to restore" if r.version == r.restored_version
+                              else f"restored {r.name} from version {r.restored_version} (now version {r.version})"))
 
 
 @cli.command()

@@ -329,3 +329,16 @@ def test_a_restore_keeps_when_the_model_was_added_and_embedded(home):
         reg.restore(name)
         after = reg.show(name)
         assert (after.added, after.embedded_at) == (before.added, before.embedded_at), name
+
+
+def test_history_of_a_never_embedded_model_and_a_restore_of_the_live_version_say_so(home, tmp_path):
+    rows = tmp_path / "imported.jsonl"
+    rows.write_text(json.dumps({"model": "imported-only", "query": "What is 3 + 4?", "score": 1}) + "\n")
+    _cli(home, "import", rows, "--no-encode", code=0)
+    _cli(home, "remove", "imported-only", code=0)
+    shown = _cli(home, "history", "imported-only", code=0).output  # printed "encoder None  None evals"
+    assert "not embedded" in shown and "None" not in shown
+    restored = _cli(home, "restore", "imported-only", code=0).output
+    assert "restored imported-only" in restored
+    again = _cli(home, "restore", "imported-only", "--version", "2", code=0).output
+    assert again.strip() == "imported-only is version 2 already: nothing to restore"
