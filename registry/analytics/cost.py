@@ -104,9 +104,9 @@ def pool_costs(records: Mapping[str, "ModelRecord"], names: Sequence[str], *, un
     missing = [name for name, c in costs.items() if c.usd_per_call is None]
     if missing and unpriced == "error":
         raise InputError(f"{len(missing)} model{'s have' if len(missing) != 1 else ' has'} no price and no params_b, "
-                         f"so no cost: {', '.join(missing)}. Give them --meta price_in=.. --meta price_out=.. (USD "
-                         "per 1M tokens), price_call or params_b, narrow the pool with --where/--exclude, or leave "
-                         "them out with --unpriced exclude", field=field)
+                         f"so no cost: {', '.join(missing)}. Give them metadata price_in and price_out (USD per 1M "
+                         "tokens), price_call or params_b (CLI: --meta price_in=..), narrow the pool (where, exclude), "
+                         "or leave them out (unpriced: exclude; CLI: --unpriced exclude)", field=field)
     return {name: c for name, c in costs.items() if c.usd_per_call is not None}
 
 
