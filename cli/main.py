@@ -266,10 +266,19 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
         raise click.UsageError("--model-name and --metric apply to --format lm-eval")
     # Progress per stage on stderr (stdout keeps the report); quiet under --json, as `train` is.
     log = None if as_json else (lambda message: click.echo(message, err=True))
-    report = _registry(ctx).import_path(
-        path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
-        query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), log=log, **options,
-    )
+    from indexing.home import is_remote, remove_tree, resolve_home
+
+    home = resolve_home(ctx.obj["home"])
+    made = not is_remote(home) and not home.exists()
+    try:
+        report = _registry(ctx).import_path(
+            path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
+            query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), log=log, **options,
+        )
+    except BaseException:
+        if made:  # a refused first import leaves no home behind (this command made it)
+            remove_tree(home)
+        raise
     echo_warnings(report.warnings)
     emit(report, as_json, _echo_import)
 

@@ -70,7 +70,6 @@ class Registry:
 
         # every operation reads through this view (registry.operations): the store, opened on first use
         self._view = StoreView(as_path(home) if home is not None else store.home, store)
-        self._made_here = False
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
@@ -83,10 +82,7 @@ class Registry:
         if create or not path.exists():
             from indexing.store import Store
 
-            made = create and not is_remote(path) and not path.exists()
-            reg = cls(Store(path, create=create))
-            reg._made_here = made  # a first import that fails takes the home it made away again
-            return reg
+            return cls(Store(path, create=create))
         if not path.is_dir():
             raise RegistryError(f"registry home {path} is not a directory")
         return cls(home=path)
@@ -160,23 +156,8 @@ class Registry:
         `encoder` makes it the registry's query encoder (as `registry init --encoder` would).
         `log(line)` hears each stage (reading, checking, encoding with counts, writing). The tables
         get the import whole or not at all; texts encoded before an interruption stay in the vector
-        cache. A refused import into a home that `Registry.open` made for it leaves no home behind.
+        cache.
         """
-        try:
-            report = self._import_path(path, format=format, id_prefix=id_prefix, encoder=encoder, encode=encode,
-                                       query_embeddings=query_embeddings, query_ids=query_ids, metadata=metadata,
-                                       log=log, **options)
-        except BaseException:
-            if self._made_here:
-                from indexing.home import remove_tree
-
-                remove_tree(self.home)
-            raise
-        self._made_here = False
-        return report
-
-    def _import_path(self, path, *, format, id_prefix, encoder, encode, query_embeddings, query_ids, metadata, log,
-                     **options: Any) -> ImportReport:
         import time
 
         from encoder.query_encoder import canonical_encoder_name

@@ -453,7 +453,8 @@ def test_coverage_counts_live_models_only(base_home, tmp_path):
     for record in reg.models()[:2]:
         reg.remove(record.name)
     after = reg.stats()
-    assert after.n_models == full.n_models - 2 and after.n_evaluations == full.n_evaluations  # kept for restore
+    assert after.n_models == full.n_models - 2  # the removed models' evaluations are kept for restore, apart
+    assert after.n_evaluations + after.n_removed_evaluations == full.n_evaluations and after.n_removed_evaluations > 0
     assert after.coverage == pytest.approx(full.coverage, abs=1e-6)  # every model answers every query here
     assert 0 < after.coverage <= 1
 
