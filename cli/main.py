@@ -636,7 +636,8 @@ def _echo_show(info) -> None:
     fields = {**info.record.model_dump(), **info.model_dump(exclude={"record"})}
     for key, value in fields.items():
         if value not in (None, [], {}) and not (key == "low_evidence" and not value):
-            click.echo(f"{key:<12} {plain(value)}")
+            # a free-text metadata value may hold line breaks: its later lines stay in the value's column
+            click.echo(f"{key:<12} " + plain(value).replace("\r\n", "\n").replace("\n", "\n" + " " * 13))
     _echo_low_evidence_key(info.low_evidence)
 
 

@@ -457,8 +457,10 @@ def test_show_prints_lists_metadata_and_times_as_text(home, tmp_path):
     evals = tmp_path / "e.csv"
     evals.write_text(f"query_id,score\n{first},1\n", encoding="utf-8")
     _run(home, "add-model", "shown", "--evals", str(evals), "--meta", "tags=a,b", "--meta", "price_in=0.5",
-         "--meta", "note=hi")
-    lines = dict(line.split(None, 1) for line in _run(home, "show", "shown").splitlines() if not line.startswith("*"))
-    assert lines["tags"] == "a, b" and lines["extra"] == "note=hi, price_in=0.5"
+         "--meta", "note=hi\nthere")
+    text = _run(home, "show", "shown")
+    lines = dict(line.split(None, 1) for line in text.splitlines() if not line.startswith((" ", "*")))
+    assert lines["tags"] == "a, b" and lines["extra"] == "note=hi"  # a free-text line break stays in its column:
+    assert "extra        note=hi\n             there, price_in=0.5\n" in text
     added = json.loads(_run(home, "show", "shown", "--json"))["added"]
     assert lines["added"] == f"{added[:10]} {added[11:19]} UTC"  # to the second, with its zone
