@@ -132,8 +132,13 @@ def history(home, name: str):
     from registry.results import ModelHistory
 
     home = as_path(home)
-    by_name = load(home)["history"]
+    snapshot = load(home)
+    by_name = snapshot["history"]
     target = name if name in by_name else resolve(home, name)  # a model's own name wins over an alias
     if target not in by_name:
+        if any(m["record"]["name"] == target for m in snapshot["models"]):
+            from registry.catalog.models import no_history_yet
+
+            raise no_history_yet(target)
         raise NotFoundError.model(name, sorted(by_name))
     return ModelHistory.model_validate({"name": target, "versions": by_name[target]})

@@ -335,6 +335,12 @@ def test_history_of_a_never_embedded_model_and_a_restore_of_the_live_version_say
     rows = tmp_path / "imported.jsonl"
     rows.write_text(json.dumps({"model": "imported-only", "query": "What is 3 + 4?", "score": 1}) + "\n")
     _cli(home, "import", rows, "--no-encode", code=0)
+    from registry import Registry
+    from registry.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match="no versions yet: it came in by `registry import`"):
+        Registry.open(home).history("imported-only")  # it said "no model named" while show listed it
+    assert "no versions yet" in _cli(home, "history", "imported-only").output
     _cli(home, "remove", "imported-only", code=0)
     shown = _cli(home, "history", "imported-only", code=0).output  # printed "encoder None  None evals"
     assert "not embedded" in shown and "None" not in shown

@@ -104,8 +104,17 @@ def history_rows(store: Store, name: str) -> list[dict[str, Any]]:
     table = store.read(VERSIONS)
     rows = [r for r in table.to_pylist() if r["name"] == name]
     if not rows:
+        if name in model_rows(store, [name], light=True):
+            raise no_history_yet(name)
         raise NotFoundError.model(name, sorted({r["name"] for r in table.to_pylist()}))
     return sorted(rows, key=lambda r: r["time"])
+
+
+def no_history_yet(name: str) -> NotFoundError:
+    """A live model without a version: an import made it and nothing has embedded it (an import writes no
+    history row; `embed` writes its first)."""
+    return NotFoundError(f"model {name!r} has no versions yet: it came in by `registry import` and has not been "
+                         "embedded (`registry embed --all` makes its first version)")
 
 
 def _first_held(store: Store, name: str, first_version_time):
