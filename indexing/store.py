@@ -802,7 +802,11 @@ class Store:
             self._handles = self._names = None  # the rollback reads the tables as they are on disk
             if _lease_lost(exc):
                 raise  # another writer holds the home now and has rolled this journal back
-            if self.versions() != journal["versions"]:  # a refusal before any write changes nothing to undo
+            try:
+                wrote = self.versions() != journal["versions"]  # a refusal before any write has nothing to undo
+            except Exception:  # noqa: BLE001 - the tables unreadable now: roll back as before, to be sure
+                wrote = True
+            if wrote:
                 self._rollback(journal["versions"])
                 # a new token disowns what a reader cached of the half-written tables
                 self._bump_generation()
