@@ -408,7 +408,7 @@ def test_cli_errors(trained_home):
     out = runner.invoke(cli, home + ["--k", "3", "--budget", "10B"])
     assert out.exit_code == 2 and "exactly one of --k" in out.output
     out = runner.invoke(cli, home + ["--k", "99"])
-    assert out.exit_code == 2 and "larger than the pool: 10 embedded model" in out.output
+    assert out.exit_code == 2 and "option -k: 99 is larger than the pool: 10 embedded model" in out.output  # not "-k: = 99"
     out = runner.invoke(cli, home + ["--budget", "0.2B"])
     assert out.exit_code == 2 and "fits no model" in out.output
     out = runner.invoke(cli, home + ["--k", "2", "--where", "family == nowhere"])

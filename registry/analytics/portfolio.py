@@ -423,7 +423,7 @@ class PortfolioSpace:
             return chosen, {"greedy_variant": variant}
         if k > self.size:
             scope = f" matching {self.where!r}" if self.where else ""
-            raise InputError(f"k = {k} is larger than the pool: {self.size} embedded model(s){scope}; "
+            raise InputError(f"k {k} is larger than the pool: {self.size} embedded model(s){scope}; "
                              f"k must be in 1..{self.size}", field="k")
         if method == "answers":
             if self.answers is None:
