@@ -275,8 +275,10 @@ def import_(ctx, path, format_, encoder, query_embeddings, query_ids, id_prefix,
             path, format=format_, id_prefix=id_prefix, encoder=encoder, encode=not no_encode,
             query_embeddings=query_embeddings, query_ids=query_ids, metadata=_meta_pairs(meta), log=log, **options,
         )
-    except BaseException:
-        if made:  # a refused first import leaves no home behind (this command made it)
+    except RegistryError:
+        # a refused first import leaves no home behind (this command made it); an interrupted one keeps the
+        # texts it encoded, for the rerun (docs/cli.md, Progress)
+        if made:
             remove_tree(home)
         raise
     echo_warnings(report.warnings)
