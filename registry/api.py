@@ -631,11 +631,10 @@ class Registry:
         live = live_versions(self.store)
         if alias in live:
             raise RegistryError(f"{alias!r} is a model's name; an alias must not hide a model")
-        try:
-            history(self.store, alias)
-        except NotFoundError:
-            pass
-        else:  # `restore NAME` would then act on the alias's model, and the removed one could not come back
+        from indexing.store import VERSIONS
+
+        if self.store.read_in(VERSIONS, ["name"], "name", [alias]).num_rows:  # a removed model's history holds it
+            # `restore NAME` would then act on the alias's model, and the removed one could not come back
             raise RegistryError(f"{alias!r} is a removed model's name (`registry restore {alias}` brings it back); "
                                 "an alias must not hide it: choose another alias")
         if not isinstance(target, str) or not target:

@@ -330,10 +330,9 @@ def add_change(name: str, evaluations, metadata=None, *, replace: bool = False, 
 def refine_change(view: StoreView, name: str, evaluations, *, max_evals: int | None = None, id: str = "refine",
                   source: str | None = None) -> "Change":  # noqa: A002
     """The change that adds evaluations to model `name` (or the model an alias names)."""
-    from registry.catalog.models import evaluations_batch
-    from registry.catalog.landing import Change
-
     from registry.catalog.aliases import read_aliases
+    from registry.catalog.landing import Change
+    from registry.catalog.models import evaluations_batch
 
     pinned = read_aliases(view.home).get(name) if isinstance(name, str) else None
     if pinned is not None and pinned.get("version") is not None:  # the refine's new version would strand it

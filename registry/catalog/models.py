@@ -120,9 +120,9 @@ def no_history_yet(name: str) -> NotFoundError:
 def _first_held(store: Store, name: str, first_version_time):
     """When the registry first held a model that no add made (an import writes no history row): its first
     history row's time, or its earliest stored evaluation's when that is earlier."""
-    from indexing.store import EVALUATIONS
-
     import pyarrow.compute as pc
+
+    from indexing.store import EVALUATIONS
 
     times = store.read_in(EVALUATIONS, ["time"], "model", [name]).column("time")
     earliest = pc.min(times).as_py() if len(times) else None
