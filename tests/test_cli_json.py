@@ -96,7 +96,7 @@ def test_import_prints_its_report(tmp_path):
 
 @pytest.mark.parametrize("args, option, kind", [
     (["profile", "--task", "astrology=0.5", "--json"], "--task", "InputError"),
-    (["profile", "--task", "math=0.5", "-k", "99", "--json"], "-k", "InputError"),
+    (["profile", "--task", "math=0.5", "-k", "0", "--json"], "-k", "InputError"),
     (["search", "syn-synfam0-1b", "--where", "colour == red", "--json"], "--where", "InputError"),
     (["route", "some text", "--where", "family == nobody", "--json"], "--where", "InputError"),
     (["portfolio", "-k", "99", "--json"], "-k", "InputError"),

@@ -123,8 +123,8 @@ def test_a_task_share_larger_than_its_queries_repeats_whole_passes(reg):
     (lambda r: r.profile({"math": -0.1}), "must be an accuracy in [0, 1]"),
     (lambda r: r.profile({"math": "high"}), "must be a number in [0, 1], not 'high'"),
     (lambda r: r.profile({}), "no targets"),
-    (lambda r: r.profile({"math": 0.5}, k=0), "k must be between 1 and the number of embedded models (9), not 0"),
-    (lambda r: r.profile({"math": 0.5}, k=10), "(9), not 10"),
+    (lambda r: r.profile({"math": 0.5}, k=0), "k must be an integer of at least 1, not 0"),
+    (lambda r: r.profile({"math": 0.5}, k=2.5), "k must be an integer of at least 1, not 2.5"),
     (lambda r: r.profile({"math": 0.5, "law": 0.5, "code": 0.1}, evals=2),
      "evals must be an integer from the number of tasks named (3) to 1,000,000 (a model's most evaluations), not 2"),
     (lambda r: r.profile({"math": 0.5}, where="family == nobody"), "matches none of the 9 embedded models"),
@@ -134,6 +134,14 @@ def test_bad_input_is_refused_with_a_clear_message(reg, call, message):
     with pytest.raises(RegistryError) as err:
         call(reg)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_k_larger_than_the_pool_gives_the_whole_pool_as_search_does(reg):
+    every = reg.profile({"math": 0.5}, k=1000)
+    assert len(every.neighbours) == every.pool_size == 9
+    assert [n.name for n in every.neighbours[:3]] == [n.name for n in reg.profile({"math": 0.5}, k=3).neighbours]
+    one_family = reg.profile({"math": 0.5}, k=1000, where="family == synfam0")
+    assert len(one_family.neighbours) == one_family.pool_size < 9
 
 
 def test_bad_targets_are_input_errors(reg):
@@ -167,7 +175,7 @@ def test_cli_profile_json_and_text(reg, accuracies):
     ([], "name at least one task"),
     (["math=0.8"], "unexpected extra argument (math=0.8)"),  # not swallowed by "name at least one task"
     (["--task", "astrology=0.5"], "unknown task(s) 'astrology'; known tasks: biology, code, law, math"),
-    (["--task", "math=0.5", "-k", "99"], "option -k: must be between 1 and the number of embedded models (9)"),
+    (["--task", "math=0.5", "-k", "0"], "option -k: must be an integer of at least 1, not 0"),
     (["--task", "math=0.5", "--task", "law=0.5", "--evals", "1"], "option --evals: must be an integer from the number of tasks named (2)"),
     (["--task", "math=0.5", "--where", "family == nobody"], "matches none of the 9 embedded models"),
 ])

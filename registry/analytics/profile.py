@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import registry.limits as limits
+from registry.checks import check_count
 from registry.errors import InputError, RegistryError
 
 if TYPE_CHECKING:
@@ -161,14 +162,8 @@ class ProfileSpace:
             raise InputError(f"evals must be an integer from the number of tasks named ({len(targets)}) to "
                              f"{limits.MAX_EVALS_PER_MODEL:,} (a model's most evaluations), not {evals!r}",
                              field="evals")
-        n_models = len(self.models.index.names)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_models:
-            raise InputError(f"k must be between 1 and the number of embedded models ({n_models}), not {k!r}",
-                             field="k")
+        k = check_count(k, "k", 1)  # more than the pool gives the whole pool, as search and route do
         models = self.models if by == "locus" else self._prints()
-        if by == "fingerprint" and int(k) > len(models.index.names):
-            raise InputError(f"k must be at most the number of models with a fingerprint ({len(models.index.names)}), "
-                             f"not {k!r}", field="k")
         rows_allowed = self.pool(where) if by == "locus" else models.allowed_rows(where)
         if rows_allowed is not None and len(rows_allowed) == 0:
             raise InputError(f"the filter {where!r} matches none of the {len(models.index.names)} models with a "
@@ -181,7 +176,7 @@ class ProfileSpace:
         from registry.evidence import is_thin  # the mark only: profile ranks by distance, as the paper does
 
         metric = "cosine" if by == "locus" else "euclidean"
-        hits = models.index.search(z, int(k), metric=metric, allowed=None if where is None else rows_allowed)
+        hits = models.index.search(z, min(k, pool_size), metric=metric, allowed=None if where is None else rows_allowed)
         names = models.index.names
         row_tasks = np.asarray(self.query_tasks, dtype=object)[rows]
         per_task = {}
