@@ -126,6 +126,12 @@ def test_a_search_from_a_model_without_a_fingerprint_says_why_it_read_locus(reg)
     well = next(m.name for m in reg.models() if m.name != "few-answers")
     assert reg.similar(well, k=3).by == "fingerprint"
     assert not (reg.similar("few-answers", k=3, by="locus").evidence_note or "").count("fingerprint")  # asked for
+    # every fingerprinted model asked for: the one without a fingerprint is named, not dropped unsaid
+    everyone = reg.similar(well, k=1000, by="fingerprint")
+    assert "few-answers" not in [n.name for n in everyone.neighbours]
+    assert "1 embedded model(s) have no behaviour fingerprint" in everyone.evidence_note
+    assert "few-answers" in everyone.evidence_note and "--by locus" in everyone.evidence_note
+    assert "no behaviour fingerprint" not in (reg.similar(well, k=2, by="fingerprint").evidence_note or "")
 
 
 def test_init_loads_an_encoder_it_does_not_know_by_name(tmp_path):

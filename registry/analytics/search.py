@@ -251,6 +251,14 @@ def search_result(store: "Store | str | Path", query: str | np.ndarray, *, k: in
 
             notes.append(f"{query} has no behaviour fingerprint (fewer than {MIN_FINGERPRINT_EVALS} evaluations on "
                          "the item table's queries; registry refine adds them): searched by its LOCUS embedding")
+    if used == "fingerprint" and len(hits) + len(left_out) < k:
+        # the whole fingerprint index answered: say that models without a fingerprint are not in it
+        prints = set(open_index(store, store=open_store, by="fingerprint").index.names)
+        missing = [n for n in open_index(store, store=open_store, by="locus").index.names if n not in prints]
+        if missing:
+            notes.append(f"{len(missing)} embedded model(s) have no behaviour fingerprint and are not in this "
+                         f"search ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}; --by locus "
+                         "reaches them)")
     return SearchResult(query=query if isinstance(query, str) else None, metric=metric or DEFAULT_METRIC[used],
                         where=where, by=used, neighbours=hits, min_evals=min_evals,
                         evidence_note="; ".join(n for n in notes if n) or None)
