@@ -674,7 +674,8 @@ class Registry:
                 import difflib
 
                 close = difflib.get_close_matches(alias, list(aliases), n=3, cutoff=0.4)
-                raise NotFoundError(f"no alias named {alias!r}" + (f"; closest: {', '.join(close)}" if close else ""))
+                raise NotFoundError(f"no alias named {alias!r}" + (f"; closest: {', '.join(close)}" if close else ""),
+                                    field="alias")
             entry = aliases.pop(alias)
             config["aliases"] = aliases
             return {"alias": alias, **entry}

@@ -732,6 +732,45 @@ def test_an_alias_at_an_unknown_model_names_its_target_here_and_through_the_clie
     assert caught.value.field == "target" and "no-such-model" in str(caught.value)
 
 
+def test_an_alias_holding_a_slash_is_refused_as_that_alias_not_a_bare_404(client):
+    import httpx
+
+    from registry.client import RegistryClient
+    from registry.errors import InputError
+
+    r = client.put("/v1/aliases/a%2Fb", headers=AUTH, json={"target": "no-such-model"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "alias", r.text
+    assert "'a/b' is not a valid alias" in r.json()["error"]["message"]
+    r = client.delete("/v1/aliases/a%2Fb", headers=AUTH)
+    assert r.status_code in (404, 422) and r.json()["error"]["field"] == "alias", r.text
+    assert all(a["alias"] != "a/b" for a in client.get("/v1/aliases").json())
+    # the client sends the name percent-encoded and gets the same refusal
+    def through_the_app(request):
+        answer = client.request(request.method, request.url.raw_path.decode(), content=request.content,
+                                headers=dict(request.headers))
+        return httpx.Response(answer.status_code, json=answer.json())
+
+    reg = RegistryClient("http://registry.test", token=TOKEN, transport=httpx.MockTransport(through_the_app))
+    with pytest.raises(InputError) as caught:
+        reg.set_alias("a/b", "no-such-model")
+    assert caught.value.field == "alias"
+
+
+def test_a_path_no_endpoint_answers_says_so_and_where_the_endpoints_are(client):
+    r = client.get("/v1/modles")
+    assert r.status_code == 404, r.text
+    assert r.json()["error"]["message"] == ("no endpoint GET /v1/modles: the endpoints are listed at /openapi.json "
+                                            "(and in the web UI at /api)")
+
+
+def test_a_body_with_a_number_too_long_to_read_says_why(client):
+    body = '{"name": "digits", "evaluations": [{"query": "What is 2 + 2?", "score": ' + "1" * 5000 + '}]}'
+    r = client.post("/v1/models", headers={**AUTH, "Content-Type": "application/json"}, content=body)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "body", r.text
+    assert "integer string conversion: value has 5000 digits" in r.json()["error"]["message"], r.text
+    assert client.get("/v1/models/digits").status_code == 404
+
+
 def test_the_client_says_what_is_wrong_with_its_url_its_numbers_and_a_late_answer():
     import httpx
 

@@ -29,7 +29,7 @@ from registry.service.state import READ, WarmState
 
 __all__ = ["single_valued_parameters", "read_mode", "get_settings", "get_state", "get_queue", "get_reader",
            "get_metrics", "get_uploads", "require_token", "check_write_before_body", "Settings", "State", "Queue",
-           "Reader", "Metrics", "Uploads", "Name", "WRITE"]
+           "Reader", "Metrics", "Uploads", "Name", "AliasName", "WRITE"]
 
 
 async def single_valued_parameters(request: Request) -> None:
@@ -115,6 +115,20 @@ def _model_name(name: str = PathParam(description="the model name, percent-encod
 
 
 Name = Annotated[str, Depends(_model_name)]
+
+
+def _alias_segment(alias: str = PathParam(description="the alias (letters, digits, '-', '_', '.')")) -> str:
+    """The alias of a `/v1/aliases/{alias}` path, decoded once (the edge keeps a `%2F` in it, so that
+    `a%2Fb` is refused as the alias 'a/b' rather than answered with a bare 404); the registry checks it."""
+    from urllib.parse import unquote
+
+    try:
+        return unquote(alias, errors="strict")
+    except UnicodeDecodeError:
+        raise HTTPError(422, "alias: the alias is not UTF-8", field="alias", type_="ValidationError") from None
+
+
+AliasName = Annotated[str, Depends(_alias_segment)]
 
 # ------------------------------------------------------------------ auth
 bearer = HTTPBearer(auto_error=False)

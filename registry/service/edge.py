@@ -135,22 +135,24 @@ def _bodiless(send):
     return headers_only
 
 
-_MODELS_PREFIX = b"/v1/models/"
+# The paths whose next segment is a name: a model's, or an alias's (which holds no '/', and is told so)
+_NAME_PREFIXES = (b"/v1/models/", b"/v1/aliases/")
 _GENERATION = GENERATION_HEADER.lower().encode()
 
 
 def _name_kept_encoded(scope):
-    """`/v1/models/{name}/...` with the name segment as the client encoded it (normalised to
-    percent-encoded UTF-8), the rest decoded. The server decodes the whole path before routing, which
-    turned `org%2Fmodel` into two segments: a name holding '/' could be added but never reached. The
-    route's `name` dependency decodes the segment once."""
+    """`/v1/models/{name}/...` (and `/v1/aliases/{alias}`) with the name segment as the client encoded it
+    (normalised to percent-encoded UTF-8), the rest decoded. The server decodes the whole path before
+    routing, which turned `org%2Fmodel` into two segments: a name holding '/' could be added but never
+    reached, and an alias `a%2Fb` was a bare 404 instead of its refusal. The route decodes the segment once."""
     from urllib.parse import quote, unquote, unquote_to_bytes
 
     raw = scope.get("raw_path")
-    if not raw or not raw.startswith(_MODELS_PREFIX):
+    prefix = next((p for p in _NAME_PREFIXES if raw and raw.startswith(p)), None)
+    if prefix is None:
         return scope
-    segment, sep, rest = raw[len(_MODELS_PREFIX):].split(b"?", 1)[0].partition(b"/")
-    path = "/v1/models/" + quote(unquote_to_bytes(segment), safe="") + sep.decode() + \
+    segment, sep, rest = raw[len(prefix):].split(b"?", 1)[0].partition(b"/")
+    path = prefix.decode() + quote(unquote_to_bytes(segment), safe="") + sep.decode() + \
         unquote(rest.decode("latin-1"), encoding="utf-8", errors="replace")
     return {**scope, "path": path}
 

@@ -84,7 +84,11 @@ async def _validation(request: Request, err: RequestValidationError):
 async def _http(request: Request, err: StarletteHTTPException):
     if err.status_code == 400:  # FastAPI's "error parsing the body": a malformed body, as documented
         return error_response(422, "ValidationError", f"body: {err.detail}", field="body")
-    return error_response(err.status_code, "HTTPError", str(err.detail), headers=getattr(err, "headers", None))
+    message = str(err.detail)
+    if err.status_code == 404 and message == "Not Found":  # no route matched: say which, and where they are
+        message = (f"no endpoint {request.method} {request.url.path}: the endpoints are listed at /openapi.json "
+                   "(and in the web UI at /api)")
+    return error_response(err.status_code, "HTTPError", message, headers=getattr(err, "headers", None))
 
 
 async def _ours(request: Request, err: HTTPError):

@@ -24,6 +24,13 @@ class _UniqueKeysRequest(Request):
                 # FastAPI passes an HTTPException raised while reading the body through as it is; a 400
                 # is answered as a 422 naming the body (errors._http), after the write check
                 raise HTTPException(400, detail=str(err)) from None
+            except ValueError as err:
+                if isinstance(err, json.JSONDecodeError):
+                    raise  # FastAPI's own answer: "not JSON", with the character where it failed
+                # Python's parser refuses an integer of more than 4,300 digits; FastAPI said only "There
+                # was an error parsing the body"
+                reason = str(err).split(";")[0]  # without its advice to the server's Python
+                raise HTTPException(400, detail=f"not JSON this server reads: {reason}") from None
         return self._json
 
 

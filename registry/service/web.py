@@ -26,7 +26,7 @@ from registry.defaults import CLUSTER_LINKAGE
 from registry.errors import NotFoundError
 from registry.evidence import MIN_EVALS
 from registry.results import Alias, ClustersResult, Comparison, ErrorResponse
-from registry.service.deps import Name
+from registry.service.deps import AliasName, Name
 from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["web_router", "CSP", "PAGES"]
@@ -218,7 +218,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
                    "parameters": {"alias": "$response.body#/alias"}},
         "show": {"operationId": "show_v1_models__name__get", "parameters": {"name": "$response.body#/alias"}}}},
         **_ERRORS}, tags=["aliases"])
-    def set_alias(alias: str, body: AliasTarget):
+    def set_alias(alias: AliasName, body: AliasTarget):
         """Point an alias at NAME (whatever version is live) or NAME@VERSION."""
         pointed = Registry.open(settings.home, create=False).set_alias(alias, body.target)
         state.note_written()
@@ -226,7 +226,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
 
     @router.delete("/v1/aliases/{alias}", dependencies=write, response_model=Alias, responses=_ERRORS,
                    tags=["aliases"])
-    def delete_alias(alias: str):
+    def delete_alias(alias: AliasName):
         deleted = Registry.open(settings.home, create=False).delete_alias(alias)
         state.note_written()
         return deleted
