@@ -78,6 +78,8 @@ def test_add_model_and_refine_take_max_evals_on_the_command_line(home, tmp_path)
     assert added["n_evals"] == 3 and added["version"] == 1  # embedded from a sample of 3 of its 6
     refined = json.loads(_cli(home, "refine", "capped", "--evals", evals, "--max-evals", "all", "--json", code=0).stdout)
     assert refined["n_evals"] == 6 and refined["version"] == 2
+    assert ("capped: no new evaluations; the new version re-embeds the stored ones from 6 of its 6 evaluations "
+            "(the stored vector read 3)") in refined["warnings"]
     assert "option --max-evals: must be an integer of at least 1, not 0" in _cli(
         home, "add-model", "other", "--evals", evals, "--max-evals", "0", code=2).output
     assert "'x' is not a number or 'all'" in _cli(home, "refine", "capped", "--evals", evals, "--max-evals", "x",

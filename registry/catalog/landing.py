@@ -242,6 +242,13 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
                     f"version {int(current.get('version') or 1)} stays, no new version"])
             prepared.remove(p)
             continue
+        if p.change.kind == "refine" and p.new_evaluations == 0:  # a version all the same: say what changed
+            stored = stored_models[p.change.name]
+            used = len(final) if p.change.max_evals is None else min(len(final), p.change.max_evals)
+            why = (f"from {used} of its {len(final)} evaluations (the stored vector read {stored.get('n_evals')})"
+                   if stored.get("encoder_id") == active.encoder_id and stored.get("vector") is not None
+                   else f"under encoder {active.encoder_id}")
+            p.warnings.append(f"{p.change.name}: no new evaluations; the new version re-embeds the stored ones {why}")
         p.query_ids = list(final)
         p.hashes = [new_hash.get(q) or by_id[q] for q in final]
         p.scores = np.asarray(list(final.values()), dtype=np.float32)
