@@ -10,6 +10,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # servers the tests start use it (tests/service_harness.py): the first writes it once, every start is faster.
 os.environ.setdefault("LOCUS_QUERY_EXPORT", "0")
 
+import hashlib  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -18,6 +19,15 @@ import pytest  # noqa: E402
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 MMLU_PRO = SHARED / "data" / "mmlu-pro"
 SMALL_ENCODER = "all-MiniLM-L6-v2"
+
+
+MAX_WORKERS = 4  # each worker holds torch, an encoder and its servers (~1-3 GB); past 4 the shared builds dominate
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): one worker per CPU this process may use, at most MAX_WORKERS."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_WORKERS, cpus))
 
 
 @pytest.fixture
@@ -60,11 +70,31 @@ def synthetic_home(tmp_path_factory):
     def build(name: str, **options) -> Path:
         key = tuple(sorted(options.items()))
         if key not in built:
-            built[key] = tmp_path_factory.mktemp("recipe") / "home"
-            synthetic_registry(built[key], **options)
+            built[key] = built_once(tmp_path_factory, f"recipe-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}",
+                                    lambda home: synthetic_registry(home, **options))
         return shutil.copytree(built[key], tmp_path_factory.mktemp(name) / "home")
 
     return build
+
+
+def built_once(tmp_path_factory, key: str, make) -> Path:
+    """`<dir>/home` made by `make(home)` once per test run: with pytest-xdist's workers (pyproject's addopts)
+    once for all of them, the first builds it under a lock and the others wait and read it. Only a finished
+    home is used (its marker file is written last)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's directory, above every worker's own (never an earlier run's)
+    place = shared / f"built-{key}"
+    with FileLock(str(shared / f"built-{key}.lock")):
+        if not (place / "done").exists():
+            if place.exists():
+                shutil.rmtree(place)  # a build that failed half-way in this run
+            place.mkdir()
+            make(place / "home")
+            (place / "done").touch()
+    return place / "home"
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +108,12 @@ def demo_home(tmp_path_factory) -> Path:
     from registry.lab.demo import DEMO_ENCODER, DEMO_POOL
     from registry.lab.synthetic import synthetic_pool
 
-    home = tmp_path_factory.mktemp("demo") / "home"
-    reg = Registry.open(home)
-    reg.set_query_encoder(DEMO_ENCODER)
-    with tempfile.TemporaryDirectory() as scratch:
-        reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
-    reg.train(config=TrainConfig(epochs=150))
-    reg.embed_all()
-    return home
+    def make(home: Path) -> None:
+        reg = Registry.open(home)
+        reg.set_query_encoder(DEMO_ENCODER)
+        with tempfile.TemporaryDirectory() as scratch:
+            reg.import_path(synthetic_pool(seed=0, **DEMO_POOL).write_triple(Path(scratch)))
+        reg.train(config=TrainConfig(epochs=150))
+        reg.embed_all()
+
+    return built_once(tmp_path_factory, "demo", make)

@@ -357,8 +357,10 @@ def test_schemathesis_finds_nothing(server, open_server, auth):
             "--generation-deterministic", "--no-color", "--max-failures", "20"]
     if auth:
         args += ["--header", f"Authorization: Bearer {TOKEN}"]
-    else:  # reads are open on both servers, the same handlers: the run with the token covers them
-        args += ["--exclude-method", "GET"]
+    else:  # reads are open on both servers, the same handlers: the run with the token covers them. So does it
+        # the coverage phase's boundary values of every write's fields (~1,900 cases, ~50 s of each run): here
+        # the writes are sent by the examples, fuzzing and stateful phases, for the checks without a token
+        args += ["--exclude-method", "GET", "--phases", "examples,fuzzing,stateful"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=240, cwd=srv.home.parent)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     with srv.client() as c:
