@@ -761,6 +761,8 @@ def test_a_path_no_endpoint_answers_says_so_and_where_the_endpoints_are(client):
     assert r.status_code == 404, r.text
     assert r.json()["error"]["message"] == ("no endpoint GET /v1/modles: the endpoints are listed at /openapi.json "
                                             "(and in the web UI at /api)")
+    long = client.get("/v1/" + "x" * 5000).json()["error"]["message"]
+    assert long.startswith("no endpoint GET /v1/xxx") and len(long) < 400
 
 
 def test_a_body_with_a_number_too_long_to_read_says_why(client):

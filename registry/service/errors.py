@@ -86,7 +86,8 @@ async def _http(request: Request, err: StarletteHTTPException):
         return error_response(422, "ValidationError", f"body: {err.detail}", field="body")
     message = str(err.detail)
     if err.status_code == 404 and message == "Not Found":  # no route matched: say which, and where they are
-        message = (f"no endpoint {request.method} {request.url.path}: the endpoints are listed at /openapi.json "
+        path = request.url.path if len(request.url.path) <= 200 else request.url.path[:200] + "..."
+        message = (f"no endpoint {request.method} {path}: the endpoints are listed at /openapi.json "
                    "(and in the web UI at /api)")
     return error_response(err.status_code, "HTTPError", message, headers=getattr(err, "headers", None))
 
