@@ -714,6 +714,17 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
         if model is not None:  # it ran every model, and moved the marker past them all
             raise click.UsageError(f"--drift runs every model refined since the last run; one model's drift: "
                                    f"`registry drift {model}`")
+        from click.core import ParameterSource
+
+        # the duplicate audit's options: a pipeline writing `--drift --fail-on-flag` must not pass green on duplicates
+        spelled = {"metric": "--metric", "k": "-k", "by": "--by", "fail_on_flag": "--fail-on-flag",
+                   "fail_on_related": "--fail-on-related"}
+        given = [flag for name, flag in spelled.items()
+                 if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} belong to the duplicate audit, which --drift does not run "
+                                   "(it exits 1 when a model moved): run `registry audit` and `registry audit --drift` "
+                                   "as two steps")
 
         return run_drift_audit(ctx, alpha=alpha, max_noise=max_noise, as_json=as_json)
     check_fraction_option("--alpha", alpha)
