@@ -73,6 +73,22 @@ def test_names_are_unique_unless_replaced(reg):
     assert len(stored) == 50
 
 
+def test_a_new_name_that_reads_as_name_at_version_is_refused(reg, tmp_path):
+    """'syn-synfam2-1b@1' as a new model would take over NAME@VERSION: an alias set to it pointed at it."""
+    evals = own_evaluations(reg, "syn-synfam2-1b")[:40]
+    before = reg.stats().model_dump()
+    with pytest.raises(InputError) as refused:
+        reg.add_model("syn-synfam2-1b@1", evals)
+    assert refused.value.field == "name" and "reads as version 1 of 'syn-synfam2-1b'" in str(refused.value)
+    assert reg.add_model("syn-synfam2-1b@r1", evals).version == 1  # '@' with more than digits is a name
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps({"model": "other@7", "query": e["query"],
+                                                          "score": e["score"]}) + "\n" for e in evals))
+    with pytest.raises(InputError, match="a new model of this import: the model name 'other@7' ends in '@' and digits"):
+        reg.import_path(tmp_path / "e.jsonl")
+    assert "other@7" not in [m.name for m in reg.models()]
+    assert reg.stats().model_dump()["n_models"] == before["n_models"] + 1
+
+
 def test_refine_makes_a_new_version_and_keeps_the_old(reg):
     evals = own_evaluations(reg, "syn-synfam0-7b")
     reg.add_model("growing", evals[:30])

@@ -20,7 +20,7 @@ from typing import Any
 from indexing.home import as_path
 from registry.errors import InputError, NotFoundError, RegistryError
 
-__all__ = ["ALIAS_PATTERN", "read_aliases", "split_version", "resolve", "resolve_many"]
+__all__ = ["ALIAS_PATTERN", "read_aliases", "split_version", "reads_as_version", "resolve", "resolve_many"]
 
 # Short, shell-friendly, and unlike any stored name with an "@": letters, digits, '-', '_', '.'.
 ALIAS_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
@@ -46,6 +46,17 @@ def split_version(target: str, known: set[str] | None = None) -> tuple[str, int 
     if sep and name and version.isdigit():
         return name, int(version)
     return target, None
+
+
+def reads_as_version(name: str) -> str | None:
+    """Why a new model may not take `name`: it ends in '@' and digits, so `NAME@3` would be read as version 3
+    of NAME by `split_version` wherever NAME exists (an alias set to it pointed at the new model instead).
+    None when the name is free of that. Models stored before this rule keep their names."""
+    base, version = split_version(name)
+    if version is None:
+        return None
+    return (f"the model name {name[:60]!r} ends in '@' and digits, which reads as version {version} of {base[:60]!r} "
+            "(NAME@VERSION): name the model otherwise (e.g. with '-v' or '@r' before the digits)")
 
 
 def resolve(home: Path, name: str, *, live: dict[str, int] | None = None, same=None) -> str:

@@ -193,8 +193,11 @@ def ingest(
                 update_models.append(record)
     missing_models = sorted(set(batch.eval_models) - stored_models.keys() - {m.name for m in batch.models})
     insert_models.extend(ModelRecord(name=name) for name in missing_models)
-    from registry.catalog.aliases import read_aliases
+    from registry.catalog.aliases import read_aliases, reads_as_version
 
+    versioned = next((r.name for r in insert_models if reads_as_version(r.name)), None)
+    if versioned is not None:
+        raise InputError(f"a new model of this import: {reads_as_version(versioned)}", field="model")
     aliases = read_aliases(store.home)
     hidden = sorted(r.name for r in insert_models if r.name in aliases)
     if hidden:  # as add-model refuses: a model and an alias must not answer to one name

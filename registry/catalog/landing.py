@@ -185,12 +185,15 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
     by_hash = {h: q for q, h in by_id.items()}
     stored_tasks = dict(zip(queries.column("query_id").to_pylist(), queries.column("task").to_pylist()))
 
-    from registry.catalog.aliases import read_aliases
+    from registry.catalog.aliases import read_aliases, reads_as_version
 
     aliases = read_aliases(store.home)
     prepared: list[_Prepared] = []
     claimed: dict[str, str] = {}
     for change in changes:
+        if change.kind == "add" and change.name not in stored_models and reads_as_version(change.name):
+            outcomes[change.id] = InputError(reads_as_version(change.name), field="name")
+            continue
         if change.kind == "add" and change.name in aliases and change.name not in stored_models:
             # `alias set` refuses a model's name; the reverse too, or the two would answer to one name
             outcomes[change.id] = RegistryError(
