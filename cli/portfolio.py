@@ -35,7 +35,7 @@ def _number(value) -> str:
 
 @click.command()
 @click.option("-k", "--k", "k", type=int, default=None, help="How many models (kcenter, kmedoids, answers).")
-@click.option("--budget", callback=_budget_option, default=None, metavar="SIZE",
+@click.option("--budget", "budget_b", callback=_budget_option, default=None, metavar="SIZE",
               help="Total parameter budget (greedy-budget): 150B, 150b, 150 (billions) or 1.5T.")
 @click.option("--method", type=click.Choice(["kcenter", "kmedoids", "greedy-budget", "answers"]), default=None,
               help="Default: answers with --k (the greedy cover of the recorded answers outside the encoder's "
@@ -49,12 +49,12 @@ def _number(value) -> str:
               help="Compare the models by their LOCUS embeddings (default) or behaviour fingerprints.")
 @json_option
 @click.pass_context
-def portfolio(ctx, k, budget, method, where, include_unknown_params, seed, random_draws, by, as_json) -> None:
+def portfolio(ctx, k, budget_b, method, where, include_unknown_params, seed, random_draws, by, as_json) -> None:
     """A few models that cover the pool (their recorded answers, or their vectors), with routing accuracy on
     held-out test queries: the portfolio vs the full pool vs random subsets."""
-    if (k is None) == (budget is None):
+    if (k is None) == (budget_b is None):
         raise click.UsageError("give exactly one of --k N (a number of models) and --budget SIZE (e.g. 150B)")
-    result = _backend(ctx).portfolio(k=k, budget_b=budget, method=method, where=where,
+    result = _backend(ctx).portfolio(k=k, budget_b=budget_b, method=method, where=where,
                                      include_unknown_params=include_unknown_params, seed=seed,
                                      random_draws=random_draws, by=by)
     echo_warnings(result.warnings)

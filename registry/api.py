@@ -74,7 +74,9 @@ class Registry:
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, *, create: bool = True) -> "Registry":
         """The registry at `home` ($LOCUS_HOME, else ~/.locus), created when missing unless `create=False`."""
-        path = resolve_home(home)
+        from registry.checks import check_path
+
+        path = resolve_home(check_path(home, "home", optional=True))
         if is_remote(path) and not create:  # one HEAD instead of exists() and is_dir() (a HEAD and two LISTs)
             if not (path / "config.json").is_file():
                 raise RegistryError(f"no registry at {path} (run `registry init`)")
@@ -164,6 +166,17 @@ class Registry:
         from registry.importers import read_batch
         from registry.catalog.ingest import ingest, load_precomputed
 
+        from collections.abc import Mapping
+
+        from registry.checks import check_path, check_text
+
+        check_path(path, "path")
+        check_path(query_embeddings, "query_embeddings", optional=True)
+        check_path(query_ids, "query_ids", optional=True)
+        check_text(id_prefix, "id_prefix")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InputError(f"metadata must be a mapping of field to value, not {type(metadata).__name__}",
+                             field="metadata")
         log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
         if encoder_name != self.query_encoder:
@@ -398,7 +411,7 @@ class Registry:
         """The distance between two models' embeddings in `metric`."""
         from registry.analytics.search import distance
 
-        return distance(self.store, self.resolve(a), self.resolve(b), metric=metric)
+        return distance(self.store, self._named(a, "a"), self._named(b, "b"), metric=metric)
 
     def audit(self, *, model: str | None = None, metric: str = "cosine", k: int = 10, alpha: float = AUDIT_ALPHA,
               max_noise: float = AUDIT_MAX_NOISE, by: str | None = None) -> AuditReport:
@@ -408,7 +421,7 @@ class Registry:
         Returns a typed `AuditReport`."""
         from registry.analytics.audit import audit
 
-        return audit(self.store, model=None if model is None else self.resolve(model), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
+        return audit(self.store, model=None if model is None else self._named(model, "model"), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
                      by=by)
 
     def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
@@ -497,7 +510,7 @@ class Registry:
         """How two models differ: distance, and per task their accuracies and the evidence behind them."""
         from registry.analytics.compare import compare
 
-        return compare(self.store, self.resolve(a), self.resolve(b), by=by)
+        return compare(self.store, self._named(a, "a"), self._named(b, "b"), by=by)
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
@@ -618,6 +631,12 @@ class Registry:
         version is no longer live is refused, saying what to do. Unknown names pass through unchanged so
         that the operation's own "no model named ..." error (with suggestions) still speaks."""
         return self._view.resolve(name)
+
+    def _named(self, name, field: str) -> str:
+        """`resolve(name)` for the argument `field`: a name that is not text is refused naming that argument."""
+        from registry.checks import check_text
+
+        return self.resolve(check_text(name, field))
 
     def set_alias(self, alias: str, target: str) -> Alias:
         """Point `alias` at `NAME` (whatever version is live) or `NAME@VERSION` (that version, which must

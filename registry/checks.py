@@ -1,12 +1,13 @@
 """Argument checks shared by the faces (registry.api) and the analytics: one wording for one mistake."""
 from __future__ import annotations
 
+import os
 from numbers import Integral, Real
 from typing import Any
 
 from registry.errors import InputError
 
-__all__ = ["check_count", "check_fraction"]
+__all__ = ["check_count", "check_fraction", "check_path", "check_text"]
 
 
 def check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> int | None:
@@ -23,5 +24,24 @@ def check_fraction(value: Any, field: str) -> float:
     """`value` as a float when it is a number strictly between 0 and 1 (a test's level, a share of answers),
     else an InputError naming `field`."""
     if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 < value < 1.0:
-        raise InputError(f"{field} must be in (0, 1); got {value}", field=field)
+        raise InputError(f"{field} must be a number in (0, 1); got {value!r}", field=field)
     return float(value)
+
+
+def check_path(value: Any, field: str, *, optional: bool = False):
+    """`value` when it is a non-empty path (str or os.PathLike); None when it is None and `optional`; else an
+    InputError naming `field`. An empty string would be the current directory, which no caller means."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{field} must be a path (str or os.PathLike), not {type(value).__name__}", field=field)
+    if not os.fspath(value).strip():
+        raise InputError(f"{field} is empty: give a path", field=field)
+    return value
+
+
+def check_text(value: Any, field: str) -> str:
+    """`value` when it is a str, else an InputError naming `field`."""
+    if not isinstance(value, str):
+        raise InputError(f"{field} must be text (str), not {type(value).__name__}", field=field)
+    return value

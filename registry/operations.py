@@ -417,6 +417,9 @@ def route(view: StoreView, queries: "str | Sequence[str]", *, k: int = 3, exclud
     fallback = check_count(fallback, "fallback", 0)
     min_evals = check_min_evals(MIN_EVALS if min_evals is None else min_evals)
     by = canonical_by(by)
+    if exclude is not None and not isinstance(exclude, (str, list, tuple, set, frozenset)):
+        raise InputError(f"exclude must be a model name or a list of them, not {type(exclude).__name__}",
+                         field="exclude")
     exclude = [view.resolve(n) for n in ([exclude] if isinstance(exclude, str) else exclude or ())]
     models = view.index("locus")
     active = view.predictor()

@@ -178,7 +178,9 @@ class ModelRecord(BaseModel):
         for key, raw in fields.items():
             # a key that shadows a column tables, sorts and filters read by that name (`where name == x`
             # would never see it) is refused here, where metadata comes in; homes that stored one keep it
-            if not isinstance(key, str) or not key.strip():
+            if not isinstance(key, str):
+                raise ValueError(f"a metadata key must be text, not {type(key).__name__} ({key!r})")
+            if not key.strip():
                 raise ValueError("a metadata key is empty")
             if is_reserved_key(key):
                 raise ValueError(f"{key[:40]!r} is a column of its own, not a metadata key (reserved: "

@@ -33,10 +33,10 @@ def test_a_fraction_is_strictly_between_0_and_1():
     from registry.checks import check_fraction
 
     assert check_fraction(0.01, "alpha") == 0.01 and type(check_fraction(np.float32(0.5), "alpha")) is float
-    for value, shown in ((0, "0"), (1.0, "1.0"), (2, "2"), (float("nan"), "nan"), (True, "True"), ("0.1", "0.1")):
+    for value, shown in ((0, "0"), (1.0, "1.0"), (2, "2"), (float("nan"), "nan"), (True, "True"), ("0.1", "'0.1'")):
         with pytest.raises(InputError) as caught:
             check_fraction(value, "max_noise")
-        assert caught.value.problem == f"max_noise must be in (0, 1); got {shown}" and caught.value.field == "max_noise"
+        assert caught.value.problem == f"max_noise must be a number in (0, 1); got {shown}" and caught.value.field == "max_noise"
 
 
 @pytest.mark.parametrize("run", ["audit", "drift", "drift_refined"])
@@ -50,10 +50,10 @@ def test_audit_and_drift_refuse_a_level_outside_0_1_alike(tmp_path, run):
             "drift_refined": lambda **kw: drift_refined(store, **kw)}[run]
     with pytest.raises(InputError) as caught:
         call(alpha=2)
-    assert caught.value.problem == "alpha must be in (0, 1); got 2"
+    assert caught.value.problem == "alpha must be a number in (0, 1); got 2"
     with pytest.raises(InputError) as caught:
         call(max_noise=0.0)
-    assert caught.value.problem == "max_noise must be in (0, 1); got 0.0"
+    assert caught.value.problem == "max_noise must be a number in (0, 1); got 0.0"
 
 
 def test_audit_and_drift_refuse_a_count_as_every_count_is_refused(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -103,6 +104,44 @@ def test_wrong_types_in_the_python_api_are_input_errors(home):
         with pytest.raises(InputError):
             call()
     assert reg.route("a question?", exclude=None, k=1).ranking  # None: nothing excluded
+
+
+@pytest.mark.parametrize("call, field, says", [
+    # a reviewer's calls that raised TypeError, pydantic's ValidationError or Python's own words
+    (lambda reg, f: reg.add_model("m1", [("a brand new question?", 1, 5)]), "task", "task must be text, not int"),
+    (lambda reg, f: reg.route("a question?", exclude=5), "exclude", "exclude must be a model name or a list"),
+    (lambda reg, f: reg.clusters(plot=3), "plot", "plot must be a path (str or os.PathLike), not int"),
+    (lambda reg, f: type(reg).open(123), "home", "home must be a path"),
+    (lambda reg, f: type(reg).open(""), "home", "home is empty"),
+    (lambda reg, f: reg.import_path(None), "path", "path must be a path"),
+    (lambda reg, f: reg.import_path(f, metadata=["a"]), "metadata", "metadata must be a mapping"),
+    (lambda reg, f: reg.import_path(f, id_prefix=None), "id_prefix", "id_prefix must be text"),
+    (lambda reg, f: reg.import_path(f, modelname="x"), "modelname", "unknown import option(s) modelname"),
+    (lambda reg, f: reg.import_path(f, model_name="x"), "model_name", "model_name applies to lm-eval results only"),
+    (lambda reg, f: reg.portfolio(budget_b=-5), "budget_b", "budget_b must be a positive number"),
+    (lambda reg, f: reg.compare(None, "x"), "a", "a must be text"),
+    (lambda reg, f: reg.distance("x", None), "b", "b must be text"),
+    (lambda reg, f: reg.audit(model=["x"]), "model", "model must be text"),
+    (lambda reg, f: reg.add_model("m1", [("q?", 1)], {5: "x"}), "metadata", "a metadata key must be text, not int"),
+    (lambda reg, f: reg.add_model("m1", [("q?", 1)], ["a"]), "metadata", "metadata must be a mapping"),
+    (lambda reg, f: reg.audit(alpha="0.01"), "alpha", "alpha must be a number in (0, 1); got '0.01'"),
+    (lambda reg, f: reg.add_model("m1", [("q?", np.bool_(True))]), "score", "is a boolean, not a number"),
+])
+def test_the_python_api_names_the_argument_it_refuses(home, tmp_path, monkeypatch, call, field, says):
+    from registry import Registry
+    from registry.errors import InputError
+
+    reg = Registry.open(home)
+    cwd = tmp_path / "cwd"  # Registry.open("") made a registry here
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"model": "from-a-file", "query": "a question from a file?", "score": 1}) + "\n")
+    before = reg.stats().model_dump()
+    with pytest.raises(InputError) as caught:
+        call(reg, rows)
+    assert caught.value.field == field and says in str(caught.value), str(caught.value)
+    assert reg.stats().model_dump() == before and not list(cwd.iterdir())
 
 
 def test_a_model_cannot_take_an_alias_s_name_and_history_reads_the_model_first(home, tmp_path):

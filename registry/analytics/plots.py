@@ -287,9 +287,10 @@ def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dic
 
 def plot_path(plot) -> Path:
     """Where a plot goes: `plot` with `.png` when it has no suffix, its folder created."""
+    from registry.checks import check_path
     from registry.errors import InputError
 
-    path = Path(plot).expanduser()
+    path = Path(check_path(plot, "plot")).expanduser()
     if path.suffix == "":
         path = path.with_suffix(".png")
     try:

@@ -418,7 +418,7 @@ class PortfolioSpace:
             if not (costs <= budget_b + _TOL).any():
                 size, name = min(known)
                 raise InputError(f"a budget of {_billions(budget_b)} fits no model: the smallest in the pool is "
-                                 f"{name} with {_billions(size)}", field="budget")
+                                 f"{name} with {_billions(size)}", field="budget_b")
             chosen, variant = greedy_budget(self.sim, costs, budget_b)
             return chosen, {"greedy_variant": variant}
         if k > self.size:
@@ -544,7 +544,7 @@ def _check_request(method: Any, k: Any, budget_b: Any) -> tuple[str, int | None,
         if isinstance(budget_b, bool) or not isinstance(budget_b, (int, float, np.integer, np.floating)) \
                 or not math.isfinite(float(budget_b)) or float(budget_b) <= 0:
             raise InputError(f"budget_b must be a positive number of billions of parameters, not {budget_b!r}",
-                             field="budget")
+                             field="budget_b")
         return method, None, float(budget_b)
     if method == "greedy-budget":
         raise InputError("method 'greedy-budget' takes a parameter budget (--budget, budget_b), not k",

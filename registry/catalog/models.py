@@ -27,6 +27,9 @@ __all__ = ["evaluations_batch", "remove", "restore", "history", "history_rows", 
 def record_from_metadata(name: str, metadata: Mapping[str, Any] | None) -> ModelRecord:
     """A ModelRecord from flat metadata (`--meta k=v`), an InputError naming `metadata` and the key
     when a value is refused (never pydantic's own message)."""
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise InputError(f"metadata must be a mapping of field to value, not {type(metadata).__name__}",
+                         field="metadata")
     try:
         return ModelRecord.from_flat(name, dict(metadata or {}))
     except ValueError as err:  # pydantic's ValidationError is one
@@ -63,6 +66,11 @@ def evaluations_batch(name: str, evaluations: str | Path | Iterable[Any]) -> Imp
             query_id = None
         # a number, as in a JSON Lines file or an HTTP body: True or "0.5" is refused alike by every face
         score = parse_typed_score(score, file="evaluations", line=i, field="score")
+        if task is not None and not isinstance(task, str):
+            raise InputError(f"task must be text, not {type(task).__name__}", file="evaluations", line=i, field="task")
+        if query_id is not None and not isinstance(query_id, str):
+            raise InputError(f"query_id must be text, not {type(query_id).__name__}", file="evaluations", line=i,
+                             field="query_id")
         if query_id is None:
             if not isinstance(text, str) or not text.strip():
                 raise InputError("no query text and no query_id", file="evaluations", line=i, field="query")

@@ -40,12 +40,23 @@ def detect_format(path: Path) -> str:
     )
 
 
+LM_EVAL_OPTIONS = ("model_name", "metric", "filter")  # what read_lm_eval takes beyond the path and prefix
+
+
 def read_batch(path: Path, *, format: str = "auto", id_prefix: str = "", **options) -> ImportBatch:
+    unknown = sorted(set(options) - set(LM_EVAL_OPTIONS))
+    if unknown:  # a misspelt option was dropped unsaid
+        raise InputError(f"unknown import option(s) {', '.join(unknown)}; the options of a format: "
+                         f"{', '.join(LM_EVAL_OPTIONS)} (lm-eval)", field=unknown[0])
     path = Path(path)
     if format == "auto":
         format = detect_format(path)
     if not path.exists():
         raise InputError("no such file or directory", file=path)
+    given = [name for name in LM_EVAL_OPTIONS if options.get(name) is not None]
+    if given and format != "lm-eval":
+        raise InputError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to lm-eval results only, "
+                         f"not to the {format} format", field=given[0])
     if format == "triple":
         from registry.importers.triple import read_triple
 

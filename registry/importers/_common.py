@@ -284,7 +284,7 @@ def parse_typed_score(value: object, *, file: Path | str, line: int, field: str)
     scores (CSV cells, text by nature, go through `parse_score`)."""
     if value is None:
         raise InputError("score is null, not a number in [0, 1]", file=file, line=line, field=field)
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):  # numpy's too: np.True_ is no number either
         raise InputError(f"score {str(value).lower()} is a boolean, not a number: write 1 or 0",
                          file=file, line=line, field=field)
     if isinstance(value, (str, bytes)):
