@@ -421,8 +421,13 @@ class Registry:
         Returns a typed `AuditReport`."""
         from registry.analytics.audit import audit
 
-        return audit(self.store, model=None if model is None else self._named(model, "model"), metric=metric, k=k, alpha=alpha, max_noise=max_noise,
-                     by=by)
+        try:
+            return audit(self.store, model=None if model is None else self._named(model, "model"), metric=metric,
+                         k=k, alpha=alpha, max_noise=max_noise, by=by)
+        except NotFoundError as err:
+            if model is None or err.field is not None:
+                raise
+            raise NotFoundError(err.problem, field="model") from None  # the model asked for (--model)
 
     def drift(self, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
               permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftReport:

@@ -100,6 +100,8 @@ def test_import_prints_its_report(tmp_path):
     (["search", "syn-synfam0-1b", "--where", "colour == red", "--json"], "--where", "InputError"),
     (["route", "some text", "--where", "family == nobody", "--json"], "--where", "InputError"),
     (["portfolio", "-k", "99", "--json"], "-k", "InputError"),
+    (["audit", "--model", "no-such-model", "--json"], "--model", "NotFoundError"),
+    (["portfolio", "--budget", "0.001B", "--method", "greedy-budget", "--json"], "--budget", "InputError"),
     (["add-model", "", "--evals", "EVALS", "--json"], "NAME", "InputError"),
     (["add-model", "x", "--evals", "EVALS", "--meta", "params_b=-3", "--json"], "--meta", "InputError"),
     (["add-model", "x", "--evals", "EVALS", "--meta", "oops", "--json"], "--meta", "UsageError"),
