@@ -267,7 +267,8 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     result: dict[str, Any] = {
         "n_models": len(names), "by": by, "metric": metric, "linkage": linkage, "heights": heights,
         "k": tree["k"],
-        "k_rule": ("given" if k is not None else
+        "k_rule": (("given" if tree["k"] == k else f"given ({k}; at most the {len(names)} models clustered)")
+                   if k is not None else
                    f"highest mean silhouette over k = 2..{min(len(names) - 1, MAX_K)} ({metric} distances)"),
         "silhouette": tree["silhouette"],
         "structure": _structure(tree["silhouette"]) if tree["silhouette"] is not None else "undefined",

@@ -138,7 +138,9 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
         out["sentence"] = (f"{name} moved: {deciding.detail}; p={deciding.p_value:.2g} <= {level:.2g}, which an "
                            f"unchanged model reaches with probability at most {alpha:g}.")
     else:
-        out["sentence"] = (f"{name} did not move beyond its own resampling spread: {deciding.detail}; smallest "
+        # the resampling spread is the fingerprint test's yardstick only; each other test says its own in `detail`
+        beyond = " beyond its own resampling spread" if deciding.test == "fingerprint" else ""
+        out["sentence"] = (f"{name} did not move{beyond}: {deciding.detail}; smallest "
                            f"p={deciding.p_value:.2g} > {level:.2g} ({len(tests)} test(s) at alpha {alpha:g}).")
     return out
 
