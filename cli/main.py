@@ -290,7 +290,9 @@ def _echo_import(report) -> None:
         click.echo(f"the registry was empty: its query encoder is now {report.query_encoder_set} "
                    "(as `registry init --encoder` sets it)")
     click.echo(
-        f"imported {report.source}: {report.new_models} new models, {report.new_queries} new queries, "
+        f"imported {report.source}: {report.new_models} new models"
+        + (f" ({report.updated_models} stored models' metadata updated)" if report.updated_models else "")
+        + f", {report.new_queries} new queries, "
         f"{report.new_evaluations} new evaluations ({report.updated_evaluations} updated, "
         f"{report.unchanged_evaluations} already stored); vectors: {report.stored_precomputed} precomputed, "
         f"{report.encoded_texts} encoded" + (f" with {report.encoder}" if report.encoder else "")

@@ -68,3 +68,29 @@ def test_embedllm_csv(home, tmp_path):
     result = run(home, "import", str(tmp_path / "train.csv"), "--format", "embedllm")
     assert "1 repeated (model, query) rows; the last score of each was kept" in result.output
     assert (stats(home)["n_models"], stats(home)["n_evaluations"]) == (2, 3)
+
+
+def test_an_import_adds_to_a_stored_models_metadata_and_erases_none_of_it(home, tmp_path):
+    """`import rows.jsonl --meta dataset=x` of a stored model's evaluation rows kept only `dataset` (a
+    reviewer's data loss: family, size and access gone, no version to restore); a second models.csv with
+    fewer columns erased the rest likewise. An import now adds or changes the fields it gives."""
+    from helpers import write_rows, write_triple
+    from registry import Registry
+
+    run(home, "import", str(write_triple(tmp_path / "t")))
+    rows = tmp_path / "more.jsonl"
+    rows.write_text(json.dumps({"model": "alpha-7b", "query": "What is 12 times 7?", "score": 0}) + "\n")
+    out = run(home, "import", str(rows), "--meta", "dataset=extra")
+    assert "(1 stored models' metadata updated)" in out.output
+    alpha = Registry.open(home).show("alpha-7b").record
+    assert (alpha.family, alpha.params_b, alpha.access, alpha.extra) == ("alpha", 7.0, "open", {"dataset": "extra"})
+
+    poorer = write_triple(tmp_path / "t2")
+    write_rows(poorer / "models.csv", ["model_id", "name", "licence", "family"],
+               [("0", "alpha-7b", "mit", "alpha-renamed"), ("1", "beta-13b", "", "")])
+    run(home, "import", str(poorer))
+    stored = {name: Registry.open(home).show(name).record for name in ("alpha-7b", "beta-13b")}
+    assert (stored["alpha-7b"].family, stored["alpha-7b"].licence, stored["alpha-7b"].params_b) == \
+        ("alpha-renamed", "mit", 7.0)  # given fields change, the others stay
+    assert (stored["beta-13b"].family, stored["beta-13b"].params_b, stored["beta-13b"].access) == ("beta", 13.0, "api")
+    assert stored["alpha-7b"].extra == {"dataset": "extra"}

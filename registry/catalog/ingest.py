@@ -100,6 +100,14 @@ def _is_bare(record: ModelRecord) -> bool:
     return record == ModelRecord(name=record.name)
 
 
+def _merged(current: ModelRecord, given: ModelRecord) -> ModelRecord:
+    """A stored model's record with what an import says of it: each field the import gives wins, each it
+    leaves out stays (an `import --meta dataset=x` of evaluation rows erased the family, size and provider)."""
+    typed = {k: getattr(given, k) if getattr(given, k) not in (None, []) else getattr(current, k)
+             for k in ModelRecord.model_fields if k not in ("name", "extra")}
+    return ModelRecord(name=current.name, **typed, extra={**current.extra, **given.extra})
+
+
 ENCODE_CHUNK = 512  # texts encoded, then committed to the vector cache, at a time
 
 
@@ -189,8 +197,9 @@ def ingest(
         elif not _is_bare(record):
             current = ModelRecord(**{k: row[k] for k in ModelRecord.model_fields if k != "extra"},
                                   extra=json.loads(row["extra"] or "{}"))
-            if current != record:
-                update_models.append(record)
+            merged = _merged(current, record)
+            if current != merged:
+                update_models.append(merged)
     missing_models = sorted(set(batch.eval_models) - stored_models.keys() - {m.name for m in batch.models})
     insert_models.extend(ModelRecord(name=name) for name in missing_models)
     from registry.catalog.aliases import read_aliases, reads_as_version
