@@ -87,6 +87,9 @@ def check_score(value: Any) -> float:
         score = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"score {value!r} is not a number") from None
+    except OverflowError:  # an integer past float's range: no score, and too long to quote whole
+        shown = repr(value)
+        raise ValueError(f"score {shown[:20]}... ({len(shown)} digits) is outside [0, 1]") from None
     if math.isnan(score):
         raise ValueError("score is NaN")
     if not 0.0 <= score <= 1.0:

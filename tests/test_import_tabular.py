@@ -157,6 +157,10 @@ def _jsonl(**row: Any) -> bytes:
         pytest.param(GOOD + b'{"model": "m", "score": 1, "query": "caf\xe9"}\n', 2, None, "not UTF-8", id="not-utf8"),
         pytest.param(GOOD + GOOD + b"model,score\n", 3, None, "not JSON", id="not-json"),
         pytest.param(b'"just a string"\n', 1, None, "JSON object", id="not-an-object"),
+        # a number past float's range (OverflowError) and past Python's 4,300 digits (ValueError): tracebacks before
+        pytest.param(GOOD + _jsonl(score=10 ** 400), 2, "score", "(401 digits) is outside [0, 1]", id="score-huge"),
+        pytest.param(GOOD + b'{"model": "m", "query": "q", "score": 1' + b"0" * 5000 + b"}\n", 2, None,
+                     "not JSON this reader takes: Exceeds the limit (4300 digits)", id="score-5000-digits"),
     ],
 )
 def test_bad_jsonl_is_refused_with_its_line(

@@ -358,6 +358,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             raise InputError(f"not JSON ({err.msg} at column {err.colno})", file=path, line=number) from None
         except RecursionError:
             raise InputError("not JSON this reader takes: nested too deeply", file=path, line=number) from None
+        except ValueError as err:  # Python's limit of 4,300 digits in an integer
+            raise InputError(f"not JSON this reader takes: {str(err).split(';')[0]}", file=path,
+                             line=number) from None
         if not isinstance(value, dict):
             raise InputError(f"expected a JSON object, found {type(value).__name__}", file=path, line=number)
         yield number, value

@@ -208,6 +208,8 @@ def _model_name_in(results_path: Path, *, required: bool) -> str | None:
         raise InputError(f"not JSON ({err.msg})", file=results_path, line=err.lineno) from None
     except RecursionError:
         raise InputError("not JSON this reader takes: nested too deeply", file=results_path) from None
+    except ValueError as err:  # Python's limit of 4,300 digits in an integer
+        raise InputError(f"not JSON this reader takes: {str(err).split(';')[0]}", file=results_path) from None
     if not isinstance(results, dict):
         raise InputError("expected a JSON object", file=results_path)
     name = results.get("model_name")
