@@ -97,6 +97,16 @@ def test_model_without_a_name_anywhere_is_refused(tmp_path: Path) -> None:
     assert "'9'" in caught.value.problem
 
 
+def test_a_model_name_the_registry_refuses_is_refused_with_its_file_and_line(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "train.csv", [(0, 0, "org/a", 1, "q", 0, "c"), (1, 1, "eps\u200b7b", 1, "r", 0, "c")])
+
+    with pytest.raises(InputError) as caught:
+        read_embedllm(path)
+
+    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 3, "model_name")
+    assert "invisible formatting character U+200B" in caught.value.problem
+
+
 def test_prompt_id_with_two_texts_names_both_lines(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "train.csv", [(5, 0, "a", 1, "first text", 0, "c"), (5, 1, "b", 1, "second text", 0, "c")])
 

@@ -94,3 +94,30 @@ def test_an_import_adds_to_a_stored_models_metadata_and_erases_none_of_it(home, 
         ("alpha-renamed", "mit", 7.0)  # given fields change, the others stay
     assert (stored["beta-13b"].family, stored["beta-13b"].params_b, stored["beta-13b"].access) == ("beta", 13.0, "api")
     assert stored["alpha-7b"].extra == {"dataset": "extra"}
+
+
+def test_a_near_miss_of_a_format_says_what_it_lacks_not_cannot_tell(home, tmp_path):
+    """A reviewer's five directories and files that auto-detection answered with 'cannot tell the format'."""
+    from helpers import write_triple
+
+    short = write_triple(tmp_path / "short")
+    (short / "models.csv").unlink()
+    evals_dir = write_triple(tmp_path / "evals-dir")
+    (evals_dir / "evals.csv").unlink()
+    (evals_dir / "evals.csv").mkdir()
+    no_samples = tmp_path / "run"
+    no_samples.mkdir()
+    (no_samples / "results_2026-01-01T00-00-00.json").write_text("{}")
+    typo = tmp_path / "typo.csv"
+    typo.write_text("prompt_id,model_id,model_name,lable,prompt\n1,0,m,1,What?\n")
+    before = stats(home)
+    for path, says in [(short, "missing models.csv"), (evals_dir, "evals.csv is not a file"),
+                       (no_samples, "without samples_<task>_*.jsonl files"),
+                       (typo, "this header is 'prompt_id,model_id,model_name,lable,prompt'")]:
+        out = run(home, "import", str(path), ok=False)
+        assert out.exit_code == 2 and says in out.output and "cannot tell" not in out.output, out.output
+        assert "Traceback" not in out.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "cannot tell the format" in run(home, "import", str(empty), ok=False).output
+    assert stats(home) == before

@@ -324,3 +324,14 @@ def test_bad_results_file_is_refused_naming_where(tmp_path: Path, content: str, 
 
     assert (caught.value.file, caught.value.line, caught.value.field) == (str(results), line, field)
     assert said in caught.value.problem
+
+
+def test_a_model_name_the_registry_refuses_is_refused_with_its_results_file(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", {"model_name": "theta\tbad"}, {"boolq": [sample(0, "Is it?", acc=1)]})
+    with pytest.raises(InputError) as caught:
+        read_lm_eval(tmp_path)
+    assert caught.value.file == str(run / f"results_{STAMP}.json") and caught.value.field == "model_name"
+    assert "control character" in caught.value.problem
+    with pytest.raises(InputError) as given:
+        read_lm_eval(tmp_path, model_name="a\tb")  # the --model-name option, named as such by the CLI
+    assert given.value.field == "model_name" and "control character" in given.value.problem

@@ -235,6 +235,15 @@ def test_unreadable_parquet_is_refused(tmp_path: Path, content: bytes, problem: 
     assert caught.value.file == str(path)
 
 
+def test_a_parquet_column_given_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "twice.parquet"
+    pq.write_table(pa.table([pa.array(["m"]), pa.array(["q"]), pa.array([1.0]), pa.array([0.0])],
+                            names=["model", "query", "score", "score"]), path)
+    with pytest.raises(InputError) as caught:
+        read_tabular(path)
+    assert caught.value.field == "score" and caught.value.problem == "column(s) 'score' appear more than once in the file"
+
+
 def test_other_suffixes_are_refused(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "evals.json", ROWS)
 

@@ -33,11 +33,31 @@ def detect_format(path: Path) -> str:
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
+    # Near misses say what they lack instead of "cannot tell": a triple directory short of a file, an lm-eval
+    # run without its samples, a CSV without EmbedLLM's columns
+    if path.is_dir() and any((path / name).exists() for name in triple.FILES):
+        return "triple"
+    if path.is_dir() and any(path.rglob("results_*.json")):
+        raise InputError("an lm-eval run directory without samples_<task>_*.jsonl files: run lm-eval with "
+                         "--log_samples (the per-question scores are in them)", file=path)
+    if suffix == ".csv":
+        header = _first_line(path)
+        raise InputError("a .csv file is read as EmbedLLM's CSV, which needs the columns prompt_id, model_name or "
+                         f"model_id, label and prompt; this header is {header!r} (rows of model, query, score: "
+                         "write JSON Lines or Parquet)", file=path, line=1)
     raise InputError(
         "cannot tell the format: expected a directory with queries.csv/models.csv/evals.csv, an "
         "lm-eval run directory, an EmbedLLM CSV, or a .jsonl/.parquet file (or pass --format)",
         file=path,
     )
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            return handle.readline(400).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 LM_EVAL_OPTIONS = ("model_name", "metric", "filter")  # what read_lm_eval takes beyond the path and prefix

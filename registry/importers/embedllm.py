@@ -27,6 +27,7 @@ from pathlib import Path
 
 from registry.errors import InputError
 from registry.importers._common import ImportBatch, parse_score, read_csv, required_text
+from registry.limits import check_model_name
 from registry.records import ModelRecord, Query
 
 SPLITS = ("train.csv", "val.csv", "test.csv")
@@ -49,6 +50,7 @@ def read_embedllm(path: Path, *, id_prefix: str = "") -> ImportBatch:
     files, model_order = _input_files(path)
     batch = ImportBatch(source=f"embedllm:{path.resolve()}")
     names_by_id: dict[str, tuple[str, _Origin]] = {}
+    checked_names: set[str] = set()
     if model_order is not None:
         _read_model_order(model_order, names_by_id)
 
@@ -83,6 +85,8 @@ def read_embedllm(path: Path, *, id_prefix: str = "") -> ImportBatch:
             model_id = row.get("model_id", "").strip()
             model_name = row.get("model_name", "").strip()
             if model_name:
+                if model_name not in checked_names:  # once per name: a file has a few names on many rows
+                    checked_names.add(check_model_name(model_name, file=file, line=line, field="model_name"))
                 if model_id:
                     _remember_name(names_by_id, model_id, model_name, file=file_name, line=line)
                 batch.add_evaluation(model_name, query_id, score, file=file_name, line=line)

@@ -46,6 +46,7 @@ from typing import Any
 
 from registry.errors import InputError
 from registry.importers._common import DuplicateKey, ImportBatch, parse_score, read_jsonl, read_utf8, unique_keys
+from registry.limits import check_model_name
 from registry.records import ModelRecord, Query
 
 # Per-sample correctness metrics, in order of preference when no `metric` is given.
@@ -103,6 +104,8 @@ def read_lm_eval(
 ) -> ImportBatch:
     if model_name is not None and not model_name.strip():
         raise InputError("model_name is empty", field="model_name")
+    if model_name is not None:
+        check_model_name(model_name.strip(), field="model_name")
     samples = _samples_files(path)
     models = _models_of(samples, model_name)
     batch = ImportBatch(source=f"lm-eval:{path.resolve()}")
@@ -158,8 +161,8 @@ def _models_of(samples: list[_SamplesFile], model_name: str | None) -> dict[Path
         results = run_of[sample.path] = _results_file_of(sample, required=model_name is None)
         if results is not None and results not in named:
             name = _model_name_in(results, required=model_name is None)
-            if name is not None:
-                named[results] = name
+            if name is not None:  # a name the registry refuses is refused here, with its file
+                named[results] = check_model_name(name, file=results, field="model_name")
     if model_name is None:
         return {path: named[results] for path, results in run_of.items()}
     # One name for the runs of several models would merge their scores into one model.

@@ -218,6 +218,11 @@ def _parquet_rows(path: Path, required=("model", "score")) -> Iterator[tuple[int
         raise InputError("file is empty", file=path)
     check_file_size(path)
     try:
+        names = pq.read_schema(path).names
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # pyarrow's own refusal dumps its scanner's schema
+            raise InputError(f"column(s) {', '.join(map(repr, twice))} appear more than once in the file",
+                             file=path, field=twice[0])
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
         raise InputError(f"not a readable Parquet file ({err})", file=path) from None

@@ -25,6 +25,9 @@ def looks_like(path: Path) -> bool:
 
 def read_triple(path: Path, *, id_prefix: str = "") -> ImportBatch:
     for name in FILES:
+        if (path / name).exists() and not (path / name).is_file():
+            raise InputError(f"{name} is not a file (the triple format needs the files {', '.join(FILES)})",
+                             file=path / name)
         if not (path / name).is_file():
             raise InputError(f"missing {name} (the triple format needs {', '.join(FILES)})", file=path)
     batch = ImportBatch(source=f"triple:{path.resolve()}")
