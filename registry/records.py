@@ -78,7 +78,8 @@ def check_score(value: Any) -> float:
     if isinstance(value, str):
         text = value.strip()
         try:
-            if "_" in text:  # Python reads 0_1 as 1 and 1_0 as 10: no CSV writer means that
+            # Python reads 0_1 as 1 and 1_0 as 10, and '１' (a full-width digit) as 1: no CSV writer means that
+            if "_" in text or not text.isascii():
                 raise ValueError
             value = float(text)
         except ValueError:
@@ -200,8 +201,8 @@ class ModelRecord(BaseModel):
                 try:
                     value = parse_params_b(value)
                 except ValueError:
-                    raise ValueError(f"params_b {raw!r} is not a number of parameters (billions: 8B, 8b or 8; "
-                                     "also 350M, 1.5T)") from None
+                    raise MetadataValueError("params_b", f"params_b {raw!r} is not a number of parameters (billions: "
+                                             "8B, 8b or 8; also 350M, 1.5T)") from None
             if key == "tags" and isinstance(value, str):
                 value = [t.strip() for t in value.split(",") if t.strip()]
             if key == "tags" and value is None:
@@ -239,7 +240,7 @@ def _check_price(key: str, value: Any) -> None:
     """A price or latency given as metadata is a number >= 0: refused at the door (an add, an import)
     rather than when a route asks for a cost trade-off."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{key} {value!r} is not a number >= 0 ({'milliseconds' if key == 'latency_ms' else 'USD per call' if key == 'price_call' else 'USD per 1M tokens'})")
+        raise MetadataValueError(key, f"{key} {value!r} is not a number >= 0 ({'milliseconds' if key == 'latency_ms' else 'USD per call' if key == 'price_call' else 'USD per 1M tokens'})")
 
 
 def _coerce_scalar(value: Any) -> Any:
@@ -254,9 +255,19 @@ def _coerce_scalar(value: Any) -> Any:
     return value
 
 
+class MetadataValueError(ValueError):
+    """A metadata value refused, with the key (the column of a models.csv) it was given under."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def validation_problem(err: Exception) -> tuple[str | None, str]:
     """(field, message) of a pydantic ValidationError (its first error) or a plain ValueError, in words a
     user reads: never pydantic's own multi-line text with its URL."""
+    if isinstance(err, MetadataValueError):
+        return err.key, str(err)
     errors = getattr(err, "errors", None)
     if callable(errors):
         first = errors()[0]

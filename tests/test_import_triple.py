@@ -87,10 +87,13 @@ def _bad_triple(tmp_path, case: str):
     evals_header = ["model_id", "query_id", "score"]
     if case == "missing-column":
         write_rows(d / "evals.csv", ["model_id", "query_id"], [("0", "q1")])
-        return d, "evals.csv", "missing column(s) score"
+        return d, "evals.csv, line 1, field 'score'", "missing column(s) score"
     if case == "not-a-number":
         write_rows(d / "evals.csv", evals_header, [("0", "q1", 1), ("0", "q2", "yes")])
         return d, "evals.csv, line 3, field 'score'", "'yes' is not a number"
+    if case == "full-width-digit":
+        write_rows(d / "evals.csv", evals_header, [("0", "q1", 1), ("0", "q2", "\uff11")])
+        return d, "evals.csv, line 3, field 'score'", "'\uff11' is not a number"
     if case == "out-of-range":
         write_rows(d / "evals.csv", evals_header, [("0", "q1", 1.5)])
         return d, "evals.csv, line 2, field 'score'", "outside [0, 1]"
@@ -114,11 +117,11 @@ def _bad_triple(tmp_path, case: str):
         return d, "queries.csv, line 2", "not UTF-8"
     if case == "bad-params":
         write_rows(d / "models.csv", ["model_id", "name", "params_b"], [("0", "alpha-7b", "seven")])
-        return d, "models.csv, line 2", "params_b 'seven' is not a number"
+        return d, "models.csv, line 2, field 'params_b'", "params_b 'seven' is not a number"
     raise AssertionError(case)
 
 
-BAD_CASES = ["missing-column", "not-a-number", "out-of-range", "nan", "unknown-query", "unknown-model",
+BAD_CASES = ["missing-column", "not-a-number", "full-width-digit", "out-of-range", "nan", "unknown-query", "unknown-model",
              "empty-file", "header-only", "not-utf8", "bad-params"]
 
 

@@ -34,7 +34,7 @@ def record_from_metadata(name: str, metadata: Mapping[str, Any] | None) -> Model
         return ModelRecord.from_flat(name, dict(metadata or {}))
     except ValueError as err:  # pydantic's ValidationError is one
         key, problem = validation_problem(err)
-        if key is not None and key in (metadata or {}):
+        if key is not None and key in (metadata or {}) and not problem.startswith(f"{key} "):
             problem = f"{key}={metadata[key]}: {problem}"
         raise InputError(problem, field="metadata") from None
 

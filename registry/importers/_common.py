@@ -229,6 +229,7 @@ def read_csv(path: Path, required: tuple[str, ...], *,
             f"missing column(s) {', '.join(missing)}; the header has {', '.join(header)}",
             file=path,
             line=1,
+            field=missing[0],
         )
     if one_of and not set(one_of) & set(header):
         raise InputError(f"no {' or '.join(one_of)} column; the header has {', '.join(header)}", file=path, line=1)
