@@ -76,7 +76,9 @@ class Registry:
         """The registry at `home` ($LOCUS_HOME, else ~/.locus), created when missing unless `create=False`."""
         from registry.checks import check_path
 
-        path = resolve_home(check_path(home, "home", optional=True))
+        if type(home).__name__ != "ObjectPath":  # an s3 home already parsed (indexing.home.as_path) is one too
+            check_path(home, "home", optional=True)
+        path = resolve_home(home)
         if is_remote(path) and not create:  # one HEAD instead of exists() and is_dir() (a HEAD and two LISTs)
             if not (path / "config.json").is_file():
                 raise RegistryError(f"no registry at {path} (run `registry init`)")
