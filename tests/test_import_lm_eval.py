@@ -335,3 +335,15 @@ def test_a_model_name_the_registry_refuses_is_refused_with_its_results_file(tmp_
     with pytest.raises(InputError) as given:
         read_lm_eval(tmp_path, model_name="a\tb")  # the --model-name option, named as such by the CLI
     assert given.value.field == "model_name" and "control character" in given.value.problem
+
+
+def test_a_task_with_results_but_no_samples_file_is_named_in_a_warning(tmp_path: Path) -> None:
+    results = {"model_name": "org/m", "results": {"arc_easy": {}, "hellaswag": {}, "mmlu": {}, "mmlu_bio": {}},
+               "groups": {"mmlu": {}}, "group_subtasks": {"mmlu": ["mmlu_bio"], "arc_easy": [], "hellaswag": []}}
+    write_run(tmp_path, results, {"arc_easy": [sample(0, "Q?", acc=1)], "mmlu_bio": [sample(1, "Cell?", acc=0)]})
+    batch = read_lm_eval(tmp_path)
+    assert {q.task for q in batch.queries} == {"arc_easy", "mmlu_bio"}
+    warned = [w for w in batch.warnings if "no samples file" in w]
+    assert len(warned) == 1 and "1 task(s) with results but no samples file beside it, not imported: hellaswag" in warned[0]
+    write_run(tmp_path, {**results, "results": {"arc_easy": {}, "mmlu": {}, "mmlu_bio": {}}}, {})
+    assert not [w for w in read_lm_eval(tmp_path).warnings if "no samples file" in w]  # a group has none of its own

@@ -122,6 +122,7 @@ def read_lm_eval(
             batch.warnings.append(
                 f"task {task}: kept filter '{state.kept_filter[task]}', skipped the lines of filter(s) {others}"
             )
+    batch.warnings.extend(_tasks_without_samples(samples))
     if state.prompt_conflicts:
         batch.warnings.append(
             f"{state.prompt_conflicts} documents were prompted differently in another run or line (other"
@@ -133,6 +134,33 @@ def read_lm_eval(
             f"{path}: {dropped} repeated (model, query) evaluations; the last score of each was kept"
         )
     return batch
+
+
+def _tasks_without_samples(samples: list[_SamplesFile]) -> list[str]:
+    """A warning per run whose results file scores tasks that have no samples file beside it (a run with
+    --log_samples for some tasks only, or a samples file moved away): those tasks are not imported. Groups
+    (results["groups"], group_subtasks) have no samples of their own and are not counted."""
+    warnings = []
+    runs: dict[Path, set[str]] = {}
+    for sample in samples:
+        results = _results_file_of(sample, required=False)
+        if results is not None:
+            runs.setdefault(results, set()).add(sample.task)
+    for results, sampled in sorted(runs.items()):
+        try:
+            data = json.loads(read_utf8(results))
+        except (InputError, ValueError, RecursionError):
+            continue  # the model name's reading says what is wrong with the file, where it matters
+        if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+            continue
+        groups = set(data.get("groups") or {}) | {g for g, subtasks in (data.get("group_subtasks") or {}).items()
+                                                  if subtasks}
+        missing = sorted(set(data["results"]) - groups - sampled)
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            warnings.append(f"{results}: {len(missing)} task(s) with results but no samples file beside it, not "
+                            f"imported: {shown} (lm-eval writes samples with --log_samples)")
+    return warnings
 
 
 def _samples_files(path: Path) -> list[_SamplesFile]:
