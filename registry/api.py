@@ -165,20 +165,15 @@ class Registry:
         import time
 
         from encoder.query_encoder import canonical_encoder_name
-        from registry.importers import read_batch
         from registry.catalog.ingest import ingest, load_precomputed
-
-        from collections.abc import Mapping
-
-        from registry.checks import check_path, check_text
+        from registry.checks import check_mapping, check_path, check_text
+        from registry.importers import read_batch
 
         check_path(path, "path")
         check_path(query_embeddings, "query_embeddings", optional=True)
         check_path(query_ids, "query_ids", optional=True)
         check_text(id_prefix, "id_prefix")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise InputError(f"metadata must be a mapping of field to value, not {type(metadata).__name__}",
-                             field="metadata")
+        check_mapping(metadata, "metadata")
         log = log or (lambda message: None)
         encoder_name = canonical_encoder_name(encoder) if encoder else self.query_encoder
         if encoder_name != self.query_encoder:

@@ -7,7 +7,7 @@ from typing import Any
 
 from registry.errors import InputError
 
-__all__ = ["check_count", "check_fraction", "check_path", "check_text"]
+__all__ = ["check_count", "check_fraction", "check_mapping", "check_path", "check_text"]
 
 
 def check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> int | None:
@@ -37,6 +37,15 @@ def check_path(value: Any, field: str, *, optional: bool = False):
         raise InputError(f"{field} must be a path (str or os.PathLike), not {type(value).__name__}", field=field)
     if not os.fspath(value).strip():
         raise InputError(f"{field} is empty: give a path", field=field)
+    return value
+
+
+def check_mapping(value: Any, field: str):
+    """`value` when it is None or a mapping (metadata: field -> value), else an InputError naming `field`."""
+    from collections.abc import Mapping
+
+    if value is not None and not isinstance(value, Mapping):
+        raise InputError(f"{field} must be a mapping of field to value, not {type(value).__name__}", field=field)
     return value
 
 

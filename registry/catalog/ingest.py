@@ -204,9 +204,9 @@ def ingest(
     insert_models.extend(ModelRecord(name=name) for name in missing_models)
     from registry.catalog.aliases import read_aliases, reads_as_version
 
-    versioned = next((r.name for r in insert_models if reads_as_version(r.name)), None)
+    versioned = next((problem for r in insert_models if (problem := reads_as_version(r.name))), None)
     if versioned is not None:
-        raise InputError(f"a new model of this import: {reads_as_version(versioned)}", field="model")
+        raise InputError(f"a new model of this import: {versioned}", field="model")
     aliases = read_aliases(store.home)
     hidden = sorted(r.name for r in insert_models if r.name in aliases)
     if hidden:  # as add-model refuses: a model and an alias must not answer to one name

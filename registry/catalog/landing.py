@@ -191,10 +191,11 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
     prepared: list[_Prepared] = []
     claimed: dict[str, str] = {}
     for change in changes:
-        if change.kind == "add" and change.name not in stored_models and reads_as_version(change.name):
-            outcomes[change.id] = InputError(reads_as_version(change.name), field="name")
+        new_name = change.kind == "add" and change.name not in stored_models
+        if new_name and (versioned := reads_as_version(change.name)):
+            outcomes[change.id] = InputError(versioned, field="name")
             continue
-        if change.kind == "add" and change.name in aliases and change.name not in stored_models:
+        if new_name and change.name in aliases:
             # `alias set` refuses a model's name; the reverse too, or the two would answer to one name
             outcomes[change.id] = RegistryError(
                 f"{change.name!r} is an alias (of {aliases[change.name]['name']}); a model must not take an "

@@ -27,9 +27,9 @@ __all__ = ["evaluations_batch", "remove", "restore", "history", "history_rows", 
 def record_from_metadata(name: str, metadata: Mapping[str, Any] | None) -> ModelRecord:
     """A ModelRecord from flat metadata (`--meta k=v`), an InputError naming `metadata` and the key
     when a value is refused (never pydantic's own message)."""
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise InputError(f"metadata must be a mapping of field to value, not {type(metadata).__name__}",
-                         field="metadata")
+    from registry.checks import check_mapping
+
+    check_mapping(metadata, "metadata")
     try:
         return ModelRecord.from_flat(name, dict(metadata or {}))
     except ValueError as err:  # pydantic's ValidationError is one

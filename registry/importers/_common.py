@@ -337,6 +337,12 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
+def json_limit_problem(err: ValueError) -> str:
+    """What a JSON reader says of a ValueError that is not a JSONDecodeError: Python's limit of 4,300 digits
+    in an integer, without its advice to raise the limit (the reader's Python, not the writer's file)."""
+    return f"not JSON this reader takes: {str(err).split(';')[0]}"
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """Objects of a JSON Lines file as (line number, object); blank lines are skipped.
 
@@ -359,9 +365,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             raise InputError(f"not JSON ({err.msg} at column {err.colno})", file=path, line=number) from None
         except RecursionError:
             raise InputError("not JSON this reader takes: nested too deeply", file=path, line=number) from None
-        except ValueError as err:  # Python's limit of 4,300 digits in an integer
-            raise InputError(f"not JSON this reader takes: {str(err).split(';')[0]}", file=path,
-                             line=number) from None
+        except ValueError as err:
+            raise InputError(json_limit_problem(err), file=path, line=number) from None
         if not isinstance(value, dict):
             raise InputError(f"expected a JSON object, found {type(value).__name__}", file=path, line=number)
         yield number, value

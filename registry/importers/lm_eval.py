@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import InputError
-from registry.importers._common import DuplicateKey, ImportBatch, parse_score, read_jsonl, read_utf8, unique_keys
+from registry.importers._common import (DuplicateKey, ImportBatch, json_limit_problem, parse_score, read_jsonl,
+                                        read_utf8, unique_keys)
 from registry.limits import check_model_name
 from registry.records import ModelRecord, Query
 
@@ -102,12 +103,10 @@ def read_lm_eval(
     metric: str | None = None,
     filter: str | None = None,  # named after the samples' own `filter` field
 ) -> ImportBatch:
-    if model_name is not None and not model_name.strip():
-        raise InputError("model_name is empty", field="model_name")
     if model_name is not None:
         check_model_name(model_name.strip(), field="model_name")
     samples = _samples_files(path)
-    models = _models_of(samples, model_name)
+    models, run_of = _models_of(samples, model_name)
     batch = ImportBatch(source=f"lm-eval:{path.resolve()}")
     state = _State(id_prefix=id_prefix, metric=metric, filter=filter)
     # Oldest run first, so that a re-run's score wins when duplicates are dropped.
@@ -122,7 +121,7 @@ def read_lm_eval(
             batch.warnings.append(
                 f"task {task}: kept filter '{state.kept_filter[task]}', skipped the lines of filter(s) {others}"
             )
-    batch.warnings.extend(_tasks_without_samples(samples))
+    batch.warnings.extend(_tasks_without_samples(samples, run_of))
     if state.prompt_conflicts:
         batch.warnings.append(
             f"{state.prompt_conflicts} documents were prompted differently in another run or line (other"
@@ -136,14 +135,14 @@ def read_lm_eval(
     return batch
 
 
-def _tasks_without_samples(samples: list[_SamplesFile]) -> list[str]:
+def _tasks_without_samples(samples: list[_SamplesFile], run_of: dict[Path, Path | None]) -> list[str]:
     """A warning per run whose results file scores tasks that have no samples file beside it (a run with
     --log_samples for some tasks only, or a samples file moved away): those tasks are not imported. Groups
     (results["groups"], group_subtasks) have no samples of their own and are not counted."""
     warnings = []
     runs: dict[Path, set[str]] = {}
     for sample in samples:
-        results = _results_file_of(sample, required=False)
+        results = run_of[sample.path]  # its results file, as _models_of found it
         if results is not None:
             runs.setdefault(results, set()).add(sample.task)
     for results, sampled in sorted(runs.items()):
@@ -181,8 +180,10 @@ def _samples_files(path: Path) -> list[_SamplesFile]:
     return samples
 
 
-def _models_of(samples: list[_SamplesFile], model_name: str | None) -> dict[Path, str]:
-    """The model of each samples file: `model_name`, else the one its run's results file names."""
+def _models_of(samples: list[_SamplesFile],
+               model_name: str | None) -> tuple[dict[Path, str], dict[Path, Path | None]]:
+    """The model of each samples file (`model_name`, else the one its run's results file names), and each
+    samples file's results file (None: none found, where `model_name` made it unneeded)."""
     named: dict[Path, str] = {}  # results file -> the model it names
     run_of: dict[Path, Path | None] = {}  # samples file -> its results file
     for sample in samples:
@@ -192,7 +193,7 @@ def _models_of(samples: list[_SamplesFile], model_name: str | None) -> dict[Path
             if name is not None:  # a name the registry refuses is refused here, with its file
                 named[results] = check_model_name(name, file=results, field="model_name")
     if model_name is None:
-        return {path: named[results] for path, results in run_of.items()}
+        return {path: named[results] for path, results in run_of.items()}, run_of
     # One name for the runs of several models would merge their scores into one model.
     distinct = sorted(set(named.values()))
     if len(distinct) > 1:
@@ -201,7 +202,7 @@ def _models_of(samples: list[_SamplesFile], model_name: str | None) -> dict[Path
             f" ({', '.join(distinct)}); import without model_name, or one run directory at a time",
             file=samples[0].path.parent,
         )
-    return {sample.path: model_name.strip() for sample in samples}
+    return {sample.path: model_name.strip() for sample in samples}, run_of
 
 
 def _results_file_of(sample: _SamplesFile, *, required: bool) -> Path | None:
@@ -239,8 +240,8 @@ def _model_name_in(results_path: Path, *, required: bool) -> str | None:
         raise InputError(f"not JSON ({err.msg})", file=results_path, line=err.lineno) from None
     except RecursionError:
         raise InputError("not JSON this reader takes: nested too deeply", file=results_path) from None
-    except ValueError as err:  # Python's limit of 4,300 digits in an integer
-        raise InputError(f"not JSON this reader takes: {str(err).split(';')[0]}", file=results_path) from None
+    except ValueError as err:
+        raise InputError(json_limit_problem(err), file=results_path) from None
     if not isinstance(results, dict):
         raise InputError("expected a JSON object", file=results_path)
     name = results.get("model_name")

@@ -104,12 +104,8 @@ Uploads = Annotated[Path, Depends(get_uploads)]
 def _model_name(name: str = PathParam(description="the model name, percent-encoded (`org%2Fmodel`)")) -> str:
     """The model name of a `/v1/models/{name}...` path: the segment as sent, decoded once (the edge
     keeps a `%2F` in it from becoming a path separator), checked as every name is."""
-    from urllib.parse import unquote
-
     try:
-        return check_model_name(unquote(name, errors="strict"))
-    except UnicodeDecodeError:
-        raise HTTPError(422, "name: the model name is not UTF-8", field="name", type_="ValidationError") from None
+        return check_model_name(_decoded(name, "name", "the model name"))
     except InputError as err:
         raise HTTPError(422, f"name: {err.problem}", field="name", type_="ValidationError") from None
 
@@ -120,12 +116,17 @@ Name = Annotated[str, Depends(_model_name)]
 def _alias_segment(alias: str = PathParam(description="the alias (letters, digits, '-', '_', '.')")) -> str:
     """The alias of a `/v1/aliases/{alias}` path, decoded once (the edge keeps a `%2F` in it, so that
     `a%2Fb` is refused as the alias 'a/b' rather than answered with a bare 404); the registry checks it."""
+    return _decoded(alias, "alias", "the alias")
+
+
+def _decoded(segment: str, field: str, what: str) -> str:
+    """A path segment the edge kept percent-encoded (edge._name_kept_encoded), decoded once."""
     from urllib.parse import unquote
 
     try:
-        return unquote(alias, errors="strict")
+        return unquote(segment, errors="strict")
     except UnicodeDecodeError:
-        raise HTTPError(422, "alias: the alias is not UTF-8", field="alias", type_="ValidationError") from None
+        raise HTTPError(422, f"{field}: {what} is not UTF-8", field=field, type_="ValidationError") from None
 
 
 AliasName = Annotated[str, Depends(_alias_segment)]

@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from registry.importers._common import DuplicateKey, unique_keys
+from registry.importers._common import DuplicateKey, json_limit_problem, unique_keys
 
 __all__ = ["UniqueKeysRoute"]
 
@@ -29,8 +29,7 @@ class _UniqueKeysRequest(Request):
                     raise  # FastAPI's own answer: "not JSON", with the character where it failed
                 # Python's parser refuses an integer of more than 4,300 digits; FastAPI said only "There
                 # was an error parsing the body"
-                reason = str(err).split(";")[0]  # without its advice to the server's Python
-                raise HTTPException(400, detail=f"not JSON this server reads: {reason}") from None
+                raise HTTPException(400, detail=json_limit_problem(err)) from None
         return self._json
 
 
