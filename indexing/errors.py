@@ -38,8 +38,10 @@ class InputError(RegistryError):
         line: int | None = None,
         field: str | None = None,
         option: str | None = None,
+        unit: str = "line",
     ) -> None:
         self.problem = problem
+        self.unit = unit  # what `line` counts: "row" in a Parquet file, which has no lines
         self.file = str(file) if file is not None else None
         self.line = line
         self.field = field
@@ -51,7 +53,7 @@ class InputError(RegistryError):
         if self.file is not None:
             where.append(self.file)
         if self.line is not None:
-            where.append(f"line {self.line}")
+            where.append(f"{self.unit} {self.line}")
         if self.option is not None:
             where.append(f"option {self.option}" if self.option.startswith("-") else f"argument {self.option}")
         elif self.field is not None:
@@ -64,7 +66,7 @@ class InputError(RegistryError):
         problem = self.problem
         if self.field and problem.startswith(self.field + " "):
             problem = problem[len(self.field) + 1:]
-        return InputError(problem, file=self.file, line=self.line, field=self.field, option=option)
+        return InputError(problem, file=self.file, line=self.line, field=self.field, option=option, unit=self.unit)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

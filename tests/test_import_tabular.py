@@ -116,7 +116,32 @@ def test_same_id_with_two_texts_names_both_rows(tmp_path: Path) -> None:
     assert (from_jsonl.value.line, from_jsonl.value.field) == (2, "query")
     assert "line 1" in from_jsonl.value.problem
     assert (from_parquet.value.line, from_parquet.value.field) == (2, "query")
-    assert from_parquet.value.problem.startswith("row 2:") and "row 1" in from_parquet.value.problem
+    # Parquet has rows: the message says "row" once, never "line"
+    assert str(from_parquet.value).startswith(f"{parquet}, row 2, field 'query': ") and "row 1" in from_parquet.value.problem
+    assert "line" not in str(from_parquet.value)
+
+
+def test_the_format_named_is_the_format_read_whatever_the_suffix(tmp_path: Path) -> None:
+    """`--format parquet` on a .jsonl file read it as JSON Lines by its suffix; .ndjson and .pq, which
+    detect_format tells, were then refused by the reader as neither .jsonl nor .parquet."""
+    from registry.importers import read_batch
+
+    jsonl = write_jsonl(tmp_path / "e.jsonl", ROWS)
+    with pytest.raises(InputError) as caught:
+        read_batch(jsonl, format="parquet")
+    assert caught.value.file == str(jsonl) and "not a readable Parquet file" in caught.value.problem
+
+    expected = evaluations(read_tabular(jsonl))
+    renamed = tmp_path / "e.data"
+    renamed.write_bytes(jsonl.read_bytes())
+    assert evaluations(read_batch(renamed, format="jsonl")) == expected
+    ndjson = write_jsonl(tmp_path / "e.ndjson", ROWS)
+    assert evaluations(read_batch(ndjson)) == expected
+    pq_file = write_parquet(tmp_path / "e.pq", as_columns(ROWS))
+    assert evaluations(read_batch(pq_file)) == expected
+    with pytest.raises(InputError) as caught:
+        read_batch(pq_file, format="jsonl")
+    assert caught.value.file == str(pq_file) and caught.value.line is not None  # read as lines, refused
 
 
 def test_looks_like(tmp_path: Path) -> None:
@@ -220,8 +245,7 @@ def test_bad_parquet_is_refused_with_its_row(
     assert caught.value.field == field
     assert problem in caught.value.problem
     if line is not None:  # Parquet has rows, and says so
-        assert caught.value.problem.startswith(f"row {line}:")
-        assert f"line {line}" in str(caught.value)
+        assert f", row {line}" in str(caught.value) and "line" not in str(caught.value)  # said once, as rows
 
 
 @pytest.mark.parametrize(("content", "problem"), [(b"", "file is empty"), (b"PAR1 but not really", "not a readable Parquet file")])
@@ -283,7 +307,8 @@ def test_a_parquet_bool_or_string_score_column_is_refused_naming_the_row(tmp_pat
         read_model_evaluations(path, "m")
 
     assert (caught.value.line, caught.value.field) == (1, "score")
-    assert caught.value.problem.startswith("row 1: score ") and "not a number" in caught.value.problem
+    assert str(caught.value).startswith(f"{path}, row 1, field 'score': score ") and "not a number" in caught.value.problem
+    assert "line" not in str(caught.value)
 
 
 def test_csv_score_cells_are_still_read_as_numbers(tmp_path: Path) -> None:
@@ -378,7 +403,7 @@ def test_a_query_given_two_tasks_in_one_add_model_file_is_warned_naming_both(tmp
     batch = read_model_evaluations(path, "m")
 
     assert [q.task for q in batch.queries] == ["math"]
-    assert batch.given_tasks == {"q1": ("math", 2)}
+    assert batch.given_tasks == {"q1": ("math", str(path), 2)}
     assert ("t.csv line 3: query 'q1' is given task 'law' here and task 'math' on line 2; the first is kept"
             in batch.warnings)
 
@@ -395,9 +420,9 @@ def test_stored_task_warnings_name_the_query_and_both_tasks() -> None:
     warnings = batch.stored_task_warnings({"syn-math-0000": "math", "q9": "law", "q-same": "math"}, {"t:abc": "q9"})
 
     assert warnings == [
-        "line 2: query 'syn-math-0000' is stored with task 'math'; the task 'law' given here was not applied "
+        "t.csv, line 2: query 'syn-math-0000' is stored with task 'math'; the task 'law' given here was not applied "
         "(a stored query keeps its task)",
-        "line 3: query 'q9' is stored with task 'law'; the task 'math' given here was not applied "
+        "t.csv, line 3: query 'q9' is stored with task 'law'; the task 'math' given here was not applied "
         "(a stored query keeps its task)",
     ]
 

@@ -132,7 +132,7 @@ def test_cli_add_model_warns_when_a_row_gives_a_stored_query_another_task(home, 
     result = _cli(home, "add-model", "t", "--evals", str(evals), "--json")
 
     warnings = json.loads(result.stdout)["warnings"]
-    assert (f"line 2: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} "
+    assert (f"{evals}, line 2: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} "
             "given here was not applied (a stored query keeps its task)") in warnings
     assert len([w for w in warnings if "stored with task" in w]) == 1  # the rows that agree are not named
     assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]
@@ -151,8 +151,37 @@ def test_http_add_and_refine_warn_when_a_row_gives_a_stored_query_another_task(h
             {"query": first["text"], "score": 1, "task": other}]})
         assert r.status_code in (200, 201), r.text
         assert [w for w in r.json()["warnings"] if "stored with task" in w] == [
-            f"line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} given "
+            f"evaluations, line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} given "
             "here was not applied (a stored query keeps its task)"]
+
+
+def test_an_uploaded_file_s_task_warning_names_it_as_the_client_sent_it(home):
+    """The warning is made after the upload is parsed: it named the service's spool file, not the client's."""
+    from fastapi.testclient import TestClient
+
+    queries, first, other = _conflict(home)
+    body = "query_id,score,task\n" + f"{first['query_id']},1,{other}\n" + "".join(
+        f"{q['query_id']},{i % 2},{q['task']}\n" for i, q in enumerate(queries[1:40]))
+    with TestClient(_app(home)) as client:
+        r = client.post("/v1/models/uploaded/file", headers=AUTH, files={"file": ("mine.csv", body.encode())})
+    assert r.status_code == 201, r.text
+    assert [w for w in r.json()["warnings"] if "stored with task" in w] == [
+        f"mine.csv, line 2: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} "
+        "given here was not applied (a stored query keeps its task)"]
+
+
+def test_a_parquet_file_s_task_warning_counts_rows(home, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    queries, first, other = _conflict(home)
+    evals = tmp_path / "more.parquet"
+    pq.write_table(pa.table({"model": ["importer"] * 3, "query_id": [q["query_id"] for q in queries[1:3]] + [first["query_id"]],
+                             "score": [1.0, 0.0, 1.0], "task": [queries[1]["task"], queries[2]["task"], other]}), evals)
+    report = json.loads(_cli(home, "import", str(evals), "--json").stdout)
+    assert [w for w in report["warnings"] if "stored with task" in w] == [
+        f"{evals}, row 3: query {first['query_id']!r} is stored with task {first['task']!r}; the task {other!r} "
+        "given here was not applied (a stored query keeps its task)"]
 
 
 # ------------------------------------------------------------------ 5. invisible characters in names
@@ -310,7 +339,7 @@ def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_pa
     evals.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     report = json.loads(_cli(home, "import", str(evals), "--json").stdout)
     conflicts = [w for w in report["warnings"] if "stored with task" in w]
-    assert conflicts == [f"line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task "
+    assert conflicts == [f"{evals}, line 1: query {first['query_id']!r} is stored with task {first['task']!r}; the task "
                          f"{other!r} given here was not applied (a stored query keeps its task)"]
     assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]
 

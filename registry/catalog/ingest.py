@@ -161,9 +161,9 @@ def ingest(
                              file=file, line=line, field="query_id")
     # a stored query keeps its task: a file giving it another (a row's task, or its query's) is told so, as
     # add-model and refine are
-    for query, (_, line) in zip(batch.queries, batch.query_origins):
+    for query, (file, line) in zip(batch.queries, batch.query_origins):
         if query.task and query.task != DEFAULT_TASK:
-            batch.given_tasks.setdefault(query.id, (query.task, line))
+            batch.given_tasks.setdefault(query.id, (query.task, file, line))
     report.warnings.extend(batch.stored_task_warnings(
         dict(zip(stored_q.column("query_id").to_pylist(), stored_q.column("task").to_pylist())), renamed))
 

@@ -92,5 +92,5 @@ def read_batch(path: Path, *, format: str = "auto", id_prefix: str = "", **optio
     if format in ("jsonl", "parquet"):
         from registry.importers.tabular import read_tabular
 
-        return read_tabular(path, id_prefix=id_prefix)
+        return read_tabular(path, id_prefix=id_prefix, kind=format)
     raise InputError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")

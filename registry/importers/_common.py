@@ -52,8 +52,9 @@ class ImportBatch:
     eval_file_index: list[int] = field(default_factory=list)
     eval_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # query id -> (task, line): the first task a row gives each query (rows without a task are not kept)
-    given_tasks: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # query id -> (task, file, line): the first task a row gives each query (rows without a task are not kept)
+    given_tasks: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    row_files: set[str] = field(default_factory=set)  # files whose `line` counts rows (Parquet)
 
     def add_query(self, query: Query, *, file: str, line: int, field: str = "text") -> None:
         check_query_text(query.text, file=file, line=line, field=field)
@@ -66,7 +67,7 @@ class ImportBatch:
                        task: str | None = None) -> None:
         """One evaluation; `task`, when the row gives one, is remembered for `stored_task_warnings`."""
         if task is not None and str(task).strip():
-            self.given_tasks.setdefault(query, (str(task).strip(), line))
+            self.given_tasks.setdefault(query, (str(task).strip(), file, line))
         if len(model) > MAX_NAME_CHARS:
             check_model_name(model, file=file, line=line, field="model")
         if not self.eval_files or self.eval_files[-1] != file:
@@ -110,16 +111,25 @@ class ImportBatch:
         query keeps its task: the row's is not applied). `renamed` maps a batch query id to the stored id it
         lands on (a text already stored under another id). At most `limit` queries are named, then a count."""
         conflicts = []
-        for query_id, (task, line) in self.given_tasks.items():
+        for query_id, (task, file, line) in self.given_tasks.items():
             target = (renamed or {}).get(query_id, query_id)
             stored = stored_tasks.get(target)
             if stored is not None and stored != task:
-                conflicts.append(f"line {line}: query {target!r} is stored with task {stored!r}; "
+                where = f"{file}, {'row' if file in self.row_files else 'line'} {line}"
+                conflicts.append(f"{where}: query {target!r} is stored with task {stored!r}; "
                                  f"the task {task!r} given here was not applied (a stored query keeps its task)")
         if len(conflicts) > limit:
             conflicts[limit:] = [f"{len(conflicts) - limit} more queries are given a task other than their "
                                  "stored one; their stored tasks were kept"]
         return conflicts
+
+    def rename_file(self, old: str, new: str) -> None:
+        """Name file `old` as `new` wherever the batch keeps it (an upload spooled by the service is named as
+        its client sent it: warnings made from the batch later never show the server's path)."""
+        self.eval_files = [new if f == old else f for f in self.eval_files]
+        self.query_origins = [(new if f == old else f, line) for f, line in self.query_origins]
+        self.given_tasks = {q: (task, new if f == old else f, line) for q, (task, f, line) in self.given_tasks.items()}
+        self.row_files = {new if f == old else f for f in self.row_files}
 
     def where(self, i: int) -> tuple[str, int]:
         return self.eval_files[self.eval_file_index[i]], self.eval_lines[i]

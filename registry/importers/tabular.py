@@ -32,6 +32,7 @@ from registry.importers._common import (
 from registry.records import ModelRecord, Query
 
 SUFFIXES = (".jsonl", ".parquet")
+_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}  # as detect_format tells them
 _TEXT_COLUMNS = ("model", "query", "query_id", "task")
 _EVALS_COLUMNS = ("query", "query_id", "score", "task")  # what add-model reads of a file
 _NAMED = 5  # queries a warning names before it counts the rest
@@ -51,15 +52,18 @@ def looks_like(path: Path) -> bool:
     return columns is not None and {"model", "score"} <= columns and bool({"query", "query_id"} & columns)
 
 
-def read_tabular(path: Path, *, id_prefix: str = "") -> ImportBatch:
+def read_tabular(path: Path, *, id_prefix: str = "", kind: str | None = None) -> ImportBatch:
+    """Rows of model, query/query_id, score[, task] from a JSON Lines or Parquet file: `kind` "jsonl" or
+    "parquet" as the user named it (`--format`), else told by the file's suffix."""
     check_evaluations_file(path, expected=" or ".join(SUFFIXES))
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        rows, kind = _jsonl_rows(path), "jsonl"
-    elif suffix == ".parquet":
-        rows, kind = _parquet_rows(path), "parquet"
+    kind = kind or _KINDS.get(path.suffix.lower())
+    if kind == "jsonl":
+        rows = _jsonl_rows(path)
+    elif kind == "parquet":
+        rows = _parquet_rows(path)
     else:
-        raise InputError(f"expected a {' or '.join(SUFFIXES)} file", file=path)
+        raise InputError(f"expected a {' or '.join(SUFFIXES)} file (or name the format: --format jsonl or "
+                         "--format parquet)", file=path)
 
     batch = ImportBatch(source=f"{kind}:{path.resolve()}")
     task_conflicts = len(_add_rows(batch, rows, path=path, id_prefix=id_prefix, kind=kind))
@@ -135,9 +139,9 @@ def _add_rows(
     try:
         return _add_each_row(batch, rows, path=path, id_prefix=id_prefix, kind=kind)
     except InputError as err:
-        if kind == "parquet" and err.line is not None and not err.problem.startswith("row "):
+        if kind == "parquet" and err.line is not None and err.unit != "row":
             # Parquet has rows, not lines: say so, as the rest of the Parquet errors do.
-            raise InputError(f"row {err.line}: {err.problem}", file=err.file, line=err.line, field=err.field) from None
+            raise InputError(err.problem, file=err.file, line=err.line, field=err.field, unit="row") from None
         raise
 
 
@@ -145,6 +149,8 @@ def _add_each_row(
     batch: ImportBatch, rows: Iterator[tuple[int, dict[str, Any]]], *, path: Path, id_prefix: str, kind: str
 ) -> list[tuple[str, str, int, str, int]]:
     file_name = str(path)
+    if kind == "parquet":
+        batch.row_files.add(file_name)
     firsts: dict[str, tuple[str, str, int]] = {}  # query id -> (text, task, line) of its first row with text
     tasked: list[tuple[str, str, int]] = []  # (query id, task, line) of every row that gives a task
     score_of = parse_score if kind == "csv" else parse_typed_score
@@ -272,8 +278,8 @@ def _column_values(column: Any, *, path: Path, name: str) -> list[Any]:
             values[index] = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise InputError(
-                f"row {index + 1}: text is not UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})",
-                file=path, line=index + 1, field=name,
+                f"text is not UTF-8 (byte 0x{raw[err.start]:02x} at offset {err.start})",
+                file=path, line=index + 1, field=name, unit="row",
             ) from None
     return values
 

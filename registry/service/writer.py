@@ -89,7 +89,7 @@ def _named_as_sent(err: InputError, spec: JobSpec) -> InputError:
     label = spec.file_label or "upload"
     spooled = (spec.file, Path(spec.file).name)
     file = label if err.file is not None and any(p in str(err.file) for p in spooled) else err.file
-    return InputError(_unspooled(err.problem, spooled, label), file=file, line=err.line, field=err.field)
+    return InputError(_unspooled(err.problem, spooled, label), file=file, line=err.line, field=err.field, unit=err.unit)
 
 
 def _change(state, spec: JobSpec):
@@ -116,8 +116,9 @@ def _parse(spec: JobSpec):
         batch = read_model_evaluations(Path(spec.file), spec.name)
     except InputError as err:  # name the file as the client sent it, not our spool path
         raise InputError(_unspooled(err.problem, spooled, label), file=label, line=err.line,
-                         field=err.field) from None
+                         field=err.field, unit=err.unit) from None
     batch.warnings = [_unspooled(w, spooled, label) for w in batch.warnings]
+    batch.rename_file(str(Path(spec.file)), label)
     return batch
 
 
