@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
-from registry.checks import check_count
+from registry.checks import check_count, check_flag
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS, KEEP_VERSIONS_FOR
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
@@ -76,6 +76,7 @@ class Registry:
         """The registry at `home` ($LOCUS_HOME, else ~/.locus), created when missing unless `create=False`."""
         from registry.checks import check_path
 
+        create = check_flag(create, "create")
         if type(home).__name__ != "ObjectPath":  # an s3 home already parsed (indexing.home.as_path) is one too
             check_path(home, "home", optional=True)
         path = resolve_home(home)
@@ -170,6 +171,7 @@ class Registry:
         from registry.importers import read_batch
 
         check_path(path, "path")
+        encode = check_flag(encode, "encode")
         check_path(query_embeddings, "query_embeddings", optional=True)
         check_path(query_ids, "query_ids", optional=True)
         check_text(id_prefix, "id_prefix")
@@ -321,6 +323,7 @@ class Registry:
         evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
         holdout_models = check_count(holdout_models, "holdout_models", 0)
         seed = check_count(seed, "seed", 0)
+        cost = check_flag(cost, "cost")
         names = self.select_models(pool, field="pool")
         if cost:
             from registry.analytics.cost import pool_costs
@@ -349,6 +352,7 @@ class Registry:
         from registry.operations import add_model
 
         max_evals = check_count(max_evals, "max_evals", 1, optional=True)
+        replace = check_flag(replace, "replace")
         return warn_if_thin(add_model(self._view, name, evaluations, metadata, replace=replace, max_evals=max_evals))
 
     def refine(self, name: str, more_evaluations, *, max_evals: int | None = None) -> ModelChange:
@@ -467,7 +471,8 @@ class Registry:
         from registry.analytics.portfolio import portfolio
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
-                         include_unknown_params=include_unknown_params, seed=check_count(seed, "seed", 0),
+                         include_unknown_params=check_flag(include_unknown_params, "include_unknown_params"),
+                         seed=check_count(seed, "seed", 0),
                          random_draws=random_draws, by=by)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
@@ -725,7 +730,7 @@ class Registry:
         from registry.analytics.suggest import suggest_queries
 
         return suggest_queries(self.store, name=self.resolve(name) if name is not None else None, n=n, task=task,
-                               from_pool=from_pool, answered=answered)
+                               from_pool=check_flag(from_pool, "from_pool"), answered=answered)
 
 
 def _thin_import_warning(store: "Store", names: list[str]) -> str | None:

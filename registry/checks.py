@@ -7,7 +7,7 @@ from typing import Any
 
 from registry.errors import InputError
 
-__all__ = ["check_count", "check_fraction", "check_mapping", "check_path", "check_text"]
+__all__ = ["check_count", "check_flag", "check_fraction", "check_mapping", "check_path", "check_text"]
 
 
 def check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> int | None:
@@ -18,6 +18,16 @@ def check_count(value: Any, field: str, minimum: int, *, optional: bool = False)
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
     return int(value)
+
+
+def check_flag(value: Any, field: str) -> bool:
+    """`value` as a bool when it is one (numpy's too), else an InputError naming `field`: the string "no" is
+    true to Python, so `replace="no"` would have replaced."""
+    import numpy as np
+
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{field} must be True or False, not {value!r}", field=field)
+    return bool(value)
 
 
 def check_fraction(value: Any, field: str) -> float:

@@ -126,6 +126,14 @@ def test_wrong_types_in_the_python_api_are_input_errors(home):
     (lambda reg, f: reg.add_model("m1", [("q?", 1)], ["a"]), "metadata", "metadata must be a mapping"),
     (lambda reg, f: reg.audit(alpha="0.01"), "alpha", "alpha must be a number in (0, 1); got '0.01'"),
     (lambda reg, f: reg.add_model("m1", [("q?", np.bool_(True))]), "score", "is a boolean, not a number"),
+    # a string is true to Python: replace="no" replaced, create="no" created
+    (lambda reg, f: reg.add_model(reg.models()[0].name, [("q?", 1)], replace="no"), "replace",
+     "replace must be True or False, not 'no'"),
+    (lambda reg, f: type(reg).open(f.parent / "new-home", create="no"), "create", "create must be True or False"),
+    (lambda reg, f: reg.import_path(f, encode="false"), "encode", "encode must be True or False"),
+    (lambda reg, f: reg.evaluate(cost="yes"), "cost", "cost must be True or False"),
+    (lambda reg, f: reg.portfolio(k=2, include_unknown_params=1), "include_unknown_params", "must be True or False"),
+    (lambda reg, f: reg.suggest_queries(n=4, from_pool="yes"), "from_pool", "from_pool must be True or False"),
 ])
 def test_the_python_api_names_the_argument_it_refuses(home, tmp_path, monkeypatch, call, field, says):
     from registry import Registry
@@ -142,6 +150,7 @@ def test_the_python_api_names_the_argument_it_refuses(home, tmp_path, monkeypatc
         call(reg, rows)
     assert caught.value.field == field and says in str(caught.value), str(caught.value)
     assert reg.stats().model_dump() == before and not list(cwd.iterdir())
+    assert not (tmp_path / "new-home").exists()
 
 
 def test_a_model_cannot_take_an_alias_s_name_and_history_reads_the_model_first(home, tmp_path):
