@@ -15,12 +15,15 @@ from pathlib import Path
 
 from registry.errors import InputError
 
-__all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
+__all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_ENDPOINT_CHARS", "MAX_METADATA_TEXT_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
            "check_model_name", "check_query_text", "check_task_name", "check_utf8", "lone_surrogate",
            "check_file_size", "check_evaluations_file"]
 
 MAX_NAME_CHARS = 200  # a model's name (Hugging Face repo ids are at most 96 characters)
 MAX_QUERY_CHARS = 100_000  # one query's text; the query encoders read at most a few hundred tokens of it
+# metadata text: family, provider, licence, access and each tag as long as a name (MAX_NAME_CHARS), and a key too
+MAX_ENDPOINT_CHARS = 2_000  # an endpoint URL (browsers take about this much)
+MAX_METADATA_TEXT_CHARS = 10_000  # a free-form metadata value (a note, a description)
 MAX_FILE_BYTES = 2 * 1024**3  # one input file (CSV, JSON Lines, Parquet, .npy), read whole into memory
 MAX_EVALS_PER_MODEL = 1_000_000  # stored evaluations of one model (an embedding reads them all)
 DEFAULT_TASK = "default"  # the task of a query whose file gives none

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from registry.limits import DEFAULT_TASK, LONE_SURROGATE, first_unprintable, lone_surrogate
+from registry.limits import (DEFAULT_TASK, LONE_SURROGATE, MAX_ENDPOINT_CHARS, MAX_METADATA_TEXT_CHARS, MAX_NAME_CHARS,
+                             first_unprintable, lone_surrogate)
 
 __all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
 
@@ -192,6 +193,9 @@ class ModelRecord(BaseModel):
             # checked here, where metadata comes in (CLI, HTTP, files), not on the record: a home that stored
             # such a value before keeps reading it
             _check_printable(key, "metadata key", first_unprintable(key))
+            if len(key) > MAX_NAME_CHARS:
+                raise ValueError(f"a metadata key of {len(key):,} characters (starting {key[:40]!r}); the limit is "
+                                 f"{MAX_NAME_CHARS}")
             value = raw.strip() if isinstance(raw, str) else raw
             for text in (t for t in (value if isinstance(value, list) else [value]) if isinstance(t, str)):
                 _check_printable(key, "metadata value", first_unprintable(text, breaks_ok=key not in METADATA_FIELDS))
@@ -207,6 +211,11 @@ class ModelRecord(BaseModel):
                 value = [t.strip() for t in value.split(",") if t.strip()]
             if key == "tags" and value is None:
                 value = []
+            limit = _metadata_chars_limit(key)
+            for text in (t for t in (value if isinstance(value, list) else [value]) if isinstance(t, str)):
+                if len(text) > limit:  # each tag on its own, once split
+                    raise MetadataValueError(key, f"{key} has a value of {len(text):,} characters (starting "
+                                             f"{text[:40]!r}); the limit for {key} is {limit:,}")
             if key in METADATA_FIELDS:
                 typed[key] = value
             else:
@@ -220,6 +229,15 @@ class ModelRecord(BaseModel):
         flat = self.model_dump(exclude={"name", "extra"})
         flat.update(self.extra)
         return flat
+
+
+def _metadata_chars_limit(key: str) -> int:
+    """The longest text a metadata key takes: a label that tables, legends and filters print (family, provider,
+    licence, access, a tag) as long as a model name; an endpoint as a URL; free-form notes longer. Checked
+    where metadata comes in: a 200,000-character family was stored and stretched the web map 1.5M px wide."""
+    if key == "endpoint":
+        return MAX_ENDPOINT_CHARS
+    return MAX_NAME_CHARS if key in METADATA_FIELDS else MAX_METADATA_TEXT_CHARS
 
 
 def is_reserved_key(key: str) -> bool:

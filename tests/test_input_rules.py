@@ -287,6 +287,27 @@ def test_a_list_in_metadata_is_refused_naming_its_key(home):
     assert "listy" not in _model_names(home)
 
 
+def test_metadata_text_past_its_length_limit_is_refused_naming_the_file_line_and_key(home, tmp_path):
+    data = tmp_path / "tri"
+    data.mkdir()
+    query = _stored(home)[0]
+    (data / "queries.csv").write_text(f"query_id,text,task\n{query['query_id']},{query['text']},{query['task']}\n",
+                                      encoding="utf-8")
+    (data / "models.csv").write_text("model_id,name,family\n1,long-family," + "x" * 201 + "\n", encoding="utf-8")
+    (data / "evals.csv").write_text(f"model_id,query_id,score\n1,{query['query_id']},1\n", encoding="utf-8")
+    before = _model_names(home)
+    refused = _cli(home, "import", str(data), code=2)
+    assert (f"{data / 'models.csv'}, line 2, field 'family': family has a value of 201 characters" in refused.output
+            and "the limit for family is 200" in refused.output)
+    evals = tmp_path / "e.jsonl"
+    evals.write_text(json.dumps({"query_id": query["query_id"], "score": 1}) + "\n", encoding="utf-8")
+    refused = _cli(home, "add-model", "long-note", "--evals", str(evals), "--meta", "note=" + "n" * 10_001, code=2)
+    assert "note has a value of 10,001 characters" in refused.output and "the limit for note is 10,000" in refused.output
+    _cli(home, "add-model", "long-note", "--evals", str(evals), "--meta", "note=" + "n" * 10_000,
+         "--meta", "endpoint=https://" + "e" * 1_990)  # at the limits: stored
+    assert _model_names(home) == before | {"long-note"}
+
+
 def test_a_triple_import_keeps_a_reserved_models_csv_column_out_of_metadata(tmp_path):
     from registry import Registry
 

@@ -697,6 +697,11 @@ def test_a_body_that_is_wrong_as_a_whole_names_the_body(client, send, field, say
     ({"family": "ll\nama"}, 422, "metadata", "U+000A"),  # an identifier: printed in tables, grouped by
     ({"provider": "a\u202eb"}, 422, "metadata", "RIGHT-TO-LEFT OVERRIDE"),
     ({"notes": "line one\nline two\tand a tab"}, 201, None, None),  # free text keeps its line breaks
+    # lengths: a 200,000-character family was stored and stretched the web map 1.5M px wide
+    ({"family": "x" * 201}, 422, "metadata", "the limit for family is 200"),
+    ({"tags": ["ok", "t" * 201]}, 422, "metadata", "the limit for tags is 200"),
+    ({"notes": "n" * 10_001}, 422, "metadata", "the limit for notes is 10,000"),
+    ({"k" * 201: 1}, 422, "metadata", "a metadata key of 201 characters"),
 ])
 def test_metadata_refused_names_its_key_and_what_is_wrong(client, metadata, status, field, says):
     r = client.post("/v1/models", headers=AUTH, json={"name": "meta-probe", "metadata": metadata,
