@@ -420,7 +420,7 @@ def test_add_a_model_from_the_suggested_queries_file(tab, server, home, names, t
     page.locator("#add-out .error", has_text="line 2").wait_for()  # the file's own line, named
     page.get_by_label("Metadata").fill("family=web\noops")
     page.get_by_role("button", name="Add model").click()
-    page.locator("#add-out .error", has_text="metadata line 2").wait_for()
+    page.locator("#add-meta-problem", has_text="metadata line 2").wait_for()  # said next to the field, nothing sent
     with server.client(auth=False) as c:
         assert c.get("/v1/models/web-added").status_code == 404  # nothing half-written by the refusals
     page.get_by_label("Metadata").fill("family=web\nparams_b=7")
@@ -657,6 +657,283 @@ def test_audit_of_a_model_with_nothing_flagged_says_so(tab, server, names):
     text = page.locator("#calibration").inner_text()
     assert "e+0" not in text and "no pair's p-value passes Holm's test" in text
     assert tab.problems() == []
+
+
+def _answers_file(home, name: str, where: Path) -> Path:
+    """An evaluations file (JSON Lines) answering as the stored model `name` did."""
+    import json
+
+    from registry import Registry
+
+    where.write_text("".join(json.dumps(e) + "\n" for e in own_evaluations(Registry.open(home), name)))
+    return where
+
+
+def _use_token(page) -> None:
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_label("Token").press("Enter")
+
+
+def test_writes_from_the_page_work_on_a_server_without_a_token(browser, home, names, tmp_path):
+    """Without a token the server takes a multipart upload or a bodiless POST from a page only with the
+    X-Locus-Client header (a foreign page cannot send it without a preflight): the UI's writes carry it."""
+    from service_harness import serving_copy
+
+    answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
+    with serving_copy(home, tmp_path, token=None) as srv:
+        name = names[0]
+        with srv.client() as c:
+            assert c.delete(f"/v1/models/{quote(name, safe='')}").status_code == 200
+        tab = Watched(browser, srv.url)
+        try:
+            page = tab.page
+            page.goto(f"/model?name={quote(name)}")
+            page.locator("[data-restore]").last.click()  # a bodiless POST
+            status = page.locator("#write-status .notice, #write-status .error")
+            status.wait_for()
+            assert "restored version" in status.inner_text(), status.inner_text()
+
+            page.goto("/add")  # a multipart POST
+            page.get_by_label("Name", exact=True).fill("open-added")
+            page.locator("#add-file").set_input_files(str(answers))
+            page.get_by_role("button", name="Add model").click()
+            out = page.locator("#add-result, #add-out .error")
+            out.wait_for()
+            assert "open-added is version 1 (add)" in out.inner_text(), out.inner_text()
+            writes = [r for r in tab.requests if r.method == "POST"]
+            assert len(writes) == 2 and all(r.headers.get("x-locus-client") == "web-ui" for r in writes)
+            assert not [s for s, _ in tab.statuses if s in (401, 403)], tab.statuses
+        finally:
+            tab.close()
+        with srv.client() as c:
+            assert c.get(f"/v1/models/{quote(name, safe='')}").status_code == 200
+            assert c.get("/v1/models/open-added").status_code == 200
+
+
+class _Held:
+    """The first request to match `pattern` after this is made waits until `release()`: its answer comes
+    after those of requests sent later."""
+
+    def __init__(self, page, pattern) -> None:
+        self.page, self.pattern, self.routes = page, pattern, []
+        page.route(pattern, self._route)
+
+    def _route(self, route) -> None:
+        if self.routes:
+            route.continue_()
+        else:
+            self.routes.append(route)
+
+    def wait(self) -> None:
+        for _ in range(200):
+            if self.routes:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"no request matched {self.pattern}")
+
+    def release(self) -> None:
+        held = self.routes[0].request
+        with self.page.expect_event("requestfinished", lambda r: r.url == held.url and r.post_data == held.post_data):
+            self.routes[0].continue_()
+        self.page.wait_for_timeout(500)  # time for the page to draw it, if it would
+        self.page.unroute(self.pattern)
+
+
+def _submit(label, name):
+    def run(page, value):
+        page.get_by_label(label, exact=True).fill(value)
+        page.get_by_role("button", name=name, exact=True).click()
+    return run
+
+
+# form: (page, ready, the request, fill in and submit one run, the two runs' values, where the answer shows, what each shows)
+STALE = {
+    "audit": ("/audit", "#calibration", r"/v1/audit\?", _submit("Nearest neighbours (k)", "Run audit"), ("3", "5"),
+              "#calibration", lambda v: f"{v} nearest"),
+    "route": ("/route", "#targets input", r"/v1/route$", _submit("Questions (one per line)", "Route"),
+              ("Which river is the longest?", "Which mountain is the highest?"), "#route-out", lambda v: v),
+    "profile": ("/route", "#targets input", r"/v1/profile$", _submit("math accuracy", "Find models"), ("0.2", "0.8"),
+                "#profile-out", lambda v: f"math {float(v):.2f} (sampled"),
+    "compare": ("/compare", "#compare-out p", r"/v1/compare\?", None, (1, 2), "#compare-out", None),
+    "families": ("/families", "#clusters-table tbody tr", r"/v1/clusters\?", _submit("Clusters", "Cluster"), ("2", "3"),
+                 "#clusters-summary", lambda v: f"{v} clusters"),
+    "portfolio": ("/portfolio", "#portfolio-table tbody tr", r"/v1/portfolio\?", _submit("Models", "Choose"), ("4", "2"),
+                  "#portfolio-summary", lambda v: f"portfolio of {v} models"),
+    "suggest": ("/add", "#suggest form", r"/v1/suggest-queries\?", _submit("Queries", "Suggest"), ("4", "6"),
+                "#suggest-summary", lambda v: f"{v} of "),
+}
+
+
+@pytest.mark.parametrize("form", list(STALE))
+def test_a_slow_earlier_answer_never_replaces_a_later_one(tab, names, form):
+    path, ready, pattern, run, values, out, shows = STALE[form]
+    if form == "compare":  # model B is the run's value
+        def run(page, value):
+            page.get_by_label("Model A").fill(names[0])
+            page.get_by_label("Model B").fill(names[value])
+            page.get_by_role("button", name="Compare").click()
+
+        def shows(value):
+            return f"{names[0]} vs {names[value]}:"
+    page = tab.page
+    page.goto(path)
+    page.locator(ready).first.wait_for()
+    page.wait_for_load_state("networkidle")
+    held = _Held(page, re.compile(pattern))
+    run(page, values[0])
+    held.wait()
+    run(page, values[1])
+    page.locator(out, has_text=shows(values[1])).first.wait_for()
+    held.release()
+    text = page.locator(out).first.inner_text()
+    assert shows(values[1]) in text and shows(values[0]) not in text, text
+
+
+def test_a_double_click_on_add_model_sends_one_upload(tab, server, home, names, tmp_path):
+    answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
+    page = tab.page
+    page.goto("/add")
+    _use_token(page)
+    page.get_by_label("Name", exact=True).fill("web-once")
+    page.locator("#add-file").set_input_files(str(answers))
+    try:
+        page.get_by_role("button", name="Add model").dblclick()
+        page.locator("#add-result").wait_for()
+        page.wait_for_load_state("networkidle")
+        assert len([r for r in tab.requests if r.method == "POST"]) == 1
+        assert page.locator("#add-out .error").count() == 0 and tab.problems() == []
+        assert page.get_by_role("button", name="Add model").is_enabled()  # enabled again once answered
+    finally:
+        with server.client() as c:
+            c.delete("/v1/models/web-once")
+
+
+def test_a_restore_fills_every_section_of_the_model_page(tab, server, names):
+    name = names[2]
+    with server.client() as c:
+        assert c.delete(f"/v1/models/{quote(name, safe='')}").status_code == 200
+    page = tab.page
+    page.goto(f"/model?name={quote(name)}")
+    page.locator("#audit .error").wait_for()  # removed: every section says so
+    page.locator("#neighbours .error").first.wait_for()
+    _use_token(page)
+    page.locator("[data-restore]").last.click()
+    page.locator("#write-status .notice", has_text="restored version").wait_for()
+    page.locator("#near-locus tbody tr").first.wait_for(timeout=10_000)
+    page.locator("#near-behaviour tbody tr").first.wait_for(timeout=10_000)
+    page.locator("#audit p", has_text="candidate pairs").wait_for(timeout=10_000)
+    assert page.locator("#neighbours .error, #audit .error, #record .error, #accuracy .error").count() == 0
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_a_model_link_to_a_dot_segment_says_so_and_asks_nothing(tab, dots):
+    page = tab.page
+    page.goto(f"/model?name={dots}")
+    page.locator("#app .error", has_text=f"cannot be named “{dots}”").wait_for()
+    page.wait_for_load_state("networkidle")
+    assert not [r for r in tab.requests if "/v1/models" in r.url]
+    assert tab.problems() == []
+
+
+def test_add_refuses_a_metadata_key_given_twice(tab, home, names, tmp_path):
+    answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
+    page = tab.page
+    page.goto("/add")
+    page.get_by_label("Name", exact=True).fill("web-twice")
+    page.locator("#add-file").set_input_files(str(answers))
+    page.get_by_label("Metadata").fill("family=alpha\nfamily=beta")
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-meta-problem", has_text="key 'family' appears more than once").wait_for()
+    assert page.get_by_label("Metadata").get_attribute("aria-invalid") == "true"
+    assert not [r for r in tab.requests if r.method == "POST"]
+
+
+def test_link_values_a_page_cannot_take_are_said_not_dropped(tab):
+    page = tab.page
+    for path, said, asked in (("/families?k=abc", "k=abc in the link: not a number", "/v1/clusters"),
+                              ("/families?by=bogus", "by=bogus in the link: not one of", "/v1/clusters"),
+                              ("/families?linkage=nope", "linkage=nope in the link: not one of", "/v1/clusters"),
+                              ("/audit?alpha=abc", "alpha=abc in the link: not a number", "/v1/audit"),
+                              ("/audit?k=abc", "k=abc in the link: not a number", "/v1/audit")):
+        page.goto(path)
+        page.locator(".error[role=alert]", has_text=said).wait_for()
+        page.wait_for_load_state("networkidle")
+        assert page.url.endswith(path), page.url  # the link stays as given
+        assert not [r for r in tab.requests if asked in r.url], path
+    page.goto("/add")  # a number box takes 1e9; the API would answer "unable to parse string as an integer"
+    page.get_by_label("Queries", exact=True).fill("1e9")
+    page.get_by_role("button", name="Suggest").click()
+    page.locator("#suggest-n-problem", has_text="whole number").wait_for()
+    page.wait_for_load_state("networkidle")
+    assert not [r for r in tab.requests if "/v1/suggest-queries" in r.url]
+    assert tab.problems() == []
+
+
+def test_a_form_s_own_refusal_clears_an_earlier_answer_s_error(tab, home, names, tmp_path):
+    answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
+    page = tab.page
+    page.goto("/add")  # no token: the server refuses
+    page.get_by_label("Name", exact=True).fill("web-cleared")
+    page.locator("#add-file").set_input_files(str(answers))
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-out .error", has_text="bearer token").wait_for()
+    page.get_by_label("Name", exact=True).fill(".")
+    page.get_by_role("button", name="Add model").click()
+    page.locator("#add-name-problem:visible").wait_for()
+    assert page.locator("#add-out .error").count() == 0
+
+    page.goto(f"/model?name={quote(names[0])}")
+    page.get_by_label("Alias", exact=True).fill("web-cleared")
+    page.get_by_role("button", name="Set alias").click()
+    page.locator("#write-status .error", has_text="bearer token").wait_for()
+    page.get_by_label("Alias", exact=True).fill("1st")
+    page.get_by_role("button", name="Set alias").click()
+    page.locator("#alias-name-problem:visible").wait_for()
+    assert page.locator("#write-status .error").count() == 0
+
+
+def test_a_model_page_reached_by_an_alias_names_the_model(tab, server, names):
+    with server.client() as c:
+        assert c.put("/v1/aliases/web-heading", json={"target": names[0]}).status_code == 200
+    try:
+        page = tab.page
+        page.goto("/model?name=web-heading")
+        page.locator("#heading", has_text="→").wait_for()
+        assert page.locator("#heading").inner_text() == f"web-heading → {names[0]}"
+    finally:
+        with server.client() as c:
+            c.delete("/v1/aliases/web-heading")
+
+
+def test_a_search_matching_nothing_says_so_in_words(tab, names):
+    page = tab.page
+    page.goto("/?q=zzz-no-such-model")
+    page.locator("#summary", has_text="matching").wait_for()
+    assert page.locator("#summary").inner_text() == f"no matching models ({len(names)} in the registry)"
+
+
+def test_focus_rings_contrast_3_to_1_with_the_page_and_the_bar(tab):
+    """WCAG 1.4.11: a focus indicator contrasts at least 3:1 with the colours next to it."""
+    def luminance(rgb: str) -> float:
+        channels = [int(x) / 255 for x in re.findall(r"\d+", rgb)[:3]]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    def contrast(a: str, b: str) -> float:
+        la, lb = sorted((luminance(a), luminance(b)), reverse=True)
+        return (la + 0.05) / (lb + 0.05)
+
+    page = tab.page
+    page.goto("/")
+    page.locator("#models-table tbody tr").first.wait_for()
+    style = "(el, p) => getComputedStyle(el)[p]"
+    for field_, area in (("#q", "main"), ("#token-input", "header.top")):
+        page.locator(field_).focus()
+        ring = page.locator(field_).evaluate(style, "outlineColor")
+        assert page.locator(field_).evaluate(style, "outlineStyle") == "solid"
+        behind = page.locator(area).evaluate(style, "backgroundColor")
+        behind = "rgb(255, 255, 255)" if behind == "rgba(0, 0, 0, 0)" else behind  # main is the white page
+        assert contrast(ring, behind) >= 3, (field_, ring, behind)
 
 
 # ------------------------------------------------------------------ the /v1 endpoints the pages use

@@ -1,17 +1,21 @@
 // Add a model: which stored queries to evaluate a new model on first (/v1/suggest-queries at the pool's
 // prior, downloadable as a JSON Lines file to fill in), then its evaluations uploaded as a file
 // (POST /v1/models/{name}/file, with the token): stored and embedded in one forward pass, no training.
-import { api, errorBox, field, fieldProblem, h, modelHref, modelNameProblem, replace } from "./lib.js";
+import { api, busy, errorBox, field, fieldProblem, h, modelHref, modelNameProblem, newestRun, replace, wholeProblem } from "./lib.js";
 
 const enc = encodeURIComponent;
+const MAX_SUGGEST = 100000; // /v1/suggest-queries' largest n (as many evaluations as one add carries)
 
-// "key=value" per line -> {key: "value"}: the CLI's --meta pairs, parsed by the server as the CLI's are
+// "key=value" per line -> {key: "value"}: the CLI's --meta pairs, parsed by the server as the CLI's are.
+// A key given twice is refused as the JSON API refuses it: merged, the first value would vanish unsaid.
 function metadataOf(text) {
-  const meta = {};
+  const meta = Object.create(null); // no prototype: a key "__proto__" is a key like any other
   text.split("\n").map((line) => line.trim()).filter(Boolean).forEach((line, i) => {
     const at = line.indexOf("=");
     if (at < 1) throw new Error(`metadata line ${i + 1}: ${JSON.stringify(line)} is not key=value`);
-    meta[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+    const key = line.slice(0, at).trim();
+    if (Object.hasOwn(meta, key)) throw new Error(`metadata line ${i + 1}: key '${key}' appears more than once`);
+    meta[key] = line.slice(at + 1).trim();
   });
   return meta;
 }
@@ -24,16 +28,21 @@ async function suggestions(root) {
   const out = h("div", { id: "suggest-out", "aria-live": "polite" });
   const form = h("form", { class: "bar", "aria-label": "Suggest queries" }, field("Queries", n), field("Task", task),
     h("button", { type: "submit" }, "Suggest"));
+  const fresh = newestRun();
+  n.addEventListener("input", () => fieldProblem(n, null));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    const current = fresh();
+    if (!fieldProblem(n, wholeProblem(n, 1, MAX_SUGGEST))) { replace(out); return; }
     replace(out, h("p", { class: "muted" }, "Choosing …"));
     let r;
     try {
-      r = await api("/v1/suggest-queries", { params: { n: n.value, task: task.value, from_pool: "true" } });
+      r = await api("/v1/suggest-queries", { params: { n: n.value.trim(), task: task.value, from_pool: "true" } });
     } catch (err) {
-      replace(out, errorBox(err));
+      if (current()) replace(out, errorBox(err));
       return;
     }
+    if (!current()) return;
     // the file to fill in: one row per query, its score left for the model's own answer
     const lines = r.queries.map((q) => JSON.stringify({ query_id: q.query_id, task: q.task, query: q.text, score: null }));
     const file = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "application/x-ndjson" }));
@@ -60,23 +69,30 @@ function upload(root) {
   const file = h("input", { id: "add-file", type: "file", required: true, accept: ".csv,.jsonl,.parquet" });
   const replaceBox = h("input", { id: "add-replace", type: "checkbox" });
   const out = h("div", { id: "add-out", "aria-live": "polite" });
+  const submit = h("button", { type: "submit" }, "Add model");
   const form = h("form", { class: "stack", "aria-label": "Add a model" },
     h("div", { class: "row" }, field("Name", name), field("Evaluations file (.csv, .jsonl, .parquet)", file)),
     field("Metadata", meta),
     h("div", { class: "row" }, h("label", { for: "add-replace", class: "check" }, replaceBox, " Replace a model of that name (its history is kept)"),
-      h("button", { type: "submit" }, "Add model")));
+      submit));
   name.addEventListener("input", () => fieldProblem(name, null));
-  form.addEventListener("submit", async (event) => {
+  meta.addEventListener("input", () => fieldProblem(meta, null));
+  file.addEventListener("change", () => fieldProblem(file, null));
+  form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (!fieldProblem(name, modelNameProblem(name.value.trim()))) return; // before a request to /v1/models//file
-    let metadata;
+    // the form's own checks, each said next to its field; an earlier answer's error under the form goes
+    let metadata = null, metaProblem = null;
     try {
       metadata = metadataOf(meta.value);
     } catch (err) {
-      replace(out, errorBox(err));
-      return;
+      metaProblem = err.message;
     }
-    if (!file.files.length) { replace(out, h("div", { class: "error", role: "alert" }, "file: choose the evaluations file")); return; }
+    const fine = [fieldProblem(name, modelNameProblem(name.value.trim())), // before a request to /v1/models//file
+      fieldProblem(meta, metaProblem), fieldProblem(file, file.files.length ? null : "choose the evaluations file")];
+    if (!fine.every(Boolean)) { replace(out); return; }
+    busy([submit], () => store(metadata)); // disabled at once: a double-click sends one upload
+  });
+  async function store(metadata) {
     const body = new FormData();
     body.append("file", file.files[0]);
     body.append("metadata", JSON.stringify(metadata));
@@ -98,7 +114,7 @@ function upload(root) {
     } catch (err) {
       replace(out, errorBox(err, err.status === 409 ? "Tick Replace to store it over the model of that name." : null));
     }
-  });
+  }
   replace(root, h("h2", { id: "h-add" }, "2. Add the model"),
     h("p", { class: "muted small" }, "A file with a column query (the text) or query_id, a column score in [0, 1], and optionally task; "
       + "the model is stored and embedded in one forward pass, no retraining. Adding needs the server's bearer token (the Token box at the top) "

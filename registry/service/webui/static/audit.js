@@ -1,6 +1,6 @@
 // Audit: the flagged pairs (duplicate / same product line?) with the evidence sentence of each,
 // and the run's calibration line, as `registry audit` prints them (/v1/audit).
-import { api, errorBox, field, h, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, h, linkProblems, newestRun, params, replace, setParams } from "./lib.js";
 import { flagView } from "./model.js";
 
 // Holm's threshold of the run; 0 when no pair's p-value passes it (nothing can be flagged at this alpha).
@@ -15,16 +15,26 @@ export async function render(root) {
     field("Nearest neighbours (k)", k), field("False-flag rate (alpha)", alpha), h("button", { type: "submit" }, "Run audit"));
   const out = h("div", { id: "audit-out", "aria-live": "polite" });
   replace(root, form, out);
+  const fresh = newestRun();
+  let first = true; // the first run reads the address too
   async function run() {
+    const current = fresh();
+    const problems = first ? linkProblems(start, { k, alpha }) : [];
+    first = false;
+    if (problems.length) { // said, and nothing run: the link stays as it was given
+      replace(out, h("div", { class: "error", role: "alert" }, problems.join("; ") + ". Correct it above and run the audit."));
+      return;
+    }
     setParams({ model: model.value.trim(), k: k.value === "10" ? "" : k.value, alpha: alpha.value === "0.01" ? "" : alpha.value });
     replace(out, h("p", { class: "muted" }, "Auditing …"));
     let r;
     try {
       r = await api("/v1/audit", { params: { model: model.value.trim(), k: k.value, alpha: alpha.value } });
     } catch (err) {
-      replace(out, errorBox(err));
+      if (current()) replace(out, errorBox(err));
       return;
     }
+    if (!current()) return;
     const cal = r.calibration;
     const scope = r.model ? `model ${r.model}` : `${r.models} models`;
     const nearest = r.by_fingerprint ? `${r.k} nearest by embedding and by fingerprint` : `${r.k} nearest neighbours`;

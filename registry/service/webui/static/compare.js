@@ -1,5 +1,5 @@
 // Compare: two models task by task with the paired tests, as `registry compare` prints (/v1/compare).
-import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelLink, newestRun, params, replace, setParams } from "./lib.js";
 
 export async function render(root) {
   const start = params();
@@ -12,16 +12,19 @@ export async function render(root) {
   replace(root, form, out);
   api("/v1/table", { params: { limit: 500 } }).then((t) => replace(names, t.rows.map((r) => h("option", { value: r.name })))).catch(() => {});
 
+  const fresh = newestRun();
   async function run() {
+    const current = fresh();
     setParams({ a: a.value.trim(), b: b.value.trim() });
     replace(out, h("p", { class: "muted" }, "Comparing …"));
     let r;
     try {
       r = await api("/v1/compare", { params: { a: a.value.trim(), b: b.value.trim() } });
     } catch (err) {
-      replace(out, errorBox(err));
+      if (current()) replace(out, errorBox(err));
       return;
     }
+    if (!current()) return;
     const g = r.agreement, o = r.overall;
     const predicted = r.predicted_from !== null;
     const cols = ["task", "A", "n", "B", "n", "A−B (points)", "test", "z", "p (Holm)", ...(predicted ? ["pred A", "pred B"] : [])];

@@ -1,7 +1,7 @@
 // Families: the models' hierarchical clusters as `registry clusters` cuts them (/v1/clusters), each
 // cluster with its members (links to their pages) and the `family` metadata they carry, and how well
 // the clusters agree with that metadata.
-import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams, whereHint } from "./lib.js";
+import { api, errorBox, field, fmt, h, linkProblems, modelLink, newestRun, params, replace, setParams, whereHint } from "./lib.js";
 
 const LINKAGES = ["complete", "average", "single", "ward"];
 
@@ -20,7 +20,16 @@ export async function render(root) {
   const out = h("div", { id: "families-out", "aria-live": "polite" });
   replace(root, form, out);
 
+  const fresh = newestRun();
+  let first = true; // the first run reads the address too
   async function run() {
+    const current = fresh();
+    const problems = first ? linkProblems(start, { by, linkage, k }) : [];
+    first = false;
+    if (problems.length) { // said, and nothing run: the link stays as it was given
+      replace(out, h("div", { class: "error", role: "alert" }, problems.join("; ") + ". Correct it above and cluster again."));
+      return;
+    }
     const query = { by: by.value, linkage: linkage.value, k: k.value.trim(), where: where.value.trim() };
     setParams(query);
     replace(out, h("p", { class: "muted" }, "Clustering …"));
@@ -28,9 +37,10 @@ export async function render(root) {
     try {
       r = await api("/v1/clusters", { params: query });
     } catch (err) {
-      replace(out, errorBox(err, whereHint(err)));
+      if (current()) replace(out, errorBox(err, whereHint(err)));
       return;
     }
+    if (!current()) return;
     const g = r.family_agreement;
     const structure = r.silhouette === null ? "" : `; mean silhouette ${r.silhouette.toFixed(2)} (structure: ${r.structure})`;
     const agreement = g ? h("p", { id: "family-agreement" },

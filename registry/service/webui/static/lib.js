@@ -68,6 +68,8 @@ export const generation = {
 
 // GET/POST/PUT/DELETE on the API; a write sends the token (when one was given) in the
 // Authorization header. An error answer becomes an ApiError carrying the API's own message.
+// A write also says it comes from this UI (X-Locus-Client): a server without a token takes a multipart
+// upload or a bodiless POST only with it, a custom header a foreign page cannot send without a CORS preflight.
 export async function api(path, { method = "GET", params = null, body = undefined, write = false } = {}) {
   let url = path;
   if (params) {
@@ -83,6 +85,7 @@ export async function api(path, { method = "GET", params = null, body = undefine
   // a FormData body (a file upload) goes as multipart, its boundary set by the browser
   const form = typeof FormData !== "undefined" && body instanceof FormData;
   if (body !== undefined && !form) headers["Content-Type"] = "application/json";
+  if (write) headers["X-Locus-Client"] = "web-ui";
   if (write && token.get()) headers.Authorization = "Bearer " + token.get();
   const seen = generation.get();
   if (seen !== null) headers["X-Locus-Read"] = String(seen);
@@ -98,6 +101,53 @@ export async function api(path, { method = "GET", params = null, body = undefine
     throw new ApiError(response.status, (data && data.error) || { message: `HTTP ${response.status}` });
   }
   return data;
+}
+
+// A form's runs, newest wins: `const current = fresh()` at the start of a run makes every earlier run of
+// the form stale, and a stale run draws nothing (neither its answer nor its error), so a slow answer to an
+// earlier submit never lands over a later one's (the form and the address would disagree with it).
+export function newestRun() {
+  let newest = 0;
+  return () => {
+    const mine = ++newest;
+    return () => mine === newest;
+  };
+}
+
+// The controls of a write are disabled while it runs (a double-click would send it twice, the second
+// answered "exists"); enabled again however it ends.
+export async function busy(controls, work) {
+  for (const control of controls) control.disabled = true;
+  try {
+    return await work();
+  } finally {
+    for (const control of controls) control.disabled = false;
+  }
+}
+
+// A deep link's value its control could not take (?k=abc in a number box, ?by=bogus in a select) would run
+// as the default, unsaid: say each, "k=abc in the link: not a number". None: [].
+export function linkProblems(start, controls) {
+  const problems = [];
+  for (const [key, input] of Object.entries(controls)) {
+    const given = start.get(key);
+    if (given === null || given === "" || input.value === given) continue;
+    const why = input.tagName === "SELECT"
+      ? "not one of " + [...input.options].map((o) => o.value).filter(Boolean).join(", ") : "not a number";
+    problems.push(`${key}=${given} in the link: ${why}`);
+  }
+  return problems;
+}
+
+// A whole number from lo to hi typed in a box (null: fine). A number box takes "1e9" or "2.5", which the API
+// refuses in its own words ("unable to parse string as an integer"): said next to the box instead.
+export function wholeProblem(input, lo, hi) {
+  const text = input.value.trim();
+  const n = Number(text);
+  if (input.validity && input.validity.badInput) return "not a number";
+  if (text === "") return `give a whole number from ${lo} to ${hi}`;
+  if (!/^[0-9]+$/.test(text) || n < lo || n > hi) return `${text}: give a whole number from ${lo} to ${hi}`;
+  return null;
 }
 
 // The hint under a refused filter (an error whose field is `where`), else none.

@@ -1,7 +1,7 @@
 // The map: every embedded model as a point of `registry map`'s projection (/v1/map), coloured by a
 // metadata field; hover names a point, a click (or Enter) opens its model; wheel/drag or the
 // buttons zoom and pan.
-import { api, errorBox, field, fmt, h, modelHref, params, replace, setParams, whereHint } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelHref, newestRun, params, replace, setParams, whereHint } from "./lib.js";
 
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
   "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"];
@@ -113,16 +113,16 @@ export async function render(root) {
   svg.addEventListener("pointercancel", endDrag);
 
   let filled = false; // the select holds the map's fields
-  let generation = 0;
+  const fresh = newestRun();
   async function draw() {
-    const mine = ++generation;
+    const current = fresh();
     const by = colourBy.value, filter = where.value.trim();
     setParams({ color_by: by, where: filter });
     let map;
     try {
       map = await api("/v1/map", { params: { color_by: by, where: filter } });
     } catch (err) {
-      if (mine !== generation) return;
+      if (!current()) return;
       replace(message, errorBox(err, whereHint(err)));
       // an earlier map under this error would read as its answer: gone, with its caption and legend
       caption.textContent = "";
@@ -130,7 +130,7 @@ export async function render(root) {
       replace(svg);
       return;
     }
-    if (mine !== generation) return;
+    if (!current()) return;
     replace(message);
     if (!filled) {
       filled = true;

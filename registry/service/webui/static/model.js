@@ -1,6 +1,7 @@
 // A model's page: record, versions (restore, aliases), accuracy per task, nearest models by LOCUS
 // and by behaviour, audit verdicts. Every number comes from a /v1 call.
-import { accuracyBar, aliasProblem, api, compareHref, errorBox, field, fieldProblem, fmt, h, modelLink, params, replace } from "./lib.js";
+import { accuracyBar, aliasProblem, api, busy, compareHref, errorBox, field, fieldProblem, fmt, h, modelLink, modelNameProblem, newestRun, params,
+  replace } from "./lib.js";
 
 const enc = encodeURIComponent;
 
@@ -8,6 +9,13 @@ export async function render(root) {
   const name = params().get("name");
   if (!name) {
     replace(root, h("p", {}, "No model named in the address. Pick one from the ", h("a", { href: "/" }, "models table"), "."));
+    return;
+  }
+  // "." and ".." are path segments the browser folds away (/v1/models/./accuracy would ask for a model named
+  // "accuracy" and show it under this name): said, and nothing asked
+  const problem = modelNameProblem(name);
+  if (problem) {
+    replace(root, h("div", { class: "error", role: "alert", id: "name-problem" }, `name=${name} in the address: ${problem}`));
     return;
   }
   document.title = `${name} · locus-registry`;
@@ -20,17 +28,25 @@ export async function render(root) {
     audit: h("section", { id: "audit", "aria-labelledby": "h-audit" }),
   };
   replace(root, h("div", { class: "grid2" }, sections.record, sections.accuracy), sections.versions, sections.neighbours, sections.audit);
-  // After a restore or an alias change, the record and the accuracies are read again too.
-  const refresh = () => Promise.all([record(name, sections), accuracy(name, sections.accuracy)]);
-  await Promise.all([record(name, sections), versions(name, sections.versions, refresh), accuracy(name, sections.accuracy),
-    neighbours(name, sections.neighbours), audit(name, sections.audit)]);
+  // Every section but the versions (they read themselves again): after a restore, the neighbours and the
+  // audit of a model that was removed are there too. A section's answer to an earlier load draws nothing.
+  const fresh = newestRun();
+  const load = () => {
+    const current = fresh();
+    return Promise.all([record(name, sections, current), accuracy(name, sections.accuracy, current),
+      neighbours(name, sections.neighbours, current), audit(name, sections.audit, current)]);
+  };
+  await Promise.all([load(), versions(name, sections.versions, load)]);
 }
 
-async function record(name, s) {
+async function record(name, s, current) {
   const el = s.record;
   try {
     const info = await api(`/v1/models/${enc(name)}`);
+    if (!current()) return;
     const r = info.record;
+    // reached by an alias: the heading names the model it stands for too
+    if (r.name !== name) document.getElementById("heading").textContent = `${name} → ${r.name}`;
     const rows = [["family", r.family], ["params_b", r.params_b], ["provider", r.provider], ["endpoint", r.endpoint],
       ["licence", r.licence], ["access", r.access], ["tags", r.tags], ...Object.entries(r.extra)]
       .filter(([, v]) => v !== null && v !== undefined && !(Array.isArray(v) && !v.length));
@@ -42,13 +58,15 @@ async function record(name, s) {
       h("dt", {}, "embedded at"), h("dd", {}, fmt.time(info.embedded_at)),
       h("dt", {}, "added"), h("dd", {}, fmt.time(info.added))));
   } catch (err) {
+    if (!current()) return;
     replace(el, h("h2", { id: "h-record" }, "Record"), errorBox(err, err.status === 404 ? "A removed model keeps its history below: restore brings it back." : null));
   }
 }
 
-async function accuracy(name, el) {
+async function accuracy(name, el, current) {
   try {
     const row = await api(`/v1/models/${enc(name)}/accuracy`);
+    if (!current()) return;
     const tasks = Object.entries(row.tasks);
     replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"),
       h("p", { class: "muted small" }, `${row.n_evals} stored evaluations; overall ${fmt.acc(row.accuracy)}.`),
@@ -58,7 +76,7 @@ async function accuracy(name, el) {
         h("td", { class: "num" }, a.n, row.low_evidence.includes(task) ? h("span", { class: "low", title: `low evidence: fewer than ${row.low_evidence_below} evaluations` }, " *") : ""))))),
       row.low_evidence.length ? h("p", { class: "muted small" }, `* low evidence: fewer than ${row.low_evidence_below} evaluations in the task.`) : "");
   } catch (err) {
-    replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"), errorBox(err));
+    if (current()) replace(el, h("h2", { id: "h-accuracy" }, "Accuracy per task"), errorBox(err));
   }
 }
 
@@ -76,7 +94,8 @@ async function versions(name, el, refresh) {
     live = null; // removed: every version can be restored
   }
   const status = h("div", { id: "write-status", "aria-live": "polite" });
-  async function write(label, call) {
+  // The section's buttons wait for a write: a second click would send it again.
+  const write = (label, call) => busy(el.querySelectorAll("button"), async () => {
     replace(status, h("p", { class: "muted" }, label + " …"));
     try {
       const result = await call();
@@ -87,7 +106,7 @@ async function versions(name, el, refresh) {
     } catch (err) {
       replace(status, errorBox(err));
     }
-  }
+  });
   const restore = (version) => write(`restoring version ${version}`, async () => {
     const r = await api(`/v1/models/${enc(past.name)}/restore`, { method: "POST", params: { version }, write: true });
     return `restored version ${r.restored_version}: ${r.name} is now version ${r.version}`;
@@ -109,7 +128,8 @@ async function versions(name, el, refresh) {
   const aliasForm = h("form", { class: "bar", "aria-label": "Set an alias", onsubmit: (event) => {
     event.preventDefault();
     const alias = aliasName.value.trim();
-    if (!fieldProblem(aliasName, aliasProblem(alias))) return; // refused here: the API would answer a bare 404/405
+    // refused here (the API would answer a bare 404/405), and an earlier write's error is gone
+    if (!fieldProblem(aliasName, aliasProblem(alias))) { replace(status); return; }
     const target = past.name + (aliasVersion.value ? "@" + aliasVersion.value : "");
     write(`setting alias ${alias}`, async () => {
       const a = await api(`/v1/aliases/${enc(alias)}`, { method: "PUT", body: { target }, write: true });
@@ -154,9 +174,10 @@ const NO_FINGERPRINT = "This model has no behaviour fingerprint (too few of its 
 const noFingerprint = () => h("p", { class: "muted", id: "no-fingerprint" }, NO_FINGERPRINT);
 const missing = (err) => (err.status === 409 ? noFingerprint() : errorBox(err));
 
-async function neighbours(name, el) {
+async function neighbours(name, el, current) {
   const [byLocus, byBehaviour] = await Promise.allSettled([
     api("/v1/similar", { params: { name, k: 10, by: "locus" } }), api("/v1/similar", { params: { name, k: 10 } })]);
+  if (!current()) return;
   const compare = (other) => h("a", { href: compareHref(name, other), "aria-label": `compare ${name} with ${other}` }, "compare");
   const locus = byLocus.status === "fulfilled" ? h("div", { class: "table-wrap" }, h("table", { id: "near-locus" },
     h("thead", {}, h("tr", {}, ["model", "cosine d", "family", ""].map((c) => h("th", { scope: "col" }, c)))),
@@ -174,17 +195,18 @@ async function neighbours(name, el) {
     h("p", { class: "muted small" }, "behav. d: how often this model's recorded answers would disagree with the neighbour's, as the neighbour's fingerprint predicts them; = marks a neighbour whose fingerprint could have produced its answers (a copy), listed first. kappa: excess agreement on the queries both answered (1 = they answer alike)."));
 }
 
-async function audit(name, el) {
+async function audit(name, el, current) {
   replace(el, h("h2", { id: "h-audit" }, "Audit"), h("p", { class: "muted" }, "Auditing against its nearest neighbours …"));
   try {
     const report = await api("/v1/audit", { params: { model: name } });
+    if (!current()) return;
     replace(el, h("h2", { id: "h-audit" }, "Audit"),
       h("p", { class: "muted" }, `${report.candidates} candidate pairs; ${report.flags.length} flagged, ${report.cleared.length} cleared by their evaluations, ${report.untested.length} untested.`),
       report.flags.map(flagView), report.flags.length ? "" : h("p", { class: "notice" }, "No neighbour is flagged as the same model."),
       report.cleared.length ? h("details", {}, h("summary", {}, `Cleared pairs (${report.cleared.length})`),
         report.cleared.map((p) => h("p", { class: "small" }, h("strong", {}, `${p.a} ~ ${p.b}`), `: ${p.reason}`))) : "");
   } catch (err) {
-    replace(el, h("h2", { id: "h-audit" }, "Audit"), errorBox(err));
+    if (current()) replace(el, h("h2", { id: "h-audit" }, "Audit"), errorBox(err));
   }
 }
 

@@ -1,5 +1,5 @@
 // Models: the table of every model, paged, sorted and filtered by the server (/v1/table).
-import { api, errorBox, field, fmt, h, modelHref, modelLink, params, replace, setParams } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelHref, modelLink, newestRun, params, replace, setParams } from "./lib.js";
 
 const LIMITS = [25, 50, 100, 200];
 const MAX_LIMIT = 500; // /v1/table's largest page
@@ -44,10 +44,10 @@ export async function render(root) {
   }
   form.addEventListener("submit", (event) => { event.preventDefault(); apply(); });
 
-  let generation = 0;
+  const fresh = newestRun();
   let refocus = null; // the sort or page button that asked for this load: focused again in the rebuilt table
   async function load() {
-    const mine = ++generation;
+    const current = fresh();
     setParams({ q: state.q, where: state.where, sort: state.sort === "name" ? "" : state.sort,
       order: state.order === "asc" ? "" : state.order, offset: state.offset || "", limit: state.limit === 50 ? "" : state.limit });
     let table;
@@ -55,7 +55,7 @@ export async function render(root) {
       table = await api("/v1/table", { params: { q: state.q, where: state.where, sort: state.sort, order: state.order,
         offset: state.offset, limit: state.limit } });
     } catch (err) {
-      if (mine !== generation) return;
+      if (!current()) return;
       replace(message, errorBox(err));
       if (err.field === "where") where.setAttribute("aria-invalid", "true");
       // the rows of an earlier answer would read as this one's: gone with their count and pager
@@ -65,7 +65,7 @@ export async function render(root) {
       refocus = null;
       return;
     }
-    if (mine !== generation) return;
+    if (!current()) return;
     if (!table.rows.length && table.offset > 0 && table.matched > 0) { // past the end (an old or edited link): its last page
       state.offset = Math.floor((table.matched - 1) / table.limit) * table.limit;
       return load();
@@ -78,7 +78,8 @@ export async function render(root) {
   function draw(t) {
     const first = t.matched ? t.offset + 1 : 0;
     const last = Math.min(t.offset + t.limit, t.matched);
-    summary.textContent = `${first}–${last} of ${t.matched} matching models` + (t.matched !== t.total ? ` (${t.total} in the registry)` : "");
+    summary.textContent = (t.matched ? `${first}–${last} of ${t.matched} matching models` : "no matching models")
+      + (t.matched !== t.total ? ` (${t.total} in the registry)` : "");
     if (t.q && !t.matched && t.suggestions.length) {
       replace(message, h("p", { class: "warn suggest", id: "did-you-mean" }, `No model name contains “${t.q}”. Did you mean `,
         t.suggestions.map((name, i) => [i ? ", " : "", h("a", { href: modelHref(name) }, name)]), "?"));

@@ -1,7 +1,7 @@
 // Portfolio: a few models that cover the pool (/v1/portfolio, `registry portfolio`), chosen by a number of
 // models or a parameter budget, with their routing accuracy on held-out test queries against the whole
 // pool and against random subsets of the same size.
-import { api, errorBox, field, fmt, h, modelLink, params, replace, setParams, whereHint } from "./lib.js";
+import { api, errorBox, field, fmt, h, linkProblems, modelLink, newestRun, params, replace, setParams, whereHint } from "./lib.js";
 
 const METHODS = [["", "default"], ["answers", "answers (cover the recorded answers)"], ["kmedoids", "k-medoids"],
   ["kcenter", "k-center"], ["greedy-budget", "greedy under a budget"]];
@@ -13,11 +13,9 @@ function options(values, chosen) {
 // What is wrong with the two limits (null: nothing): exactly one of them, a number. A number box holding
 // text that is no number (typed, or ?k=abc in the address) reads as empty: say which.
 function limitProblem(query, k, budget, start) {
-  const typed = [[k, "Models"], [budget, "Budget"]].filter(([input]) => input.validity.badInput).map(([, label]) => label);
-  const linked = start ? [["k", k], ["budget_b", budget]].filter(([key, input]) => start.get(key) && input.value === "")
-    .map(([key]) => `${key}=${start.get(key)} in the link`) : [];
-  const bad = [...typed, ...linked];
-  if (bad.length) return `${bad.join(" and ")}: not a number. Give a number of models or a parameter budget (billions).`;
+  const typed = [[k, "Models"], [budget, "Budget"]].filter(([input]) => input.validity.badInput).map(([, label]) => `${label}: not a number`);
+  const bad = [...typed, ...(start ? linkProblems(start, { k, budget_b: budget }) : [])];
+  if (bad.length) return `${bad.join("; ")}. Give a number of models or a parameter budget (billions).`;
   if (query.k !== "" && query.budget_b !== "") return "Give either a number of models or a parameter budget, not both.";
   if (query.k === "" && query.budget_b === "") return "Give a number of models (Models) or a parameter budget (Budget, billions of parameters): both are empty.";
   return null;
@@ -36,23 +34,26 @@ export async function render(root) {
   replace(root, form, out);
 
   let first = true; // the first run reads the address too
+  const fresh = newestRun();
   async function run() {
+    const current = fresh();
     const query = { k: k.value.trim(), budget_b: budget.value.trim(), method: method.value, by: by.value, where: where.value.trim() };
-    setParams(query);
     const problem = limitProblem(query, k, budget, first ? start : null);
     first = false;
-    if (problem) {
+    if (problem) { // said, and nothing run: the address keeps what was given
       replace(out, h("div", { class: "error", role: "alert" }, problem));
       return;
     }
+    setParams(query);
     replace(out, h("p", { class: "muted" }, "Choosing …"));
     let r;
     try {
       r = await api("/v1/portfolio", { params: query });
     } catch (err) {
-      replace(out, errorBox(err, whereHint(err)));
+      if (current()) replace(out, errorBox(err, whereHint(err)));
       return;
     }
+    if (!current()) return;
     const limit = r.budget_b === null ? `${r.k} models` : `a budget of ${r.budget_b}B parameters`;
     const read = r.method === "answers" ? "their recorded answers" : `their ${r.by === "locus" ? "LOCUS embeddings" : "fingerprints"}`;
     const total = r.total_params_b === null ? "unknown" : `${r.total_params_b}B${r.total_params_b_is_lower_bound ? " at least (some sizes unknown)" : ""}`;

@@ -1,6 +1,6 @@
 // Route playground: questions -> models ranked by predicted P(correct) with fallbacks (/v1/route);
 // a capability profile -> the nearest real models (/v1/profile).
-import { api, errorBox, field, fmt, h, modelLink, replace } from "./lib.js";
+import { api, errorBox, field, fmt, h, modelLink, newestRun, replace } from "./lib.js";
 
 const list = (text) => text.split(",").map((s) => s.trim()).filter(Boolean);
 
@@ -51,8 +51,10 @@ export async function render(root) {
     m.low_evidence ? h("span", { class: "low", title: "embedded from few evaluations" }, " *") : "");
   // a fallback's distance is in the metric of the index that found it (behaviour by default), not LOCUS's cosine
   const near = (f) => (f.distance === null || f.distance === undefined ? `cosine d ${fmt.dist(f.distance_cosine)}` : `${f.metric} d ${fmt.dist(f.distance)}`);
+  const freshRoute = newestRun();
   routeForm.addEventListener("submit", async (event) => {
     event.preventDefault();
+    const current = freshRoute();
     const texts = questions.value.split("\n").map((s) => s.trim()).filter(Boolean);
     if (!texts.length) { replace(routeOut, h("div", { class: "error", role: "alert" }, "queries: type at least one question")); return; }
     replace(routeOut, h("p", { class: "muted" }, "Routing …"));
@@ -63,6 +65,7 @@ export async function render(root) {
       if (number(pay) !== null) body.willingness_to_pay = number(pay);
       if ((number(maxCost) !== null || number(pay) !== null) && unpriced.checked) body.unpriced = "exclude";
       const r = await api("/v1/route", { method: "POST", body });
+      if (!current()) return;
       replace(routeOut, r.results.map((d, i) => h("div", { class: "flag ranking", "data-query": i },
         h("strong", {}, d.query),
         h("ol", {}, d.ranking.map(ranked)),
@@ -72,7 +75,7 @@ export async function render(root) {
       h("p", { class: "muted small" }, `P(correct) from ${r.results[0].predictor_description}; `
         + `${r.encoded_texts} new text(s) encoded, the rest came from the cache.`));
     } catch (err) {
-      replace(routeOut, errorBox(err, costHint(err, unpriced)));
+      if (current()) replace(routeOut, errorBox(err, costHint(err, unpriced)));
     }
   });
 
@@ -86,21 +89,24 @@ export async function render(root) {
   const profileForm = h("form", { class: "stack", id: "profile-form", "aria-labelledby": "h-profile" },
     h("p", { class: "muted small" }, "Give a target accuracy (0 to 1) for the tasks that matter; leave the others empty."), targets,
     h("div", { class: "row" }, field("Top k", pk), field("Only models where", pwhere), h("button", { type: "submit" }, "Find models")));
+  const freshProfile = newestRun();
   profileForm.addEventListener("submit", async (event) => {
     event.preventDefault();
+    const current = freshProfile();
     const wanted = {};
     for (const input of targets.querySelectorAll("input")) if (input.value !== "") wanted[input.dataset.task] = Number(input.value);
     if (!Object.keys(wanted).length) { replace(profileOut, h("div", { class: "error", role: "alert" }, "targets: give at least one task's accuracy")); return; }
     replace(profileOut, h("p", { class: "muted" }, "Embedding the profile …"));
     try {
       const r = await api("/v1/profile", { method: "POST", body: { targets: wanted, k: Number(pk.value), where: pwhere.value.trim() || null } });
+      if (!current()) return;
       replace(profileOut, h("p", { class: "small" }, `hypothetical model from ${r.n_evals} synthetic evaluations: `,
         Object.entries(r.per_task).map(([t, s], i) => `${i ? ", " : ""}${t} ${r.targets[t].toFixed(2)} (sampled ${s.sampled_accuracy.toFixed(2)} over ${s.n_evals})`)),
       h("table", { id: "profile-table" }, h("thead", {}, h("tr", {}, ["model", "cosine d", "family", "access"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, r.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
           h("td", {}, fmt.value(n.metadata.family)), h("td", {}, fmt.value(n.metadata.access)))))));
     } catch (err) {
-      replace(profileOut, errorBox(err));
+      if (current()) replace(profileOut, errorBox(err));
     }
   });
   replace(root, h("h2", { id: "h-route" }, "Route questions"), routeForm, routeOut,
