@@ -112,6 +112,28 @@ def test_disjoint_queries_are_judged_by_the_fingerprint_against_the_models_own_s
     assert {t.test for t in other["tests"]} == {"fingerprint", "homogeneity"}
 
 
+def test_versions_on_other_tasks_are_split_within_tasks_not_alarmed_by_the_task_mix(pool, items):
+    """A refine on tasks the model had not answered: splits that ignored tasks flagged unchanged models
+    (p = 0.0025 of 399 splits), since fingerprints fitted on two task mixes differ for one model."""
+    scores, task, p, cal = pool
+    rng = np.random.default_rng(4)
+    low = task < 2
+    # mostly the first two tasks before, mostly the other two after; some of each on both sides
+    before = np.flatnonzero(np.where(low, rng.random(len(task)) < 0.9, rng.random(len(task)) < 0.1))
+    after = np.setdiff1d(np.arange(len(task)), before)
+    for m in (2, 4, 6, 8):  # a split ignoring tasks called m6 moved (p = 0.003 of 399 splits)
+        same = judge(cal, f"m{m}", (before, scores[m][before]), (after, scores[m][after]), items=items, permutations=399)
+        assert same["method"] == "fingerprint" and same["moved"] is False, same["sentence"]
+    assert "within tasks" in next(t.detail for t in same["tests"] if t.test == "fingerprint")
+    other = judge(cal, "m5", (before, scores[5][before]), (after, scores[9][after]), items=items, permutations=99)
+    assert other["moved"] is True, other["sentence"]
+    # no task in common: nothing to split within, said, not a verdict
+    a, b = np.flatnonzero(low), np.flatnonzero(~low)
+    apart = judge(cal, "m5", (a, scores[5][a]), (b, scores[5][b]), items=items, permutations=99)
+    assert apart["status"] == "untested" and apart["moved"] is None
+    assert "cannot tell a change from the task mix" in apart["sentence"]
+
+
 def test_too_little_evidence_is_untested_not_a_verdict(pool):
     scores, task, p, cal = pool
     idx = np.arange(10)
@@ -164,6 +186,24 @@ def test_refine_with_another_models_answers_moves_and_a_rerun_does_not(reg):
     assert same.status == "not moved" and same.changed_rate < 0.05
     # drift fits its own calibration rather than caching one without the audit's index-neighbour pairs
     assert not (reg.store.home / "audit" / "calibration.json").exists()
+
+
+def test_a_refine_on_tasks_the_model_had_not_answered_is_not_called_a_move(reg):
+    """A model added with its answers on some tasks and refined with its own answers on the others: the
+    fingerprint test split the pooled answers ignoring tasks and called 4 of 8 such models moved (p = 0.0025)."""
+    texts = {r["query_id"]: (r["text"], r["task"]) for r in reg.store.read("queries").to_pylist()}
+    tasks = sorted({task for _, task in texts.values()})
+    first = set(tasks[: len(tasks) // 2])
+    rows = reg.store.read("evaluations").to_pylist()
+    verdicts = {}
+    for name in [m.name for m in reg.models()][:8]:
+        own = [(texts[r["query_id"]], r["score"]) for r in rows if r["model"] == name]
+        reg.add_model(f"{name}-split", [{"query": t, "task": k, "score": s} for (t, k), s in own if k in first])
+        reg.refine(f"{name}-split", [{"query": t, "task": k, "score": s} for (t, k), s in own if k not in first])
+        verdicts[name] = reg.drift(f"{name}-split")
+    assert not [n for n, d in verdicts.items() if d.status == "moved"], {n: d.sentence for n, d in verdicts.items()}
+    for d in verdicts.values():  # no task in common: said, not judged
+        assert d.status == "untested" and "cannot tell a change from the task mix" in d.sentence, d.sentence
 
 
 def test_audit_drift_exits_1_when_one_moved_and_checks_only_what_is_new(reg, tmp_path):

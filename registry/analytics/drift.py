@@ -19,8 +19,9 @@ directions alike, and no more than a re-run does. The tests, each from the audit
 - otherwise (the queries differ), the behaviour fingerprint: the identity distance between the
   fingerprints of the two sides (RMS logit difference over the item table's probe queries) against
   the model's own resampling spread, the distances between random splits of its pooled evaluations
-  into sides of the same sizes (a permutation test: exact when the two sides' queries are alike
-  draws), and the audit's homogeneity test.
+  within each task, each side keeping its task mix (a permutation test: exact when each side's queries
+  of a task are alike draws; sides with no task in common are left untested), and the audit's
+  homogeneity test.
 
 "moved" when any test run has p <= alpha / (tests run) (Bonferroni): an unchanged model raises a false
 alarm with probability at most alpha. One alpha for every pool (`registry.defaults.AUDIT_ALPHA`); nothing is
@@ -61,27 +62,41 @@ class FingerprintItems:
         return self.f[at], self.b[at]
 
 
-def _fingerprint_test(items: FingerprintItems, ia, ya, ib, yb, *, permutations: int,
-                      seed: int) -> tuple[float, float, float]:
-    """(distance, p, median null distance) of the two sides' fingerprints against random splits of
-    their pooled evaluations into sides of the same sizes."""
+def _fingerprint_test(items: FingerprintItems, ia, ya, ib, yb, *, task_a, task_b, permutations: int,
+                      seed: int) -> tuple[float, float, float] | None:
+    """(distance, p, median null distance) of the two sides' fingerprints against random splits of their
+    pooled evaluations within each task, each side keeping its number of evaluations of every task; None
+    when fewer than MIN_EVIDENCE evaluations of either side are in tasks both sides answered.
+
+    Within tasks: the factor model does not carry every task's own level, so fingerprints fitted on two
+    different task mixes differ even for one model, and a split that ignored tasks reached p = 0.0025 for
+    unchanged models refined on tasks they had not answered. Holding each side's task mix in every split
+    puts that difference in the null too; sides with no task in common leave nothing to permute."""
     fa, ba = items.rows(ia)
     fb, bb = items.rows(ib)
     f, b, y = np.concatenate([fa, fb]), np.concatenate([ba, bb]), np.concatenate([ya, yb])
-    table, n_a = items.table, len(ia)
+    table = items.table
+    side = np.concatenate([np.zeros(len(ia), bool), np.ones(len(ib), bool)])
+    task = np.concatenate([np.asarray(task_a), np.asarray(task_b)])
+    mixed = [g for g in (np.flatnonzero(task == t) for t in np.unique(task)) if 0 < side[g].sum() < len(g)]
+    in_mixed = np.concatenate(mixed) if mixed else np.zeros(0, np.int64)
+    if min(int((~side[in_mixed]).sum()), int(side[in_mixed].sum())) < MIN_EVIDENCE:
+        return None
 
-    def distance(a: np.ndarray, c: np.ndarray) -> float:
+    def distance(newest: np.ndarray) -> float:
+        a, c = np.flatnonzero(~newest), np.flatnonzero(newest)
         theta = np.stack([table.fingerprint(f[a], b[a], y[a]), table.fingerprint(f[c], b[c], y[c])])
         v = table.identity_vectors(theta)
         return float(np.linalg.norm(v[0] - v[1]))
 
-    everything = np.arange(len(y))
-    observed = distance(everything[:n_a], everything[n_a:])
+    observed = distance(side)
     rng = np.random.default_rng(seed)
     null = np.empty(permutations)
+    split = side.copy()
     for i in range(permutations):
-        perm = rng.permutation(len(y))
-        null[i] = distance(perm[:n_a], perm[n_a:])
+        for g in mixed:
+            split[g] = side[g][rng.permutation(len(g))]
+        null[i] = distance(split)
     p = (1.0 + float((null >= observed).sum())) / (permutations + 1.0)
     return observed, p, float(np.median(null))
 
@@ -112,11 +127,17 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
             f"{s.disagreement:.1%} of {s.shared} shared answers changed (a re-run changes at most "
             f"{max_noise:.0%})")))
     elif items is not None and min(len(ia), len(ib)) >= MIN_EVIDENCE:
-        dist, p, null = _fingerprint_test(items, ia, ya, ib, yb, permutations=permutations, seed=seed)
-        out.update(method="fingerprint", fingerprint_distance=dist, fingerprint_null_median=null)
-        tests.append(DriftTest(test="fingerprint", statistic=dist, p_value=p, detail=(
-            f"fingerprint distance {dist:.3f} between the two sides; random splits of the model's own "
-            f"{len(ia) + len(ib)} evaluations: median {null:.3f} ({permutations} splits)")))
+        fingerprint = _fingerprint_test(items, ia, ya, ib, yb, task_a=cal.task[ia], task_b=cal.task[ib],
+                                        permutations=permutations, seed=seed)
+        if fingerprint is None:
+            out["untested_because"] = (f"the two sides have fewer than {MIN_EVIDENCE} evaluations each in tasks both "
+                                       "answered: a fingerprint from other tasks cannot tell a change from the task mix")
+        else:
+            dist, p, null = fingerprint
+            out.update(method="fingerprint", fingerprint_distance=dist, fingerprint_null_median=null)
+            tests.append(DriftTest(test="fingerprint", statistic=dist, p_value=p, detail=(
+                f"fingerprint distance {dist:.3f} between the two sides; random splits of the model's own "
+                f"{len(ia) + len(ib)} evaluations within tasks: median {null:.3f} ({permutations} splits)")))
     if s.homogeneity_p is not None:
         out.setdefault("method", "fingerprint" if s.shared < MIN_EVIDENCE else "shared queries")
         tests.append(DriftTest(test="homogeneity", statistic=float(_chi2_isf(s.homogeneity_p, s.homogeneity_strata)),
@@ -124,10 +145,12 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
             f"on the {s.only_a} / {s.only_b} queries only one side answered, accuracies by task x difficulty "
             f"over {s.homogeneity_strata} strata")))
     out["tests"] = tests
+    because = out.pop("untested_because", None)
     if not tests:
         out.update(status="untested", moved=None, sentence=(
             f"{name}: no test could run ({s.shared} shared queries, {len(ia)} earlier and {len(ib)} newest "
-            f"evaluations; a test needs {MIN_EVIDENCE} shared, or {MIN_EVIDENCE} each side and an item table)"))
+            + (f"evaluations; {because})" if because else
+               f"evaluations; a test needs {MIN_EVIDENCE} shared, or {MIN_EVIDENCE} each side and an item table)")))
         return out
     level = alpha / len(tests)
     deciding = min(tests, key=lambda t: t.p_value)
