@@ -54,7 +54,10 @@ class Duration(click.ParamType):
         if found is None:
             self.fail(f"{value!r} is not a duration: a number of seconds, or one with s, m, h or d (30m, 1h, 7d)",
                       param, ctx)
-        return timedelta(seconds=float(found.group(1)) * self._UNITS[found.group(2)])
+        try:
+            return timedelta(seconds=float(found.group(1)) * self._UNITS[found.group(2)])
+        except OverflowError:  # past timedelta's 999,999,999 days (the command says its own limit below that)
+            self.fail(f"{value!r} is too long a duration", param, ctx)
 
     @classmethod
     def spell(cls, seconds: float) -> str:

@@ -387,7 +387,11 @@ def _train_config(**options):
     try:
         return dataclasses.replace(TrainConfig(), **given)
     except ValueError as err:
-        raise click.UsageError(str(err)) from None
+        # named by the option the user typed: "view_weight must be ..." is --view-weight's
+        named = next((key for key in given if str(err).startswith(key + " ")), None)
+        if named is None:
+            raise click.UsageError(str(err)) from None
+        raise click.BadParameter(str(err)[len(named) + 1:], param_hint=f"--{named.replace('_', '-')}") from None
 
 
 @cli.command()
@@ -526,9 +530,15 @@ def evaluate(ctx, pool, evals_per_model, seed, holdout_models, onboard_evals, co
     log = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = _registry(ctx, create=False).evaluate(
         pool=pool, evals_per_model=per_model, seed=seed, holdout_models=holdout_models,
-        onboard_evals=onboard if holdout_models else (), log=log,
+        # the default list applies only with held-out models; a list given without them is refused
+        onboard_evals=onboard if holdout_models or _given(ctx, "onboard_evals") else (), log=log,
         progress=None if as_json else progress_printer(log), cost=cost, unpriced=unpriced)
     emit(result, as_json, _echo_evaluation)
+
+
+def _given(ctx, name: str) -> bool:
+    """Whether the user typed option `name` (not its default)."""
+    return ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def _echo_evaluation(result) -> None:

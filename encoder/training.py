@@ -135,6 +135,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.select not in SELECT_ON:
             raise ValueError(f"select must be one of {', '.join(SELECT_ON)}, not {self.select!r}")
+        for item in fields(self):  # a NaN passes every comparison below, an infinity most (inf view_weight broke
+            value = getattr(self, item.name)  # a Cholesky mid-run)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{item.name} must be a finite number, not {value}")
         for name in ("epochs", "eval_every", "models_per_batch", "enc_min", "enc_max", "dec_size", "dec_min",
                      "nproc"):
             if getattr(self, name) < 1:

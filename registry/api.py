@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from indexing.home import as_path, is_remote, resolve_home
-from registry.checks import check_count, check_flag
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS, KEEP_VERSIONS_FOR
+from registry.checks import check_count, check_flag, check_seed
+from registry.defaults import (AUDIT_ALPHA, AUDIT_MAX_NOISE, CLUSTER_LINKAGE, DRIFT_PERMUTATIONS, KEEP_VERSIONS_FOR,
+                               MAX_KEEP_VERSIONS_FOR)
 from registry.errors import InputError, NotFoundError, RegistryError
 from registry.records import ModelRecord
 from registry.results import (
@@ -249,7 +250,7 @@ class Registry:
         from registry.catalog.embedding import train_encoder
 
         nproc = check_count(nproc, "nproc", 1, optional=True)
-        seed = check_count(seed, "seed", 0)
+        seed = check_seed(seed)
         evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
         config = config or TrainConfig()
         if nproc is not None:
@@ -322,8 +323,20 @@ class Registry:
 
         evals_per_model = check_count(evals_per_model, "evals_per_model", 1, optional=True)
         holdout_models = check_count(holdout_models, "holdout_models", 0)
-        seed = check_count(seed, "seed", 0)
+        seed = check_seed(seed)
         cost = check_flag(cost, "cost")
+        # before any training: a count of 0 or less failed minutes in, or "onboarded from 0 evals" scored chance
+        if isinstance(onboard_evals, (str, bytes)) or not isinstance(onboard_evals, (tuple, list)):
+            raise InputError(f"onboard_evals must be a list of counts, not {type(onboard_evals).__name__}",
+                             field="onboard_evals")
+        onboard_evals = tuple(check_count(n, "onboard_evals", 1) for n in onboard_evals)
+        if onboard_evals and not holdout_models:
+            raise InputError("onboard_evals applies only when models are held out (holdout_models, --holdout-models)",
+                             field="onboard_evals")
+        if unpriced not in ("error", "exclude"):
+            raise InputError(f"unpriced must be 'error' or 'exclude', not {unpriced!r}", field="unpriced")
+        if unpriced != "error" and not cost:
+            raise InputError("unpriced applies to the cost curve only (cost, --cost)", field="unpriced")
         names = self.select_models(pool, field="pool")
         if cost:
             from registry.analytics.cost import pool_costs
@@ -438,7 +451,7 @@ class Registry:
         from registry.analytics.drift import drift
 
         return drift(self.store, self.resolve(name), alpha=alpha, max_noise=max_noise, permutations=permutations,
-                     seed=check_count(seed, "seed", 0))
+                     seed=check_seed(seed))
 
     def drift_refined(self, *, alpha: float = AUDIT_ALPHA, max_noise: float = AUDIT_MAX_NOISE,
                       permutations: int = DRIFT_PERMUTATIONS, seed: int = 0) -> DriftRun:
@@ -448,7 +461,7 @@ class Registry:
         from registry.analytics.drift import drift_refined
 
         return drift_refined(self.store, alpha=alpha, max_noise=max_noise, permutations=permutations,
-                             seed=check_count(seed, "seed", 0))
+                             seed=check_seed(seed))
 
     # --------------------------------------------------------------- analytics
     def profile(self, targets: dict[str, float], *, k: int = 5, evals: int = 512, seed: int = 0,
@@ -458,7 +471,7 @@ class Registry:
         means match `targets` in expectation, and embedded (`by`: LOCUS by default, or fingerprinted)."""
         from registry.analytics.profile import profile
 
-        return profile(self.store, targets, k=k, evals=evals, seed=check_count(seed, "seed", 0), where=where, by=by)
+        return profile(self.store, targets, k=k, evals=evals, seed=check_seed(seed), where=where, by=by)
 
     def portfolio(self, *, k: int | None = None, budget_b: float | None = None, method: str | None = None,
                   where: str | None = None, include_unknown_params: bool = False, seed: int = 0,
@@ -472,7 +485,7 @@ class Registry:
 
         return portfolio(self.store, k=k, budget_b=budget_b, method=method, where=where,
                          include_unknown_params=check_flag(include_unknown_params, "include_unknown_params"),
-                         seed=check_count(seed, "seed", 0),
+                         seed=check_seed(seed),
                          random_draws=random_draws, by=by)
 
     def route(self, queries, *, k: int = 3, exclude=(), where: str | None = None,
@@ -547,6 +560,9 @@ class Registry:
         if not isinstance(keep_versions_for, timedelta):
             raise InputError(f"keep_versions_for must be a timedelta, not {type(keep_versions_for).__name__}",
                              field="keep_versions_for")
+        if not timedelta(0) <= keep_versions_for <= MAX_KEEP_VERSIONS_FOR:
+            raise InputError(f"keep_versions_for must be from 0 to {MAX_KEEP_VERSIONS_FOR.days:,} days, not "
+                             f"{keep_versions_for.total_seconds() / 86400:,g} days", field="keep_versions_for")
         started = time.perf_counter()
         tables = self.store.compact(keep_versions_for=keep_versions_for)
         return CompactReport(tables=[TableCompaction(**t) for t in tables],

@@ -7,17 +7,29 @@ from typing import Any
 
 from registry.errors import InputError
 
-__all__ = ["check_count", "check_flag", "check_fraction", "check_mapping", "check_path", "check_text"]
+__all__ = ["MAX_SEED", "check_count", "check_flag", "check_fraction", "check_mapping", "check_path", "check_seed", "check_text"]
 
 
-def check_count(value: Any, field: str, minimum: int, *, optional: bool = False) -> int | None:
-    """`value` as an int when it is an integer (numpy's too) of at least `minimum`; None when it is None
-    and `optional`; else an InputError naming `field`. A bool is refused: True is no count."""
+def check_count(value: Any, field: str, minimum: int, *, optional: bool = False, maximum: int | None = None) -> int | None:
+    """`value` as an int when it is an integer (numpy's too) of at least `minimum` (and at most `maximum`);
+    None when it is None and `optional`; else an InputError naming `field`. A bool is refused: True is no count."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise InputError(f"{field} must be an integer of at least {minimum}, not {value!r}", field=field)
+    if maximum is not None and value > maximum:
+        shown = value if value < 10**30 else f"an integer of {len(str(value))} digits"
+        raise InputError(f"{field} must be at most {maximum:,}, not {shown}", field=field)
     return int(value)
+
+
+MAX_SEED = 2**32 - 1  # numpy's legacy generators and torch's take no larger seed
+
+
+def check_seed(value: Any) -> int:
+    """A seed: an integer from 0 to MAX_SEED, else an InputError naming `seed` (torch refused a larger one with
+    "Overflow when unpacking long long" after the work had started)."""
+    return check_count(value, "seed", 0, maximum=MAX_SEED)
 
 
 def check_flag(value: Any, field: str) -> bool:

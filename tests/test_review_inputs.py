@@ -41,6 +41,16 @@ def _cli(home: Path, *args: str, code: int = 2):
     (["profile", "--task", "math=0.8", "--evals", "100000000"], "option --evals: must be an integer from"),
     # the option as typed, not the API's name for it (random_draws)
     (["portfolio", "-k", "2", "--draws", "0"], "option --draws: must be an integer of at least 1, not 0"),
+    # tracebacks a review found: numbers past what the libraries below take, and options checked only after training
+    (["compact", "--keep-versions-for", "99999999d"], "option --keep-versions-for: must be from 0 to 36,500 days"),
+    (["compact", "--keep-versions-for", "9" * 25], "is too long a duration"),
+    (["drift", "x", "--permutations", "9" * 20], "option --permutations: must be at most 100,000"),
+    (["train", "--seed", "9" * 20, "--epochs", "1"], "option --seed: must be at most 4,294,967,295"),
+    (["train", "--view-weight", "inf", "--epochs", "1"], "--view-weight: must be a finite number, not inf"),
+    (["train", "--max-seconds", "nan", "--epochs", "1"], "--max-seconds: must be a finite number, not nan"),
+    (["evaluate", "--holdout-models", "2", "--onboard-evals", "0,16"], "option --onboard-evals: must be an integer of at least 1"),
+    (["evaluate", "--onboard-evals", "16"], "option --onboard-evals: applies only when models are held out"),
+    (["evaluate", "--unpriced", "exclude"], "option --unpriced: applies to the cost curve only"),
 ])
 def test_numbers_out_of_range_are_refused_naming_the_option(home, args, words):
     assert words in _cli(home, *args, code=2).output  # a usage error, as click's own range checks

@@ -40,7 +40,7 @@ from indexing.store import EVALUATIONS, MODELS, VERSIONS, Store
 from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
 from registry.catalog.rows import read_evaluations
 from registry.checks import check_count, check_fraction
-from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
+from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS, MAX_DRIFT_PERMUTATIONS
 from registry.errors import NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
@@ -227,7 +227,7 @@ def drift(store: Store, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: flo
 
     started = time.perf_counter()
     alpha, max_noise = check_fraction(alpha, "alpha"), check_fraction(max_noise, "max_noise")
-    permutations = check_count(permutations, "permutations", 19)
+    permutations = check_count(permutations, "permutations", 19, maximum=MAX_DRIFT_PERMUTATIONS)
     live = store.read(MODELS, ["name"]).column("name").to_pylist()
     if name not in live:
         raise NotFoundError.model(name, live)

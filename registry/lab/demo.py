@@ -27,9 +27,9 @@ def run_demo(home: Path, *, data: Path | None, seed: int, echo: Callable[[str], 
     """Build (or reopen) the registry at `home` and tour it; `echo` narrates, the report holds every
     step's typed result. progress: a train_locus progress callback (default: lines on stderr)."""
     from indexing.store import DEFAULT_QUERY_ENCODER
-    from registry.checks import check_count
+    from registry.checks import check_count, check_seed
 
-    seed, epochs = check_count(seed, "seed", 0), check_count(epochs, "epochs", 1)  # before a home is made
+    seed, epochs = check_seed(seed), check_count(epochs, "epochs", 1)  # before a home is made
     reg = Registry.open(home)
     if data is None and reg._is_empty() and reg.query_encoder == DEFAULT_QUERY_ENCODER:
         reg.set_query_encoder(DEMO_ENCODER)
