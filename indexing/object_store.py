@@ -123,6 +123,21 @@ def _precondition(exc) -> bool:
     return _code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
+def _prefix_problem(key: str) -> str | None:
+    """Why an s3 home's prefix cannot be one (None: it can). The tables are opened by LanceDB through a URL,
+    which reads '?' as a query, '#' as a fragment and '%' as an escape and folds '.' and '..' segments, while
+    the home's own files (config.json, the lock) are keys as written: with any of these, the tables of
+    s3://b/x?a and s3://b/x?b were one, under two locks."""
+    for bad, what in (("?", "a '?'"), ("#", "a '#'"), ("%", "a '%'"), ("\\", "a backslash")):
+        if bad in key:
+            return f"an s3 home's prefix cannot hold {what} (LanceDB reads the home as a URL): choose another prefix"
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return "an s3 home's prefix cannot hold a control character"
+    if any(part in ("", ".", "..") for part in key.split("/")) and key:
+        return "an s3 home's prefix cannot have an empty, '.' or '..' segment (a URL folds them away)"
+    return None
+
+
 class ObjectPath:
     """`s3://bucket/key`: the subset of `pathlib.Path` the registry home uses. A "directory" is a key
     prefix; it exists when some object lies under it."""
@@ -139,6 +154,11 @@ class ObjectPath:
         bucket, _, key = rest.partition("/")
         if not bucket:
             raise RegistryError(f"{uri!r}: an s3 home is s3://BUCKET/PREFIX")
+        problem = _prefix_problem(key.strip("/"))
+        if problem:
+            from indexing.errors import InputError
+
+            raise InputError(f"{uri!r}: {problem}", field="home")
         return cls(bucket, key)
 
     # ------------------------------------------------------------------ the path

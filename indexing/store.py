@@ -10,7 +10,8 @@ Tables
 Writes go through `Store.transaction()`: one writer at a time (a file lock), and a journal of every
 table's version taken before the first write. If the block raises, or the process dies inside it,
 every table is restored to its journalled version (LanceDB keeps old versions), so an import lands
-whole or not at all. Readers never take the lock; they recover a dead writer's journal first.
+whole or not at all. Readers take no lock, except one that finds a journal (a write in flight): it waits
+for the lock, so as never to read some tables of a half-landed write, and rolls back a dead writer's journal.
 
 On an s3 home (`indexing.object_store`) the tables live under `s3://.../db`, the files beside them are
 objects, and the lock is a lease taken with a conditional create; the journal works the same way.

@@ -201,6 +201,22 @@ def test_a_missing_bucket_is_a_clear_error(s3):
     assert result.exit_code != 0 and "s3://BUCKET/PREFIX" in result.output
 
 
+@pytest.mark.parametrize("prefix, says", [("x?y=1", "a '?'"), ("x#frag", "a '#'"), ("a%20b", "a '%'"), ("../up", "'..'"),
+                                          ("a//b", "an empty"), ("./x", "'.'"), ("a\tb", "a control character")])
+def test_a_prefix_lancedb_would_read_as_another_url_is_refused_before_anything_is_written(s3, prefix, says):
+    """LanceDB opens the tables through a URL and the home's other files are keys as written: s3://b/x?a and
+    s3://b/x?b shared their tables under two locks, s3://b/../up put its tables under up/."""
+    runner = CliRunner()
+    before = _keys(s3, "")
+    result = runner.invoke(cli, ["--home", f"s3://{BUCKET}/{prefix}", "init", "--json"])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.output)["error"]
+    assert error["option"] == "--home" and says in error["message"], error
+    assert _keys(s3, "") == before  # nothing written anywhere
+    ok = runner.invoke(cli, ["--home", f"s3://{BUCKET}/a b/\u00fc", "stats", "--json"])  # spaces and non-ASCII are fine
+    assert "an s3 home's prefix" not in ok.output
+
+
 def test_the_cli_with_a_local_home_does_not_import_boto3():
     code = ("import sys; from click.testing import CliRunner; from cli.main import cli; "
             "r = CliRunner().invoke(cli, ['--help']); print(r.exit_code, 'boto3' in sys.modules, "
