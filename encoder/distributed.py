@@ -7,11 +7,13 @@ join one process group through a TCP store the parent holds on 127.0.0.1 at a po
 `target(rank, world, device, send, *args)`; `send(kind, body)` reaches the parent's `on_message`,
 and rank 0's return value is the result. A worker's exception (its traceback), a worker that dies,
 or silence for `STALL_SECONDS` is a `GroupError` in the parent, which then ends the other workers;
-each worker leaves the group in every case.
+each worker leaves the group in every case, and ends itself when the parent is gone.
 """
 from __future__ import annotations
 
+import os
 import queue as queue_module
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -26,6 +28,7 @@ __all__ = ["run_in_group", "GroupError", "STALL_SECONDS", "COLLECTIVE_TIMEOUT_SE
 HOST = "127.0.0.1"
 COLLECTIVE_TIMEOUT_SECONDS = 600  # a collective waiting this long for a peer fails instead of hanging
 STALL_SECONDS = COLLECTIVE_TIMEOUT_SECONDS + 120  # the parent gives up on workers silent this long
+PARENT_POLL_SECONDS = 1.0  # how often a worker checks that its parent is alive
 
 
 class GroupError(RuntimeError):
@@ -53,7 +56,7 @@ def run_in_group(target: Callable[..., Any], args: tuple, *, nproc: int, device_
     ctx = mp.get_context("spawn")
     messages = ctx.Queue()
     workers = [ctx.Process(target=_worker, args=(rank, nproc, store.port, backend, device_type, threads, target,
-                                                 args, messages), daemon=True, name=f"{name}-{rank}")
+                                                 args, messages, os.getpid()), daemon=True, name=f"{name}-{rank}")
                for rank in range(nproc)]
     done, result = False, None
     try:
@@ -99,10 +102,22 @@ def run_in_group(target: Callable[..., Any], args: tuple, *, nproc: int, device_
     return result
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Ends this process when `parent` is gone. A parent killed outright (SIGKILL, the OOM killer) cannot end
+    its daemon workers: they trained on for good, holding its caller's stdout and stderr open."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _worker(rank: int, world: int, port: int, backend: str, device_type: str, threads: int,
-            target: Callable[..., Any], args: tuple, messages) -> None:
+            target: Callable[..., Any], args: tuple, messages, parent: int) -> None:
     """One process: join the group, run target, rank 0 sends its value; any exception goes to the
     parent as text, and the group is left in every case."""
+    _exit_with_parent(parent)
     try:
         torch.set_num_threads(threads)
         device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")

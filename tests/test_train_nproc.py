@@ -92,6 +92,56 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(problem):
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("training-")]
 
 
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """SIGKILL leaves the parent no time to end its workers: one trained on for over 10 minutes, holding
+    the caller's pipes open."""
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    script = f"""
+import multiprocessing, sys
+sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]
+from encoder.data import sample_per_model, split_queries
+from encoder.training import train_locus
+from test_locus_training import TINY, fast, synthetic
+
+def report(progress):  # the workers are up: say who they are, once
+    with open({str(pids)!r}, "a") as out:
+        out.write(" ".join(str(p.pid) for p in multiprocessing.active_children() if p.name.startswith("training-")) + "\\n")
+
+if __name__ == "__main__":
+    data = synthetic()
+    split = split_queries(data.n_queries, seed=0)
+    train_locus(data, sample_per_model(data, split.train, n_per_model=150, seed=0), split.val,
+                config=fast(epochs=100_000, patience=100_000, nproc=2), locus_config=TINY, progress=report)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.is_file() and pids.read_text().strip()) and time.monotonic() < deadline:
+            assert parent.poll() is None, "the training script ended early"
+            time.sleep(0.2)
+        workers = [int(p) for p in pids.read_text().split("\n")[0].split()]
+        assert len(workers) == 2
+    finally:
+        parent.kill()
+        parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        status = Path(f"/proc/{pid}/stat")  # a zombie (exited, not yet reaped by init) is gone too
+        return not (status.is_file() and status.read_text().split(")")[-1].split()[0] == "Z")
+
+    deadline = time.monotonic() + 30
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [w for w in workers if alive(w)]
+
+
 def run(home, *args):
     return CliRunner().invoke(cli, ["--home", str(home), *args])
 
