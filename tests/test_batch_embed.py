@@ -105,6 +105,29 @@ def test_engine_options_are_checked_before_anything_runs(home):
         assert error["option"] == "--workers"
 
 
+def test_a_ray_address_or_worker_count_ray_cannot_use_is_said_before_ray_starts(tiny):
+    """Ray's own answers: a ValueError traceback for a malformed address, minutes of retries for one where
+    nothing listens, and 100,000 local actors spun until Ray aborted."""
+    import socket
+
+    error = json.loads(run(tiny, "embed", "--all", "--engine", "ray", "--address", "garbage", "--json",
+                           code=2).stdout)["error"]
+    assert error["option"] == "--address" and "is not a Ray address" in error["message"], error
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        error = json.loads(run(tiny, "embed", "--all", "--engine", "ray", "--address", address, "--json",
+                               code=2).stdout)["error"]
+        assert f"no Ray cluster answers at {address}" in error["message"], error
+    error = json.loads(run(tiny, "embed", "--all", "--engine", "ray", "--workers", "100000", "--json",
+                           code=2).stdout)["error"]
+    assert error["option"] == "--workers" and "local Ray cluster" in error["message"], error
+    import ray
+
+    assert not ray.is_initialized()
+
+
 def test_a_write_from_stale_evaluations_is_refused_and_stores_nothing(tiny):
     reg = Registry.open(tiny, create=False)
     before = vectors(tiny)

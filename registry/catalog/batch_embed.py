@@ -17,6 +17,8 @@ reach the registry home's path: a local home is for a local cluster, see docs/sc
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ __all__ = ["embed_all_ray", "RAY_INSTALL_HINT", "require_ray"]
 RAY_INSTALL_HINT = ("the Ray engine needs the optional 'ray' extra: pip install 'locus-registry[ray]' "
                     "(or: pip install 'ray[data]' pylance)")
 _CHECKPOINT_FILES = ("weights.safetensors", "config.json")
+CONNECT_SECONDS = 5.0  # how long `--address` may take to answer a TCP connect
 
 
 
@@ -46,6 +49,35 @@ def _storage_options(store: Store) -> dict[str, str] | None:
     from indexing.object_store import lance_storage_options
 
     return lance_storage_options()
+
+def _local_worker_cap() -> int:
+    return 4 * (os.cpu_count() or 1)
+
+
+def _address_parts(address: str) -> tuple[str, int] | None:
+    """(host, port) of a Ray address (ray://HOST:PORT, a client; HOST:PORT, the head's GCS), None for "auto"
+    (Ray's own lookup); an InputError naming `address` for anything else (Ray's was a ValueError)."""
+    if address == "auto":
+        return None
+    found = re.fullmatch(r"(?:ray://)?([^\s:/]+):(\d{1,5})", address)
+    if found is None or not 0 < int(found.group(2)) < 65536:
+        raise InputError(f"{address!r} is not a Ray address: ray://HOST:PORT (a Ray client, port 10001 by default), "
+                         "HOST:PORT (the head node, 6379 by default) or auto", field="address")
+    return found.group(1), int(found.group(2))
+
+
+def _reachable(address: str, host_port: tuple[str, int] | None) -> None:
+    """A RegistryError when nothing listens at the address: Ray itself retries an unreachable head for minutes."""
+    if host_port is None:
+        return
+    import socket
+
+    try:
+        socket.create_connection(host_port, timeout=CONNECT_SECONDS).close()
+    except OSError as err:
+        raise RegistryError(f"no Ray cluster answers at {address} ({err.strerror or err}); start one with "
+                            "`ray start --head`, or leave out --address for a local one") from None
+
 
 def require_ray() -> Any:
     """`ray` with Ray Data and pylance importable, or a RegistryError saying how to install them."""
@@ -126,6 +158,11 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
                          field="max_evals")
     if num_workers < 1:
         raise InputError(f"workers must be at least 1, not {num_workers}", field="workers")
+    if address is None and num_workers > _local_worker_cap():
+        # each actor is a process with its own copy of the encoder: 100,000 of them spun until Ray aborted
+        raise InputError(f"workers: {num_workers} actors on a local Ray cluster; this machine's {os.cpu_count()} CPUs "
+                         f"take at most {_local_worker_cap()} (more need a cluster: --address)", field="workers")
+    host_port = _address_parts(address) if address else None
     ray = require_ray()
     active = active_encoder(store)
     if store.count(EVALUATIONS) == 0:
@@ -144,6 +181,7 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
     started = not ray.is_initialized()
     if started:
         if address:
+            _reachable(address, host_port)
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         else:
             # One CPU beyond the actors' for the read and shuffle tasks, so they never wait on the actors.
