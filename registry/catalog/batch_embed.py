@@ -182,7 +182,10 @@ def embed_all_ray(store: Store, *, address: str | None = None, num_workers: int 
     if started:
         if address:
             _reachable(address, host_port)
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            except ConnectionError as err:  # it answered a connect, then not as a Ray head / client server would
+                raise RegistryError(f"could not join the Ray cluster at {address}: {err}") from None
         else:
             # One CPU beyond the actors' for the read and shuffle tasks, so they never wait on the actors.
             ray.init(num_cpus=num_workers * threads_per_worker + 1, include_dashboard=False, log_to_driver=False,
