@@ -857,6 +857,17 @@ class Store:
             if table.version != versions[name]:
                 table.restore(versions[name])
 
+    def check_writable(self) -> None:
+        """A RegistryError now when this process cannot write a local home (read-only, not its own), for a
+        write that does long work first: it said so only at its end, as a traceback. Waits for no one."""
+        if is_remote(self.home):
+            return  # the lease says so when taken; an object store has no read-only mount
+        try:
+            open(self.home / _LOCK, "a").close()
+        except OSError as err:
+            raise RegistryError(f"cannot write to the registry at {self.home}: {err.strerror} (a home this process "
+                                "may only read takes reads only)") from None
+
     @contextmanager
     def _writer_lock(self) -> Iterator[None]:
         if is_remote(self.home):

@@ -33,6 +33,7 @@ def fit_item_table(store: Store, *, config: FingerprintConfig | None = None) -> 
     from registry.analytics.heldout import test_queries
 
     active = active_encoder(store)
+    store.check_writable()  # before the fit, which is most of the time
     data = load_eval_data(store, active.query_encoder)
     test, _ = test_queries(active, data)
     table = fit_on_data(data, exclude={data.query_ids[i] for i in test}, config=config)

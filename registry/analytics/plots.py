@@ -47,6 +47,8 @@ def _save(fig, path: Path) -> None:
         fig.savefig(path, dpi=DPI)
     except ValueError as err:  # an extension matplotlib cannot write
         raise InputError(str(err), field="plot") from None
+    except OSError as err:  # a folder that exists but cannot be written (read-only, no permission, full)
+        raise InputError(f"cannot write the plot at {path} ({err.strerror or err})", field="plot") from None
     finally:
         _pyplot().close(fig)
 
