@@ -29,6 +29,7 @@ __all__ = ["resolve_home", "as_path", "is_remote", "HomePath", "HOME_ENV", "GENE
 
 HOME_ENV = "LOCUS_HOME"
 GENERATION_FILE = "generation"  # changes with every finished store transaction
+CONFIG_FILE = "config.json"  # the home's settings: query encoder, active encoder, aliases, store format
 JOURNAL_FILE = "journal.json"  # present while a transaction is open (or its writer died)
 REMOTE_SCHEMES = ("s3://",)
 
@@ -45,6 +46,29 @@ def as_path(location) -> HomePath:
 
         return ObjectPath.parse(text)
     return Path(text)
+
+
+def read_config(home: HomePath) -> dict:
+    """The home's settings, config.json: a RegistryError naming it when it is not a JSON object, so that
+    no command reads a damaged one as defaults (stats named the default query encoder) or writes over it.
+    A missing file raises FileNotFoundError (a directory that is no registry, a home not made yet)."""
+    import json
+
+    from indexing.errors import RegistryError
+
+    path = home / CONFIG_FILE
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except UnicodeDecodeError:
+        config = None
+    except json.JSONDecodeError as err:
+        raise RegistryError(f"{path} is not readable JSON ({err.msg}, line {err.lineno}): the home's settings "
+                            "(query encoder, active encoder, aliases) are in it; restore it from a backup or fix "
+                            "it by hand") from None
+    if not isinstance(config, dict):
+        raise RegistryError(f"{path} does not hold the home's settings (a JSON object): restore it from a backup "
+                            "or fix it by hand")
+    return config
 
 
 def is_remote(path) -> bool:

@@ -41,6 +41,7 @@ from indexing.home import (  # noqa: E402
     generation,
     generation_number,
     is_remote,
+    read_config,
     transaction_open,
     write_text_atomic,
 )
@@ -321,7 +322,7 @@ class Store:
     # ----------------------------------------------------------------- config
     @property
     def config(self) -> dict[str, Any]:
-        return json.loads((self.home / _CONFIG).read_text("utf-8"))
+        return read_config(self.home)
 
     def _write_config(self, config: dict[str, Any]) -> None:
         _atomic_write(self.home / _CONFIG, json.dumps(config, indent=2, sort_keys=True))

@@ -81,10 +81,13 @@ def load(home: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _query_encoder(home: Path) -> str:
+    from indexing.home import read_config
+
     try:
-        return json.loads((home / "config.json").read_text("utf-8")).get("query_encoder") or "all-mpnet-base-v2"
-    except (OSError, ValueError):
+        config = read_config(home)
+    except OSError:  # no config yet: the default
         return "all-mpnet-base-v2"
+    return config.get("query_encoder") or "all-mpnet-base-v2"
 
 
 def stats(home):

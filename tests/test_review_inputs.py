@@ -364,6 +364,28 @@ def test_a_home_on_a_read_only_file_system_answers_reads_and_refuses_writes_as_s
             assert output.rstrip().endswith("rc=0"), (command, output)
 
 
+@pytest.mark.parametrize("content", ["{bad", "[1, 2]", "\udcff"], ids=["not-json", "not-an-object", "not-utf8"])
+def test_a_damaged_config_json_is_named_by_every_command_and_never_written_over(home, content):
+    """stats read it as defaults (naming the default query encoder), search and check answered a
+    JSONDecodeError traceback, and compact wrote to the home."""
+    path = home / "config.json"
+    if content == "\udcff":
+        path.write_bytes(b"\xff\xfe{")
+    else:
+        path.write_text(content, encoding="utf-8")
+    before = path.read_bytes()
+    from registry import Registry
+
+    name = "syn-synfam0-13b"
+    for command in (["stats"], ["check"], ["search", name], ["show", name], ["alias", "list"], ["compact"],
+                    ["models", "list"]):
+        result = _cli(home, *command, "--json")
+        assert f"{path}" in json.loads(result.stdout)["error"]["message"], (command, result.output)
+    assert path.read_bytes() == before
+    with pytest.raises(Exception, match="config.json"):
+        Registry.open(home).stats()
+
+
 def test_stats_counts_a_removed_model_s_evaluations_apart(home):
     """`stats` said 14 models and 5,400 evaluations at coverage 1.0 (14 x 360 = 5,040): the count took in a
     removed model's evaluations, kept for restore, and the coverage did not."""

@@ -549,9 +549,9 @@ class _SavedEvaluations:
         self.read, self.task_of, self.task_sets, self.home = saved.read, saved.task_of, saved.task_sets, home
 
     def active_encoder(self) -> str | None:
-        import json
+        from indexing.home import read_config
 
-        return json.loads((self.home / "config.json").read_text("utf-8")).get("active_encoder")
+        return read_config(self.home).get("active_encoder")
 
 
 def _evaluations(models: EmbeddedModels, open_store: "Callable[[], Store]"):

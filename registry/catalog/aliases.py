@@ -12,27 +12,25 @@ to do otherwise, so that no command silently uses a different version than the a
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from indexing.home import as_path
+from indexing.home import as_path, read_config
 from registry.errors import InputError, NotFoundError, RegistryError
 
 __all__ = ["ALIAS_PATTERN", "read_aliases", "split_version", "reads_as_version", "resolve", "resolve_many"]
 
 # Short, shell-friendly, and unlike any stored name with an "@": letters, digits, '-', '_', '.'.
 ALIAS_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
-_CONFIG = "config.json"
 
 
 
 def read_aliases(home: Path) -> dict[str, dict[str, Any]]:
     """alias -> {"name", "version"}; empty when the home has none (or no config yet)."""
     try:
-        config = json.loads((as_path(home) / _CONFIG).read_text("utf-8"))
-    except (OSError, ValueError):
+        config = read_config(as_path(home))
+    except OSError:  # no config yet
         return {}
     return dict(config.get("aliases") or {})
 
