@@ -45,7 +45,7 @@ def clusters(ctx, plot, linkage, k, where, by, min_evals, as_json) -> None:
 def _echo_clusters(result) -> None:
     sil, coph = result.silhouette, result.cophenetic_correlation
     click.echo(f"{result.n_models} models by {result.by}, {result.linkage} linkage on {result.metric} distances: {result.k} clusters "
-               f"({'given' if result.k_rule == 'given' else 'silhouette maximum'}; mean silhouette "
+               f"({result.k_rule if result.k_rule.startswith('given') else 'silhouette maximum'}; mean silhouette "
                f"{'-' if sil is None else f'{sil:.2f}'}, structure: {result.structure}); cophenetic correlation "
                f"{'-' if coph is None else f'{coph:.2f}'}")
     for group in result.clusters:

@@ -57,15 +57,19 @@ def suggest_queries(ctx, name, n, task, from_pool, answered, as_json) -> None:
     """The stored queries whose answers would tell the most about model NAME (its evaluations so far
     left out), or, without NAME, about a model not yet added: evaluate it on these first.
 
-    Chosen under the item table (registry fit-fingerprints) by the information each answer adds about
-    the model's fingerprint, given the earlier picks, so they do not repeat one another."""
+    Chosen under the item table (registry fit-fingerprints) to stand for the stored queries as a whole:
+    kernel herding over each query's logit at the pool's mean fingerprint and its spread over the pool,
+    hard and easy alike, each pick unlike the earlier ones and the answered queries. P(correct) is shown
+    at the model's own fingerprint (its answers so far), else the pool's. Picks that ask what the pool is
+    least sure of fitted worse than random queries (docs/results/onboarding.md)."""
     answers = read_answers(answered) if answered is not None else None
     result = _backend(ctx).suggest_queries(name, n, task=task, from_pool=from_pool, answered=answers)
     emit(result, as_json, _echo)
 
 
 def _echo(result) -> None:
-    basis = {"model": f"model {result.model} at its fingerprint ({result.n_answered} queries answered, left out)",
+    basis = {"model": f"model {result.model} ({result.n_answered} queries answered, left out; P(correct) at its "
+                      "fingerprint)",
              "pool": "a model not yet added, at the pool's prior" + (f" ({result.n_answered} answered, left out)"
                                                                      if result.n_answered else ""),
              "answers": f"a model not yet added, fitted from its {result.n_answered} answers"}[result.basis]

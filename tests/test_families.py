@@ -125,6 +125,8 @@ def test_clusters_partition_the_embedded_models_and_draw_the_figure(reg, tmp_pat
     assert reg.clusters(k=3).k_rule == "given"
     capped = reg.clusters(k=1000)  # as many clusters as models, and it says so
     assert capped.k == 9 and capped.k_rule == "given (1000; at most the 9 models clustered)"
+    printed = CliRunner().invoke(cli, ["--home", str(reg.store.home), "clusters", "-k", "1000"]).output
+    assert "(given (1000; at most the 9 models clustered);" in printed, printed  # not "silhouette maximum"
     assert [c.id for c in result.clusters] == list(range(1, result.k + 1))
     assert -1 <= result.cophenetic_correlation <= 1 and -1 <= result.silhouette <= 1
     assert sorted(result.order) == sorted(names) and len(result.merges) == len(names) - 1
