@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from helpers import SMALL_TRAINED
+from helpers import SMALL_TRAINED, own_evaluations
 from service_harness import copy_home
 
 
@@ -384,6 +384,34 @@ def test_a_damaged_config_json_is_named_by_every_command_and_never_written_over(
     assert path.read_bytes() == before
     with pytest.raises(Exception, match="config.json"):
         Registry.open(home).stats()
+
+
+def test_check_finds_an_active_encoder_that_cannot_load_and_models_of_two_encoders(home):
+    """It said "consistent" with the encoder's checkpoint gone (refine then failed), and exited 2, as a
+    failure of its own, when a new encoder had not yet re-embedded the models."""
+    import shutil
+
+    from encoder.training import TrainConfig
+    from registry import Registry
+
+    reg = Registry.open(home)
+    active = reg.store.config["active_encoder"]
+    shutil.move(home / "encoders" / active, home / "aside")
+    out = _cli(home, "check", "--json", code=1)
+    assert any("active encoder cannot be loaded" in p for p in json.loads(out.stdout)["problems"]), out.output
+    shutil.move(home / "aside", home / "encoders" / active)
+    _cli(home, "check", code=0)
+    report = reg.train(config=TrainConfig(epochs=2, max_seconds=None))  # a new active encoder; the models keep the old vectors
+    assert f"{len(reg.models())} model(s) keep the previous encoder's vectors until `registry embed --all`" in report.warnings
+    out = _cli(home, "check", "--json", code=1)
+    stale = len(reg.models())
+    assert f"{stale} model(s) carry vectors of an encoder other than the active one" in out.stdout, out.output
+    own = own_evaluations(reg, reg.models()[0].name)
+    reg.add_model("new-encoder-copy", own)  # embedded by the new encoder: two encoders in the index
+    problems = json.loads(_cli(home, "check", "--json", code=1).stdout)["problems"]
+    assert any("vectors from 2 encoders" in p and "embed --all" in p for p in problems), problems
+    _cli(home, "embed", "--all", code=0)
+    _cli(home, "check", code=0)
 
 
 def test_stats_counts_a_removed_model_s_evaluations_apart(home):

@@ -756,8 +756,28 @@ def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
     from indexing.store import EVALUATIONS, QUERIES
+    from registry.catalog.embedding import active_predictor
 
-    problems = open_index(store).index.problems(store) + open_index(store, by="fingerprint").index.problems(store)
+    problems = []
+    if store.config.get("active_encoder"):
+        try:  # the checkpoint every embedding write loads: check passed with it gone, then refine failed
+            active_predictor(store)
+        except (RegistryError, OSError, ValueError) as err:
+            problems.append(f"the active encoder cannot be loaded: {err} (add-model, refine and embed need it; "
+                            "`registry train` makes a new one)")
+    for by in ("locus", "fingerprint"):
+        try:
+            problems += open_index(store, by=by).index.problems(store)
+        except RegistryError as err:  # models embedded by two encoders: a finding, not a failure of the check
+            problems.append(str(err))
+    active = store.config.get("active_encoder")
+    if active:  # after a train: search reads the old vectors, and the next add-model mixes two encoders
+        from indexing.store import MODELS
+
+        stale = [e for e in store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist() if e and e != active]
+        if stale:
+            problems.append(f"{len(stale)} model(s) carry vectors of an encoder other than the active one ({active}): "
+                            "run `registry embed --all`")
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q

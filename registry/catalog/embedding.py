@@ -196,6 +196,9 @@ def train_encoder(
     from registry.catalog.fingerprint_store import load_item_table, rewrite_fingerprints
 
     rewrite_fingerprints(store, load_item_table(store, encoder_id))  # its new item table reads every model afresh
+    stale = sum(1 for e in store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist() if e and e != encoder_id)
+    if stale:  # search and route fallbacks read them until then, and an add-model would mix two encoders
+        warnings = [*warnings, f"{stale} model(s) keep the previous encoder's vectors until `registry embed --all`"]
     return TrainReport(
         encoder_id=encoder_id, models=data.models, n_train_queries=int(len(split.train)),
         n_val_queries=int(len(split.val)), evals_per_model=evals_per_model, best_epoch=int(result.best_epoch),
