@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -678,7 +679,7 @@ def history(ctx, name, as_json) -> None:
 def remove(ctx, name, as_json) -> None:
     """Remove a model (restorable: `registry restore NAME`)."""
     emit(_backend(ctx).remove(name), as_json,
-         lambda r: click.echo(f"removed {r.name} (registry restore {r.name} brings it back)"))
+         lambda r: click.echo(f"removed {r.name} (registry restore {shlex.quote(r.name)} brings it back)"))
 
 
 @cli.command()
@@ -725,7 +726,7 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
 
         if model is not None:  # it ran every model, and moved the marker past them all
             raise click.UsageError(f"--drift runs every model refined since the last run; one model's drift: "
-                                   f"`registry drift {model}`")
+                                   f"`registry drift {shlex.quote(model)}`")
         from click.core import ParameterSource
 
         # the duplicate audit's options: a pipeline writing `--drift --fail-on-flag` must not pass green on duplicates

@@ -7,6 +7,7 @@ is opened on first use, so a search answered by the saved index never opens it.
 from __future__ import annotations
 
 import os
+import shlex
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -677,7 +678,7 @@ class Registry:
 
         if self.store.read_in(VERSIONS, ["name"], "name", [alias]).num_rows:  # a removed model's history holds it
             # `restore NAME` would then act on the alias's model, and the removed one could not come back
-            raise RegistryError(f"{alias!r} is a removed model's name (`registry restore {alias}` brings it back); "
+            raise RegistryError(f"{alias!r} is a removed model's name (`registry restore {shlex.quote(alias)}` brings it back); "
                                 "an alias must not hide it: choose another alias")
         if not isinstance(target, str) or not target:
             raise InputError(f"an alias points at NAME or NAME@VERSION (text), not {target!r}", field="target")

@@ -414,6 +414,17 @@ def test_check_finds_an_active_encoder_that_cannot_load_and_models_of_two_encode
     _cli(home, "check", code=0)
 
 
+def test_commands_the_registry_suggests_are_quoted_to_paste_into_a_shell(home):
+    name = "new model/\u00fc"
+    reg = __import__("registry").Registry.open(home)
+    reg.add_model(name, own_evaluations(reg, reg.models()[0].name))
+    _cli(home, "alias", "set", "latest", name, code=0)
+    removed = _cli(home, "remove", name, code=0)
+    assert "registry restore 'new model/\u00fc' brings it back" in removed.output, removed.output
+    refused = _cli(home, "show", "latest")
+    assert "`registry restore 'new model/\u00fc'`" in refused.output, refused.output
+
+
 def test_stats_counts_a_removed_model_s_evaluations_apart(home):
     """`stats` said 14 models and 5,400 evaluations at coverage 1.0 (14 x 360 = 5,040): the count took in a
     removed model's evaluations, kept for restore, and the coverage did not."""

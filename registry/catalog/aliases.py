@@ -13,6 +13,7 @@ to do otherwise, so that no command silently uses a different version than the a
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +73,11 @@ def resolve(home: Path, name: str, *, live: dict[str, int] | None = None, same=N
     if live is not None:
         if target not in live:
             raise NotFoundError(f"alias {name!r} points to {target!r}, which is not in the registry "
-                                f"(removed? `registry restore {target}`, or `registry alias set {name} NAME`)")
+                                f"(removed? `registry restore {shlex.quote(target)}`, or `registry alias set {name} NAME`)")
         if pinned is not None and live[target] != pinned and not (same and same(target, live[target], pinned)):
             raise RegistryError(
                 f"alias {name!r} points to {target} version {pinned}, but the live version is {live[target]}: "
-                f"`registry restore {target} --version {pinned}`, or `registry alias set {name} {target}` "
+                f"`registry restore {shlex.quote(target)} --version {pinned}`, or `registry alias set {name} {shlex.quote(target)}` "
                 "to follow the latest version")
     return target
 

@@ -15,6 +15,7 @@ fail, each change is retried alone, so that only the change at fault fails.
 """
 from __future__ import annotations
 
+import shlex
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -129,7 +130,7 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
     existing = stored_models.get(change.name)
     if change.kind == "add":
         if existing is not None and not change.replace:
-            raise RegistryError(f"a model named {change.name!r} exists: `registry refine {change.name} --evals FILE` "
+            raise RegistryError(f"a model named {change.name!r} exists: `registry refine {shlex.quote(change.name)} --evals FILE` "
                                 "(HTTP: POST /v1/models/NAME/refine) adds evaluations to it as a new version; "
                                 "--replace (replace: true) starts it afresh")
         record = change.record if change.record is not None else ModelRecord(name=change.name)

@@ -6,6 +6,7 @@ Adding and refining (one forward pass of the active encoder, no training) land t
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -146,7 +147,7 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
         live = None if current is None else int(current.get("version") or 1)
         if version is None and live is not None:
             raise InputError(f"model {name!r} is live (version {live}); name the version to bring back: "
-                             f"registry restore {name} --version V (registry history {name} lists them)",
+                             f"registry restore {shlex.quote(name)} --version V (registry history {shlex.quote(name)} lists them)",
                              field="version")
         if version is not None:
             past = [r for r in past if r["version"] == version]
