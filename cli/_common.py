@@ -16,6 +16,7 @@ JSON_HELP = "Print the result as JSON (the schema of registry.results)."
 # a run that could not look.
 FINDING_EXIT = 1
 ERROR_EXIT = 2
+INTERRUPTED_EXIT = 130  # Ctrl-C under --json (a shell's code for a command ended by SIGINT)
 # Checked by click while it parses, before any command imports LanceDB or torch: a mistyped path is
 # answered at once (exit 2, naming the path) instead of after seconds of imports.
 EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)

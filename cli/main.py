@@ -15,6 +15,7 @@ import click
 
 from cli._common import (
     ERROR_EXIT,
+    INTERRUPTED_EXIT,
     Duration,
     EXISTING_FILE,
     FINDING_EXIT,
@@ -137,6 +138,13 @@ class _Group(click.Group):
             raise _CommandError(payload["message"]) from None
         except (click.exceptions.Exit, click.Abort):
             raise
+        except KeyboardInterrupt:  # click prints "Aborted!" on stderr: a --json consumer read nothing
+            if not self._wants_json(ctx):
+                raise
+            interrupted = _JsonError({"type": "Interrupted", "message": "interrupted (Ctrl-C); a store write under "
+                                      "way was rolled back"})
+            interrupted.exit_code = INTERRUPTED_EXIT
+            raise interrupted from None
         except Exception as err:  # a bug: the traceback goes to stderr, and the exit is an error's, not a finding's
             if isinstance(err, BrokenPipeError) and _stdout_closed():
                 # the reader went away (`registry queries | head`): stop quietly, as `git log | head` does;

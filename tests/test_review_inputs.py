@@ -425,6 +425,20 @@ def test_commands_the_registry_suggests_are_quoted_to_paste_into_a_shell(home):
     assert "`registry restore 'new model/\u00fc'`" in refused.output, refused.output
 
 
+def test_ctrl_c_under_json_answers_a_json_error(home, monkeypatch):
+    """It printed click's "Aborted!" on stderr and nothing on stdout."""
+    from registry import Registry
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Registry, "stats", interrupted)
+    result = _cli(home, "stats", "--json", code=130)
+    assert json.loads(result.stdout)["error"]["type"] == "Interrupted"
+    plain = _cli(home, "stats", code=1)  # without --json, click's own words
+    assert "Aborted!" in plain.output
+
+
 def test_stats_counts_a_removed_model_s_evaluations_apart(home):
     """`stats` said 14 models and 5,400 evaluations at coverage 1.0 (14 x 360 = 5,040): the count took in a
     removed model's evaluations, kept for restore, and the coverage did not."""
