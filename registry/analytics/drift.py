@@ -122,7 +122,7 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
             stat = float(_chi2_isf(s.symmetry_p, s.symmetry_strata))
             tests.append(DriftTest(test="symmetry", statistic=stat, p_value=s.symmetry_p, detail=(
                 f"{s.a_right_b_wrong} answers went right->wrong and {s.b_right_a_wrong} wrong->right, over "
-                f"{s.symmetry_strata} task strata (a re-run changes both ways alike)")))
+                f"{s.symmetry_strata} task {'stratum' if s.symmetry_strata == 1 else 'strata'} (a re-run changes both ways alike)")))
         tests.append(DriftTest(test="noise", statistic=s.disagreement, p_value=d.p_above_max_noise, detail=(
             f"{s.disagreement:.1%} of {s.shared} shared answers changed (a re-run changes at most "
             f"{max_noise:.0%})")))
@@ -143,7 +143,7 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
         tests.append(DriftTest(test="homogeneity", statistic=float(_chi2_isf(s.homogeneity_p, s.homogeneity_strata)),
                                p_value=s.homogeneity_p, detail=(
             f"on the {s.only_a} / {s.only_b} queries only one side answered, accuracies by task x difficulty "
-            f"over {s.homogeneity_strata} strata")))
+            f"over {s.homogeneity_strata} {'stratum' if s.homogeneity_strata == 1 else 'strata'}")))
     out["tests"] = tests
     because = out.pop("untested_because", None)
     if not tests:
