@@ -551,12 +551,15 @@ def _given(ctx, name: str) -> bool:
 
 
 def _echo_evaluation(result) -> None:
-    click.echo(f"pool: {len(result.pool)} models; {result.n_test_queries} test queries; "
-               f"{result.evals_per_model} training evaluations per model; seed {result.seed}")
-    click.echo(f"{'method':<14}{'routing':>9}{'correctness':>13}")
+    held = len(result.held_out or [])
+    click.echo(f"pool: {len(result.pool)} models" + (f" ({held} held out of training, onboarded after)" if held else "")
+               + f"; {result.n_test_queries} test queries; {result.evals_per_model} training evaluations per model; "
+               f"seed {result.seed}")
+    width = max([14, *(len(name) + 2 for name in result.routing_accuracy)])  # "locus+item (logistic)" is 21
+    click.echo(f"{'method':<{width}}{'routing':>9}{'correctness':>13}")
     for name, value in result.routing_accuracy.items():
         corr = result.correctness_accuracy.get(name)
-        click.echo(f"{name:<14}{value:>9.4f}{(f'{corr:.4f}' if corr is not None else '-'):>13}")
+        click.echo(f"{name:<{width}}{value:>9.4f}{(f'{corr:.4f}' if corr is not None else '-'):>13}")
     for n, row in (result.onboarding or {}).items():
         click.echo(f"onboarding from {n:>5} evals: correctness {row.correctness_accuracy:.4f}, "
                    f"routing {row.routing_accuracy:.4f}")

@@ -159,3 +159,21 @@ def test_a_missing_file_is_answered_before_any_heavy_import(tiny, tmp_path):
                           timeout=120)
     assert "EXIT 2" in done.stdout and str(missing) in done.stderr, done.stdout + done.stderr
     assert done.stdout.strip().endswith("HEAVY []"), done.stdout
+
+
+def test_the_evaluate_table_keeps_its_columns_for_long_method_names_and_says_who_was_held_out(capsys):
+    """'locus+item (logistic)' pushed its row out of line, and the pool's count took in the held-out models
+    unsaid."""
+    from types import SimpleNamespace
+
+    from cli.main import _echo_evaluation
+
+    result = SimpleNamespace(pool=["a", "b", "c"], held_out=["c"], n_test_queries=10, evals_per_model=64, seed=0,
+                             routing_accuracy={"locus": 0.5, "locus+item (logistic)": 0.625},
+                             correctness_accuracy={"locus": 0.75}, onboarding=None, cost_curve=None)
+    _echo_evaluation(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("pool: 3 models (1 held out of training, onboarded after);")
+    header, rows = lines[1], lines[2:]
+    assert all(len(row) == len(header) for row in rows), lines
+    assert rows[1].split() == ["locus+item", "(logistic)", "0.6250", "-"]
