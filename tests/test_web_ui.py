@@ -794,8 +794,7 @@ def test_a_double_click_on_add_model_sends_one_upload(tab, server, home, names, 
     page = tab.page
     page.goto("/add")
     _use_token(page)
-    page.get_by_label("Name", exact=True).fill("web-once")
-    page.locator("#add-file").set_input_files(str(answers))
+    _fill_add_form(page, "web-once", answers)
     try:
         page.get_by_role("button", name="Add model").dblclick()
         page.locator("#add-result").wait_for()
@@ -825,6 +824,11 @@ def test_a_restore_fills_every_section_of_the_model_page(tab, server, names):
     assert page.locator("#neighbours .error, #audit .error, #record .error, #accuracy .error").count() == 0
 
 
+def _fill_add_form(page, name: str, answers) -> None:
+    page.get_by_label("Name", exact=True).fill(name)
+    page.locator("#add-file").set_input_files(str(answers))
+
+
 @pytest.mark.parametrize("dots", [".", ".."])
 def test_a_model_link_to_a_dot_segment_says_so_and_asks_nothing(tab, dots):
     page = tab.page
@@ -839,8 +843,7 @@ def test_add_refuses_a_metadata_key_given_twice(tab, home, names, tmp_path):
     answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
     page = tab.page
     page.goto("/add")
-    page.get_by_label("Name", exact=True).fill("web-twice")
-    page.locator("#add-file").set_input_files(str(answers))
+    _fill_add_form(page, "web-twice", answers)
     page.get_by_label("Metadata").fill("family=alpha\nfamily=beta")
     page.get_by_role("button", name="Add model").click()
     page.locator("#add-meta-problem", has_text="key 'family' appears more than once").wait_for()
@@ -873,8 +876,7 @@ def test_a_form_s_own_refusal_clears_an_earlier_answer_s_error(tab, home, names,
     answers = _answers_file(home, names[0], tmp_path / "answers.jsonl")
     page = tab.page
     page.goto("/add")  # no token: the server refuses
-    page.get_by_label("Name", exact=True).fill("web-cleared")
-    page.locator("#add-file").set_input_files(str(answers))
+    _fill_add_form(page, "web-cleared", answers)
     page.get_by_role("button", name="Add model").click()
     page.locator("#add-out .error", has_text="bearer token").wait_for()
     page.get_by_label("Name", exact=True).fill(".")
