@@ -125,6 +125,14 @@ def scratch_path(path: Path, suffix: str = "") -> Path:
     return path.with_name(f"{path.name}.tmp{os.getpid()}-{threading.get_ident()}{suffix}")
 
 
+def not_writable(home, err: OSError):
+    """The RegistryError for a home this process cannot write (read-only, not its own)."""
+    from indexing.errors import RegistryError
+
+    return RegistryError(f"cannot write to the registry at {home}: {err.strerror} (a home this process may only "
+                         "read takes reads only)")
+
+
 @contextmanager
 def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
     """An advisory lock on a local file (created if missing), exclusive or `shared`, across processes and
@@ -135,10 +143,7 @@ def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         handle = open(path, "a+")
     except OSError as err:  # not ours to write, or a read-only file system (EROFS)
         if not shared:
-            from indexing.errors import RegistryError
-
-            raise RegistryError(f"cannot write to the registry at {path.parent}: {err.strerror} (a home this process "
-                                "may only read takes reads only)") from None
+            raise not_writable(path.parent, err) from None
         yield
         return
     with handle:

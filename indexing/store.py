@@ -41,6 +41,7 @@ from indexing.home import (  # noqa: E402
     generation,
     generation_number,
     is_remote,
+    not_writable,
     read_config,
     transaction_open,
     write_text_atomic,
@@ -866,8 +867,7 @@ class Store:
         try:
             open(self.home / _LOCK, "a").close()
         except OSError as err:
-            raise RegistryError(f"cannot write to the registry at {self.home}: {err.strerror} (a home this process "
-                                "may only read takes reads only)") from None
+            raise not_writable(self.home, err) from None
 
     @contextmanager
     def _writer_lock(self) -> Iterator[None]:

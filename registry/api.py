@@ -334,8 +334,9 @@ class Registry:
         if onboard_evals and not holdout_models:
             raise InputError("onboard_evals applies only when models are held out (holdout_models, --holdout-models)",
                              field="onboard_evals")
-        if unpriced not in ("error", "exclude"):
-            raise InputError(f"unpriced must be 'error' or 'exclude', not {unpriced!r}", field="unpriced")
+        from registry.analytics.cost import check_unpriced
+
+        check_unpriced(unpriced)
         if unpriced != "error" and not cost:
             raise InputError("unpriced applies to the cost curve only (cost, --cost)", field="unpriced")
         names = self.select_models(pool, field="pool")

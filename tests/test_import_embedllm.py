@@ -87,24 +87,19 @@ def test_empty_model_name_is_taken_from_a_later_row(tmp_path: Path) -> None:
     assert evaluations(batch) == [("org/gamma", "0", 1.0), ("org/gamma", "1", 0.0)]
 
 
-def test_model_without_a_name_anywhere_is_refused(tmp_path: Path) -> None:
-    path = write_csv(tmp_path / "train.csv", [(0, 0, "org/a", 1, "q", 0, "c"), (1, 9, "", 1, "r", 0, "c")])
+@pytest.mark.parametrize("model_id, model_name, says", [
+    (9, "", "'9'"),  # no name anywhere
+    (1, "eps\u200b7b", "invisible formatting character U+200B"),  # a name the registry refuses
+], ids=["no-name", "refused-name"])
+def test_a_model_without_a_usable_name_is_refused_with_its_file_and_line(tmp_path: Path, model_id, model_name,
+                                                                           says) -> None:
+    path = write_csv(tmp_path / "train.csv", [(0, 0, "org/a", 1, "q", 0, "c"), (1, model_id, model_name, 1, "r", 0, "c")])
 
     with pytest.raises(InputError) as caught:
         read_embedllm(path)
 
     assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 3, "model_name")
-    assert "'9'" in caught.value.problem
-
-
-def test_a_model_name_the_registry_refuses_is_refused_with_its_file_and_line(tmp_path: Path) -> None:
-    path = write_csv(tmp_path / "train.csv", [(0, 0, "org/a", 1, "q", 0, "c"), (1, 1, "eps\u200b7b", 1, "r", 0, "c")])
-
-    with pytest.raises(InputError) as caught:
-        read_embedllm(path)
-
-    assert (caught.value.file, caught.value.line, caught.value.field) == (str(path), 3, "model_name")
-    assert "invisible formatting character U+200B" in caught.value.problem
+    assert says in caught.value.problem
 
 
 def test_prompt_id_with_two_texts_names_both_lines(tmp_path: Path) -> None:

@@ -347,7 +347,7 @@ def test_a_home_on_a_read_only_file_system_answers_reads_and_refuses_writes_as_s
     # a cache each, and writes: fit-fingerprints fitted the whole table and then failed in a traceback, as map
     # did writing its plot
     commands = ["stats", f"search {name}", "audit", f"alias set foo {name}", "fit-fingerprints",
-                f"map --plot {mount}/m.png"]
+                f"map --plot {mount}/m.png", "train --epochs 1"]
     script = [f"mount --bind {home} {mount} && mount -o remount,ro,bind {mount} || exit 99"]
     script += [f"echo '@@ {i}'; {cli_call} {c} 2>&1; echo \"rc=$?\"" for i, c in enumerate(commands)]
     done = subprocess.run(["unshare", "-m", "sh", "-c", "\n".join(script)], capture_output=True, text=True,
@@ -358,7 +358,7 @@ def test_a_home_on_a_read_only_file_system_answers_reads_and_refuses_writes_as_s
     assert set(answers) == set(commands), done.stdout[-2000:]
     for command, output in answers.items():
         assert "Traceback" not in output and "internal error" not in output, (command, output)
-        if command.startswith(("alias", "fit-fingerprints", "map")):
+        if command.startswith(("alias", "fit-fingerprints", "map", "train")):
             assert "rc=2" in output and "Read-only file system" in output, output
         else:
             assert output.rstrip().endswith("rc=0"), (command, output)

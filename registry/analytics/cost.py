@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from registry.results import RouteDecision
 
 __all__ = ["ASSUMED_TOKENS_IN", "ASSUMED_TOKENS_OUT", "PROXY_USD_PER_M_TOKENS_PER_B", "PRICE_KEYS", "UNPRICED",
-           "ModelCost", "model_cost", "pool_costs", "check_cost_option", "TradeOff", "trade_off"]
+           "ModelCost", "model_cost", "pool_costs", "check_cost_option", "check_unpriced", "TradeOff",
+           "trade_off"]
 
 # A generic chat call: a prompt of about 1,000 tokens and an answer of about 500. Costs scale with these
 # only through price_in/price_out or the proxy; price_call is per call whatever the length.
@@ -99,7 +100,7 @@ def pool_costs(records: Mapping[str, "ModelRecord"], names: Sequence[str], *, un
                field: str = "willingness_to_pay") -> dict[str, ModelCost]:
     """The costs of `names` (in that order). A model with neither price nor params_b is an error naming
     every such model (`unpriced="error"`), or is left out of the answer (`unpriced="exclude"`)."""
-    _check_unpriced(unpriced)
+    check_unpriced(unpriced)
     costs = {name: model_cost(records[name]) for name in names}
     missing = [name for name, c in costs.items() if c.usd_per_call is None]
     if missing and unpriced == "error":
@@ -192,7 +193,7 @@ def trade_off(records: Mapping[str, "ModelRecord"], names: Sequence[str], rows: 
     then ranks by P(correct) alone, as before)."""
     max_cost = check_cost_option(max_cost, "max_cost")
     willingness_to_pay = check_cost_option(willingness_to_pay, "willingness_to_pay")
-    _check_unpriced(unpriced)
+    check_unpriced(unpriced)
     if max_cost is None and willingness_to_pay is None:
         return None
     candidates = [names[r] for r in rows]
@@ -201,7 +202,7 @@ def trade_off(records: Mapping[str, "ModelRecord"], names: Sequence[str], rows: 
     return TradeOff(max_cost, willingness_to_pay, costs, [n for n in candidates if n not in costs])
 
 
-def _check_unpriced(unpriced: Any) -> None:
+def check_unpriced(unpriced: Any) -> None:
     if unpriced not in UNPRICED:
         raise InputError(f"unpriced must be one of {', '.join(UNPRICED)}, not {unpriced!r}", field="unpriced")
 

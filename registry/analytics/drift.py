@@ -112,6 +112,7 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
                  calibrated_rows=calibrated_rows)
     s = d.stats
     tests: list[DriftTest] = []
+    because = None  # why the fingerprint test could not run, when that leaves no test
     out: dict = {"shared_queries": s.shared, "newest_evaluations": int(len(ib)), "earlier_evaluations": int(len(ia)),
                  "alpha": alpha}
     if s.shared >= MIN_EVIDENCE:
@@ -130,7 +131,7 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
         fingerprint = _fingerprint_test(items, ia, ya, ib, yb, task_a=cal.task[ia], task_b=cal.task[ib],
                                         permutations=permutations, seed=seed)
         if fingerprint is None:
-            out["untested_because"] = (f"the two sides have fewer than {MIN_EVIDENCE} evaluations each in tasks both "
+            because = (f"the two sides have fewer than {MIN_EVIDENCE} evaluations each in tasks both "
                                        "answered: a fingerprint from other tasks cannot tell a change from the task mix")
         else:
             dist, p, null = fingerprint
@@ -145,7 +146,6 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
             f"on the {s.only_a} / {s.only_b} queries only one side answered, accuracies by task x difficulty "
             f"over {s.homogeneity_strata} {'stratum' if s.homogeneity_strata == 1 else 'strata'}")))
     out["tests"] = tests
-    because = out.pop("untested_because", None)
     if not tests:
         out.update(status="untested", moved=None, sentence=(
             f"{name}: no test could run ({s.shared} shared queries, {len(ia)} earlier and {len(ib)} newest "

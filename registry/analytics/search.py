@@ -756,7 +756,7 @@ def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
     from indexing.store import EVALUATIONS, QUERIES
-    from registry.catalog.embedding import active_predictor
+    from registry.catalog.embedding import active_predictor, models_on_other_encoders
 
     problems = []
     if store.config.get("active_encoder"):
@@ -772,11 +772,9 @@ def check_consistency(store: "Store") -> list[str]:
             problems.append(str(err))
     active = store.config.get("active_encoder")
     if active:  # after a train: search reads the old vectors, and the next add-model mixes two encoders
-        from indexing.store import MODELS
-
-        stale = [e for e in store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist() if e and e != active]
+        stale = models_on_other_encoders(store, active)
         if stale:
-            problems.append(f"{len(stale)} model(s) carry vectors of an encoder other than the active one ({active}): "
+            problems.append(f"{stale} model(s) carry vectors of an encoder other than the active one ({active}): "
                             "run `registry embed --all`")
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())

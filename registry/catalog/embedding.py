@@ -22,7 +22,7 @@ from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
-           "embedding_evals", "write_embeddings", "progress_printer"]
+           "embedding_evals", "models_on_other_encoders", "write_embeddings", "progress_printer"]
 
 MIN_TRAIN_MODELS = 3
 MIN_EVALS_PER_MODEL = 16
@@ -136,6 +136,7 @@ def train_encoder(
     from encoder.training import TrainConfig, TrainingError, collapse_warnings, embedding_spread, train_locus
 
     config = config or TrainConfig()
+    store.check_writable()  # before minutes of training, not when its checkpoint is written
     store.check_format()  # before the minutes of training, not after them
     data = load_eval_data(store, query_encoder, models=models)
     split = split_queries(data.n_queries, seed=seed)
@@ -196,7 +197,7 @@ def train_encoder(
     from registry.catalog.fingerprint_store import load_item_table, rewrite_fingerprints
 
     rewrite_fingerprints(store, load_item_table(store, encoder_id))  # its new item table reads every model afresh
-    stale = sum(1 for e in store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist() if e and e != encoder_id)
+    stale = models_on_other_encoders(store, encoder_id)
     if stale:  # search and route fallbacks read them until then, and an add-model would mix two encoders
         warnings = [*warnings, f"{stale} model(s) keep the previous encoder's vectors until `registry embed --all`"]
     return TrainReport(
@@ -237,6 +238,12 @@ def _load_active(store: Store, encoder_id: str | None, load) -> ActiveEncoder:
     info = json.loads((directory / "training.json").read_text("utf-8"))
     return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory, load_router_blend(directory),
                          frozenset(info.get("models") or ()))
+
+def models_on_other_encoders(store: Store, encoder_id: str) -> int:
+    """How many models carry vectors of an encoder other than `encoder_id` (after a train, until `embed --all`)."""
+    column = store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist()
+    return sum(1 for e in column if e and e != encoder_id)
+
 
 def embedding_evals(data: EvalData, *, max_evals: int | None, seed: int = 0) -> list[np.ndarray]:
     """Per model, the evaluations its embedding is built from: all, or a seeded sample of

@@ -28,11 +28,11 @@ def detect_format(path: Path) -> str:
         return "lm-eval"
     if embedllm.looks_like(path):
         return "embedllm"
+    from registry.importers.tabular import KIND_OF_SUFFIX
+
     suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
+    if suffix in KIND_OF_SUFFIX:
+        return KIND_OF_SUFFIX[suffix]
     # Near misses say what they lack instead of "cannot tell": a triple directory short of a file, an lm-eval
     # run without its samples, a CSV without EmbedLLM's columns
     if path.is_dir() and any((path / name).exists() for name in triple.FILES):

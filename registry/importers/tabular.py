@@ -32,7 +32,7 @@ from registry.importers._common import (
 from registry.records import ModelRecord, Query
 
 SUFFIXES = (".jsonl", ".parquet")
-_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}  # as detect_format tells them
+KIND_OF_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}  # detect_format reads it too
 _TEXT_COLUMNS = ("model", "query", "query_id", "task")
 _EVALS_COLUMNS = ("query", "query_id", "score", "task")  # what add-model reads of a file
 _NAMED = 5  # queries a warning names before it counts the rest
@@ -56,7 +56,7 @@ def read_tabular(path: Path, *, id_prefix: str = "", kind: str | None = None) ->
     """Rows of model, query/query_id, score[, task] from a JSON Lines or Parquet file: `kind` "jsonl" or
     "parquet" as the user named it (`--format`), else told by the file's suffix."""
     check_evaluations_file(path, expected=" or ".join(SUFFIXES))
-    kind = kind or _KINDS.get(path.suffix.lower())
+    kind = kind or KIND_OF_SUFFIX.get(path.suffix.lower())
     if kind == "jsonl":
         rows = _jsonl_rows(path)
     elif kind == "parquet":
