@@ -689,8 +689,13 @@ def history(ctx, name, as_json) -> None:
 @click.pass_context
 def remove(ctx, name, as_json) -> None:
     """Remove a model (restorable: `registry restore NAME`)."""
-    emit(_backend(ctx).remove(name), as_json,
-         lambda r: click.echo(f"removed {r.name} (registry restore {shlex.quote(r.name)} brings it back)"))
+    def show(r) -> None:
+        click.echo(f"removed {r.name} (registry restore {shlex.quote(r.name)} brings it back)")
+        if r.aliases:
+            click.echo(f"aliases pointing at it, kept and answering 'removed' until the model is restored or they "
+                       f"are re-pointed (registry alias set ALIAS NAME): {', '.join(r.aliases)}")
+
+    emit(_backend(ctx).remove(name), as_json, show)
 
 
 @cli.command()
@@ -700,9 +705,15 @@ def remove(ctx, name, as_json) -> None:
 @click.pass_context
 def restore(ctx, name, version, as_json) -> None:
     """Restore a removed model, or an older version of one, from its history."""
-    emit(_backend(ctx).restore(name, version), as_json,
-         lambda r: click.echo(f"{r.name} is version {r.version} already: nothing to restore" if r.version == r.restored_version
-                              else f"restored {r.name} from version {r.restored_version} (now version {r.version})"))
+    def show(r) -> None:
+        if r.restored:
+            click.echo(f"restored {r.name} from version {r.restored_version} (now version {r.version})")
+        elif r.version == r.restored_version:
+            click.echo(f"{r.name} is version {r.version} already: nothing to restore")
+        else:
+            click.echo(f"{r.name} is version {r.version}, a restore of version {r.restored_version}, already: nothing to restore")
+
+    emit(_backend(ctx).restore(name, version), as_json, show)
 
 
 @cli.command()

@@ -693,6 +693,9 @@ class Registry:
             past = history(self.store, name)  # "no model named ..." with suggestions
         except NotFoundError as err:
             raise NotFoundError(err.problem, field="target") from None
+        if name not in live:  # it would answer "removed" from the start
+            raise NotFoundError(f"model {name!r} is removed: `registry restore {shlex.quote(name)}` brings it back, "
+                                "then point the alias at it", field="target")
         versions = sorted({int(entry.version) for entry in past.versions})
         if version is not None and version not in versions:
             raise NotFoundError(f"model {name!r} has no version {version} (versions: "

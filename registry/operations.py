@@ -291,12 +291,9 @@ class StoreView:
     def _same_content(self, name: str, live: int, pinned: int) -> bool:
         """Whether live version `live` of `name` is a restore of version `pinned` (a restore gets a new
         number, MLflow's rule, but holds the pinned version's record and vector)."""
-        from registry.catalog.models import history_rows
+        from registry.catalog.models import history_rows, is_restore_of
 
-        key = ("record", "vector", "encoder_id", "n_evals")
-        rows = history_rows(self.store, name)
-        now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
-        return bool(now) and any(r["version"] == pinned and all(r[k] == now[-1][k] for k in key) for r in rows)
+        return is_restore_of(history_rows(self.store, name), live, pinned)
 
 
 def live_versions(store: "Store") -> dict[str, int]:

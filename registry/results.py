@@ -232,6 +232,8 @@ class RemoveResult(Result):
     name: str
     removed: bool
     version: int | None = Field(None, description="the version removed (restore brings it back)")
+    aliases: list[str] = Field(default_factory=list, description="the aliases pointing at the model: kept, and "
+                               "answering 'removed' until the model is restored or they are re-pointed")
     generation: int | None = Field(None, description=GENERATION_HELP)
 
 
@@ -239,6 +241,8 @@ class RestoreResult(Result):
     name: str
     restored_version: int = Field(description="the history version brought back")
     version: int = Field(description="the model's version now")
+    restored: bool = Field(True, description="false when the live version already was that version, or a restore "
+                           "of it: nothing was written")
     generation: int | None = Field(None, description=GENERATION_HELP)
 
 

@@ -78,3 +78,41 @@ def test_restore_names_a_version_of_a_live_model_and_restoring_the_current_one_i
     reg.remove(name)
     back = reg.restore(name)  # a removed model: the latest version comes back, as a new version
     assert back.restored_version == live and back.version == live + 1
+
+
+def test_restoring_the_version_the_live_one_is_a_restore_of_makes_no_copy(reg):
+    name = reg.models()[0].name
+    first = reg.show(name).version
+    stored = reg.store.read("queries", ["query_id"]).column("query_id").to_pylist()
+    reg.refine(name, [{"query_id": stored[-1], "score": 0.5}])
+    back = reg.restore(name, first)  # a new version holding the first's content
+    assert back.restored and back.version == first + 2
+    before = _history(reg, name)
+    again = reg.restore(name, first)
+    assert (again.restored, again.restored_version, again.version) == (False, first, back.version)
+    assert _history(reg, name) == before
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "restore", name, "--version", str(first)])
+    assert out.exit_code == 0, out.output
+    assert f"is version {back.version}, a restore of version {first}, already: nothing to restore" in out.output
+    assert _history(reg, name) == before
+    moved = reg.restore(name, first + 1)  # another version's content is a change
+    assert moved.restored and moved.version == back.version + 1
+
+
+def test_remove_names_the_aliases_left_pointing_at_the_model_and_no_alias_is_set_to_a_removed_one(reg):
+    from registry.errors import NotFoundError
+
+    name, other = (m.name for m in reg.models()[:2])
+    reg.set_alias("prod", name)
+    reg.set_alias("canary", name)
+    reg.set_alias("other", other)
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "remove", name])
+    assert out.exit_code == 0, out.output
+    assert "aliases pointing at it" in out.output and "canary, prod" in out.output and "other" not in out.output
+    assert reg.remove(other).aliases == ["other"]
+    with pytest.raises(NotFoundError) as err:
+        reg.set_alias("fresh", name)
+    assert err.value.field == "target" and "is removed" in str(err.value) and "registry restore" in str(err.value)
+    assert "fresh" not in {a.alias for a in reg.aliases()}
+    reg.restore(name)
+    assert reg.set_alias("fresh", name).name == name and reg.resolve("prod") == name

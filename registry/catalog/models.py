@@ -96,7 +96,11 @@ def remove(store: Store, name: str) -> RemoveResult:
             raise NotFoundError.model(name, list(rows))
         store.append(VERSIONS, [version_row(rows[name], "remove", now_utc())], VERSION_SCHEMA)
         store.delete_in(MODELS, "name", [name])
-    return RemoveResult(name=name, removed=True, version=rows[name].get("version"),
+    from registry.catalog.aliases import read_aliases
+
+    # kept (a restore brings them back with the model), but said: until then they answer "removed"
+    pointing = sorted(a for a, entry in read_aliases(store.home).items() if entry["name"] == name)
+    return RemoveResult(name=name, removed=True, version=rows[name].get("version"), aliases=pointing,
                         generation=store.landed_generation())
 
 
@@ -117,6 +121,14 @@ def history_rows(store: Store, name: str) -> list[dict[str, Any]]:
             raise no_history_yet(name)
         raise NotFoundError.model(name, sorted({r["name"] for r in table.to_pylist()}))
     return sorted(rows, key=lambda r: r["time"])
+
+
+def is_restore_of(rows: list[dict[str, Any]], live: int, version: int) -> bool:
+    """Whether live version `live` is a restore of `version` (a restore gets a new number, MLflow's rule, but
+    holds the restored version's record and vector). `rows`: the model's history rows."""
+    key = ("record", "vector", "encoder_id", "n_evals")
+    now = [r for r in rows if r["version"] == live and r["event"] == "restore"]
+    return bool(now) and any(r["version"] == version and all(r[k] == now[-1][k] for k in key) for r in rows)
 
 
 def no_history_yet(name: str) -> NotFoundError:
@@ -154,8 +166,9 @@ def restore(store: Store, name: str, version: int | None = None) -> RestoreResul
             if not past:
                 raise NotFoundError(f"model {name!r} has no version {version}", field="version")
         chosen = past[-1]
-        if live is not None and version == live:  # already what the model is: no new version
-            return RestoreResult(name=name, restored_version=live, version=live)
+        if live is not None and (version == live or is_restore_of(history, live, version)):
+            # already what the model is (itself, or a restore of that version): no new, identical version
+            return RestoreResult(name=name, restored_version=version, version=live, restored=False)
         record = ModelRecord.model_validate_json(chosen["record"])
         # the times the version was made and the model first added: a "remove" row is only a snapshot, and its
         # time (the removal's) was given as both

@@ -109,7 +109,8 @@ async function versions(name, el, refresh) {
   });
   const restore = (version) => write(`restoring version ${version}`, async () => {
     const r = await api(`/v1/models/${enc(past.name)}/restore`, { method: "POST", params: { version }, write: true });
-    return `restored version ${r.restored_version}: ${r.name} is now version ${r.version}`;
+    return r.restored ? `restored version ${r.restored_version}: ${r.name} is now version ${r.version}`
+      : `${r.name} is version ${r.version}, already version ${r.restored_version}'s content: nothing to restore`;
   });
   const rows = past.versions.map((v, i) => {
     const current = live !== null && v.version === live && i === past.versions.length - 1;
