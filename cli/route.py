@@ -49,8 +49,12 @@ def profile(ctx, targets, k, evals, seed, where, by, as_json) -> None:
 
 
 def _echo_profile(result) -> None:
-    wanted = ", ".join(f"{t} {a:.2f} (sampled {result.per_task[t].sampled_accuracy:.2f} over "
-                       f"{result.per_task[t].n_evals})" for t, a in result.targets.items())
+    def sample(task: str) -> str:
+        drawn = result.per_task[task]
+        repeated = (f" of {drawn.n_queries} queries, drawn again" if drawn.n_queries < drawn.n_evals else "")
+        return f"sampled {drawn.sampled_accuracy:.2f} over {drawn.n_evals}{repeated}"
+
+    wanted = ", ".join(f"{t} {a:.2f} ({sample(t)})" for t, a in result.targets.items())
     click.echo(f"hypothetical model from {result.n_evals} synthetic evaluations: {wanted}")
     echo_neighbour_header("cosine" if result.by == "locus" else "euclidean")
     for hit in result.neighbours:

@@ -485,6 +485,8 @@ class SearchResult(Result):
 
 class TaskSample(Result):
     n_evals: int
+    n_queries: int = Field(description="distinct stored queries among them: fewer than n_evals when the task's "
+                           "share exceeds its queries, which are then drawn again, each time with its own score")
     sampled_accuracy: float = Field(description="mean of the synthetic scores drawn for the task")
 
 

@@ -165,6 +165,17 @@ def test_cli_profile_json_and_text(reg, accuracies):
     text = run(reg.home, "--task", "math=0.8", "--task", "law=0.3", "--where", "family == synfam0")
     assert text.exit_code == 0, text.output
     assert "hypothetical model from 512 synthetic evaluations" in text.output and "syn-synfam0" in text.output
+    # 256 evaluations per task over its 25 stored queries: each query is drawn about 10 times, and said so
+    assert "math 0.80 (sampled" in text.output and "over 256 of 25 queries, drawn again" in text.output
+    fewer = run(reg.home, "--task", "math=0.8", "--task", "law=0.3", "--evals", "40")
+    assert fewer.exit_code == 0 and "over 20)" in fewer.output and "drawn again" not in fewer.output
+
+
+def test_each_task_says_how_many_distinct_queries_its_sample_drew(reg):
+    many = reg.profile({"math": 0.8, "law": 0.3}, k=3, evals=512)
+    assert {t: (s.n_evals, s.n_queries) for t, s in many.per_task.items()} == {"math": (256, 25), "law": (256, 25)}
+    few = reg.profile({"math": 0.8, "law": 0.3}, k=3, evals=40)
+    assert {t: (s.n_evals, s.n_queries) for t, s in few.per_task.items()} == {"math": (20, 20), "law": (20, 20)}
 
 
 @pytest.mark.parametrize("args, message", [

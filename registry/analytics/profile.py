@@ -182,7 +182,8 @@ class ProfileSpace:
         per_task = {}
         for task in sorted(targets):
             mask = row_tasks == task
-            per_task[task] = TaskSample(n_evals=int(mask.sum()), sampled_accuracy=round(float(scores[mask].mean()), 4))
+            per_task[task] = TaskSample(n_evals=int(mask.sum()), n_queries=len(np.unique(rows[mask])),
+                                        sampled_accuracy=round(float(scores[mask].mean()), 4))
         return ProfileResult(
             targets=targets, n_evals=len(rows), seed=seed, allocation=allocation, per_task=per_task,
             encoder_id=self.active.encoder_id, pool_size=pool_size, by=by,

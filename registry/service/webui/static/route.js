@@ -101,7 +101,7 @@ export async function render(root) {
       const r = await api("/v1/profile", { method: "POST", body: { targets: wanted, k: Number(pk.value), where: pwhere.value.trim() || null } });
       if (!current()) return;
       replace(profileOut, h("p", { class: "small" }, `hypothetical model from ${r.n_evals} synthetic evaluations: `,
-        Object.entries(r.per_task).map(([t, s], i) => `${i ? ", " : ""}${t} ${r.targets[t].toFixed(2)} (sampled ${s.sampled_accuracy.toFixed(2)} over ${s.n_evals})`)),
+        Object.entries(r.per_task).map(([t, s], i) => `${i ? ", " : ""}${t} ${r.targets[t].toFixed(2)} (sampled ${s.sampled_accuracy.toFixed(2)} over ${s.n_evals}${s.n_queries < s.n_evals ? ` of ${s.n_queries} queries, drawn again` : ""})`)),
       h("table", { id: "profile-table" }, h("thead", {}, h("tr", {}, ["model", "cosine d", "family", "access"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, r.neighbours.map((n) => h("tr", {}, h("td", {}, modelLink(n.name)), h("td", { class: "num" }, fmt.dist(n.distance)),
           h("td", {}, fmt.value(n.metadata.family)), h("td", {}, fmt.value(n.metadata.access)))))));
