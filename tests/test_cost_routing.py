@@ -237,6 +237,18 @@ def test_cost_curve_on_a_matrix_with_a_known_answer():
     assert pair["cpt"] == {"50%": 0.25, "80%": 0.35}
 
 
+def test_the_end_of_the_curve_sends_each_query_to_the_likelier_of_equally_cheap_models():
+    # rows: an expensive model right everywhere, and two equally cheap ones: "a-weak" (named first) never
+    # right, "b-strong" always right; at λ = ∞ (every query to its cheapest model) b-strong must take them
+    truth = np.array([[1.0] * 6, [0.0] * 6, [1.0] * 6])
+    router = np.array([[0.95] * 6, [0.1] * 6, [0.9] * 6])
+    predictions = {"test_truth": truth, "train_mean": np.array([1.0, 0.0, 1.0])}
+    c = cost_curve(predictions, [10.0, 0.001, 0.001], ["big", "a-weak", "b-strong"], router=router)
+    end = c["points"][-1]
+    assert end["lam"] is None and math.isclose(end["cost_usd"], 0.001) and end["routing_accuracy"] == 1.0
+    assert all(p["routing_accuracy"] == 1.0 for p in c["points"])
+
+
 def test_cost_curve_says_when_there_is_no_gap_and_refuses_bad_costs():
     truth = np.array([[1.0, 0.0], [1.0, 0.0]])
     predictions = {"test_truth": truth, "train_mean": np.array([0.5, 0.5])}

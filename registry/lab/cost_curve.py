@@ -104,7 +104,9 @@ def cost_curve(predictions: dict[str, Any], costs: Sequence[float], names: Seque
 
     scale = best_cost if best_cost > 0 else (cost[cost > 0].min() if (cost > 0).any() else 1.0)
     # the end of the sweep: cheapest scored model per query, the more likely one among equals
-    cheapest_choice = _choose(_rank_score(-cost, np.zeros_like(cost))[:, None] + 1e-9 * p, truth)
+    # (equal costs share a rank, 2 apart from the next, so P(correct) in [0, 1] orders only the equals)
+    cost_rank = np.unique(cost, return_inverse=True)[1].astype(np.float64)
+    cheapest_choice = _choose(-2.0 * cost_rank[:, None] + p, truth)
 
     def at(lam: float) -> tuple[float, float]:
         if np.isinf(lam):
