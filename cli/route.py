@@ -116,6 +116,11 @@ def _echo_route(result) -> None:
         click.echo(f"(P(correct): {result.predictor_description} by the encoder's router blend)")
 
 
+def _utility(value: float) -> str:
+    """P(correct) - λ·cost: four decimals while it reads as a probability's scale, else in e-notation."""
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.3e}"
+
+
 def _echo_cost_ranking(result) -> None:
     asked = [f"max cost ${result.max_cost:g} per call"] if result.max_cost is not None else []
     if result.willingness_to_pay is not None:
@@ -125,7 +130,7 @@ def _echo_cost_ranking(result) -> None:
     click.echo("P(correct)  cost $/call  source      " + ("utility  " if utility else "") + "model")
     for r in result.ranking:
         click.echo(f"{r.p_correct:.4f}      {r.cost_usd:<11.6g}  {r.cost_source:<10}  "
-                   + (f"{r.utility:<7.4f}  " if utility else "") + f"{r.name}{_mark(r)}"
+                   + (f"{_utility(r.utility):<7}  " if utility else "") + f"{r.name}{_mark(r)}"
                    + (f" ({r.latency_ms:g} ms)" if r.latency_ms is not None else ""))
     if result.cost_note:
         click.echo(f"note: {result.cost_note}")

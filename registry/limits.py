@@ -15,7 +15,8 @@ from pathlib import Path
 
 from registry.errors import InputError
 
-__all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_ENDPOINT_CHARS", "MAX_METADATA_TEXT_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "DEFAULT_TASK",
+__all__ = ["MAX_NAME_CHARS", "MAX_QUERY_CHARS", "MAX_ENDPOINT_CHARS", "MAX_METADATA_TEXT_CHARS", "MAX_FILE_BYTES", "MAX_EVALS_PER_MODEL", "MAX_WILLINGNESS_TO_PAY",
+           "DEFAULT_TASK",
            "check_model_name", "check_query_text", "check_task_name", "check_utf8", "lone_surrogate",
            "check_file_size", "check_evaluations_file"]
 
@@ -26,6 +27,9 @@ MAX_ENDPOINT_CHARS = 2_000  # an endpoint URL (browsers take about this much)
 MAX_METADATA_TEXT_CHARS = 10_000  # a free-form metadata value (a note, a description)
 MAX_FILE_BYTES = 2 * 1024**3  # one input file (CSV, JSON Lines, Parquet, .npy), read whole into memory
 MAX_EVALS_PER_MODEL = 1_000_000  # stored evaluations of one model (an embedding reads them all)
+# route's λ, in P(correct) per USD: past it every model's λ·cost dwarfs P(correct) anyway (at $1e-6 a call,
+# 1e12 makes a millionth of a cent worth a whole P(correct)); below it, λ·cost stays finite for any stored price
+MAX_WILLINGNESS_TO_PAY = 1e12
 DEFAULT_TASK = "default"  # the task of a query whose file gives none
 
 

@@ -130,6 +130,21 @@ def test_willingness_to_pay_trades_p_correct_for_cost(reg, text):
     # a λ so large that cost alone decides: the cheapest models (1b, by the proxy) come first
     cheapest = reg.route(text, k=3, fallback=0, unpriced="exclude", willingness_to_pay=1e9)
     assert all(r.name.endswith("-1b") for r in cheapest.ranking)
+    # at the largest λ, the equally cheap 1b models' utilities tie: the likelier ranks first, not the first by name
+    most = reg.route(text, k=20, fallback=0, unpriced="exclude", willingness_to_pay=1e12)
+    small = [r for r in most.ranking if r.name.endswith("-1b")]
+    assert [r.name for r in most.ranking[:len(small)]] == [r.name for r in small]
+    assert [r.p_correct for r in small] == sorted((r.p_correct for r in small), reverse=True), small
+    # where λ·cost swamps P(correct) in a float (a cost of $1,000 a call at λ 1e12), utilities tie exactly: then
+    # P(correct) orders them, its own near-ties by name
+    from registry.analytics.routing import _rank
+
+    utility = np.array([-1e15, -1e15, -1e15, -2e15])
+    p = np.array([0.2, 0.9, 0.9 + 1e-9, 0.99])
+    assert _rank(utility, np.array(["a", "z", "b", "c"]), then=p) == [2, 1, 0, 3]
+    assert _rank(utility, np.array(["a", "z", "b", "c"])) == [0, 2, 1, 3]  # no `then`: by name
+    out = run(reg.home, text, "-k", "2", "--willingness-to-pay", "1e12", "--unpriced", "exclude")
+    assert out.exit_code == 0 and "-1.500e+07  " in out.output, out.output  # e-notation, not 8 digits and 4 decimals
 
 
 def test_trade_off_errors_name_what_is_wrong(reg, text):
@@ -141,7 +156,8 @@ def test_trade_off_errors_name_what_is_wrong(reg, text):
         reg.route(text, max_cost=1e-6, unpriced="exclude")
     assert err.value.field == "max_cost"
     for value, name in ((-1, "max_cost"), (float("nan"), "max_cost"), ("cheap", "max_cost"), (True, "max_cost"),
-                        (-0.5, "willingness_to_pay"), (float("inf"), "willingness_to_pay")):
+                        (-0.5, "willingness_to_pay"), (float("inf"), "willingness_to_pay"),
+                        (1.1e12, "willingness_to_pay")):
         with pytest.raises(InputError, match=f"{name} must be a") as err:
             reg.route(text, **{name: value}, unpriced="exclude")
         assert err.value.field == name
@@ -171,6 +187,7 @@ def test_cli_route_with_a_trade_off(reg, home, text):
     (("--max-cost", "-1"), "--max-cost", "must be a finite number >= 0"),
     (("--max-cost", "cheap"), "--max-cost", "is not a valid float"),
     (("--willingness-to-pay", "-2"), "--willingness-to-pay", "must be a finite number >= 0"),
+    (("--willingness-to-pay", "1e308"), "--willingness-to-pay", "must be at most 1e+12"),
     (("--max-cost", "nan"), "--max-cost", "must be a finite number >= 0"),
     (("--max-cost", "1e-6", "--unpriced", "exclude"), "--max-cost", "the cheapest is"),
     (("--max-cost", "1"), "--max-cost", "mystery"),

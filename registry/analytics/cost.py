@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from registry.errors import InputError
+from registry.limits import MAX_WILLINGNESS_TO_PAY
 from registry.records import PRICE_KEYS
 
 if TYPE_CHECKING:
@@ -119,6 +120,9 @@ def check_cost_option(value: Any, name: str) -> float | None:
         raise InputError(f"{name} must be a number >= 0, not {value!r}", field=name)
     if not math.isfinite(float(value)) or value < 0:
         raise InputError(f"{name} must be a finite number >= 0, not {value!r}", field=name)
+    if name == "willingness_to_pay" and value > MAX_WILLINGNESS_TO_PAY:
+        raise InputError(f"{name} must be at most {MAX_WILLINGNESS_TO_PAY:g} (P(correct) per USD), not "
+                         f"{value!r}: past that every model's cost outweighs P(correct) already", field=name)
     return float(value)
 
 

@@ -134,7 +134,8 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
     row_names = np.array([names[r] for r in rows])
     out = []
     for j, text in enumerate(texts):
-        order = _rank(p[:, j] if rank is None else rank(p[:, j], rows), row_names)  # best first, near-ties by name
+        # best first, near-ties by name; under a trade-off, equal utilities by P(correct) first
+        order = _rank(p[:, j], row_names) if rank is None else _rank(rank(p[:, j], rows), row_names, then=p[:, j])
         # a P(correct) read from a vector of a few evaluations is as noisy as the vector: thin models after
         order, pushed = demote_thin(order, lambda i: row_names[i] in thin, k)
         ranking = [RankedModel(name=str(row_names[i]), p_correct=round(float(p[i, j]), 6),
@@ -178,14 +179,20 @@ def decide(models, active, rows: np.ndarray, phi: np.ndarray, texts: Sequence[st
 TIE = 1e-6  # P(correct) closer than this rank as equal: the prediction's float32 noise is ~1e-7
 
 
-def _rank(p: np.ndarray, row_names: np.ndarray) -> list[int]:
+def _rank(p: np.ndarray, row_names: np.ndarray, then: np.ndarray | None = None) -> list[int]:
     """Indices of `p` most likely first; a run of candidates each within TIE of the next ranks by name.
     Two models with all but equal embeddings (a mirror, a new endpoint of one model) get P(correct)
     a rounding apart, and which is ahead then depended on how the products were summed (torch's G or
-    numpy's, one CPU's kernels or another's): by name, the ranking is the same whichever computed it."""
+    numpy's, one CPU's kernels or another's): by name, the ranking is the same whichever computed it.
+    `then`: within such a run, what ranks first before the name (P(correct) under a cost trade-off, whose
+    utilities tie exactly for models of one cost when λ·cost swamps P(correct)), its own near-ties by name."""
     order = np.lexsort((row_names, -p))
     col = p[order].astype(np.float64)
     group = np.concatenate([[0], np.cumsum(col[:-1] - col[1:] >= TIE)])
+    if then is not None:  # `group` is sorted along `order`, so it stays aligned after this reorder
+        order = order[np.lexsort((row_names[order], -then[order], group))]
+        col = then[order].astype(np.float64)
+        group = np.concatenate([[0], np.cumsum((group[1:] != group[:-1]) | (col[:-1] - col[1:] >= TIE))])
     return order[np.lexsort((row_names[order], group))].tolist()
 
 
