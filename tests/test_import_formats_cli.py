@@ -5,6 +5,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
@@ -94,6 +95,20 @@ def test_an_import_adds_to_a_stored_models_metadata_and_erases_none_of_it(home, 
         ("alpha-renamed", "mit", 7.0)  # given fields change, the others stay
     assert (stored["beta-13b"].family, stored["beta-13b"].params_b, stored["beta-13b"].access) == ("beta", 13.0, "api")
     assert stored["alpha-7b"].extra == {"dataset": "extra"}
+
+
+@pytest.mark.parametrize("meta, said", [
+    (("price_in=1e308", "price_out=1"), "option --meta: price_in=1e+308: a metadata number must be finite and within"),
+    (("params_b=1e308",), "option --meta: params_b: Input should be less than or equal to 100000"),
+])
+def test_an_import_refuses_metadata_numbers_out_of_range_in_one_line(home, tmp_path, meta, said):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"model": "m1", "query": "What is 2+2?", "score": 1}) + "\n")
+    out = run(home, "import", str(rows), *(a for m in meta for a in ("--meta", m)), ok=False)
+    error = out.output.strip().splitlines()[-1]
+    assert out.exit_code != 0 and error == next(l for l in out.output.splitlines() if l.startswith("Error")), out.output
+    assert said in error and "pydantic" not in out.output and "validation error" not in out.output, out.output
+    assert stats(home)["n_models"] == 0
 
 
 def test_a_near_miss_of_a_format_says_what_it_lacks_not_cannot_tell(home, tmp_path):

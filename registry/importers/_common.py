@@ -96,13 +96,13 @@ class ImportBatch:
             try:
                 tagged.append(ModelRecord.from_flat(record.name, {**record.metadata(), **metadata}))
             except ValueError as err:
-                raise InputError(f"--meta: {err}", field="meta") from None
+                raise _meta_error(err) from None
         for name in dict.fromkeys(self.eval_models):
             if name not in listed:
                 try:
                     tagged.append(ModelRecord.from_flat(name, dict(metadata)))
                 except ValueError as err:
-                    raise InputError(f"--meta: {err}", field="meta") from None
+                    raise _meta_error(err) from None
         self.models = tagged
 
     def stored_task_warnings(self, stored_tasks: Mapping[str, str], renamed: Mapping[str, str] | None = None,
@@ -380,3 +380,12 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
         if not isinstance(value, dict):
             raise InputError(f"expected a JSON object, found {type(value).__name__}", file=path, line=number)
         yield number, value
+
+
+def _meta_error(err: ValueError) -> InputError:
+    """The import's metadata (`--meta`) refused, in one line naming the key (not pydantic's dump)."""
+    from registry.records import validation_problem
+
+    key, message = validation_problem(err)
+    named = key is None or key == "extra" or message.startswith(f"{key}=")
+    return InputError(message if named else f"{key}: {message}", field="meta")
