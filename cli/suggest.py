@@ -60,7 +60,7 @@ def suggest_queries(ctx, name, n, task, from_pool, answered, as_json) -> None:
     Chosen under the item table (registry fit-fingerprints) to stand for the stored queries as a whole:
     kernel herding over each query's logit at the pool's mean fingerprint and its spread over the pool,
     hard and easy alike, each pick unlike the earlier ones and the answered queries. P(correct) is shown
-    at the model's own fingerprint (its answers so far), else the pool's. Picks that ask what the pool is
+    at the model's own fingerprint (its answers so far), else its mean over the pool's models. Picks that ask what the pool is
     least sure of fitted worse than random queries (docs/results/onboarding.md)."""
     answers = read_answers(answered) if answered is not None else None
     result = _backend(ctx).suggest_queries(name, n, task=task, from_pool=from_pool, answered=answers)

@@ -991,8 +991,10 @@ class SuggestedQuery(Result):
     gain: float = Field(description="why it was chosen: how far it brings the sample (with the earlier picks and the "
                                     "queries already answered) closer to the stored queries as a whole, its kernel "
                                     "herding score (registry.analytics.suggest)")
-    information: float = Field(description="its Fisher information alone, p(1 - p) ||[F_i, 1]||^2")
-    p_correct: float = Field(description="predicted P(correct) at the basis (the pool's mean for the pool basis)")
+    information: float = Field(description="its Fisher information alone, p(1 - p) ||[F_i, 1]||^2 (for the pool "
+                               "basis: its mean over the pool's fingerprints)")
+    p_correct: float = Field(description="predicted P(correct) at the basis (for the pool basis: the mean over the "
+                             "pool's fingerprints, what a model drawn from the pool gets)")
 
 
 class QuerySuggestions(Result):

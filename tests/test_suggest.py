@@ -124,6 +124,24 @@ def test_representative_picks_cover_easy_and_hard_queries_where_vopt_asks_the_ha
     assert p_pool.mean() - p_pool[vopt.picks].mean() > 0.1  # the designed picks lean to the hard queries
 
 
+@pytest.mark.parametrize("criterion", ["representative", "prediction"])
+def test_for_a_model_from_the_pool_p_correct_is_the_pools_mean_not_the_mean_models(criterion):
+    """The sigmoid at the pool's mean fingerprint is pushed towards 0 or 1: a query 7% of the pool answer read
+    0.01. A model drawn from the pool gets each query right with the pool's mean P(correct)."""
+    table, rng = _world(3, n_queries=300)
+    pool = _models(rng, 30, table.rank)
+    design = design_for(table, table.factors, table.bias, 32, pool_thetas=pool, criterion=criterion)
+    each = table.probabilities(pool, table.factors, table.bias)[:, design.picks]  # (models, picks)
+    np.testing.assert_allclose(design.p_correct, each.mean(0), atol=1e-6)
+    np.testing.assert_allclose(design.information, (each * (1 - each)).mean(0) *
+                               (np.c_[table.factors[design.picks], np.ones(32)] ** 2).sum(1), rtol=1e-5)
+    at_mean = table.probabilities(pool.mean(0)[None], table.factors, table.bias)[0, design.picks]
+    assert np.abs(at_mean - each.mean(0)).max() > 0.1  # what was shown before differs, so this test can tell
+    own = design_for(table, table.factors, table.bias, 32, pool_thetas=pool, theta=pool[0], criterion=criterion)
+    np.testing.assert_allclose(own.p_correct, table.probabilities(pool[:1], table.factors, table.bias)[0, own.picks],
+                               atol=1e-6)  # at a model's own fingerprint: its own P(correct)
+
+
 def test_representative_picks_are_nested_continue_from_answers_and_are_the_pools():
     table, rng = _world(5, n_queries=400)
     pool = _models(rng, 30, table.rank)

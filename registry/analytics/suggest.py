@@ -224,8 +224,7 @@ def design_for(table: "ItemTable", factors: np.ndarray, bias: np.ndarray, n: int
 
         done = place(*answered) if answered is not None and len(answered[0]) else None
         picks, gains = representative_design(place(factors, bias), place(fp, bp), n, answered=done)
-        p = _sigmoid(x[picks] @ basis + bias[picks])
-        return Design(picks=picks, gains=gains, information=p * (1 - p) * (x[picks] ** 2).sum(1), p_correct=p)
+        return _design(picks, gains, x, bias, basis, pool_thetas if theta is None else None)
     if answered is not None and len(answered[0]):
         xa = np.concatenate([np.asarray(answered[0], np.float64), np.ones((len(answered[0]), 1))], 1)
         pa = _sigmoid(xa @ basis + np.asarray(answered[1], np.float64))
@@ -238,8 +237,18 @@ def design_for(table: "ItemTable", factors: np.ndarray, bias: np.ndarray, n: int
         a = (xp * (pp * (1 - pp))[:, None]).T @ xp / max(len(xp), 1)
     mu = x @ basis + bias
     picks, gains = greedy_design(x, mu, covariance, n, population=a)
-    p = _sigmoid(mu[picks])
-    return Design(picks=picks, gains=gains, information=p * (1 - p) * (x[picks] ** 2).sum(1), p_correct=p)
+    return _design(picks, gains, x, bias, basis, pool_thetas if theta is None else None)
+
+
+def _design(picks: np.ndarray, gains: np.ndarray, x: np.ndarray, bias: np.ndarray, basis: np.ndarray,
+            pool_thetas: np.ndarray | None) -> Design:
+    """The picks with their P(correct) and information: at `basis` (a model's fingerprint), or, for a model
+    drawn from the pool (`pool_thetas`), their mean over the pool's fingerprints. The sigmoid at the pool's mean
+    fingerprint is not that: it is pushed towards 0 or 1 (a query 7% of the pool get right read 0.01)."""
+    logits = x[picks] @ (basis[:, None] if pool_thetas is None else np.asarray(pool_thetas, np.float64).T)
+    p = _sigmoid(logits + bias[picks][:, None])  # (picks, 1 or pool models)
+    return Design(picks=picks, gains=gains, information=(p * (1 - p)).mean(1) * (x[picks] ** 2).sum(1),
+                  p_correct=p.mean(1))
 
 
 def check_n(n) -> int:
