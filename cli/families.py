@@ -117,24 +117,31 @@ def _echo_compare(result, top: int) -> None:
                    f"(both right {g.both_correct}, only A {g.only_a}, only B {g.only_b}, "
                    f"both wrong {g.both_wrong})")
     o = result.overall
+    tested = (f"on the {o.shared_n} shared queries A-B {100 * o.shared_difference:+.1f} points, z {o.z:+.2f}, "
+              f"p {o.p_value:.2g}" if o.test == "paired" else
+              f"no overall test: {o.shared_n} shared queries, fewer than 10 (the tasks' rows test task by task)")
     click.echo(f"overall accuracy: A {_pct(o.a_accuracy).strip()}% ({o.a_n}), "
-               f"B {_pct(o.b_accuracy).strip()}% ({o.b_n}); z {o.z:+.2f}, p {o.p_value:.2g}")
+               f"B {_pct(o.b_accuracy).strip()}% ({o.b_n}); {tested}")
     rows = result.tasks
     width = max([len("task")] + [len(r.task or "(none)") for r in rows[:top]])
     predicted = result.predicted_from is not None
-    head = f"{'task':<{width}}  {'A %':>6} {'n':>5}  {'B %':>6} {'n':>5}  {'A-B':>6}  {'z':>6}  {'p (Holm)':>9}"
+    head = (f"{'task':<{width}}  {'A %':>6} {'n':>5}  {'B %':>6} {'n':>5}  {'A-B':>6}  {'shared':>6} {'A-B':>6}  "
+            f"{'z':>6}  {'p (Holm)':>9}")
     click.echo(head + ("   pred A  pred B" if predicted else ""))
     for r in rows[:top]:
         diff = "-" if r.difference is None else f"{100 * r.difference:+.1f}"
-        line = (f"{r.task or '(none)':<{width}}  {_pct(r.a_accuracy):>6} {r.a_n:>5}  "
-                f"{_pct(r.b_accuracy):>6} {r.b_n:>5}  {diff:>6}  {r.z:>+6.2f}  {r.p_adjusted:>9.2g}")
+        on_shared = "-" if r.shared_difference is None else f"{100 * r.shared_difference:+.1f}"
+        z, p = ("-", "-") if r.z is None else (f"{r.z:+.2f}", f"{r.p_adjusted:.2g}")
+        line = (f"{r.task or '(none)':<{width}}  {_pct(r.a_accuracy):>6} {r.a_n:>5}  {_pct(r.b_accuracy):>6} {r.b_n:>5}  "
+                f"{diff:>6}  {r.shared_n:>6} {on_shared:>6}  {z:>6}  {p:>9}")
         if predicted:
             line += f"   {_pct(r.a_predicted):>6}  {_pct(r.b_predicted):>6}"
         click.echo(line)
     if len(rows) > top:
         click.echo(f"... {len(rows) - top} more tasks (--top {len(rows)} or --json)")
-    click.echo("A-B in points; tests paired on shared queries (McNemar for 0/1 scores); pred: mean predicted "
-               "P(correct) from the embeddings" if predicted else "A-B in points; tests paired on shared queries")
+    click.echo("A-B in points, over all of each one's evaluations, then over the shared queries, where the test is "
+               "paired (McNemar for 0/1 scores; fewer than 10 shared: unpaired; '-': one has none in the task)"
+               + ("; pred: mean predicted P(correct) from the embeddings" if predicted else ""))
 
 
 COMMANDS: list[click.Command] = [clusters, map_, compare]

@@ -752,13 +752,17 @@ class TaskComparison(Result):
     a_n: int
     b_n: int
     shared_n: int
-    difference: float | None = Field(description="a_accuracy - b_accuracy")
-    test: Literal["paired", "two-proportion"]
-    shared_difference: float | None
+    difference: float | None = Field(description="a_accuracy - b_accuracy, each over all its evaluations")
+    test: Literal["paired", "two-proportion", "none"] = Field(
+        description="paired: on the shared queries (the difference tested is shared_difference); two-proportion: "
+                    "unpaired over each one's evaluations of the task; none: untested (one of them has no evaluation "
+                    "in the task; overall: fewer than 10 shared queries)")
+    shared_difference: float | None = Field(description="a - b on the shared queries, for a paired test")
     disagreement_rate: float | None
-    z: float
-    p_value: float
-    p_adjusted: float | None = Field(None, description="Holm over tasks (None for the overall row)")
+    z: float | None = Field(description="None when untested")
+    p_value: float | None = Field(description="None when untested")
+    p_adjusted: float | None = Field(None, description="Holm over the tasks tested (None for the overall row and "
+                                                       "an untested task)")
     a_predicted: float | None = None
     b_predicted: float | None = None
 

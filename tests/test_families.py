@@ -253,6 +253,37 @@ def test_compare_accuracies_are_the_stored_evaluations(reg):
     assert g.both_correct + g.only_a + g.only_b + g.both_wrong == g.shared_queries > 0
 
 
+def test_compare_leaves_untestable_tasks_out_of_holm_and_tests_overall_only_on_shared_queries(trained_home, tmp_path):
+    """A task one model never answered was "tested" (z 0, p 1) and counted in Holm, inflating the others' p; the
+    overall test was unpaired over different tasks when the two shared few queries."""
+    home = shutil.copytree(trained_home, tmp_path / "home")
+    reg = Registry.open(home, create=False)
+    queries = reg.store.read("queries").to_pylist()
+    math_ids = [q["query_id"] for q in queries if q["task"] == "math"]
+    own = {r["query_id"]: r["score"] for r in reg.store.read("evaluations").to_pylist() if r["model"] == "syn-synfam0-1b"}
+    shared = [q for q in math_ids if q in own][:12]
+    reg.add_model("math-only", [{"query_id": q, "score": 1.0 - own[q]} for q in shared])  # disagrees on all 12
+    result = reg.compare("syn-synfam0-1b", "math-only")
+    rows = {t.task: t for t in result.tasks}
+    assert rows["math"].test == "paired" and rows["math"].shared_n == 12
+    assert rows["math"].p_adjusted == pytest.approx(rows["math"].p_value)  # the only test: Holm leaves it
+    for task in ("law", "biology", "code"):
+        assert (rows[task].test, rows[task].z, rows[task].p_value, rows[task].p_adjusted) == ("none", None, None, None)
+    assert result.overall.test == "paired" and result.overall.shared_difference is not None
+    out = run_cli(home, "compare", "syn-synfam0-1b", "math-only")
+    assert out.exit_code == 0, out.output
+    assert "on the 12 shared queries A-B" in out.output
+    law = next(line for line in out.output.splitlines() if line.startswith("law "))
+    assert law.split()[8:10] == ["-", "-"], law  # z and p: untested
+
+    other = [q for q in math_ids if q not in shared][:5]
+    reg.add_model("few-shared", [{"query_id": q, "score": 1.0} for q in other])
+    few = reg.compare("math-only", "few-shared")
+    assert few.overall.shared_n < 10 and (few.overall.test, few.overall.z, few.overall.p_value) == ("none", None, None)
+    out = run_cli(home, "compare", "math-only", "few-shared")
+    assert out.exit_code == 0 and "no overall test: " in out.output, out.output
+
+
 def test_compare_refuses_unknown_names_and_a_model_with_itself(reg):
     with pytest.raises(NotFoundError, match="closest: syn-synfam0-1b"):
         reg.compare("syn-synfam0-1B", "syn-synfam2-13b")

@@ -5,7 +5,10 @@ accuracies over all their stored evaluations, and a test of the difference. Wher
 queries in a task (the usual case) the test is paired on those shared queries: z = sum(d) /
 sqrt(sum(d^2)) with d = score_a - score_b per query, which for 0/1 scores is McNemar's test and
 for partial-credit scores its sign-flip analogue; with fewer than 10 shared queries it is the
-unpaired two-proportion z-test. p-values are two-sided, with Holm's adjustment over the tasks.
+unpaired two-proportion z-test; a task one of the two has no evaluation in is untested. p-values are
+two-sided, with Holm's adjustment over the tasks tested. The overall row's test is the paired one on every
+shared query, and there is none with fewer than 10 of them: unpaired over all evaluations it would weigh
+one model's tasks against another's (the tasks' rows test task by task).
 Predicted accuracies come from the embeddings: the mean predicted P(correct) over the task's
 stored queries.
 """
@@ -115,7 +118,7 @@ def _predicted(store: "Store", models, za: np.ndarray, zb: np.ndarray, queries) 
     return out, None
 
 
-def _task_row(task, sa: dict[str, float], sb: dict[str, float]) -> dict[str, Any]:
+def _task_row(task, sa: dict[str, float], sb: dict[str, float], *, unpaired: bool = True) -> dict[str, Any]:
     va, vb = np.array(list(sa.values())), np.array(list(sb.values()))
     shared = sorted(set(sa) & set(sb))
     acc_a = float(va.mean()) if len(va) else None
@@ -128,9 +131,12 @@ def _task_row(task, sa: dict[str, float], sb: dict[str, float]) -> dict[str, Any
         z, p = paired_test(pa_, pb_)
         row.update(test="paired", shared_difference=float(pa_.mean() - pb_.mean()),
                    disagreement_rate=float(np.abs(pa_ - pb_).mean()))
-    else:
-        z, p = two_proportion_test(acc_a or 0.0, len(va), acc_b or 0.0, len(vb))
+    elif unpaired and len(va) and len(vb):
+        z, p = two_proportion_test(acc_a, len(va), acc_b, len(vb))
         row.update(test="two-proportion", shared_difference=None, disagreement_rate=None)
+    else:
+        z, p = None, None
+        row.update(test="none", shared_difference=None, disagreement_rate=None)
     row.update(z=z, p_value=p)
     return row
 
@@ -205,9 +211,10 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
         sa = {q: s for q, s in scores[a].items() if (task_of.get(q) or "") == task}
         sb = {q: s for q, s in scores[b].items() if (task_of.get(q) or "") == task}
         rows.append(_task_row(task, sa, sb))
-    for row, adj in zip(rows, holm([r["p_value"] for r in rows])):
+    tested = [row for row in rows if row["p_value"] is not None]
+    for row, adj in zip(tested, holm([r["p_value"] for r in tested])):
         row["p_adjusted"] = adj
-    overall = _task_row("(all)", scores[a], scores[b])
+    overall = _task_row("(all)", scores[a], scores[b], unpaired=False)
     predicted, note = _predicted(store, models, za, zb, queries)
     for row in rows:
         got = predicted.get(row["task"])
@@ -228,6 +235,7 @@ def compare(store: "Store", a: str, b: str, *, by: str | None = None) -> "Compar
             "rank_of_b_among_a_neighbours": rank_b, "rank_of_a_among_b_neighbours": rank_a,
             "n_neighbours": n_neighbours, "overall": overall, "tasks": rows, "agreement": agreement,
             "test": ("paired on shared queries (McNemar for 0/1 scores) where a task has 10+ of them, else the "
-                     "two-proportion z-test; two-sided p, p_adjusted by Holm over tasks"),
+                     "two-proportion z-test, none where one model has no evaluation in the task; two-sided p, "
+                     "p_adjusted by Holm over the tasks tested; overall: paired on the shared queries (10+), else none"),
             "predicted_from": "mean predicted P(correct) over each task's stored queries" if predicted else None,
             "predicted_note": note})
