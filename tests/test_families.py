@@ -69,6 +69,28 @@ def test_obvious_groups_are_found_by_every_linkage(linkage):
     assert [c for i, c in enumerate(seen) if i == 0 or c != seen[i - 1]] == [1, 2, 3]
 
 
+def test_ward_reads_a_euclidean_distance_as_it_is_and_others_as_sqrt_2d():
+    from scipy.cluster import hierarchy
+    from scipy.spatial.distance import pdist, squareform
+
+    points = np.array([[0.0, 0.0], [0.0, 1.0], [5.0, 0.0], [5.0, 1.5], [9.0, 9.0]])
+    d = squareform(pdist(points))
+    own = cluster_distances(d, linkage="ward", euclidean=True)["Z"]
+    np.testing.assert_allclose(own[:, 2], hierarchy.linkage(points, method="ward")[:, 2])  # scipy on the points
+    cosine_like = cluster_distances(d, linkage="ward")["Z"]
+    np.testing.assert_allclose(cosine_like[:, 2], hierarchy.linkage(squareform(np.sqrt(2 * d)), method="ward")[:, 2])
+
+
+def test_ward_by_behaviour_says_its_heights_are_of_sqrt_2d(trained_home):
+    out = run_cli(trained_home, "clusters", "--by", "fingerprint", "--linkage", "ward", "--json")
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["metric"] == "behaviour" and result["heights"].startswith("sqrt(2 x behaviour distance")
+    complete = json.loads(run_cli(trained_home, "clusters", "--by", "fingerprint", "--json").output)
+    assert complete["heights"].startswith("behaviour distance")
+    assert max(m["height"] for m in complete["merges"]) <= 1.0
+
+
 def test_a_given_k_cuts_the_tree_there():
     z, _ = three_groups()
     tree = cluster_distances(cosine_distances(z), k=2)

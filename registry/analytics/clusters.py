@@ -120,8 +120,11 @@ def _structure(score: float) -> str:
     return "none"
 
 
-def cluster_distances(d: np.ndarray, *, linkage: str = DEFAULT_LINKAGE, k: int | None = None) -> dict[str, Any]:
-    """Hierarchical clustering of an (n, n) distance matrix.
+def cluster_distances(d: np.ndarray, *, linkage: str = DEFAULT_LINKAGE, k: int | None = None,
+                      euclidean: bool = False) -> dict[str, Any]:
+    """Hierarchical clustering of an (n, n) distance matrix. `euclidean`: `d` is a Euclidean distance
+    already, which ward reads as it is; else ward reads sqrt(2 d) (for a cosine distance of unit vectors,
+    their Euclidean distance; for a disagreement rate of 0/1 answers, their scaled Euclidean distance).
 
     Returns the scipy linkage matrix `Z`, the cut `labels` (cluster ids 1..K numbered in dendrogram
     leaf order), `k`, the leaf `order`, `silhouette` (mean, and per k tried), the `cut_height` between
@@ -137,7 +140,7 @@ def cluster_distances(d: np.ndarray, *, linkage: str = DEFAULT_LINKAGE, k: int |
     if n < MIN_MODELS:
         raise RegistryError(f"clustering needs at least {MIN_MODELS} models, got {n}")
     # ward is defined for Euclidean distances: on unit vectors sqrt(2 * cosine) is that distance.
-    tree_d = np.sqrt(2.0 * np.maximum(d, 0.0)) if linkage == "ward" else d
+    tree_d = np.sqrt(2.0 * np.maximum(d, 0.0)) if linkage == "ward" and not euclidean else d
     condensed = squareform(tree_d, checks=False)
     z = hierarchy.linkage(condensed, method=linkage)
     coph = float(hierarchy.cophenet(z, condensed)[0]) if np.ptp(condensed) > 0 else None  # all distances equal
@@ -241,7 +244,7 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
     # fingerprints: by behaviour (how often two models' answers disagree); the identity distance ranks by
     # confident answers and misses families (docs/results/scorecard.md, "clusters vs family")
     d, metric = fingerprint_distances(store, names, z) if by == "fingerprint" else (cosine_distances(z), "cosine")
-    tree = cluster_distances(d, linkage=linkage, k=k)
+    tree = cluster_distances(d, linkage=linkage, k=k, euclidean=metric == "euclidean")
     labels = tree["labels"]
     families = [records[n].family for n in names]
     order = tree["order"]
@@ -264,6 +267,8 @@ def clusters(store: "Store", *, where: str | None = None, plot=None, linkage: st
         heights = ("behaviour distance: the expected disagreement of the two models' stored behaviour vectors over "
                    "each one's probe queries, the mean of both directions (more models than "
                    f"{ANSWER_MATRIX_MAX}: the index's vectors, not every model's answers)")
+    if linkage == "ward" and metric == "behaviour":  # ward's merge heights are of sqrt(2 d), not of d
+        heights = f"sqrt(2 x {heights.replace(' (1: no task in common)', '')}), ward's Euclidean form"
     result: dict[str, Any] = {
         "n_models": len(names), "by": by, "metric": metric, "linkage": linkage, "heights": heights,
         "k": tree["k"],
