@@ -136,12 +136,14 @@ class ModelIndex:
 
     def search(self, query: np.ndarray, k: int, *, metric: str = "cosine",
                allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
-        """Up to k (row into `names`, distance), nearest first; `allowed` restricts to these rows."""
-        return self._index.search(query, k, metric=metric, allowed=allowed)
+        """Up to k (row into `names`, distance), nearest first (equal distances by name); `allowed` restricts to
+        these rows."""
+        return self._exact_order(query, self._index.search(query, k, metric=metric, allowed=allowed), metric)
 
     def search_many(self, queries: np.ndarray, k: int, *, metric: str = "cosine") -> list[list[tuple[int, float]]]:
         """`search` for each row of `queries`, in one call, over the whole index."""
-        return self._index.search_many(queries, k, metric=metric)
+        return [self._exact_order(q, hits, metric)
+                for q, hits in zip(np.atleast_2d(queries), self._index.search_many(queries, k, metric=metric))]
 
     def neighbours(self, query: str | np.ndarray, k: int, *, metric: str = "cosine",
                    allowed: np.ndarray | None = None) -> list[tuple[str, float]]:
@@ -166,6 +168,24 @@ class ModelIndex:
         extra = 1 if own is not None and allowed is None else 0
         hits = self.search(vector, k + extra, metric=metric, allowed=allowed)
         return [(self.names[row], dist) for row, dist in hits if self.names[row] != own][:k]
+
+    def _exact_order(self, vector: np.ndarray, hits: list[tuple[int, float]], metric: str) -> list[tuple[int, float]]:
+        """The hits with their distances in float64, nearest first and equal distances by name. FAISS computes in
+        float32, where two exact copies of a model and a model 3e-9 away all read 0 and came in any order (a
+        different model between the copies); an approximate (HNSW) index's distances are approximate too."""
+        if not hits:
+            return hits
+        rows = np.array([row for row, _ in hits])
+        x, q = self.vectors[rows].astype(np.float64), np.asarray(vector, np.float64)
+        if metric == "cosine":
+            norms = np.maximum(np.linalg.norm(x, axis=1) * np.linalg.norm(q), 1e-12)
+            exact = np.maximum(1.0 - x @ q / norms, 0.0)
+        elif metric == INNER:
+            exact = -(x @ q)
+        else:
+            exact = np.linalg.norm(x - q, axis=1)
+        order = sorted(range(len(rows)), key=lambda i: (exact[i], self.names[rows[i]]))
+        return [(int(rows[i]), float(exact[i])) for i in order]
 
     def refuse_mixed(self) -> "ModelIndex":
         """This index, unless the table holds vectors from more than one encoder (not comparable).

@@ -228,3 +228,25 @@ def _write_models(store, rows: list[dict]) -> None:
     added = datetime(2026, 1, 1, tzinfo=timezone.utc)
     with store.transaction():
         store.upsert(MODELS, [{"added": added, **r} for r in rows], MODEL_SCHEMA, "name")
+
+
+def test_model_neighbours_order_by_exact_distance_then_name_where_float32_ties(tmp_path):
+    """Two exact copies of a model and another model 3e-9 away in cosine distance all read 0 in FAISS's float32:
+    the other model came between the copies. Distances are taken again in float64, and exact ties go by name."""
+    from indexing.model_index import ModelIndex
+    from indexing.model_rows import ModelRows
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=64).astype(np.float32)
+    base /= np.linalg.norm(base)
+    near = base.copy()
+    near[:2] += np.float32(4e-5) * np.array([1, -1], np.float32)  # a cosine distance of about 1e-9 to 1e-8
+    names = ["query", "zz-copy", "mid-near", "aa-copy", "far"]
+    vectors = np.stack([base, base, near, base, rng.normal(size=64).astype(np.float32)])
+    index = ModelIndex(home=tmp_path, encoder_id="e", rows=ModelRows(names, {"n_evals": [10] * 5}), encoders_seen={"e"},
+                       _index=VectorIndex.build("e", names, vectors, table_version=1, kind="flat"))
+    found = index.neighbours("query", 3, metric="cosine")
+    assert [name for name, _ in found] == ["aa-copy", "zz-copy", "mid-near"], found
+    assert found[0][1] == found[1][1] < 1e-12 < found[2][1] < 1e-7
+    by_row = index.search(base, 4, metric="euclidean")
+    assert [names[row] for row, _ in by_row] == ["aa-copy", "query", "zz-copy", "mid-near"]
