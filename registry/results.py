@@ -612,7 +612,10 @@ class PortfolioResult(Result):
     random_below_fraction: float | None = Field(description="share of random subsets routing strictly worse")
     random_draws: int
     random_mean_size: float
-    random_mean_params_b: float
+    random_mean_params_b: float = Field(description="mean total params_b of the random subsets (a model of "
+                                        "unknown size counted as 0)")
+    random_mean_params_b_is_lower_bound: bool = Field(False, description="some random subset held a model of "
+                                                                         "unknown size")
     seed: int
     coverage: float = Field(description="facility-location coverage J(S) / pool size, in [0, 1]")
     kernel: Kernel

@@ -360,6 +360,7 @@ def test_models_without_params_under_a_budget(extended):
     assert kept.excluded_unknown_params == [] and kept.pool_size == result.pool_size + 1
     assert "no-size" in kept.models  # it costs nothing against the budget and adds coverage
     assert kept.total_params_b_is_lower_bound and kept.total_params_b <= 200
+    assert kept.random_mean_params_b_is_lower_bound and not result.random_mean_params_b_is_lower_bound
     with pytest.raises(RegistryError, match="lacks params_b"):
         extended.portfolio(budget_b=200, method="greedy-budget", where="name == no-size")
     counted = extended.portfolio(k=2, where="family == mystery")  # count methods ignore sizes

@@ -245,7 +245,7 @@ def answer_coverage(answers: np.ndarray, chosen: Sequence[int]) -> float | None:
     """A(S): the mean over the rows of the best score of a chosen column (None without rows)."""
     if not len(answers):
         return None
-    return float(np.asarray(answers)[:, list(chosen)].max(axis=1).mean())
+    return float(np.asarray(answers)[:, list(chosen)].max(axis=1).astype(np.float64).mean())
 
 
 def random_feasible(costs: np.ndarray, budget: float, rng: np.random.Generator) -> list[int]:
@@ -506,6 +506,8 @@ class PortfolioSpace:
             "random_draws": int(random_draws),
             "random_mean_size": float(np.mean([len(s) for s in randoms])),
             "random_mean_params_b": float(np.mean([costs[s].sum() for s in randoms])),
+            # a model of unknown size costs 0 in `costs`: a draw that holds one sums to less than it weighs
+            "random_mean_params_b_is_lower_bound": any(self.params_b[j] is None for s in randoms for j in s),
             "seed": seed,
             "coverage": coverage(self.sim, chosen) / self.size,
             "by": self.by,
