@@ -133,16 +133,16 @@ def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     """The registry a command that can go through the service talks to: a `RegistryClient` when
     `--server` (or $LOCUS_SERVER) names one, else the local home (same methods, same results).
 
-    `names` (given by `route`: the model names it was passed) also lets a `registry serve` already
-    running for this home answer, said on stderr: it has LOCUS and the encoders loaded, where this
-    process would spend seconds importing torch (and sentence-transformers for a new text) and loading
-    them."""
+    `names` (given by `route`: the model names it was passed, aliases included, which the service
+    resolves as the library does) also lets a `registry serve` already running for this home answer,
+    said on stderr: it has LOCUS and the encoders loaded, where this process would spend seconds
+    importing torch (and sentence-transformers for a new text) and loading them."""
     client = _server(ctx)
     if client is not None:
         return client
     server = ctx.obj.get("server")
     if names is not None and server != NO_SERVER:
-        url = _local_service(ctx.obj.get("home"), names)
+        url = _local_service(ctx.obj.get("home"))
         if url is not None:
             from registry.client import RegistryClient
 
@@ -152,10 +152,9 @@ def _backend(ctx: click.Context, *, names: tuple[str, ...] | None = None):
     return _registry(ctx, create=False)
 
 
-def _local_service(home, names: tuple[str, ...]) -> str | None:
+def _local_service(home) -> str | None:
     """The URL of a live `registry serve` of this (local) home, from the endpoint file it writes while
-    it listens; None when there is none, it is gone (a stale file), it serves another home, or a name
-    is an alias (the service resolves no aliases yet: the local answer is the documented one)."""
+    it listens; None when there is none, it is gone (a stale file) or it serves another home."""
     import json
     import os
 
@@ -169,10 +168,6 @@ def _local_service(home, names: tuple[str, ...]) -> str | None:
         url, pid = str(endpoint["url"]), int(endpoint["pid"])
         os.kill(pid, 0)  # raises when that process is gone
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    from registry.catalog.aliases import read_aliases
-
-    if set(names) & set(read_aliases(home)):
         return None
     import httpx
 

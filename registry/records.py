@@ -16,12 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from registry.limits import (DEFAULT_TASK, LONE_SURROGATE, MAX_ENDPOINT_CHARS, MAX_METADATA_TEXT_CHARS, MAX_NAME_CHARS,
                              first_unprintable, lone_surrogate)
 
-__all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "validation_problem"]
+__all__ = ["Query", "Evaluation", "ModelRecord", "METADATA_FIELDS", "MAX_METADATA_KEYS", "validation_problem"]
 
 # Typed metadata columns of the models table; anything else goes to ModelRecord.extra.
 METADATA_FIELDS = ("family", "params_b", "provider", "endpoint", "licence", "access", "tags")
 # Columns a model has besides its metadata (the table's, the filters'): no metadata key takes these names.
 RESERVED_KEYS = ("name", "version", "n_evals", "accuracy")
+# Metadata keys of one model: a record is a row of every table, filter and legend that shows it, and real
+# records hold a dozen; a typed field left empty (None, "", no tags) is no key
+MAX_METADATA_KEYS = 64
 
 
 class Query(BaseModel):
@@ -178,6 +181,13 @@ class ModelRecord(BaseModel):
     def from_flat(cls, name: str, fields: dict[str, Any]) -> "ModelRecord":
         """Build from a flat mapping (a CSV row, `--meta k=v` pairs): typed fields are parsed,
         every other key lands in `extra`. Empty strings mean "unknown"."""
+        # counted here, where metadata comes in (the CLI, imports, uploads and inline adds over HTTP all build
+        # their record here); a typed field that is empty is not counted, so a record's own metadata() (every
+        # typed field, set or not) merged with more counts what the record holds
+        keys = [k for k, v in fields.items() if k not in METADATA_FIELDS or not _unset(v)]
+        if len(keys) > MAX_METADATA_KEYS:
+            raise ValueError(f"metadata of {len(keys)} keys; the limit is {MAX_METADATA_KEYS} (a typed field left "
+                             "empty is not counted)")
         typed: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for key, raw in fields.items():
@@ -229,6 +239,11 @@ class ModelRecord(BaseModel):
         flat = self.model_dump(exclude={"name", "extra"})
         flat.update(self.extra)
         return flat
+
+
+def _unset(value: Any) -> bool:
+    """Whether a typed field's value leaves it unknown: None, blank text, no tags."""
+    return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
 
 
 def _metadata_chars_limit(key: str) -> int:

@@ -10,8 +10,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WrapValidator, field_validator, model_validator
 
+from registry.analytics.search import BY, BY_ALIASES
 from registry.evidence import MIN_EVALS
 from registry.limits import MAX_EVALS_PER_MODEL
+from registry.records import MAX_METADATA_KEYS
 from registry.results import ErrorDetail, ModelChange, RouteDecision
 from registry.service.settings import Limits
 
@@ -22,6 +24,10 @@ MaxEvals = Field(default=None, ge=1, le=MAX_EVALS_PER_MODEL,
 Where = Field(default=None, max_length=LIMITS.max_where_chars,
               description="metadata filter, e.g. 'access == open and params_b <= 70'")
 Scalar = str | float | int | bool | None
+# The `by` values every endpoint takes: the library's (registry.analytics.search), its old names included
+BY_VALUES = (*BY, *BY_ALIASES)
+By = Literal[BY_VALUES]  # a body's field
+BY_PATTERN = f"^({'|'.join(BY_VALUES)})$"  # a query parameter's
 
 
 def _one_metadata_value(value, handler):
@@ -99,7 +105,10 @@ class AddModelRequest(_Strict):
 
     name: str = Name
     evaluations: list[EvaluationIn] = Field(min_length=1, max_length=LIMITS.max_evaluations)
-    metadata: dict[str, MetadataValue] = Field(default_factory=dict, max_length=64)
+    # the key count is the library's check (registry.records, MAX_METADATA_KEYS), run by the route as on
+    # every write path (an upload's metadata, the CLI's --meta), not a schema limit of this body alone
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict,
+                                               description=f"at most {MAX_METADATA_KEYS} keys (docs/cli.md, Limits)")
     replace: bool = False
     max_evals: int | None = MaxEvals
     wait: bool = Field(default=True, description="wait for the embedding job and answer with its result")
@@ -131,7 +140,7 @@ class RouteRequest(_Strict):
     exclude: list[str] = Field(default_factory=list, max_length=LIMITS.max_k)
     where: str | None = Where
     fallback: int = Field(default=3, ge=0, le=LIMITS.max_k)
-    by: Literal["locus", "fingerprint", "embedding", "behaviour"] | None = Field(
+    by: By | None = Field(
         default=None, description="the index the fallbacks come from (default: fingerprint when the top model "
                                   "has one, else locus); the ranking is always LOCUS")
     min_evals: int = Field(default=MIN_EVALS, ge=0, le=2**31 - 1,
@@ -180,7 +189,7 @@ class ProfileRequest(_Strict):
     evals: int = Field(default=512, ge=1, le=LIMITS.max_evaluations)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     where: str | None = Where
-    by: Literal["locus", "fingerprint", "embedding", "behaviour", "behavior"] | None = None
+    by: By | None = None
 
     @field_validator("targets")
     @classmethod

@@ -28,6 +28,7 @@ from registry.evidence import MIN_EVALS
 from registry.results import Alias, ClustersResult, Comparison, ErrorResponse
 from registry.service.deps import AliasName, Name
 from registry.service.json_body import UniqueKeysRoute
+from registry.service.schemas import BY_PATTERN
 
 __all__ = ["web_router", "CSP", "PAGES"]
 
@@ -185,7 +186,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     @router.get("/v1/map", response_model=browse.MapView, responses=_ERRORS, tags=["analytics"])
     def map_points(color_by: str | None = Query(default=None, max_length=limits.max_name_chars),
                    where: str | None = Query(default=None, max_length=limits.max_where_chars),
-                   by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$")):
+                   by: str | None = Query(default=None, pattern=BY_PATTERN)):
         """Every embedded model as a point of `registry map`'s projection, with its colour field's value."""
         return cached(("map", color_by or None, where or None, by),
                       lambda: browse.map_view(reader.store, color_by=color_by or None, where=where or None, by=by))
@@ -195,7 +196,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
                  linkage: str = Query(default=CLUSTER_LINKAGE, pattern="^(average|complete|single|ward)$"),
                  k: int | None = Query(default=None, ge=1, le=limits.max_k,
                                        description="cut into this many clusters (default: the mean-silhouette maximum)"),
-                 by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$"),
+                 by: str | None = Query(default=None, pattern=BY_PATTERN),
                  min_evals: int = Query(default=MIN_EVALS, ge=0, le=2**31 - 1,
                                         description="models embedded from fewer evaluations are left out (0: none)")):
         """Model families: hierarchical clusters of the models (`registry clusters`, without the figure)."""
@@ -205,7 +206,7 @@ def web_router(settings, *, reader, state, write: list) -> APIRouter:
     @router.get("/v1/compare", response_model=Comparison, responses=_ERRORS, tags=["analytics"])
     def compare(a: str = Query(min_length=1, max_length=limits.max_name_chars),
                 b: str = Query(min_length=1, max_length=limits.max_name_chars),
-                by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$")):
+                by: str | None = Query(default=None, pattern=BY_PATTERN)):
         """Two models task by task with the paired tests, as `registry compare`."""
         return cached(("compare", reader.resolve(a), reader.resolve(b), by), lambda: reader.compare(a, b, by=by))
 

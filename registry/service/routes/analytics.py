@@ -10,12 +10,17 @@ from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS
 from registry.service import schemas as s
 from registry.service.deps import WRITE, Name, Reader, State
 from registry.service.errors import ERRORS
-from registry.service.schemas import LIMITS
+from registry.service.schemas import BY_PATTERN, LIMITS
 from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router"]
 
 router = APIRouter(route_class=UniqueKeysRoute)
+# the drift parameters, checked alike by the read of one model and the CI run over every refined one
+Alpha = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0)
+MaxNoise = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0)
+Permutations = Query(default=DRIFT_PERMUTATIONS, ge=19, le=9999)
+Seed = Query(default=0, ge=0, le=2**31 - 1)
 
 
 @router.get("/v1/audit", response_model=r.AuditReport, responses=ERRORS, tags=["audit"])
@@ -25,7 +30,7 @@ def audit(reader: Reader,
           k: int = Query(default=10, ge=1, le=1000),
           alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
           max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0),
-          by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+          by: str | None = Query(default=None, pattern=BY_PATTERN,
                                  description="the index proposing candidates (default: both)")):
     """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
     call), judged against the pool's cached calibration."""
@@ -48,7 +53,7 @@ def portfolio(reader: Reader,
               seed: int = Query(default=0, ge=0, le=2**31 - 1),
               random_draws: int = Query(default=200, ge=1, le=LIMITS.max_random_draws,
                                         description="random subsets the portfolio is compared with"),
-              by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour|behavior)$")):
+              by: str | None = Query(default=None, pattern=BY_PATTERN)):
     """A small set of models that covers the pool, with routing accuracies."""
     return reader.portfolio(k=k, budget_b=budget_b, method=method, where=where,
                             include_unknown_params=include_unknown_params, seed=seed, random_draws=random_draws,
@@ -57,20 +62,16 @@ def portfolio(reader: Reader,
 
 # drift (issue 26): a read per model; the CI run writes its marker, so it needs the token
 @router.get("/v1/models/{name}/drift", response_model=r.DriftReport, responses=ERRORS, tags=["audit"])
-def drift(name: Name, reader: Reader,
-          alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
-          max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0),
-          permutations: int = Query(default=DRIFT_PERMUTATIONS, ge=19, le=9999),
-          seed: int = Query(default=0, ge=0, le=2**31 - 1)):
+def drift(name: Name, reader: Reader, alpha: float = Alpha, max_noise: float = MaxNoise,
+          permutations: int = Permutations, seed: int = Seed):
     """Whether the model's newest version behaves like its earlier ones (registry drift NAME)."""
     return reader.drift(name, alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
 
 
 @router.post("/v1/drift/run", dependencies=WRITE, response_model=r.DriftRun, responses=ERRORS, tags=["audit"])
-def drift_run(reader: Reader, state: State,
-              alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
-              max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0)):
+def drift_run(reader: Reader, state: State, alpha: float = Alpha, max_noise: float = MaxNoise,
+              permutations: int = Permutations, seed: int = Seed):
     """Drift of every model given a version since the last run (registry audit --drift); keeps the new marker."""
-    run = reader.drift_refined(alpha=alpha, max_noise=max_noise)
+    run = reader.drift_refined(alpha=alpha, max_noise=max_noise, permutations=permutations, seed=seed)
     state.note_written()
     return run

@@ -10,7 +10,7 @@ from registry.evidence import MIN_EVALS
 from registry.service import schemas as s
 from registry.service.deps import State
 from registry.service.errors import ERRORS
-from registry.service.schemas import LIMITS
+from registry.service.schemas import BY_PATTERN, LIMITS
 from registry.service.json_body import UniqueKeysRoute
 
 __all__ = ["router"]
@@ -25,9 +25,9 @@ def similar(state: State,
             metric: str | None = Query(default=None, pattern="^(cosine|euclidean)$",
                                        description="default: cosine for locus, euclidean for fingerprint"),
             where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
-            by: str | None = Query(default=None, pattern="^(locus|fingerprint|embedding|behaviour)$",
+            by: str | None = Query(default=None, pattern=BY_PATTERN,
                                    description="the vector searched (default: fingerprint when NAME has "
-                                               "one, else locus; embedding/behaviour: the old names)"),
+                                               "one, else locus; embedding/behaviour/behavior: the old names)"),
             min_evals: int = Query(default=MIN_EVALS, ge=0, le=2**31 - 1,
                                    description="models embedded from fewer evaluations are ranked after "
                                                "the others (0: every model by distance)")):
