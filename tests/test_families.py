@@ -368,3 +368,18 @@ def test_cli_errors_are_clear_and_exit_non_zero(trained_home, tmp_path, args, me
 def test_cli_on_a_registry_without_embeddings_says_what_to_do(home):
     out = run_cli(home, "clusters")
     assert out.exit_code == 2 and "registry embed --all" in out.output
+
+
+def test_names_the_plot_font_lacks_are_said_once_not_per_glyph(tmp_path):
+    import warnings
+
+    from registry.analytics.plots import scatter_map
+
+    names = ["模型-ünï 🚀", "统一-b", "plain"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scatter_map(tmp_path / "m.png", names, np.array([[0.0, 0.0], [1.0, 0.5], [0.3, 1.0]]),
+                    {"x": 0.5, "y": 0.3, "total": 0.8}, field="family", values=["统一", "a", "b"])
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "no glyph for 5 character(s)" in said[0] and "they show as boxes" in said[0], said
+    assert is_png(tmp_path / "m.png")

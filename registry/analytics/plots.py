@@ -5,6 +5,9 @@ number of models (font size and figure size), names stay readable, and every axi
 """
 from __future__ import annotations
 
+import functools
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,33 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _one_glyph_warning(draw):
+    """`draw` with matplotlib's "Glyph N (...) missing from font(s)" warnings (one per character per text
+    drawn: ten lines for one CJK name) said once: which characters the font lacks, shown as boxes."""
+
+    @functools.wraps(draw)
+    def quietly(*args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = draw(*args, **kwargs)
+        missing, other = [], []
+        for w in caught:
+            found = re.match(r"Glyph (\d+) .*missing from", str(w.message))
+            if found:
+                missing.append(chr(int(found.group(1))))
+            else:
+                other.append(w)
+        for w in other:  # as they came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if missing:
+            shown = "".join(dict.fromkeys(missing))
+            warnings.warn(f"the plot's font has no glyph for {len(shown)} character(s) of the names ({shown[:20]}"
+                          f"{'...' if len(shown) > 20 else ''}): they show as boxes", UserWarning, stacklevel=2)
+        return result
+
+    return quietly
 
 
 def _font_size(n: int) -> float:
@@ -53,6 +83,7 @@ def _save(fig, path: Path) -> None:
         _pyplot().close(fig)
 
 
+@_one_glyph_warning
 def dendrogram_heatmap(path: Path, names: list[str], d: np.ndarray, tree: dict[str, Any], *,
                        families: list[str | None], linkage: str, heights_label: str,
                        where: str | None = None, what: str = "LOCUS embeddings",
@@ -210,6 +241,7 @@ def _place_labels(ax, fig, coords: np.ndarray, names: list[str], fs: float) -> l
     return annotations
 
 
+@_one_glyph_warning
 def scatter_map(path: Path, names: list[str], coords: np.ndarray, explained: dict[str, float], *,
                 field: str | None, values: list[Any] | None, where: str | None = None,
                 what: str = "LOCUS model embeddings",
