@@ -177,9 +177,9 @@ class ModelIndex:
             return hits
         rows = np.array([row for row, _ in hits])
         x, q = self.vectors[rows].astype(np.float64), np.asarray(vector, np.float64)
-        if metric == "cosine":
-            norms = np.maximum(np.linalg.norm(x, axis=1) * np.linalg.norm(q), 1e-12)
-            exact = np.maximum(1.0 - x @ q / norms, 0.0)
+        if metric == "cosine":  # each normalised first: a tiny query (1e-30 a value) keeps its direction
+            units = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+            exact = np.maximum(1.0 - units @ (q / max(np.linalg.norm(q), np.finfo(np.float64).tiny)), 0.0)
         elif metric == INNER:
             exact = -(x @ q)
         else:

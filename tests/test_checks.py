@@ -99,4 +99,4 @@ def test_every_face_of_audit_and_drift_has_the_defaults_of_registry_defaults():
             if parameter.name in want:
                 assert parameter.default == want[parameter.name], (command.name, parameter.name)
                 seen.append(parameter.name)
-    assert seen.count("alpha") == 14 and seen.count("permutations") == 7  # every face that takes them was read
+    assert seen.count("alpha") == 14 and seen.count("permutations") == 9  # every face that takes them was read

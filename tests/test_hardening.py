@@ -77,8 +77,10 @@ def test_version_numbers_are_never_reused(base_home, texts, tmp_path):
     assert reg.resolve("pinned") == "x"  # a restore of version 1 holds what the pin promises
     history = [(v.version, v.event) for v in reg.history("x").versions]
     assert history == [(1, "add"), (2, "refine"), (2, "remove"), (3, "add"), (4, "replace"), (5, "restore")]
-    for version, n_evals in ((1, 20), (2, 24), (3, 3), (4, 5)):
-        assert reg.restore("x", version=version).version == 6 + version - 1
+    again = reg.restore("x", version=1)  # version 5 is a restore of 1 already: no identical version 6
+    assert (again.restored, again.version) == (False, 5)
+    for number, (version, n_evals) in enumerate(((2, 24), (3, 3), (4, 5), (1, 20)), start=6):
+        assert reg.restore("x", version=version).version == number
         assert reg.show("x").n_evals == n_evals
 
 
