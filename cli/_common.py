@@ -210,7 +210,8 @@ def _echo_neighbour(hit) -> None:
                      if hit.behaviour_distance is not None else "-")
         agreement = f"{behaviour:>9} {kappa:>7} {hit.shared_queries:>7}  "
     name = hit.name + (" *" if getattr(hit, "low_evidence", False) else "")
-    click.echo(f"{hit.distance:>8.4f}  {agreement}{name:<32} {m.get('family') or '-':<10} {m.get('access') or ''}")
+    click.echo(f"{hit.distance:>8.4f}  {agreement}{cell(name, 32)} {cell(m.get('family') or '-', 10)} "
+               f"{m.get('access') or ''}")
 
 
 def check_fraction_option(option: str, value: float) -> None:
@@ -227,6 +228,20 @@ def count(n: int, noun: str) -> str:
 def utc_time(t) -> str:
     """A stored time as the text commands print it: to the second (the store keeps UTC)."""
     return f"{t:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def shown_width(text: str) -> int:
+    """Columns `text` takes in a terminal: a wide or full-width character (CJK, most emoji) two, a combining
+    mark none, the rest one."""
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def cell(text: str, width: int) -> str:
+    """`text` padded to `width` terminal columns (`f"{text:<{width}}"` counts characters, so a CJK name
+    pushed every later column of its row right)."""
+    return text + " " * max(width - shown_width(text), 0)
 
 
 def one_line(text: str, width: int) -> str:

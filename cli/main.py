@@ -23,6 +23,7 @@ from cli._common import (
     _echo_neighbour,
     _registry,
     _server,
+    cell,
     check_fraction_option,
     count,
     echo_evidence_note,
@@ -32,6 +33,7 @@ from cli._common import (
     max_evals_option,
     min_evals_option,
     quiet_thin_warnings,
+    shown_width,
     emit,
     error_payload,
     json_option,
@@ -366,13 +368,13 @@ def _echo_models(listed, where: str | None) -> None:
     if not records:
         click.echo(f"no model matches {where!r}" if where else "no models yet (registry import PATH)")
         return
-    width = max(4, max(len(r.name) for r in records))
+    width = max(4, max(shown_width(r.name) for r in records))
     click.echo(f"{'name':<{width}}  {'family':<12} {'params':>7}  {'access':<6} {'evals':>7}  provider")
     for r in records:
         size = f"{r.params_b:g}B" if r.params_b is not None else "-"
         evals = "-" if r.n_evals is None else f"{r.n_evals}" + ("*" if r.low_evidence else "")
-        click.echo(f"{r.name:<{width}}  {r.family or '-':<12} {size:>7}  {r.access or '-':<6} {evals:>7}  "
-                   f"{r.provider or ''}")
+        click.echo(f"{cell(r.name, width)}  {cell(r.family or '-', 12)} {size:>7}  {cell(r.access or '-', 6)} "
+                   f"{evals:>7}  {r.provider or ''}")
     _echo_low_evidence_key(any(r.low_evidence for r in records))
 
 

@@ -88,3 +88,12 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly(home):
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+def test_tables_pad_wide_names_by_the_columns_they_take():
+    from cli._common import cell, shown_width
+
+    assert shown_width("模型-ünï") == 8 and shown_width("e\u0301") == 1 and shown_width("plain") == 5
+    rows = [cell(name, 12) + "|" for name in ("模型-ünï", "plain", "e\u0301clair")]
+    assert {shown_width(row) for row in rows} == {13}  # the next column starts at one place on every row
+    assert cell("a-very-long-model-name", 4) == "a-very-long-model-name"  # never cut
