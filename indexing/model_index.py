@@ -177,11 +177,13 @@ class ModelIndex:
             return hits
         rows = np.array([row for row, _ in hits])
         x, q = self.vectors[rows].astype(np.float64), np.asarray(vector, np.float64)
+        # row by row ((x * q).sum(1), not x @ q): a matrix product's summation order depends on how many rows
+        # it is given, and a model's distance must not depend on how many others were asked for beside it
         if metric == "cosine":  # each normalised first: a tiny query (1e-30 a value) keeps its direction
             units = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-            exact = np.maximum(1.0 - units @ (q / max(np.linalg.norm(q), np.finfo(np.float64).tiny)), 0.0)
+            exact = np.maximum(1.0 - (units * (q / max(np.linalg.norm(q), np.finfo(np.float64).tiny))).sum(1), 0.0)
         elif metric == INNER:
-            exact = -(x @ q)
+            exact = -(x * q).sum(1)
         else:
             exact = np.linalg.norm(x - q, axis=1)
         order = sorted(range(len(rows)), key=lambda i: (exact[i], self.names[rows[i]]))

@@ -250,3 +250,21 @@ def test_model_neighbours_order_by_exact_distance_then_name_where_float32_ties(t
     assert found[0][1] == found[1][1] < 1e-12 < found[2][1] < 1e-7
     by_row = index.search(base, 4, metric="euclidean")
     assert [names[row] for row, _ in by_row] == ["aa-copy", "query", "zz-copy", "mid-near"]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_a_models_distance_does_not_depend_on_how_many_others_were_asked_for(tmp_path, metric):
+    """A route's fallbacks (3 asked) and a search (k + 1 asked) read one model's distance alike, to the bit: a
+    matrix product's summation order changes with its number of rows (a fresh clone's CI saw 7.035137371103062e-06
+    against 7.0351373709920395e-06)."""
+    from indexing.model_index import ModelIndex
+    from indexing.model_rows import ModelRows
+
+    rng = np.random.default_rng(1)
+    names = [f"m{i:02d}" for i in range(40)]
+    vectors = rng.normal(size=(40, 384)).astype(np.float32)
+    index = ModelIndex(home=tmp_path, encoder_id="e", rows=ModelRows(names, {"n_evals": [10] * 40}), encoders_seen={"e"},
+                       _index=VectorIndex.build("e", names, vectors, table_version=1, kind="flat"))
+    few = dict(index.neighbours("m00", 3, metric=metric))
+    many = dict(index.neighbours("m00", 39, metric=metric))
+    assert few and all(many[name] == distance for name, distance in few.items())
