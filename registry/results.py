@@ -910,7 +910,9 @@ class AuditReport(BaseModel):
     alpha: float = Field(description="chance of any false flag in this run (Holm over its candidates); level of the other tests")
     max_noise: float = Field(description="largest disagreement rate one model re-run or re-served may show")
     candidates: int
-    flag_level_p: float = Field(description="p threshold of the excess-agreement test after Holm's correction")
+    flag_level_p: float = Field(description="Holm's step-down level reached: the largest p of the excess-agreement "
+                                            "test that was flagged (0.0 when none was); pairs at or below it pass "
+                                            "that test")
     flags: list[AuditPair] = Field(description="pairs labelled duplicate or same product line?")
     cleared: list[AuditPair]
     untested: list[AuditPair] = Field(description="candidates with no comparable evaluations")

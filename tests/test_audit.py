@@ -93,6 +93,44 @@ def test_calibrated_decision_flags_copies_and_not_distinct_models(kind):
     assert len(_fixed_tolerance_flags(scores, distinct)) > 20
 
 
+def test_many_copies_of_one_model_are_flagged_and_leave_distinct_pairs_alone():
+    """A model behind many resellers: 8 copies, each with 3% of its answers re-drawn. Their 36 pairs were
+    a quarter of the null's sample and set the distinct models' spread (every copy pair cleared); pairs the
+    audit cannot tell from one model answering twice are no sample of distinct models now."""
+    m, q = 16, 2000
+    abilities = np.random.default_rng(7).normal(0.5, 0.8, m)
+    scores, task, p = _pool(abilities, q, seed=8)
+    group = [3] + list(range(m, m + 8))
+    scores = np.vstack([scores] + [_copy(scores[3], p[3], 0.03, seed=20 + c) for c in range(8)])
+    names = [f"m{i}" for i in range(len(scores))]
+    pairs = [(a, b) for a in range(len(names)) for b in range(a + 1, len(names))]
+    labels = _labels(scores, task, names, pairs)
+    copy_pairs = {(names[a], names[b]) for a in group for b in group if a < b}
+    assert all(labels[key].label != "cleared" for key in copy_pairs), \
+        {key: labels[key].label for key in copy_pairs if labels[key].label == "cleared"}
+    assert all(d.label == "cleared" for key, d in labels.items() if key not in copy_pairs)
+
+
+def test_a_model_replaced_since_the_calibration_is_judged_by_its_new_answers():
+    """The cached calibration kept a replaced model's fitted abilities: a weak model replaced by another's
+    independent answers then looked like that model's copy (p 5e-12 against 0.11 when calibrated afresh)."""
+    m, q = 16, 2000
+    abilities = np.linspace(-1.5, 1.5, m)
+    scores, task, p = _pool(abilities, q, seed=9)
+    names = [f"m{i}" for i in range(m)]
+    pool = PoolEvals.from_dense(names, scores, task)
+    cal = calibrate(pool)
+    np.testing.assert_array_equal(cal.theta_of("m0", *pool.rows[0]), cal.theta[0])  # unchanged: the fitted ones
+    strong = (np.random.default_rng(10).random(q) < p[m - 1]).astype(float)  # m0 replaced: m15's abilities
+    replaced = PoolEvals.from_dense(["m0"], strong[None], task).rows[0]
+    refit = cal.theta_of("m0", *replaced)
+    assert refit.mean() > cal.theta[0].mean() + 1.5  # its new abilities, not the weak model's
+    stale = evidence(cal, "m0", *replaced, "m15", *pool.rows[m - 1], max_noise=0.12)
+    fresh = calibrate(PoolEvals.from_dense(names, np.vstack([strong, scores[1:]]), task))
+    judged = evidence(fresh, "m0", *replaced, "m15", *pool.rows[m - 1], max_noise=0.12)
+    assert stale.p_excess > 1e-3 and abs(stale.stats.kappa - judged.stats.kappa) < 0.1
+
+
 def test_a_systematically_different_relative_is_same_product_line_not_duplicate():
     m, q = 20, 3000
     abilities = np.random.default_rng(3).normal(1.0, 0.5, m)

@@ -10,7 +10,7 @@ The embeddings propose, the evaluations decide.
 2. Evidence (`registry.analytics.audit_stats`): the pool's IRT fit (per-query difficulty, per-model task
    abilities) gives the disagreement two *distinct* models of the pair's abilities would show if they
    were independent given the query; the pair's excess agreement kappa = 1 - observed / expected is
-   compared with the pool's own pairs of similar accuracy (median and MAD), so strong pools (distinct
+   compared with the pool's own pairs of similar accuracy (median and upper spread), so strong pools (distinct
    models disagreeing on ~10%) and skewed labels (weak models agreeing on 95%) are judged against what
    is normal there. The chance of any false flag in a run is held at `alpha` over the run's
    candidates (Holm's step-down, family-wise); a pair that disagrees significantly more than `max_noise` is cleared; a flag
@@ -175,7 +175,8 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
     involved = sorted({n for key in pairs for n in key})
     ev_models, ev_qids, ev_scores = read_evaluations(store, involved)
     own = {n: model_rows(cal, ev_models, ev_qids, ev_scores, n) for n in involved}
-    decided = {key: evidence(cal, key[0], *own[key[0]], key[1], *own[key[1]], max_noise=max_noise) for key in pairs}
+    decided = {key: evidence(cal, key[0], *own[key[0]], key[1], *own[key[1]], max_noise=max_noise, alpha=alpha)
+               for key in pairs}
     level = holm_level([d.p_excess for d in decided.values() if d.p_excess is not None], alpha)
     for (a, b), d in decided.items():
         label(cal, d, a, b, level=level, alpha=alpha, max_noise=max_noise)

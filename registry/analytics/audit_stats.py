@@ -14,8 +14,9 @@ over their shared queries that is the expected disagreement rate. The pair's sta
 a kappa-type excess agreement that is 0 for independent models, 1 for identical answers, and does not
 reward two strong (or two weak) models for agreeing on what everyone gets right (or wrong). Real
 distinct models are not exactly independent (shared training data, one lineage), so a pair's kappa is
-compared with the pool's own pairs of similar accuracy (median and MAD, robust to the few duplicates
-and relatives the pool may hold), and its sampling error, as a one-sided z-test.
+compared with the pool's own pairs of similar accuracy (their median and upper spread, read off the 90th
+percentile: robust to a tenth of them being relatives; the pairs the audit cannot tell from one model answering
+twice are left out, however many), and its sampling error, as a one-sided z-test.
 """
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ _BINS = 4  # difficulty strata per task for the homogeneity test on non-shared q
 # mode (kappa 0.548 vs the ceiling 0.537); at 2 no planted copy on docs/results/audit.md's pools is a
 # false duplicate, and the copies it moves from "duplicate" stay flagged as "same product line?".
 RELATIVES_MARGIN_SE = 2.0
+
+
+def _digest(idx: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(3,) a model's answers in brief, whatever their order: how many, and the sums of their query indices and
+    scores (rounded: a float sum in another order differs in its last bits)."""
+    return np.array([len(idx), float(np.sum(idx, dtype=np.int64)), round(float(np.sum(y)), 6)], dtype=np.float64)
 
 
 def _chi2_sf(stat: float, df: int) -> float:
@@ -274,6 +281,9 @@ class Calibration:
     split_homogeneity_p: np.ndarray  # (S,) homogeneity p of reference pairs on disjoint random halves
     ref_symmetry_p: np.ndarray  # (R,) stratified McNemar p of each reference pair (NaN: too few discordant)
     ref_random: np.ndarray  # (R,) bool: an all-pairs / random pair (the null's sample); else an index neighbour pair
+    ref_disagreement: np.ndarray  # (R,) each reference pair's disagreement rate on its shared queries
+    ref_shared: np.ndarray  # (R,) and how many queries it shares
+    row_digest: np.ndarray  # (M, 3) each model's (answers, sum of query indices, sum of scores) when calibrated
     generation: str | None = None
     encoder_id: str | None = None
     _pos: dict = field(default_factory=dict, repr=False)
@@ -322,17 +332,27 @@ class Calibration:
         return out
 
     def theta_of(self, name: str, idx: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Task abilities: the fitted ones for a calibrated model, else fitted now from (idx, y)."""
-        if name in self._pos:
-            return self.theta[self._pos[name]]
+        """Task abilities: the fitted ones for a model calibrated on these very answers, else fitted now from
+        (idx, y) (a model the calibration predates, or one replaced or refined since: its old abilities would
+        make another model's answers look like its own)."""
+        at = self._pos.get(name)
+        if at is not None and np.array_equal(self.row_digest[at], _digest(idx, y)):
+            return self.theta[at]
         return fit_theta(idx, y, self.task, self.beta, self.n_tasks)
 
-    def null(self, a: str, b: str, accuracy: float, *, nearest: int = 40) -> tuple[float, float, int]:
+    def null(self, a: str, b: str, accuracy: float, *, nearest: int = 40, max_noise: float | None = None,
+             alpha: float = 0.01) -> tuple[float, float, int]:
         """(median, scale, pairs) of kappa over the reference pairs of similar mean accuracy that
         involve neither a nor b. The scale is the upper spread between distinct pairs beyond their own
         sampling error ((90th percentile - median) / 1.2816, less the median squared standard error;
-        robust to the top 10% being relatives or duplicates), floored."""
+        robust to the top 10% being relatives or duplicates), floored. With `max_noise`, the pairs the
+        audit cannot tell from one model answering twice (`one_model_pairs`) are no sample of distinct
+        models: left out, so that a pool holding many copies of one model (a model behind many resellers)
+        does not set the distinct models' spread with them (six copies of one of the demo's 15 models made
+        the spread 0.65 and cleared every copy)."""
         keep = self._without(a, b) & self.ref_random
+        if max_noise is not None:
+            keep &= ~self.one_model_pairs(max_noise, alpha)
         kappa, acc, se = self.ref_kappa[keep], self.ref_accuracy[keep], self.ref_se[keep]
         if len(kappa) < 10:
             return 0.0, _SCALE_FLOOR, int(len(kappa))
@@ -344,6 +364,17 @@ class Calibration:
         # a long right tail of related pairs (shared data, one vendor's formats) that a MAD would miss
         spread = ((float(np.quantile(k, 0.9)) - med) / 1.2816) ** 2 - float(np.median(se[sel] ** 2))
         return med, max(float(np.sqrt(max(spread, 0.0))), _SCALE_FLOOR), int(n)
+
+    def one_model_pairs(self, max_noise: float, alpha: float) -> np.ndarray:
+        """(R,) the reference pairs that disagree no more than `max_noise` allows (not significantly more, at
+        `alpha`) and whose disagreements are symmetric within tasks (or too few to test): what one model
+        re-run or re-served looks like to the audit's own tests."""
+        from scipy.special import bdtrc
+
+        k = np.rint(np.nan_to_num(self.ref_disagreement) * self.ref_shared)
+        p_above = np.where(k <= 0, 1.0, bdtrc(np.maximum(k - 1, 0), self.ref_shared, max_noise))
+        symmetric = np.nan_to_num(self.ref_symmetry_p, nan=1.0) >= alpha
+        return (p_above >= alpha) & symmetric
 
     def _without(self, a: str, b: str) -> np.ndarray:
         ia, ib = self._pos.get(a, -1), self._pos.get(b, -1)
@@ -365,7 +396,7 @@ class Calibration:
 
     # ---------------------------------------------------------------- persistence (JSON + .npz, no pickle)
     _ARRAYS = ("task", "beta", "theta", "ref_a", "ref_b", "ref_kappa", "ref_accuracy", "ref_se", "q_total", "q_count",
-               "split_homogeneity_p", "ref_symmetry_p", "ref_random")
+               "split_homogeneity_p", "ref_symmetry_p", "ref_random", "ref_disagreement", "ref_shared", "row_digest")
 
     def save(self, directory: Path) -> None:
         import io
@@ -424,15 +455,17 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
         s = _pair_stats(ia, ya, theta[a], ib, yb, theta[b], pool.task, beta, bins=None, n_tasks=n_tasks)
         if s.kappa is not None:
             ref.append((a, b, s.kappa, 0.5 * (s.accuracy_a + s.accuracy_b), s.kappa_se,
-                        np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random)))
-    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 7)
+                        np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random), s.disagreement, s.shared))
+    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 9)
     q_total, q_count = np.zeros(len(pool.task)), np.zeros(len(pool.task))
     for idx, y in pool.rows:
         q_total[idx] += y
         q_count[idx] += 1
     cal = Calibration(list(pool.names), list(pool.query_ids), pool.task, list(pool.task_names), beta, theta,
                       ref_arr[:, 0].astype(np.int64), ref_arr[:, 1].astype(np.int64), ref_arr[:, 2], ref_arr[:, 3],
-                      ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5)
+                      ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5,
+                      ref_arr[:, 7], ref_arr[:, 8].astype(np.int64),
+                      np.array([_digest(idx, y) for idx, y in pool.rows], dtype=np.float64).reshape(-1, 3))
     # How often two distinct models pass the homogeneity test when they share no query: each
     # reference pair on random disjoint halves of the queries (what a disjoint flag is worth).
     split = []
@@ -468,7 +501,7 @@ class Decision:
 
 
 def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, ib: np.ndarray, yb: np.ndarray, *,
-             max_noise: float, calibrated_rows: dict | None = None) -> Decision:
+             max_noise: float, alpha: float = 0.01, calibrated_rows: dict | None = None) -> Decision:
     """The pair's statistics and p-values, not yet labelled. `ia`/`ib` index the calibration's queries.
     `calibrated_rows` (name -> rows): what the calibration holds for a or b when that differs from the
     rows given (their answers are left out of the difficulty strata; default: the rows given)."""
@@ -482,7 +515,7 @@ def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, i
         k_obs = int(round(s.disagreement * s.shared))
         # P(X >= k | rate = max_noise); bdtrc(j, n, p) is P(X > j)
         out.p_above_max_noise = 1.0 if k_obs <= 0 else float(bdtrc(k_obs - 1, s.shared, max_noise))
-        med, scale, n_ref = cal.null(a, b, 0.5 * (s.accuracy_a + s.accuracy_b))
+        med, scale, n_ref = cal.null(a, b, 0.5 * (s.accuracy_a + s.accuracy_b), max_noise=max_noise, alpha=alpha)
         out.z = float((s.kappa - med) / np.sqrt(scale ** 2 + s.kappa_se ** 2))
         out.p_excess = float(ndtr(-out.z))
         out.null_kappa_median, out.null_kappa_scale, out.null_pairs = med, scale, n_ref

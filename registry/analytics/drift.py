@@ -108,7 +108,7 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
     `cal`'s queries, sorted and unique; score). Returns DriftReport's fields other than the versions'."""
     ia, ya = before
     ib, yb = after
-    d = evidence(cal, f"{name}@earlier", ia, ya, f"{name}@newest", ib, yb, max_noise=max_noise,
+    d = evidence(cal, f"{name}@earlier", ia, ya, f"{name}@newest", ib, yb, max_noise=max_noise, alpha=alpha,
                  calibrated_rows=calibrated_rows)
     s = d.stats
     tests: list[DriftTest] = []
