@@ -23,7 +23,9 @@ def _echo_report(report) -> None:
 @click.option("--max-noise", type=float, default=0.12, show_default=True,
               help="Largest share of answers one model re-run may change (the audit's).")
 @click.option("--permutations", type=click.IntRange(min=19), default=399, show_default=True,
-              help="Random splits of the model's own evaluations for the fingerprint test (queries differ).")
+              help="Random splits of the model's own evaluations for the fingerprint test (queries differ). Its "
+                   "smallest p is 1 / (N + 1): below 2 / alpha - 1 (199 at alpha 0.01, which it shares with a "
+                   "second test) it cannot alarm.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of those splits.")
 @json_option(help="Print the DriftReport as JSON.")
 @click.option("--fail-on-move", is_flag=True, help="Exit 1 when the newest version moved (for CI).")

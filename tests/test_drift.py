@@ -167,6 +167,12 @@ def test_one_version_is_nothing_to_compare_and_an_unknown_name_is_named(reg):
     result = CliRunner().invoke(cli, ["--home", str(home), "drift", "no-such-model"])
     assert result.exit_code != 0 and "no-such-model" in result.output
     assert CliRunner().invoke(cli, ["--home", str(home), "drift", name, "--alpha", "2"]).exit_code == 2
+    reg.remove(name)  # a removed model: said so, with how to bring it back, by drift and by audit --model
+    for args in (["drift", name], ["audit", "--model", name]):
+        result = CliRunner().invoke(cli, ["--home", str(home), *args])
+        assert result.exit_code == 2 and f"model {name!r} was removed (`registry restore {name}`" in result.output, \
+            result.output
+    reg.restore(name)
 
 
 def test_refine_with_another_models_answers_moves_and_a_rerun_does_not(reg):

@@ -126,7 +126,12 @@ def audit(store: Store, *, model: str | None = None, metric: str = "cosine", k: 
         raise RegistryError("the audit needs at least 2 embedded models (registry embed --all)")
     k = min(k, len(names) - 1)  # a model has at most this many neighbours: the report says the k it used
     if model is not None and model not in names:
-        models.vector(model)  # raises the not-found / not-embedded error with close names
+        if model not in models.index.rows:
+            from indexing.store import MODELS
+            from registry.catalog.models import not_live
+
+            raise not_live(store, model, store.read(MODELS, ["name"]).column("name").to_pylist())
+        models.vector(model)  # raises the not-embedded error
     encoder_id = models.index.encoder_id
     active = store.config.get("active_encoder")
     if active and active != encoder_id:

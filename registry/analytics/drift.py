@@ -41,7 +41,6 @@ from registry.analytics.audit_stats import MIN_EVIDENCE, Calibration, evidence
 from registry.catalog.rows import read_evaluations
 from registry.checks import check_count, check_fraction
 from registry.defaults import AUDIT_ALPHA, AUDIT_MAX_NOISE, DRIFT_PERMUTATIONS, MAX_DRIFT_PERMUTATIONS
-from registry.errors import NotFoundError
 from registry.results import DriftReport, DriftRun, DriftTest
 
 __all__ = ["drift", "drift_refined", "judge", "MARKER_KEY", "MARKER_ROWS_KEY"]
@@ -230,7 +229,9 @@ def drift(store: Store, name: str, *, alpha: float = AUDIT_ALPHA, max_noise: flo
     permutations = check_count(permutations, "permutations", 19, maximum=MAX_DRIFT_PERMUTATIONS)
     live = store.read(MODELS, ["name"]).column("name").to_pylist()
     if name not in live:
-        raise NotFoundError.model(name, live)
+        from registry.catalog.models import not_live
+
+        raise not_live(store, name, live)
     newest, after, earlier, numbers = _versions_of(store, name)
     if newest is None or not earlier:
         versions = [] if newest is None else [newest]

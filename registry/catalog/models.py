@@ -131,6 +131,14 @@ def is_restore_of(rows: list[dict[str, Any]], live: int, version: int) -> bool:
     return bool(now) and any(r["version"] == version and all(r[k] == now[-1][k] for k in key) for r in rows)
 
 
+def not_live(store: Store, name: str, live: list[str]) -> NotFoundError:
+    """The error for `name`, not among the `live` models: a removed model says how to bring it back, any
+    other name the closest live ones."""
+    if isinstance(name, str) and store.read_in(VERSIONS, ["name"], "name", [name]).num_rows:
+        return NotFoundError(f"model {name!r} was removed (`registry restore {shlex.quote(name)}` brings it back)")
+    return NotFoundError.model(name, live)
+
+
 def no_history_yet(name: str) -> NotFoundError:
     """A live model without a version: an import made it and nothing has embedded it (an import writes no
     history row; `embed` writes its first)."""
