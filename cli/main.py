@@ -759,7 +759,8 @@ def audit(ctx, model, metric, k, alpha, max_noise, as_json, fail_on_flag, fail_o
         given = [flag for name, flag in spelled.items()
                  if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
         if given:
-            raise click.UsageError(f"{', '.join(given)} belong to the duplicate audit, which --drift does not run "
+            raise click.UsageError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the duplicate "
+                                   "audit, which --drift does not run "
                                    "(it exits 1 when a model moved): run `registry audit` and `registry audit --drift` "
                                    "as two steps")
 
