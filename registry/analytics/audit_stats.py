@@ -193,6 +193,8 @@ class PairStats:
     only_b: int = 0
     homogeneity_p: float | None = None
     homogeneity_strata: int = 0
+    task_shared: np.ndarray | None = None  # (T,) shared queries per task
+    task_disagreed: np.ndarray | None = None  # (T,) of them, how much the two disagree (a sum of |a - b|)
 
 
 def _pair_stats(ia, ya, ta, ib, yb, tb, task, beta, *, bins: np.ndarray | None, n_tasks: int,
@@ -209,6 +211,8 @@ def _pair_stats(ia, ya, ta, ib, yb, tb, task, beta, *, bins: np.ndarray | None, 
         de = float((pa * (1 - pb) + pb * (1 - pa)).mean())
         out.disagreement, out.expected_disagreement = d, de
         out.accuracy_a, out.accuracy_b = float(sa.mean()), float(sb.mean())
+        out.task_shared = np.bincount(t, minlength=n_tasks)
+        out.task_disagreed = np.bincount(t, np.abs(sa - sb), minlength=n_tasks)
         if de > 0:
             out.kappa = 1.0 - d / de
             # binomial error of the observed rate, floored at one disagreement so 0/n is not "exact"
@@ -495,6 +499,10 @@ class Decision:
     z: float | None = None
     p_excess: float | None = None
     p_above_max_noise: float | None = None
+    # the task whose answers differ most beyond max noise, its rate, and its p (Bonferroni over the tasks tested)
+    noisiest_task: str | None = None
+    noisiest_task_rate: float | None = None
+    p_task_above_max_noise: float | None = None
     split_pass_rate: float | None = None
     relatives_kappa: float | None = None  # the pool's closest pair of provably distinct models (see label)
     relatives_pair: tuple[str, str] | None = None
@@ -515,6 +523,16 @@ def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, i
         k_obs = int(round(s.disagreement * s.shared))
         # P(X >= k | rate = max_noise); bdtrc(j, n, p) is P(X > j)
         out.p_above_max_noise = 1.0 if k_obs <= 0 else float(bdtrc(k_obs - 1, s.shared, max_noise))
+        # by task too: a copy that answers one task from another model is not one model answering twice, however
+        # little that task weighs in the whole (40% of math changed, 0% elsewhere, passed the pooled test)
+        n_t, k_t = s.task_shared, np.rint(s.task_disagreed)
+        tested = np.flatnonzero(n_t >= MIN_EVIDENCE)
+        if len(tested) > 1:
+            p_t = np.where(k_t[tested] <= 0, 1.0, bdtrc(np.maximum(k_t[tested] - 1, 0), n_t[tested], max_noise))
+            worst = int(np.argmin(p_t))
+            out.p_task_above_max_noise = float(min(1.0, p_t[worst] * len(tested)))
+            out.noisiest_task = cal.task_names[int(tested[worst])]
+            out.noisiest_task_rate = float(s.task_disagreed[tested[worst]] / n_t[tested[worst]])
         med, scale, n_ref = cal.null(a, b, 0.5 * (s.accuracy_a + s.accuracy_b), max_noise=max_noise, alpha=alpha)
         out.z = float((s.kappa - med) / np.sqrt(scale ** 2 + s.kappa_se ** 2))
         out.p_excess = float(ndtr(-out.z))
@@ -586,9 +604,14 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
         else:
             systematic = s.symmetry_p is not None and s.symmetry_p < alpha
             split_other = s.homogeneity_p is not None and s.homogeneity_p < alpha
+            one_task = out.p_task_above_max_noise is not None and out.p_task_above_max_noise < alpha
             beyond = f"far beyond chance (p={out.p_excess:.2g} <= {level:.2g})"
-            if systematic or split_other:
+            if systematic or split_other or one_task:
                 why = []
+                if one_task:
+                    why.append(f"on task {out.noisiest_task} they disagree on {out.noisiest_task_rate:.1%}, more "
+                               f"than one model re-run would (max noise {max_noise:.0%}, p={out.p_task_above_max_noise:.2g} "
+                               "over the tasks)")
                 if systematic:
                     why.append(f"their disagreements lean one way within tasks ({a} right and {b} wrong on "
                                f"{s.a_right_b_wrong}, the reverse on {s.b_right_a_wrong}; symmetry p="
