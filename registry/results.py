@@ -932,10 +932,9 @@ class AuditReport(BaseModel):
 class DriftTest(Result):
     """One test of "the newest version is the model its earlier versions were"."""
 
-    test: Literal["symmetry", "noise", "task noise", "homogeneity", "fingerprint"] = Field(
+    test: Literal["symmetry", "noise", "homogeneity", "fingerprint"] = Field(
         description="symmetry: stratified McNemar within tasks on shared queries (the audit's); noise: more "
-                    "changed answers than max_noise (the audit's); task noise: the same in the task that changed "
-                    "most, Bonferroni over the tasks with 30+ shared queries (the audit's); homogeneity: task x difficulty on queries only "
+                    "changed answers than max_noise (the audit's); homogeneity: task x difficulty on queries only "
                     "one side answered (the audit's); fingerprint: behaviour-fingerprint distance against the "
                     "distances of random splits of the model's own evaluations (permutation test)")
     statistic: float = Field(description="chi-square (symmetry, homogeneity), changed-answer rate (noise), "

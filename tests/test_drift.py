@@ -67,22 +67,21 @@ def test_an_unchanged_resample_does_not_alarm(pool):
     assert 0.02 < np.abs(after - scores[5]).mean() < 0.06  # the re-run really changed answers
     out = _judge(cal, scores[5], after)
     assert out["status"] == "not moved" and out["moved"] is False
-    assert {t.test for t in out["tests"]} == {"symmetry", "noise", "task noise"}
+    assert {t.test for t in out["tests"]} == {"symmetry", "noise"}
     assert min(t.p_value for t in out["tests"]) > out["level"]
     assert "did not move:" in out["sentence"]  # no resampling spread: that is the fingerprint test's, not run here
 
 
-def test_one_task_answered_by_another_model_moves_and_is_no_duplicate(pool):
+def test_one_task_answered_by_another_model_is_no_duplicate(pool):
     """40% of one task's answers changed and none elsewhere: the pooled noise and symmetry tests passed it (the
-    audit called it a duplicate, drift 'not moved'); by task it is more than one model answering twice."""
+    audit called it a duplicate); by task it is more than one model answering twice. Drift keeps its two pooled
+    tests (a third cost power elsewhere and alarmed on an honest re-run: docs/cli.md, drift)."""
     scores, task, p, cal = pool
     after = scores[5].copy()
     on = np.flatnonzero(task == 0)
     swap = on[np.random.default_rng(3).random(len(on)) < 0.8]
     after[swap] = scores[11][swap]  # task 0's answers mostly from m11
     assert np.abs(after - scores[5]).mean() < 0.12  # under max noise over all the tasks
-    out = _judge(cal, scores[5], after)
-    assert out["status"] == "moved" and min(out["tests"], key=lambda t: t.p_value).test == "task noise", out
     idx = np.arange(len(after))
     d = evidence(cal, "m5", idx, scores[5], "m5-copy", idx, after, max_noise=0.12)
     labelled = label(cal, d, "m5", "m5-copy", level=0.01, alpha=0.01, max_noise=0.12)

@@ -126,10 +126,9 @@ def judge(cal: Calibration, name: str, before: tuple[np.ndarray, np.ndarray], af
         tests.append(DriftTest(test="noise", statistic=s.disagreement, p_value=d.p_above_max_noise, detail=(
             f"{s.disagreement:.1%} of {s.shared} shared answers changed (a re-run changes at most "
             f"{max_noise:.0%})")))
-        if d.p_task_above_max_noise is not None:
-            tests.append(DriftTest(test="task noise", statistic=d.noisiest_task_rate, p_value=d.p_task_above_max_noise,
-                                   detail=(f"{d.noisiest_task_rate:.1%} of task {d.noisiest_task}'s shared answers "
-                                           f"changed (a re-run changes at most {max_noise:.0%} of any task's)")))
+        # not the audit's per-task noise test (p_task_above_max_noise): as a third test it cost power on changes
+        # spread over tasks (alpha split three ways) and alarmed on an honest re-run whose changes gathered in a task
+        # the model is unsure of (docs/results/drift.md's rerun-fp-5% on BFCL, 1 of 71; note 30)
     elif items is not None and min(len(ia), len(ib)) >= MIN_EVIDENCE:
         fingerprint = _fingerprint_test(items, ia, ya, ib, yb, task_a=cal.task[ia], task_b=cal.task[ib],
                                         permutations=permutations, seed=seed)
