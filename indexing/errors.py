@@ -20,6 +20,12 @@ __all__ = ["RegistryError", "InputError", "NotFoundError"]
 class RegistryError(Exception):
     """Base class: a problem the user can act on (as opposed to a bug): bad state, a refused operation."""
 
+    # Set by registry.client on an error the service answered: its HTTP status, its error type ("StateBehind",
+    # "Conflict", ...) and Retry-After in seconds when it gave one. None for an error raised here.
+    status: int | None = None
+    error_type: str | None = None
+    retry_after: float | None = None
+
     def to_dict(self) -> dict[str, Any]:
         """The error as the CLI's `--json` prints it (under "error") and the HTTP service serves it."""
         return {"type": type(self).__name__, "message": str(self)}

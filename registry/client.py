@@ -209,7 +209,10 @@ class _BaseClient:
                 raise TypeError
         except (ValueError, KeyError, TypeError):
             raise self._foreign(call, response) from None
-        raise self._refusal(call, status, error)
+        refused = self._refusal(call, status, error)
+        wait = response.headers.get("retry-after", "")
+        refused.retry_after = float(wait) if wait.replace(".", "", 1).isdigit() else None
+        raise refused
 
     def _foreign(self, call: _Call, response: httpx.Response) -> RegistryError:
         """An answer that is not the registry's JSON: another server at the URL, a proxy's page, or a service
@@ -225,7 +228,13 @@ class _BaseClient:
                              "of locus-registry?")
 
     def _refusal(self, call: _Call, status: int, error: dict[str, Any]) -> RegistryError:
-        """The registry's error for an error answer's {"error": ...} (or a failed job's error and status)."""
+        """The registry's error for an error answer's {"error": ...} (or a failed job's error and status), with
+        the answer's `status` and `error_type` on it (a router retries a 503 StateBehind, not a 409 clash)."""
+        refused = self._refused(call, status, error)
+        refused.status, refused.error_type = status, error.get("type")
+        return refused
+
+    def _refused(self, call: _Call, status: int, error: dict[str, Any]) -> RegistryError:
         message = error.get("message") or f"HTTP {status}"
         kind = error.get("type")
         if kind == "NotFoundError":

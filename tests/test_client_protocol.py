@@ -450,3 +450,20 @@ def test_route_with_an_alias_excluded_may_go_to_the_running_service(tmp_path, mo
     ctx = click.Context(click.Command("route"), obj={"home": home, "server": None})
     backend = _common._backend(ctx, names=("prod",))
     assert isinstance(backend, RegistryClient) and backend.url == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("status, kind, headers, raised", [
+    (503, "StateBehind", {"Retry-After": "1"}, RegistryError),
+    (409, "RegistryError", {}, RegistryError),
+    (404, "NotFoundError", {}, NotFoundError),
+    (422, "InputError", {}, InputError),
+])
+def test_an_error_the_service_answered_carries_its_status_type_and_retry_after(status, kind, headers, raised):
+    """A router retries a 503 StateBehind (Retry-After: 1) and not a 409 clash: both were a bare RegistryError."""
+    client = _mock(lambda request: httpx.Response(status, json={"error": {"type": kind, "message": "no"}},
+                                                  headers=headers))
+    with pytest.raises(raised) as caught:
+        client.stats()
+    assert (caught.value.status, caught.value.error_type) == (status, kind)
+    assert caught.value.retry_after == (1.0 if headers else None)
+    assert RegistryError("raised here").status is None  # an error not answered by a service carries none
