@@ -121,6 +121,11 @@ def test_a_model_replaced_since_the_calibration_is_judged_by_its_new_answers():
     pool = PoolEvals.from_dense(names, scores, task)
     cal = calibrate(pool)
     np.testing.assert_array_equal(cal.theta_of("m0", *pool.rows[0]), cal.theta[0])  # unchanged: the fitted ones
+    idx, y = pool.rows[0]
+    swapped = y.copy()
+    right, wrong = np.flatnonzero(y == 1)[0], np.flatnonzero(y == 0)[0]
+    swapped[[right, wrong]] = swapped[[wrong, right]]  # as many right, on other queries: not the calibrated answers
+    assert not np.array_equal(cal.theta_of("m0", idx, swapped), cal.theta[0])
     strong = (np.random.default_rng(10).random(q) < p[m - 1]).astype(float)  # m0 replaced: m15's abilities
     replaced = PoolEvals.from_dense(["m0"], strong[None], task).rows[0]
     refit = cal.theta_of("m0", *replaced)

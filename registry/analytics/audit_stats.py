@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from registry.defaults import AUDIT_ALPHA
+
 __all__ = ["PoolEvals", "Calibration", "calibrate", "evidence", "label", "holm_level", "prefer_best_match", "PairStats", "Decision",
            "MIN_EVIDENCE", "task_kappa"]
 
@@ -44,9 +46,23 @@ RELATIVES_MARGIN_SE = 2.0
 
 
 def _digest(idx: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(3,) a model's answers in brief, whatever their order: how many, and the sums of their query indices and
-    scores (rounded: a float sum in another order differs in its last bits)."""
-    return np.array([len(idx), float(np.sum(idx, dtype=np.int64)), round(float(np.sum(y)), 6)], dtype=np.float64)
+    """(2,) int64: how many answers, and a hash of them (query index and score, in query order): equal exactly
+    when the answers are (sums of them were not: another model with as many right answers summed alike)."""
+    import hashlib
+
+    order = np.lexsort((y, idx))
+    data = np.asarray(idx, np.int64)[order].tobytes() + np.round(np.asarray(y, np.float64)[order], 6).tobytes()
+    return np.array([len(idx), int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)],
+                    dtype=np.int64)
+
+
+def _p_above_noise(disagreed, shared, max_noise: float) -> np.ndarray:
+    """P(at least `disagreed` of `shared` answers differ | one model answering twice changes `max_noise` of
+    them), elementwise: the audit's max-noise test, over a pair, its tasks, or the reference pairs."""
+    from scipy.special import bdtrc  # bdtrc(j, n, p) is P(X > j)
+
+    k = np.rint(np.asarray(disagreed, np.float64))
+    return np.where(k <= 0, 1.0, bdtrc(np.maximum(k - 1, 0), shared, max_noise))
 
 
 def _chi2_sf(stat: float, df: int) -> float:
@@ -287,7 +303,7 @@ class Calibration:
     ref_random: np.ndarray  # (R,) bool: an all-pairs / random pair (the null's sample); else an index neighbour pair
     ref_disagreement: np.ndarray  # (R,) each reference pair's disagreement rate on its shared queries
     ref_shared: np.ndarray  # (R,) and how many queries it shares
-    row_digest: np.ndarray  # (M, 3) each model's (answers, sum of query indices, sum of scores) when calibrated
+    row_digest: np.ndarray  # (M, 2) each model's answers when calibrated, in brief (`_digest`)
     generation: str | None = None
     encoder_id: str | None = None
     _pos: dict = field(default_factory=dict, repr=False)
@@ -345,7 +361,7 @@ class Calibration:
         return fit_theta(idx, y, self.task, self.beta, self.n_tasks)
 
     def null(self, a: str, b: str, accuracy: float, *, nearest: int = 40, max_noise: float | None = None,
-             alpha: float = 0.01) -> tuple[float, float, int]:
+             alpha: float = AUDIT_ALPHA) -> tuple[float, float, int]:
         """(median, scale, pairs) of kappa over the reference pairs of similar mean accuracy that
         involve neither a nor b. The scale is the upper spread between distinct pairs beyond their own
         sampling error ((90th percentile - median) / 1.2816, less the median squared standard error;
@@ -373,10 +389,7 @@ class Calibration:
         """(R,) the reference pairs that disagree no more than `max_noise` allows (not significantly more, at
         `alpha`) and whose disagreements are symmetric within tasks (or too few to test): what one model
         re-run or re-served looks like to the audit's own tests."""
-        from scipy.special import bdtrc
-
-        k = np.rint(np.nan_to_num(self.ref_disagreement) * self.ref_shared)
-        p_above = np.where(k <= 0, 1.0, bdtrc(np.maximum(k - 1, 0), self.ref_shared, max_noise))
+        p_above = _p_above_noise(np.nan_to_num(self.ref_disagreement) * self.ref_shared, self.ref_shared, max_noise)
         symmetric = np.nan_to_num(self.ref_symmetry_p, nan=1.0) >= alpha
         return (p_above >= alpha) & symmetric
 
@@ -425,7 +438,8 @@ class Calibration:
                 arrays = {k: z[k] for k in cls._ARRAYS}
         except (OSError, ValueError, KeyError):
             return None
-        if len(arrays["beta"]) != len(meta["query_ids"]) or len(arrays["theta"]) != len(meta["names"]):
+        if (len(arrays["beta"]) != len(meta["query_ids"]) or len(arrays["theta"]) != len(meta["names"])
+                or arrays["row_digest"].shape != (len(meta["names"]), 2)):
             return None
         return cls(meta["names"], meta["query_ids"], task_names=meta["task_names"], generation=meta["generation"],
                    encoder_id=meta["encoder_id"], **arrays)
@@ -469,7 +483,7 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
                       ref_arr[:, 0].astype(np.int64), ref_arr[:, 1].astype(np.int64), ref_arr[:, 2], ref_arr[:, 3],
                       ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5,
                       ref_arr[:, 7], ref_arr[:, 8].astype(np.int64),
-                      np.array([_digest(idx, y) for idx, y in pool.rows], dtype=np.float64).reshape(-1, 3))
+                      np.array([_digest(idx, y) for idx, y in pool.rows], dtype=np.int64).reshape(-1, 2))
     # How often two distinct models pass the homogeneity test when they share no query: each
     # reference pair on random disjoint halves of the queries (what a disjoint flag is worth).
     split = []
@@ -509,26 +523,24 @@ class Decision:
 
 
 def evidence(cal: Calibration, a: str, ia: np.ndarray, ya: np.ndarray, b: str, ib: np.ndarray, yb: np.ndarray, *,
-             max_noise: float, alpha: float = 0.01, calibrated_rows: dict | None = None) -> Decision:
+             max_noise: float, alpha: float = AUDIT_ALPHA, calibrated_rows: dict | None = None) -> Decision:
     """The pair's statistics and p-values, not yet labelled. `ia`/`ib` index the calibration's queries.
     `calibrated_rows` (name -> rows): what the calibration holds for a or b when that differs from the
     rows given (their answers are left out of the difficulty strata; default: the rows given)."""
-    from scipy.special import bdtrc, ndtr
+    from scipy.special import ndtr
 
     ta, tb = cal.theta_of(a, ia, ya), cal.theta_of(b, ib, yb)
     bins = cal.bins({a: (ia, ya), b: (ib, yb), **(calibrated_rows or {})})
     s = _pair_stats(ia, ya, ta, ib, yb, tb, cal.task, cal.beta, bins=bins, n_tasks=cal.n_tasks)
     out = Decision("untested", "", s)
     if s.kappa is not None:
-        k_obs = int(round(s.disagreement * s.shared))
-        # P(X >= k | rate = max_noise); bdtrc(j, n, p) is P(X > j)
-        out.p_above_max_noise = 1.0 if k_obs <= 0 else float(bdtrc(k_obs - 1, s.shared, max_noise))
+        out.p_above_max_noise = float(_p_above_noise(s.disagreement * s.shared, s.shared, max_noise))
         # by task too: a copy that answers one task from another model is not one model answering twice, however
         # little that task weighs in the whole (40% of math changed, 0% elsewhere, passed the pooled test)
-        n_t, k_t = s.task_shared, np.rint(s.task_disagreed)
+        n_t = s.task_shared
         tested = np.flatnonzero(n_t >= MIN_EVIDENCE)
         if len(tested) > 1:
-            p_t = np.where(k_t[tested] <= 0, 1.0, bdtrc(np.maximum(k_t[tested] - 1, 0), n_t[tested], max_noise))
+            p_t = _p_above_noise(s.task_disagreed[tested], n_t[tested], max_noise)
             worst = int(np.argmin(p_t))
             out.p_task_above_max_noise = float(min(1.0, p_t[worst] * len(tested)))
             out.noisiest_task = cal.task_names[int(tested[worst])]

@@ -112,6 +112,9 @@ def pool_costs(records: Mapping[str, "ModelRecord"], names: Sequence[str], *, un
     return {name: c for name, c in costs.items() if c.usd_per_call is not None}
 
 
+_LARGEST = {"willingness_to_pay": MAX_WILLINGNESS_TO_PAY}  # max_cost: any finite ceiling filters
+
+
 def check_cost_option(value: Any, name: str) -> float | None:
     """A trade-off number: None (not asked), or a finite number >= 0; else InputError naming `name`."""
     if value is None:
@@ -120,9 +123,9 @@ def check_cost_option(value: Any, name: str) -> float | None:
         raise InputError(f"{name} must be a number >= 0, not {value!r}", field=name)
     if not math.isfinite(float(value)) or value < 0:
         raise InputError(f"{name} must be a finite number >= 0, not {value!r}", field=name)
-    if name == "willingness_to_pay" and value > MAX_WILLINGNESS_TO_PAY:
-        raise InputError(f"{name} must be at most {MAX_WILLINGNESS_TO_PAY:g} (P(correct) per USD), not "
-                         f"{value!r}: past that every model's cost outweighs P(correct) already", field=name)
+    if value > _LARGEST.get(name, math.inf):
+        raise InputError(f"{name} must be at most {_LARGEST[name]:g} (P(correct) per USD), not {value!r}: past "
+                         "that every model's cost outweighs P(correct) already", field=name)
     return float(value)
 
 

@@ -187,13 +187,21 @@ def _rank(p: np.ndarray, row_names: np.ndarray, then: np.ndarray | None = None) 
     `then`: within such a run, what ranks first before the name (P(correct) under a cost trade-off, whose
     utilities tie exactly for models of one cost when λ·cost swamps P(correct)), its own near-ties by name."""
     order = np.lexsort((row_names, -p))
-    col = p[order].astype(np.float64)
-    group = np.concatenate([[0], np.cumsum(col[:-1] - col[1:] >= TIE)])
+    group = _tie_runs(p[order])
     if then is not None:  # `group` is sorted along `order`, so it stays aligned after this reorder
         order = order[np.lexsort((row_names[order], -then[order], group))]
-        col = then[order].astype(np.float64)
-        group = np.concatenate([[0], np.cumsum((group[1:] != group[:-1]) | (col[:-1] - col[1:] >= TIE))])
+        group = _tie_runs(then[order], within=group)
     return order[np.lexsort((row_names[order], group))].tolist()
+
+
+def _tie_runs(values: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+    """Run numbers along `values` (sorted largest first): a new run where the next is TIE or more below, or
+    where the run of `within` changes."""
+    col = np.asarray(values, np.float64)
+    new = col[:-1] - col[1:] >= TIE
+    if within is not None:
+        new |= within[1:] != within[:-1]
+    return np.concatenate([[0], np.cumsum(new)])
 
 
 def _by_fingerprint(by: str | None, prints, top: str) -> bool:
