@@ -101,3 +101,21 @@ def test_a_limit_the_schemas_fix_is_refused_not_ignored(tmp_path):
     with pytest.raises(ValueError, match="limits.max_k"):
         create_app(ServiceSettings(home=tmp_path / "never-opened", limits=Limits(max_k=5)))
     assert not (tmp_path / "never-opened").exists()
+
+
+def test_every_number_in_a_query_string_refuses_nan_and_infinity_as_such(app):
+    """A float query parameter given nan or inf is refused as not finite: pydantic compared nan with the
+    bounds and answered 'alpha: Input should be less than 1' to alpha=nan."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)
+    floats = [(method, route.path, param.alias) for route in _api_routes(app) for method in route.methods
+              for param in route.dependant.query_params if param.field_info.annotation in (float, float | None)]
+    assert {("GET", "/v1/audit", "alpha"), ("GET", "/v1/portfolio", "budget_b"),
+            ("POST", "/v1/drift/run", "max_noise")} <= set(floats)
+    for method, path, name in floats:
+        for value in ("nan", "inf", "-Infinity"):
+            url = path.replace("{name}", "some-model") + f"?{name}={value}"
+            r = client.request(method, url, headers={"Authorization": "Bearer " + "t" * 24})
+            assert r.status_code == 422, (url, r.text)
+            assert r.json()["error"]["message"] == f"{name}: Input should be a finite number", (url, r.text)

@@ -16,9 +16,11 @@ from registry.service.json_body import UniqueKeysRoute
 __all__ = ["router"]
 
 router = APIRouter(route_class=UniqueKeysRoute)
-# the drift parameters, checked alike by the read of one model and the CI run over every refined one
-Alpha = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0)
-MaxNoise = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0)
+# the audit's and drift's parameters, checked alike by the audit, the read of one model's drift and the CI
+# run over every refined one; NaN and inf are refused as such (pydantic compares them with the bounds and
+# said 'should be less than 1' of 'alpha=nan')
+Alpha = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0, allow_inf_nan=False)
+MaxNoise = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0, allow_inf_nan=False)
 Permutations = Query(default=DRIFT_PERMUTATIONS, ge=19, le=9999)
 Seed = Query(default=0, ge=0, le=2**31 - 1)
 
@@ -28,8 +30,8 @@ def audit(reader: Reader,
           model: str | None = Query(default=None, min_length=1, max_length=LIMITS.max_name_chars),
           metric: str = Query(default="cosine", pattern="^(cosine|euclidean)$"),
           k: int = Query(default=10, ge=1, le=1000),
-          alpha: float = Query(default=AUDIT_ALPHA, gt=0.0, lt=1.0),
-          max_noise: float = Query(default=AUDIT_MAX_NOISE, gt=0.0, lt=1.0),
+          alpha: float = Alpha,
+          max_noise: float = MaxNoise,
           by: str | None = Query(default=None, pattern=BY_PATTERN,
                                  description="the index proposing candidates (default: both)")):
     """Likely duplicates: the whole pool, or one model against its nearest neighbours (the CI
@@ -46,7 +48,7 @@ def profile(body: s.ProfileRequest, reader: Reader):
 @router.get("/v1/portfolio", response_model=r.PortfolioResult, responses=ERRORS, tags=["analytics"])
 def portfolio(reader: Reader,
               k: int | None = Query(default=None, ge=1, le=LIMITS.max_k),
-              budget_b: float | None = Query(default=None, gt=0, le=1e7),
+              budget_b: float | None = Query(default=None, gt=0, le=1e7, allow_inf_nan=False),
               method: str | None = Query(default=None, pattern="^(kcenter|kmedoids|greedy-budget|answers)$"),
               where: str | None = Query(default=None, max_length=LIMITS.max_where_chars),
               include_unknown_params: bool = False,
