@@ -83,9 +83,29 @@ def one_run(job: tuple) -> dict:
 
 
 def with_paired(r: dict) -> dict:
+    """Per method, the paired test of the registry against it on this seed's test queries, and (for the test
+    over every seed's queries, `pooled_paired_test`) the queries where they scored differently, by query id."""
     routed = r.pop("routed")
+    ids = np.asarray(r["routed_queries"], np.int64)
     r["paired"] = {m: paired_test(routed["registry"], routed[m]) for m in routed if m != "registry"}
+    r["routed_differences"] = {}
+    for m in r["paired"]:
+        diff = np.asarray(routed["registry"], np.float64) - np.asarray(routed[m], np.float64)
+        r["routed_differences"][m] = [[int(q), float(d)] for q, d in zip(ids, diff) if d != 0]
     return r
+
+
+def pooled(runs: list[dict], method: str) -> dict:
+    """The registry against `method` over the runs' test queries together, each distinct query once."""
+    pairs = []
+    for r in runs:
+        ids = np.asarray(r["routed_queries"], np.int64)
+        diff = np.zeros(len(ids))
+        at = {q: i for i, q in enumerate(ids.tolist())}
+        for q, d in r["routed_differences"][method]:
+            diff[at[q]] = d
+        pairs.append((ids, diff))
+    return pooled_paired_test(pairs)
 
 
 _RUN_FIELDS = ("dataset", "evals_per_model", "seed", "models", "held_out", "n_train_queries", "n_val_queries",
@@ -108,12 +128,17 @@ def rescore_dump(stem: Path) -> dict:
     """A dumped run scored by this commit's registry.lab.evaluation.score_predictions."""
     from registry.lab.evaluation import score_predictions
 
+    from encoder.data import split_queries
+
     run = json.loads(stem.with_suffix(".json").read_text("utf-8"))
     with np.load(stem.with_suffix(".npz")) as z:
         predictions = {"val": {k[4:]: z[k] for k in z.files if k.startswith("val/")},
                        "test": {k[5:]: z[k] for k in z.files if k.startswith("test/")},
                        **{k: z[k] for k in ("val_truth", "test_truth", "train_mean")}}
     run.update(score_predictions(predictions, keep_routed=True))
+    # the test queries' ids, from the split the run made (its test truth has a column per test query)
+    n_queries = run["n_train_queries"] + run["n_val_queries"] + predictions["test_truth"].shape[1]
+    run["routed_queries"] = split_queries(n_queries, seed=run["seed"]).test[run["routed_queries"]].tolist()
     return with_paired(run)
 
 
@@ -138,7 +163,7 @@ def summarise(runs: list[dict]) -> dict:
             "routing_ahead": rows["registry"]["routing"] > rows[best_base]["routing"],
             "correctness_ahead": all(rows["registry"]["correctness"] > rows[m]["correctness"] for m in corr_bases),
             "paired_vs_best": [r["paired"][best_base] for r in rs],
-            "paired_pooled": pooled_paired_test([r["paired"][best_base] for r in rs]),
+            "paired_pooled": pooled(rs, best_base),
             "blend": [r.get("blend", {}).get("registry") for r in rs],
         }
     return out
@@ -151,7 +176,10 @@ def write_markdown(result: dict, path: Path) -> None:
         "Protocol (`registry evaluate`, registry/lab/evaluation.py): queries split 80/10/10 by seed; each model keeps at "
         "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
         "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
-        "queries, each routed among the models scored on it. **registry** is the router `registry route` uses "
+        "queries, each routed among the models scored on it (models tied at the top share a query: their mean score), "
+        "every model's evaluations of the validation queries (a tenth of the queries) read beyond its N training "
+        "ones (early stopping, the baselines' and kNN's settings, the blend's fit). **registry** is the router "
+        "`registry route` uses "
         "(the blend `registry train` stores beside the encoder): LOCUS, the item table (encoder/fingerprint.py, "
         "fitted on the training evaluations only) and kNN over the stored queries (encoder/knn.py, its k, "
         "pseudo-count and mode tuned on the validation queries, the same as the knn baseline) mixed by "
@@ -174,15 +202,18 @@ def write_markdown(result: dict, path: Path) -> None:
             corr = "" if row["correctness"] is None else f"{row['correctness']:.4f}"
             bold = "**" if m == "registry" else ""
             lines.append(f"| {bold}{m}{bold} | {row['routing']:.4f} ± {row['routing_sd']:.4f} | {corr} |")
-        pooled = block.get("paired_pooled") or pooled_paired_test(block["paired_vs_best"])
+        together = block["paired_pooled"]
         paired = ", ".join(f"seed {s}: {p['diff']:+.4f} ({p['wins']} won / {p['losses']} lost, p {p['p']:.3g})"
                            for s, p in zip(block["seeds"], block["paired_vs_best"]))
+        within = "" if together["p"] < 0.05 else f" (within noise: p {together['p']:.2g} over every seed's queries)"
         lines += ["", f"Best baseline: {block['best_baseline']}. Registry ahead on routing: "
-                      f"**{'yes' if block['routing_ahead'] else 'NO'}**; ahead of every baseline on correctness: "
-                      f"**{'yes' if block['correctness_ahead'] else 'NO'}**.",
+                      f"**{'yes' if block['routing_ahead'] else 'NO'}**{within if block['routing_ahead'] else ''}; "
+                      f"ahead of every baseline on correctness: **{'yes' if block['correctness_ahead'] else 'NO'}**.",
                   f"Paired against {block['best_baseline']} (McNemar, test queries): {paired}; every seed's "
-                  f"queries together: {pooled['diff']:+.4f} ({pooled['wins']} won / {pooled['losses']} lost of "
-                  f"{pooled['n']}, p {pooled['p']:.3g}).", ""]
+                  f"queries together: {together['diff']:+.4f} ({together['wins']} won / {together['losses']} lost "
+                  f"of {together['n']}" + (" distinct queries (the seeds' test sets overlap: a query's "
+                  "differences are summed over the seeds that tested it; sign test)" if "cells" in together
+                  else "") + f", p {together['p']:.3g}).", ""]
         weights = [b for b in block["blend"] if b]
         if weights:
             lines += ["Blend weights per seed (logit of each component; intercept): " + "; ".join(

@@ -183,12 +183,41 @@ def test_the_paired_test_counts_discordant_queries_and_is_symmetric():
     assert paired_test(a, a)["p"] == 1.0  # no discordant query
 
 
-def test_the_pooled_paired_test_is_the_paired_test_of_every_seed_s_queries_together():
+def test_the_pooled_paired_test_counts_a_query_tested_by_several_seeds_once():
     from encoder.metrics import paired_test, pooled_paired_test
 
-    a1, b1 = [1, 1, 1, 0], [0, 0, 1, 0]
-    a2, b2 = [1, 0, 0, 1, 1, 0], [1, 1, 0, 0, 0, 0]
-    pooled = pooled_paired_test([paired_test(a1, b1), paired_test(a2, b2)])
-    together = paired_test(a1 + a2, b1 + b2)
-    assert pooled["p"] == together["p"] and (pooled["wins"], pooled["losses"], pooled["n"]) == (4, 1, 10)
-    assert abs(pooled["diff"] - together["diff"]) < 1e-12
+    a1, b1 = np.array([1, 1, 1, 0]), np.array([0, 0, 1, 0])
+    a2, b2 = np.array([1, 0, 0, 1, 1, 0]), np.array([1, 1, 0, 0, 0, 0])
+    disjoint = pooled_paired_test([([0, 1, 2, 3], a1 - b1), ([4, 5, 6, 7, 8, 9], a2 - b2)])
+    together = paired_test(np.r_[a1, a2], np.r_[b1, b2])
+    assert disjoint["p"] == together["p"] and (disjoint["wins"], disjoint["losses"], disjoint["n"]) == (4, 1, 10)
+    assert abs(disjoint["diff"] - together["diff"]) < 1e-12 and disjoint["cells"] == 10
+    # one seed's 20 won / 10 lost is p 0.099; the same queries tested by three seeds are still 30 queries
+    a, b = np.r_[np.ones(20), np.zeros(10)], np.r_[np.zeros(20), np.ones(10)]
+    once = pooled_paired_test([(np.arange(30), a - b)])
+    thrice = pooled_paired_test([(np.arange(30), a - b)] * 3)
+    assert (thrice["wins"], thrice["losses"], thrice["n"], thrice["cells"]) == (20, 10, 30, 90)
+    assert thrice["p"] == once["p"] and 0.09 < once["p"] < 0.11
+    # a query won in one seed and lost in another nets to nothing
+    assert pooled_paired_test([([7], [1.0]), ([7], [-1.0])])["wins"] == 0
+    with pytest.raises(ValueError, match="one difference per query"):
+        pooled_paired_test([([1, 2], [0.5])])
+
+
+def test_models_tied_at_the_top_share_the_query_whatever_their_order():
+    """Routing accuracy must not depend on the order of the pool's models: ties score the tied models' mean
+    (a router breaking them at random), best single's tie on training accuracy included."""
+    from encoder.metrics import best_single_accuracy, paired_test, routed_scores, routing_accuracy
+
+    pred = np.array([[0.9, 0.2, 0.5], [0.9, 0.7, 0.5], [0.1, 0.7, 0.5]])
+    truth = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, np.nan], [1.0, 0.0, 0.0]])
+    # query 0: models 0 and 1 tie (1, 0); query 1: 1 and 2 tie (1, 0); query 2: 0 and 2 tie, 1 unscored (1, 0)
+    assert np.allclose(routed_scores(pred, truth), [0.5, 0.5, 0.5])
+    for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):
+        assert routing_accuracy(pred[order], truth[order]) == 0.5
+    train = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # models 0 and 1 tie at 0.5
+    test = np.array([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]])
+    assert best_single_accuracy(train, test) == best_single_accuracy(train[[1, 0, 2]], test[[1, 0, 2]]) == 0.5
+    # a shared tie counts by its sign in the paired test
+    out = paired_test([0.5, 1.0, 0.0], [1.0, 1.0, 0.5])
+    assert (out["wins"], out["losses"]) == (0, 2)

@@ -414,3 +414,17 @@ def test_cli_errors(trained_home):
     assert out.exit_code == 2 and "fits no model" in out.output
     out = runner.invoke(cli, home + ["--k", "2", "--where", "family == nowhere"])
     assert out.exit_code == 2 and "matches no model" in out.output
+
+
+def test_a_subset_s_routing_accuracy_shares_a_tie_whatever_the_order_of_its_members():
+    """The portfolio's vectorised routing over many subsets and its per-subset routing with holes agree with
+    encoder.metrics: models tied at the top share the query."""
+    from encoder.metrics import routing_accuracy
+    from registry.analytics.portfolio import _routing_common, _routing_scored
+
+    pred = np.array([[0.8, 0.1], [0.8, 0.6], [0.3, 0.6]])
+    truth = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    subsets = np.array([[0, 1, 2], [2, 1, 0], [1, 0, 2]])
+    assert np.allclose(_routing_common(pred, truth, subsets), 0.5)
+    assert _routing_scored(pred, truth, [2, 1, 0]) == _routing_scored(pred, truth, [0, 1, 2]) == 0.5
+    assert routing_accuracy(pred, truth) == 0.5

@@ -260,22 +260,20 @@ def random_feasible(costs: np.ndarray, budget: float, rng: np.random.Generator) 
 
 # --------------------------------------------------------------------------- routing accuracy
 def _routing_common(pred: np.ndarray, truth: np.ndarray, subsets: np.ndarray) -> np.ndarray:
-    """(D,) accuracy of each subset (rows of `subsets`, (D, k) indices), truth without NaN."""
+    """(D,) accuracy of each subset (rows of `subsets`, (D, k) indices), truth without NaN; models tied at
+    the top share a query (encoder.metrics.routed_scores)."""
     p = pred[subsets]  # (D, k, T)
-    choice = p.argmax(axis=1)  # (D, T)
-    picked = np.take_along_axis(subsets, choice, axis=1)  # (D, T) model indices
-    return truth[picked, np.arange(truth.shape[1])[None, :]].mean(axis=1)
+    top = p == p.max(axis=1, keepdims=True)  # (D, k, T)
+    scores = truth[subsets]  # (D, k, T)
+    return ((top * scores).sum(axis=1) / top.sum(axis=1)).mean(axis=1)
 
 
 def _routing_scored(pred: np.ndarray, truth: np.ndarray, subset: Sequence[int]) -> float:
-    from encoder.metrics import route
+    from encoder.metrics import routed_scores
 
     sub = list(subset)
-    choice = route(pred[sub], truth[sub])
-    ok = choice >= 0
-    if not ok.any():
-        return math.nan
-    return float(truth[sub][choice[ok], np.flatnonzero(ok)].mean())
+    scores = routed_scores(pred[sub], truth[sub])
+    return float(scores.mean()) if len(scores) else math.nan
 
 
 # ------------------------------------------------------------------------------- the pool

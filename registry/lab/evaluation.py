@@ -2,8 +2,9 @@
 
 One protocol for every method (paper section 3.1, EmbedLLM's split): queries split 80/10/10 by seed;
 each model contributes at most N random evaluations from the training queries; the validation
-queries only choose hyperparameters and stop training; metrics are measured on the test queries,
-each query routed among the models scored on it.
+queries choose hyperparameters, stop training and fit the registry's blend (every model's validation
+evaluations are read, beyond the N training ones); metrics are measured on the test queries, each query
+routed among the models scored on it, models tied at the top sharing it (encoder.metrics).
 
 With `holdout_models=K`, K random models of the pool are left out of all training. Afterwards each is
 embedded (one forward pass) from n of its training-query evaluations, for each n in
@@ -49,8 +50,9 @@ def run_evaluation(
     keep_predictions: bool = False,
 ) -> dict[str, Any]:
     """LOCUS and the baselines under one split (see the module docstring). With `keep_routed`,
-    `result["routed"][method]` is the score of the model each method routed each test query to (the
-    queries some model is scored on, in order), for paired tests between methods. With
+    `result["routed"][method]` is the score each method's routing got on each test query (encoder.metrics.
+    routed_scores: the queries some model is scored on, in order; `result["routed_queries"]` their indices
+    into `data`'s queries), for paired tests between methods. With
     `keep_predictions`, `result["predictions"]` holds every component's P(correct) on the validation and
     test queries and the truth they are scored against (`score_predictions`' input)."""
     from encoder.inference import embed_models
@@ -113,6 +115,7 @@ def run_evaluation(
     result["blend"]["registry"]["settings"] = {"knn": knn.settings}  # as router_blend.json records them
     if keep_routed:
         result["routed"] = scored["routed"]
+        result["routed_queries"] = split.test[scored["routed_queries"]].tolist()
     if keep_predictions:
         result["predictions"] = predictions
     for name, value in result["routing_accuracy"].items():
@@ -134,7 +137,8 @@ BLENDS = {"registry": (ROUTER_PARTS, fit_routing_blend),
 def score_predictions(predictions: dict[str, Any], *, keep_routed: bool = False) -> dict[str, Any]:
     """Routing and correctness accuracy on the test queries of every component in `predictions`
     (`run_evaluation(keep_predictions=True)`), of the blends fitted on its validation queries, and of
-    the best single model by training accuracy; the oracle's routing accuracy."""
+    the best single model by training accuracy; the oracle's routing accuracy. With `keep_routed`, each
+    method's `routed_scores` ("routed") and the positions among the test queries they are for."""
     val_p, test_p = predictions["val"], predictions["test"]
     val_truth, test_truth = predictions["val_truth"], predictions["test_truth"]
     out: dict[str, Any] = {"routing_accuracy": {}, "correctness_accuracy": {}, "blend": {}}
@@ -158,15 +162,14 @@ def score_predictions(predictions: dict[str, Any], *, keep_routed: bool = False)
     out["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
     if keep_routed:
         out["routed"] = routed
+        out["routed_queries"] = np.flatnonzero(~np.isnan(test_truth).all(axis=0))  # positions among the test queries
     return out
 
 
 def _routed(pred: np.ndarray, truth: np.ndarray) -> list[float]:
-    from encoder.metrics import route
+    from encoder.metrics import routed_scores
 
-    choice = route(pred, truth)
-    ok = choice >= 0
-    return truth[choice[ok], np.flatnonzero(ok)].astype(float).tolist()
+    return routed_scores(pred, truth).tolist()
 
 
 def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed) -> dict[str, dict[str, float]]:
