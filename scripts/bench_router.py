@@ -176,8 +176,8 @@ def write_markdown(result: dict, path: Path) -> None:
         "Protocol (`registry evaluate`, registry/lab/evaluation.py): queries split 80/10/10 by seed; each model keeps at "
         "most N random evaluations of the training queries; LOCUS trained with `TrainConfig`'s defaults (epochs and "
         "patience in epochs, no wall-clock cap); baselines tuned on the validation queries; all numbers on the test "
-        "queries, each routed among the models scored on it (models tied at the top share a query: their mean score), "
-        "every model's evaluations of the validation queries (a tenth of the queries) read beyond its N training "
+        "queries, each routed among the models scored on it" + (" (models tied at the top share a query: their mean "
+        "score)" if result.get("ties") == "shared" else "") + ", every model's evaluations of the validation queries (a tenth of the queries) read beyond its N training "
         "ones (early stopping, the baselines' and kNN's settings, the blend's fit). **registry** is the router "
         "`registry route` uses "
         "(the blend `registry train` stores beside the encoder): LOCUS, the item table (encoder/fingerprint.py, "
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         runs = [rescore_dump(stem) for stem in stems]
         result = {"command": "scripts/bench_router.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                   "date": time.strftime("%Y-%m-%d"), "machine": f"scoring on {os.cpu_count()} CPU cores",
-                  "made": made, "runs": runs, "summary": summarise(runs)}
+                  "made": made, "runs": runs, "summary": summarise(runs), "ties": "shared"}
         if args.json:
             args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
     else:
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         result = {"command": "scripts/bench_router.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                   "date": time.strftime("%Y-%m-%d"),
                   "machine": f"{os.cpu_count()} CPU cores, torch {torch.__version__} on {device}, "
-                             f"Python {platform.python_version()}", "runs": []}
+                             f"Python {platform.python_version()}", "runs": [], "ties": "shared"}
         if args.dump_dir:
             args.dump_dir.mkdir(parents=True, exist_ok=True)
             made_file = args.dump_dir / "made.json"  # every command that dumped runs here
