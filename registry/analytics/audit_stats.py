@@ -205,6 +205,7 @@ class PairStats:
     b_right_a_wrong: int = 0
     symmetry_p: float | None = None
     symmetry_strata: int = 0
+    symmetry_stat: float | None = None  # the stratified McNemar chi-square behind symmetry_p
     only_a: int = 0
     only_b: int = 0
     homogeneity_p: float | None = None
@@ -249,7 +250,7 @@ def _pair_stats(ia, ya, ta, ib, yb, tb, task, beta, *, bins: np.ndarray | None, 
                     stat += (x - y) ** 2 / (x + y)
                     df += 1
             if df:
-                out.symmetry_p, out.symmetry_strata = _chi2_sf(stat, df), df
+                out.symmetry_p, out.symmetry_strata, out.symmetry_stat = _chi2_sf(stat, df), df, stat
     if with_tests and bins is not None:
         only_a = np.setdiff1d(ia, common, assume_unique=True)
         only_b = np.setdiff1d(ib, common, assume_unique=True)
@@ -303,6 +304,9 @@ class Calibration:
     ref_random: np.ndarray  # (R,) bool: an all-pairs / random pair (the null's sample); else an index neighbour pair
     ref_disagreement: np.ndarray  # (R,) each reference pair's disagreement rate on its shared queries
     ref_shared: np.ndarray  # (R,) and how many queries it shares
+    # (R,) how far each reference pair's disagreements lean one way: its symmetry test's noncentrality per
+    # discordant answer, max(chi-square - df, 0) / discordant (NaN: no test); see `relatives_ceiling`
+    ref_lean: np.ndarray
     row_digest: np.ndarray  # (M, 2) each model's answers when calibrated, in brief (`_digest`)
     generation: str | None = None
     encoder_id: str | None = None
@@ -397,14 +401,27 @@ class Calibration:
         ia, ib = self._pos.get(a, -1), self._pos.get(b, -1)
         return (self.ref_a != ia) & (self.ref_a != ib) & (self.ref_b != ia) & (self.ref_b != ib)
 
-    def relatives_ceiling(self, a: str, b: str, alpha: float) -> tuple[float, str, str, float] | None:
+    def relatives_ceiling(self, a: str, b: str, alpha: float, *, discordant: int = 0,
+                          strata: int = 0) -> tuple[float, str, str, float] | None:
         """(kappa, x, y, symmetry p) of the pool pair, involving neither a nor b, that agrees most among
         those shown to be *distinct* models: their disagreements lean one way within tasks (p < alpha),
         which one model answering twice does not do. However much a symmetric pair agrees, it is not
         told apart from such relatives (another snapshot, a fine-tune, the same weights behind another
-        interface) unless it agrees more than they do. None when the pool shows no such pair."""
+        interface) unless it agrees more than they do. A relative is set aside only when the pair's own
+        symmetry test (`discordant` answers over `strata` strata) would have seen a lean like its with power
+        1 - alpha: the pair was found symmetric, and a relative like that passes as symmetric less often than
+        alpha. So a copy leaning hard one way (quantised) no longer demotes every true duplicate its kappa
+        tops, while mildly leaning snapshots still demote pairs whose tests could have missed their lean (at a
+        laxer power, two of BFCL's gemini-1.5-pro preview snapshots became a "duplicate"). None when the pool
+        shows no such pair."""
         sym = np.nan_to_num(self.ref_symmetry_p, nan=1.0)
         keep = self._without(a, b) & (sym < alpha)
+        if discordant > 0 and strata > 0:
+            from scipy.special import chdtri, chndtr
+
+            lean = np.nan_to_num(self.ref_lean, nan=0.0)
+            power = 1.0 - chndtr(chdtri(strata, alpha), strata, lean * discordant)
+            keep &= power < 1.0 - alpha
         if not keep.any():
             return None
         i = int(np.flatnonzero(keep)[np.argmax(self.ref_kappa[keep])])
@@ -413,7 +430,8 @@ class Calibration:
 
     # ---------------------------------------------------------------- persistence (JSON + .npz, no pickle)
     _ARRAYS = ("task", "beta", "theta", "ref_a", "ref_b", "ref_kappa", "ref_accuracy", "ref_se", "q_total", "q_count",
-               "split_homogeneity_p", "ref_symmetry_p", "ref_random", "ref_disagreement", "ref_shared", "row_digest")
+               "split_homogeneity_p", "ref_symmetry_p", "ref_random", "ref_disagreement", "ref_shared", "ref_lean",
+               "row_digest")
 
     def save(self, directory: Path) -> None:
         import io
@@ -472,9 +490,12 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
         ib, yb = pool.rows[b]
         s = _pair_stats(ia, ya, theta[a], ib, yb, theta[b], pool.task, beta, bins=None, n_tasks=n_tasks)
         if s.kappa is not None:
+            lean = (np.nan if s.symmetry_stat is None else
+                    max(s.symmetry_stat - s.symmetry_strata, 0.0) / (s.a_right_b_wrong + s.b_right_a_wrong))
             ref.append((a, b, s.kappa, 0.5 * (s.accuracy_a + s.accuracy_b), s.kappa_se,
-                        np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random), s.disagreement, s.shared))
-    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 9)
+                        np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random), s.disagreement, s.shared,
+                        lean))
+    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 10)
     q_total, q_count = np.zeros(len(pool.task)), np.zeros(len(pool.task))
     for idx, y in pool.rows:
         q_total[idx] += y
@@ -482,7 +503,7 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
     cal = Calibration(list(pool.names), list(pool.query_ids), pool.task, list(pool.task_names), beta, theta,
                       ref_arr[:, 0].astype(np.int64), ref_arr[:, 1].astype(np.int64), ref_arr[:, 2], ref_arr[:, 3],
                       ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5,
-                      ref_arr[:, 7], ref_arr[:, 8].astype(np.int64),
+                      ref_arr[:, 7], ref_arr[:, 8].astype(np.int64), ref_arr[:, 9],
                       np.array([_digest(idx, y) for idx, y in pool.rows], dtype=np.int64).reshape(-1, 2))
     # How often two distinct models pass the homogeneity test when they share no query: each
     # reference pair on random disjoint halves of the queries (what a disjoint flag is worth).
@@ -637,7 +658,8 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
             else:
                 symmetric = (f"their disagreements are symmetric ({s.a_right_b_wrong} vs {s.b_right_a_wrong}) "
                              f"as sampling noise is")
-                ceiling = cal.relatives_ceiling(a, b, alpha)
+                ceiling = cal.relatives_ceiling(a, b, alpha, discordant=s.a_right_b_wrong + s.b_right_a_wrong,
+                                                strata=s.symmetry_strata)
                 if ceiling is not None:
                     out.relatives_kappa, out.relatives_pair = ceiling[0], (ceiling[1], ceiling[2])
                 if ceiling is not None and s.kappa <= ceiling[0] + RELATIVES_MARGIN_SE * s.kappa_se:
