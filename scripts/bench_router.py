@@ -39,7 +39,7 @@ from encoder.metrics import paired_test, pooled_paired_test  # noqa: E402
 DATA_ROOT = ROOT.parent / "shared" / "data"
 ENCODER = "all-mpnet-base-v2"
 BASELINES = ("knn", "irt_net", "embedllm_mf", "best_single")
-METHODS = ("registry", "locus", "item", "locus+item", "locus+item (logistic)", *BASELINES)
+METHODS = ("registry", "locus", "item", "locus+item", "locus+item (logistic)", "baselines blended", *BASELINES)
 
 
 def load(dataset: str, data_root: Path):
@@ -186,7 +186,9 @@ def write_markdown(result: dict, path: Path) -> None:
         "`encoder.blend.fit_routing_blend` on the validation queries (non-negative mixing weights and a "
         "temperature chosen by the validation routing likelihood, then calibrated). **locus+item** is that fit "
         "without kNN (the router before it); **locus+item (logistic)** the earlier cell-wise logistic blend; "
-        "**item** the item table alone. MMLU-Pro: its open-weight pool "
+        "**item** the item table alone" + ("; **baselines blended** kNN, IRT-Net and EmbedLLM-MF mixed by the registry's "
+        "fit (not a baseline of the target: it shows how much of a lead is the blend's)" if any(
+            "baselines blended" in block["methods"] for block in result["summary"].values()) else "") + ". MMLU-Pro: its open-weight pool "
         "(access == open); BFCL: all models.", "",
     ] + (["Component predictions (LOCUS, item table, baselines) were made and dumped by " + "; ".join(
           f"`{m['command']}` on {m['date']} ({m['machine']}{', runs ' + m['runs'] if m.get('runs') else ''})"

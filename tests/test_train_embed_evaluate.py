@@ -71,7 +71,7 @@ def test_evaluate_reports_every_method(home, monkeypatch):
               "--onboard-evals", "16,60", "--json").output
     result = json.loads(out)
     assert len(result["pool"]) == 10 and len(result["held_out"]) == 2
-    blended = {"registry", "item", "locus+item", "locus+item (logistic)"}
+    blended = {"registry", "item", "locus+item", "locus+item (logistic)", "baselines blended"}
     assert set(result["routing_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", "best_single", "oracle", *blended}
     assert set(result["correctness_accuracy"]) == {"locus", "embedllm_mf", "irt_net", "knn", *blended}
     assert set(result["blend"]["registry"]["weights"]) == {"locus", "item", "knn"}  # what `route` blends
@@ -81,6 +81,7 @@ def test_evaluate_reports_every_method(home, monkeypatch):
     settings = result["blend"]["registry"]["settings"]["knn"]
     assert set(settings) == {"mode", "k", "pseudo_count"} and KNNRouter(tune=False, **settings).settings == settings
     assert set(result["blend"]["locus+item"]["weights"]) == {"locus", "item"}
+    assert set(result["blend"]["baselines blended"]["weights"]) == {"knn", "irt_net", "embedllm_mf"}
     assert result["n_test_queries"] == 10
     oracle = result["routing_accuracy"]["oracle"]
     assert all(0.0 <= v <= oracle + 1e-9 for v in result["routing_accuracy"].values())
