@@ -27,11 +27,13 @@ def route(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def routed_scores(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """(n,) the score each query routed gets, over the n queries some model is scored on: the truth of the
-    model of highest prediction among those scored, the mean over the models tied there."""
+    model of highest prediction among those scored, the mean over the models tied there (a NaN prediction
+    counts as the lowest)."""
     scored = ~np.isnan(truth)
-    masked = np.where(scored, pred, -np.inf)
+    masked = np.where(scored, np.nan_to_num(np.asarray(pred, np.float64), nan=-np.inf), -np.inf)
     ok = scored.any(axis=0)
-    top = masked[:, ok] == masked[:, ok].max(axis=0)  # (M, n) tied at the top, all of them scored
+    # tied at the top among the scored models: when every scored one says -inf, the unscored would tie too
+    top = (masked[:, ok] == masked[:, ok].max(axis=0)) & scored[:, ok]  # (M, n)
     return (np.where(top, truth[:, ok], 0.0).sum(axis=0) / top.sum(axis=0)).astype(np.float64)
 
 
@@ -66,8 +68,8 @@ def paired_test(a, b) -> dict:
     the discordant queries; a tie shared at the top scores between 0 and 1 and counts by its sign)."""
     from scipy.stats import binomtest
 
-    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    wins, losses = int((x > y).sum()), int((x < y).sum())
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    wins, losses = int((d > 1e-12).sum()), int((d < -1e-12).sum())  # as pooled_paired_test counts them
     p = float(binomtest(wins, wins + losses, 0.5).pvalue) if wins + losses else 1.0
     return {"diff": float(np.mean(a) - np.mean(b)), "wins": wins, "losses": losses, "p": p, "n": len(a)}
 

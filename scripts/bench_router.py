@@ -13,8 +13,9 @@ validation queries (encoder/blend.py fit_routing_blend); "locus+item" is the sam
 router before it). `--dump-dir` keeps each run's component predictions (`--skip-dumped` goes on where a
 run of the whole set stopped: on 2 CPU cores one BFCL run at 1,024 evaluations took 22 min); `--from-dumps` scores
 them again (the blends and metrics of this commit) without training. Paired tests: McNemar's exact
-test over the test queries, registry against each method, per seed. MMLU-Pro is its open-weight pool
-(access == open), as the dataset's README advises; BFCL its whole pool.
+test over the test queries (the sign test on routed scores, which are 0/1 but where models tie at the
+top), registry against each method, per seed; over every seed's queries, each distinct query once.
+MMLU-Pro is its open-weight pool (access == open), as the dataset's README advises; BFCL its whole pool.
 """
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def with_paired(r: dict) -> dict:
     over every seed's queries, `pooled_paired_test`) the queries where they scored differently, by query id."""
     routed = r.pop("routed")
     ids = np.asarray(r["routed_queries"], np.int64)
+    if any(len(v) != len(ids) for v in routed.values()):
+        raise ValueError("each method's routed scores must be one per routed query")
     r["paired"] = {m: paired_test(routed["registry"], routed[m]) for m in routed if m != "registry"}
     r["routed_differences"] = {}
     for m in r["paired"]:
@@ -207,11 +210,12 @@ def write_markdown(result: dict, path: Path) -> None:
         together = block["paired_pooled"]
         paired = ", ".join(f"seed {s}: {p['diff']:+.4f} ({p['wins']} won / {p['losses']} lost, p {p['p']:.3g})"
                            for s, p in zip(block["seeds"], block["paired_vs_best"]))
+        test_name = "sign test" if result.get("ties") == "shared" else "McNemar"
         within = "" if together["p"] < 0.05 else f" (within noise: p {together['p']:.2g} over every seed's queries)"
         lines += ["", f"Best baseline: {block['best_baseline']}. Registry ahead on routing: "
                       f"**{'yes' if block['routing_ahead'] else 'NO'}**{within if block['routing_ahead'] else ''}; "
                       f"ahead of every baseline on correctness: **{'yes' if block['correctness_ahead'] else 'NO'}**.",
-                  f"Paired against {block['best_baseline']} (McNemar, test queries): {paired}; every seed's "
+                  f"Paired against {block['best_baseline']} ({test_name}, test queries): {paired}; every seed's "
                   f"queries together: {together['diff']:+.4f} ({together['wins']} won / {together['losses']} lost "
                   f"of {together['n']}" + (" distinct queries (the seeds' test sets overlap: a query's "
                   "differences are summed over the seeds that tested it; sign test)" if "cells" in together

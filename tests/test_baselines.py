@@ -218,6 +218,10 @@ def test_models_tied_at_the_top_share_the_query_whatever_their_order():
     train = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])  # models 0 and 1 tie at 0.5
     test = np.array([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]])
     assert best_single_accuracy(train, test) == best_single_accuracy(train[[1, 0, 2]], test[[1, 0, 2]]) == 0.5
+    # a model with no training evaluations (its train mean -inf) alone scored on a query still routes it
+    lone = np.array([[1.0, np.nan], [np.nan, 1.0]])
+    assert np.allclose(routed_scores(np.array([[0.5, 0.5], [0.9, -np.inf]]), lone), [1.0, 1.0])
+    assert np.allclose(routed_scores(np.array([[np.nan, 0.2], [0.1, 0.3]]), truth[:2, :2]), [0.0, 1.0])  # NaN: lowest
     # a shared tie counts by its sign in the paired test
     out = paired_test([0.5, 1.0, 0.0], [1.0, 1.0, 0.5])
     assert (out["wins"], out["losses"]) == (0, 2)

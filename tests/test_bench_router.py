@@ -27,6 +27,7 @@ def _dump(directory: Path, seed: int, n_queries: int = 100, models: int = 4) -> 
     rng = np.random.default_rng(seed)
     val_truth = (rng.random((models, len(split.val))) < 0.6).astype(np.float64)
     test_truth = (rng.random((models, len(split.test))) < 0.6).astype(np.float64)
+    test_truth[:, 3] = np.nan  # a test query no model is scored on: not routed, its id left out
     arrays = {}
     for part, truth in (("val", val_truth), ("test", test_truth)):
         for c in COMPONENTS:  # noisy readings of the truth
@@ -37,7 +38,7 @@ def _dump(directory: Path, seed: int, n_queries: int = 100, models: int = 4) -> 
     (directory / f"bfcl-256-{seed}.json").write_text(json.dumps(
         {"dataset": "bfcl", "evals_per_model": 256, "seed": seed, "models": models, "n_train_queries": len(split.train),
          "n_val_queries": len(split.val), "n_test_queries": len(split.test)}))
-    return split.test, test_truth
+    return np.delete(split.test, 3), np.delete(test_truth, 3, axis=1)
 
 
 def test_dumps_are_scored_with_shared_ties_and_overlapping_test_sets_counted_once(tmp_path):
@@ -51,9 +52,12 @@ def test_dumps_are_scored_with_shared_ties_and_overlapping_test_sets_counted_onc
         assert run["routing_accuracy"]["best_single"] == truth[:2].mean()  # models 0 and 1 share every query
     block = result["summary"]["bfcl@256"]
     together = block["paired_pooled"]
-    assert together["cells"] == sum(len(t) for t, _ in tests) == 20
-    assert together["n"] == len(np.union1d(tests[0][0], tests[1][0])) == 20 - len(overlap)
+    assert together["cells"] == sum(len(t) for t, _ in tests) == 18
+    assert together["n"] == len(np.union1d(tests[0][0], tests[1][0])) == 18 - len(overlap)
+    for run, (ids, _) in zip(sorted(result["runs"], key=lambda r: r["seed"]), tests):
+        assert run["routed_queries"] == ids.tolist()  # the routed queries' own ids, the unscored one left out
     per_seed = block["paired_vs_best"]
     assert together["wins"] + together["losses"] <= sum(p["wins"] + p["losses"] for p in per_seed)
     page = (tmp_path / "router.md").read_text()
     assert "distinct queries (the seeds' test sets overlap" in page and "share a query" in page
+    assert f"Paired against {block['best_baseline']} (sign test, test queries): seed 0: " in page

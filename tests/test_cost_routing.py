@@ -235,17 +235,19 @@ def test_cost_curve_on_a_matrix_with_a_known_answer():
     assert c["always_best"] == {"model": "best", "routing_accuracy": 1.0, "cost_usd": 10.0}
     assert c["always_cheapest"] == {"model": "cheap", "routing_accuracy": 0.5, "cost_usd": 1.0}
     assert c["gap"] == 0.5 and c["costed_by_proxy"] == ["mid"]
-    # λ = 0: ties go to the first row, the best: its accuracy at its cost
-    assert c["router"]["cost_usd"] == 10.0 and c["router"]["routing_accuracy"] == 1.0
+    # λ = 0: tied models share a query, as a router breaking ties at random would send it: queries 0-4 to
+    # all three, 5-7 to best and mid, 8-9 to best: (5 * 13/3 + 3 * 6 + 2 * 10) / 10, all right
+    assert math.isclose(c["router"]["cost_usd"], (5 * 13 / 3 + 3 * 6 + 2 * 10) / 10) and c["router"]["routing_accuracy"] == 1.0
     # λ in (0, 0.1): each query to its cheapest right model: cost (5*1 + 3*2 + 2*10)/10 = 3.1, all right;
     # λ in (0.1, 0.9): 8 right at (5*1 + 3*2 + 2*1)/10 = 1.3; beyond: always-cheapest
     costs = {round(p["cost_usd"], 9): p["routing_accuracy"] for p in c["points"]}
-    assert costs == {10.0: 1.0, 3.1: 1.0, 1.3: 0.8, 1.0: 0.5}
+    assert costs == {round((5 * 13 / 3 + 3 * 6 + 2 * 10) / 10, 9): 1.0, 3.1: 1.0, 1.3: 0.8, 1.0: 0.5}
     half = c["half_cost"]  # budget 5: the 3.1 point
     assert math.isclose(half["cost_usd"], 3.1) and half["gap_recovered"] == 1.0 and c["target_met"] is True
     assert math.isclose(half["random_mix_accuracy"], 0.5 + 0.5 * 2.1 / 9)
     share = {k: (round(v["cost_usd"], 9), v["gap_recovered"]) for k, v in c["at_share"].items()}
-    assert share == {"20%": (1.3, 0.6), "50%": (3.1, 1.0), "80%": (3.1, 1.0)}  # budgets 2.8, 5.5, 8.2
+    # budgets 2.8, 5.5, 8.2: the last takes λ = 0 itself
+    assert share == {"20%": (1.3, 0.6), "50%": (3.1, 1.0), "80%": (round((5 * 13 / 3 + 3 * 6 + 2 * 10) / 10, 9), 1.0)}
     # gap recovered over x = 0, 0.05, ..., 1 (budget 1 + 9x): 0; 0.6 for x in 0.05..0.2; 1 from 0.25
     assert math.isclose(c["apgr"], 0.05 * (4 * 0.6 + 15 * 1.0 + 0.5))
     pair = c["pair"]  # best vs cheap: queries 5-9 are where best is predicted ahead
@@ -319,3 +321,29 @@ def test_evaluate_cost_prints_the_curve(home, tmp_path, monkeypatch, capsys):
     assert "always-best" in text and "APGR" in text and "at half always-best's cost" in text
     assert "costed by the params_b proxy (no price): 9 of 11 models" in text
     assert "left out, no price and no params_b: mystery" in text
+
+
+def test_the_cost_curve_does_not_depend_on_the_order_of_the_pool_s_models():
+    """always-best is the cheaper of equally accurate models, and a tie in the router's scores is shared, so
+    the curve's figures agree with `best_single` and do not move when the pool's rows are permuted (argmax
+    gave each tie to the first row: always-best 0.5 or 0.75 by the order)."""
+    from registry.lab.cost_curve import cost_curve
+
+    rng = np.random.default_rng(0)
+    truth = (rng.random((3, 40)) < np.array([[0.6], [0.6], [0.3]])).astype(float)
+    val_truth = (rng.random((3, 20)) < 0.5).astype(float)
+    tied = np.full((3, 40), 0.5)  # a router with no opinion: every query a three-way tie
+    predictions = {"test_truth": truth, "train_mean": np.array([0.7, 0.7, 0.4]),
+                   "val": {c: np.full((3, 20), 0.5) for c in ("locus", "item", "knn")}, "val_truth": val_truth,
+                   "test": {c: tied for c in ("locus", "item", "knn")}}
+    names, costs = ["a", "b", "c"], [2.0, 1.0, 0.5]
+    curves = []
+    for order in ([0, 1, 2], [1, 0, 2], [2, 1, 0]):
+        permuted = {"test_truth": truth[order], "train_mean": predictions["train_mean"][order],
+                    "val_truth": val_truth[order], "val": {c: v[order] for c, v in predictions["val"].items()},
+                    "test": {c: v[order] for c, v in predictions["test"].items()}}
+        curves.append(cost_curve(permuted, [costs[i] for i in order], [names[i] for i in order], router=tied[order]))
+    for curve in curves:
+        assert curve["always_best"]["model"] == "b" and curve["always_best"]["routing_accuracy"] == truth[1].mean()
+        assert curve["router"]["routing_accuracy"] == pytest.approx(truth.mean(axis=0).mean())  # λ=0: a 3-way tie
+        assert curve["router"]["cost_usd"] == pytest.approx(np.mean(costs))

@@ -3,7 +3,8 @@
 Computed from the predictions `run_evaluation(keep_predictions=True)` already makes (no second training):
 on the test queries, each routed among the models scored on it,
 
-- **always-best**: the best single model by training accuracy (the next best where it is unscored);
+- **always-best**: the best single model by training accuracy (the cheaper of equally accurate ones; the
+  next best where it is unscored);
 - **always-cheapest**: the cheapest model (ties: the more accurate in training), likewise;
 - **random mixing** of the two: a share x of the calls to always-best, in expectation (accuracy and cost
   both linear in x);
@@ -51,14 +52,17 @@ def registry_router_predictions(predictions: dict[str, Any]) -> np.ndarray:
 
 
 def _choose(score: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """(Q,) model row each query goes to: the largest score among the models scored on it."""
-    masked = np.where(np.isnan(truth), -np.inf, score)
-    return masked.argmax(axis=0)
+    """(M, Q) bool: the models each query goes to, the largest score among the models scored on it (several
+    where they tie: a router breaking the tie at random sends it to each alike, encoder.metrics's rule)."""
+    scored = ~np.isnan(truth)
+    masked = np.where(scored, score, -np.inf)
+    return (masked == masked.max(axis=0)) & scored
 
 
 def _outcome(choice: np.ndarray, truth: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
-    cols = np.arange(truth.shape[1])
-    return float(truth[choice, cols].mean()), float(cost[choice].mean())
+    """(accuracy, mean cost per call) of routing each query to the `choice` models, ties shared."""
+    share = choice / choice.sum(axis=0)
+    return float((share * np.nan_to_num(truth)).sum(axis=0).mean()), float((share * cost[:, None]).sum(axis=0).mean())
 
 
 def _rank_score(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -87,8 +91,9 @@ def cost_curve(predictions: dict[str, Any], costs: Sequence[float], names: Seque
     train_mean = np.asarray(predictions["train_mean"], np.float64)
     train_mean = np.where(np.isnan(train_mean), -np.inf, train_mean)
 
-    best_row, cheap_row = int(np.argmax(train_mean)), int(np.argmax(_rank_score(-cost, train_mean)))
-    best_acc, best_cost = _outcome(_choose(np.broadcast_to(train_mean[:, None], truth.shape), truth), truth, cost)
+    best_rank = _rank_score(train_mean, -cost)  # models equal in both: the first
+    best_row, cheap_row = int(np.argmax(best_rank)), int(np.argmax(_rank_score(-cost, train_mean)))
+    best_acc, best_cost = _outcome(_choose(np.broadcast_to(best_rank[:, None], truth.shape), truth), truth, cost)
     cheap_acc, cheap_cost = _outcome(_choose(np.broadcast_to(_rank_score(-cost, train_mean)[:, None], truth.shape),
                                              truth), truth, cost)
     gap = best_acc - cheap_acc
