@@ -111,7 +111,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     if args.degraded is not None:
         print(f"| data | degraded copy: points lost | X's copy pairs ({args.trials} draws) | duplicate | same product "
-              "line? | cleared | Y ~ degraded: duplicate / related / cleared | distinct pairs flagged |")
+              "line? | cleared | Y ~ degraded: duplicate / related / cleared | distinct pairs flagged (summed over the draws) |")
         print("|---|---|---|---|---|---|---|---|")
     else:
         print("| data | copies | copy pairs | duplicate | same product line? | cleared | distinct pairs flagged |")

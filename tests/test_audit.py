@@ -320,6 +320,7 @@ def test_a_symmetric_pair_no_closer_than_the_pools_distinct_relatives_it_could_m
     assert "no more than distinct models of this pool agree" in soft[("m11", "loose")].reason
     # the strong one's could not: loose is a duplicate below it
     assert hard[("m11", "loose")].label == "duplicate" and hard[("m11", "loose")].relatives_pair != ("m0", "successor")
+    assert "m0 ~ successor agree more (kappa 0.899) but lean one way" in hard[("m11", "loose")].reason
 
 
 def test_search_by_behaviour_puts_a_copy_first(reg):

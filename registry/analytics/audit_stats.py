@@ -304,9 +304,11 @@ class Calibration:
     ref_random: np.ndarray  # (R,) bool: an all-pairs / random pair (the null's sample); else an index neighbour pair
     ref_disagreement: np.ndarray  # (R,) each reference pair's disagreement rate on its shared queries
     ref_shared: np.ndarray  # (R,) and how many queries it shares
-    # (R,) how far each reference pair's disagreements lean one way: its symmetry test's noncentrality per
-    # discordant answer, max(chi-square - df, 0) / discordant (NaN: no test); see `relatives_ceiling`
-    ref_lean: np.ndarray
+    # (R,) each reference pair's symmetry test: its chi-square, degrees of freedom and discordant answers (NaN
+    # or 0: no test), from which `relatives` reads how far its disagreements lean one way
+    ref_symmetry_stat: np.ndarray
+    ref_symmetry_df: np.ndarray
+    ref_discordant: np.ndarray
     row_digest: np.ndarray  # (M, 2) each model's answers when calibrated, in brief (`_digest`)
     generation: str | None = None
     encoder_id: str | None = None
@@ -401,37 +403,49 @@ class Calibration:
         ia, ib = self._pos.get(a, -1), self._pos.get(b, -1)
         return (self.ref_a != ia) & (self.ref_a != ib) & (self.ref_b != ia) & (self.ref_b != ib)
 
-    def relatives_ceiling(self, a: str, b: str, alpha: float, *, discordant: int = 0,
-                          strata: int = 0) -> tuple[float, str, str, float] | None:
-        """(kappa, x, y, symmetry p) of the pool pair, involving neither a nor b, that agrees most among
-        those shown to be *distinct* models: their disagreements lean one way within tasks (p < alpha),
-        which one model answering twice does not do. However much a symmetric pair agrees, it is not
-        told apart from such relatives (another snapshot, a fine-tune, the same weights behind another
-        interface) unless it agrees more than they do. A relative is set aside only when the pair's own
-        symmetry test (`discordant` answers over `strata` strata) would have seen a lean like its with power
-        1 - alpha: the pair was found symmetric, and a relative like that passes as symmetric less often than
-        alpha. So a copy leaning hard one way (quantised) no longer demotes every true duplicate its kappa
-        tops, while mildly leaning snapshots still demote pairs whose tests could have missed their lean (at a
-        laxer power, two of BFCL's gemini-1.5-pro preview snapshots became a "duplicate"). None when the pool
-        shows no such pair."""
+    def relatives(self, a: str, b: str, alpha: float, *, discordant: int = 0, strata: int = 0
+                  ) -> tuple[tuple[float, str, str, float] | None, tuple[float, str, str, float] | None]:
+        """(ceiling, set aside) for the pair a ~ b, each (kappa, x, y, p) or None. The ceiling: the pool pair,
+        involving neither a nor b, that agrees most among those shown to be *distinct* models (their
+        disagreements lean one way within tasks, symmetry p < alpha, which one model answering twice does
+        not do), with its symmetry p. However much a symmetric pair agrees, it is not told apart from such
+        relatives (another snapshot, a fine-tune, the same weights behind another interface) unless it agrees
+        more than they do. But a relative is set aside when the pair's own symmetry test (`discordant`
+        answers over `strata` strata) would have seen a lean like its with power 1 - alpha: the pair was
+        found symmetric, and a relative like that passes as symmetric less often than alpha. Its lean is the
+        lower alpha-confidence bound of its test's noncentrality (the plain estimate, chi-square - df, is
+        biased up among the relatives whose tests rejected), per discordant answer, assuming the pair's
+        discordant answers fall into strata as the relative's do. So a copy leaning hard one way (quantised)
+        no longer demotes every true duplicate its kappa tops, while mildly leaning snapshots still demote
+        pairs whose tests could have missed their lean. The set-aside relative closest in kappa comes with
+        that power in place of p."""
         sym = np.nan_to_num(self.ref_symmetry_p, nan=1.0)
         keep = self._without(a, b) & (sym < alpha)
-        if discordant > 0 and strata > 0:
-            from scipy.special import chdtri, chndtr
+        aside = np.zeros_like(keep)
+        power = np.zeros(len(keep))
+        if discordant > 0 and strata > 0 and keep.any():
+            from scipy.special import chdtri, chndtr, chndtrinc
 
-            lean = np.nan_to_num(self.ref_lean, nan=0.0)
-            power = 1.0 - chndtr(chdtri(strata, alpha), strata, lean * discordant)
-            keep &= power < 1.0 - alpha
-        if not keep.any():
-            return None
-        i = int(np.flatnonzero(keep)[np.argmax(self.ref_kappa[keep])])
-        return (float(self.ref_kappa[i]), self.names[int(self.ref_a[i])], self.names[int(self.ref_b[i])],
-                float(self.ref_symmetry_p[i]))
+            at = np.flatnonzero(keep)
+            lower = np.nan_to_num(chndtrinc(self.ref_symmetry_stat[at], self.ref_symmetry_df[at], 1.0 - alpha))
+            lean = np.maximum(lower, 0.0) / np.maximum(self.ref_discordant[at], 1.0)
+            power[at] = 1.0 - chndtr(chdtri(strata, alpha), strata, lean * discordant)
+            aside[at] = power[at] >= 1.0 - alpha
+            keep &= ~aside
+
+        def top(mask: np.ndarray, last: np.ndarray) -> tuple[float, str, str, float] | None:
+            if not mask.any():
+                return None
+            i = int(np.flatnonzero(mask)[np.argmax(self.ref_kappa[mask])])
+            return (float(self.ref_kappa[i]), self.names[int(self.ref_a[i])], self.names[int(self.ref_b[i])],
+                    float(last[i]))
+
+        return top(keep, self.ref_symmetry_p), top(aside, power)
 
     # ---------------------------------------------------------------- persistence (JSON + .npz, no pickle)
     _ARRAYS = ("task", "beta", "theta", "ref_a", "ref_b", "ref_kappa", "ref_accuracy", "ref_se", "q_total", "q_count",
-               "split_homogeneity_p", "ref_symmetry_p", "ref_random", "ref_disagreement", "ref_shared", "ref_lean",
-               "row_digest")
+               "split_homogeneity_p", "ref_symmetry_p", "ref_random", "ref_disagreement", "ref_shared",
+               "ref_symmetry_stat", "ref_symmetry_df", "ref_discordant", "row_digest")
 
     def save(self, directory: Path) -> None:
         import io
@@ -490,12 +504,11 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
         ib, yb = pool.rows[b]
         s = _pair_stats(ia, ya, theta[a], ib, yb, theta[b], pool.task, beta, bins=None, n_tasks=n_tasks)
         if s.kappa is not None:
-            lean = (np.nan if s.symmetry_stat is None else
-                    max(s.symmetry_stat - s.symmetry_strata, 0.0) / (s.a_right_b_wrong + s.b_right_a_wrong))
             ref.append((a, b, s.kappa, 0.5 * (s.accuracy_a + s.accuracy_b), s.kappa_se,
                         np.nan if s.symmetry_p is None else s.symmetry_p, float(is_random), s.disagreement, s.shared,
-                        lean))
-    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 10)
+                        np.nan if s.symmetry_stat is None else s.symmetry_stat, s.symmetry_strata,
+                        s.a_right_b_wrong + s.b_right_a_wrong))
+    ref_arr = np.array(ref, dtype=np.float64).reshape(-1, 12)
     q_total, q_count = np.zeros(len(pool.task)), np.zeros(len(pool.task))
     for idx, y in pool.rows:
         q_total[idx] += y
@@ -503,7 +516,7 @@ def calibrate(pool: PoolEvals, *, neighbours: list[tuple[str, str]] | None = Non
     cal = Calibration(list(pool.names), list(pool.query_ids), pool.task, list(pool.task_names), beta, theta,
                       ref_arr[:, 0].astype(np.int64), ref_arr[:, 1].astype(np.int64), ref_arr[:, 2], ref_arr[:, 3],
                       ref_arr[:, 4], q_total, q_count, np.zeros(0), ref_arr[:, 5], ref_arr[:, 6] > 0.5,
-                      ref_arr[:, 7], ref_arr[:, 8].astype(np.int64), ref_arr[:, 9],
+                      ref_arr[:, 7], ref_arr[:, 8].astype(np.int64), ref_arr[:, 9], ref_arr[:, 10], ref_arr[:, 11],
                       np.array([_digest(idx, y) for idx, y in pool.rows], dtype=np.int64).reshape(-1, 2))
     # How often two distinct models pass the homogeneity test when they share no query: each
     # reference pair on random disjoint halves of the queries (what a disjoint flag is worth).
@@ -658,8 +671,8 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
             else:
                 symmetric = (f"their disagreements are symmetric ({s.a_right_b_wrong} vs {s.b_right_a_wrong}) "
                              f"as sampling noise is")
-                ceiling = cal.relatives_ceiling(a, b, alpha, discordant=s.a_right_b_wrong + s.b_right_a_wrong,
-                                                strata=s.symmetry_strata)
+                ceiling, aside = cal.relatives(a, b, alpha, discordant=s.a_right_b_wrong + s.b_right_a_wrong,
+                                               strata=s.symmetry_strata)
                 if ceiling is not None:
                     out.relatives_kappa, out.relatives_pair = ceiling[0], (ceiling[1], ceiling[2])
                 if ceiling is not None and s.kappa <= ceiling[0] + RELATIVES_MARGIN_SE * s.kappa_se:
@@ -674,6 +687,10 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
                     above = ("" if ceiling is None else
                              f", above the pool's closest distinct relatives ({ceiling[1]} ~ {ceiling[2]}, "
                              f"kappa {ceiling[0]:.3f})")
+                    if aside is not None and s.kappa <= aside[0] + RELATIVES_MARGIN_SE * s.kappa_se:
+                        above += (f"; {aside[1]} ~ {aside[2]} agree more (kappa {aside[0]:.3f}) but lean one way "
+                                  f"as far as these answers would have shown (power {aside[3]:.2f}): not what "
+                                  f"this pair is")
                     out.reason = (f"{seen}: {beyond}, within max noise {max_noise:.0%}, {symmetric}{above}")
         return out
     if s.homogeneity_p is None:
