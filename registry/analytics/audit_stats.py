@@ -630,7 +630,7 @@ def label(cal: Calibration, out: Decision, a: str, b: str, *, level: float, alph
     pool's distinct pairs of similar accuracy at `level`. Otherwise flagged: "duplicate" when their
     disagreements are symmetric within tasks (as sampling noise is) and their non-shared answers are
     homogeneous and their kappa is above the pool's closest pair of provably distinct models
-    (`Calibration.relatives_ceiling`), else "same product line?" (agree far beyond chance but differ
+    (`Calibration.relatives`), else "same product line?" (agree far beyond chance but differ
     systematically, or no more than the pool's own relatives do: another snapshot, a fine-tune, a
     degraded copy). No shared queries: "duplicate" unless the task x
     difficulty homogeneity test rejects; no stratum both answered: "untested".
