@@ -3,37 +3,31 @@
 `pred` and `truth` are (M, Q) arrays over the same models and test queries; `truth` has NaN where a
 model has no score. A query is routed only among the models scored on it: nobody can tell whether an
 unscored model would have been right. Real-valued scores count as expected correctness. Models tied at
-the top prediction share the query: it scores their mean, what a router breaking the tie at random
-expects (taking the first would make the number depend on the order of the models: best single on
-BFCL at 256 evaluations, seed 0, read 0.8767 or 0.8973 by which of two models tied on training accuracy
-came first).
+the top prediction share the query (`top_models`): it scores their mean, what a router breaking the tie
+at random expects; taking the first would make the number depend on the order of the pool's models.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["paired_test", "pooled_paired_test", "routing_accuracy", "routed_scores", "correctness_accuracy",
-           "best_single_accuracy", "oracle_accuracy", "route"]
+__all__ = ["paired_test", "pooled_paired_test", "routing_accuracy", "routed_scores", "top_models",
+           "correctness_accuracy", "best_single_accuracy", "oracle_accuracy"]
 
 
-def route(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """(Q,) index of the model with the highest prediction among those scored on each query
-    (-1 where no model is scored); of tied models the first (scores read `routed_scores`)."""
-    masked = np.where(np.isnan(truth), -np.inf, pred)
-    choice = masked.argmax(axis=0)
-    choice[np.isnan(truth).all(axis=0)] = -1
-    return choice
+def top_models(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(M, Q) bool: per query, the models scored on it whose prediction is the highest among those scored
+    (several where they tie; a NaN prediction counts as the lowest; none where no model is scored)."""
+    scored = ~np.isnan(truth)
+    masked = np.where(scored, np.nan_to_num(np.asarray(pred, np.float64), nan=-np.inf), -np.inf)
+    # `& scored`: when every scored model says -inf, the unscored ones would tie with them
+    return (masked == masked.max(axis=0)) & scored
 
 
 def routed_scores(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """(n,) the score each query routed gets, over the n queries some model is scored on: the truth of the
-    model of highest prediction among those scored, the mean over the models tied there (a NaN prediction
-    counts as the lowest)."""
-    scored = ~np.isnan(truth)
-    masked = np.where(scored, np.nan_to_num(np.asarray(pred, np.float64), nan=-np.inf), -np.inf)
-    ok = scored.any(axis=0)
-    # tied at the top among the scored models: when every scored one says -inf, the unscored would tie too
-    top = (masked[:, ok] == masked[:, ok].max(axis=0)) & scored[:, ok]  # (M, n)
+    """(n,) the score each query routed gets, over the n queries some model is scored on: the mean truth of
+    its `top_models`."""
+    ok = ~np.isnan(truth).all(axis=0)
+    top = top_models(pred[:, ok], truth[:, ok])  # (M, n)
     return (np.where(top, truth[:, ok], 0.0).sum(axis=0) / top.sum(axis=0)).astype(np.float64)
 
 

@@ -129,9 +129,8 @@ def save_dump(directory: Path, run: dict, predictions: dict) -> None:
 
 def rescore_dump(stem: Path) -> dict:
     """A dumped run scored by this commit's registry.lab.evaluation.score_predictions."""
-    from registry.lab.evaluation import score_predictions
-
     from encoder.data import split_queries
+    from registry.lab.evaluation import score_predictions
 
     run = json.loads(stem.with_suffix(".json").read_text("utf-8"))
     with np.load(stem.with_suffix(".npz")) as z:

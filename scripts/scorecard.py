@@ -118,7 +118,7 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
     """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
     from registry.catalog.dataset import load_eval_data
     from encoder.training import TrainConfig
-    from registry.lab.evaluation import run_evaluation
+    from registry.lab.evaluation import BASELINES, run_evaluation
 
     out = {}
     for view, _ in views_of(setup):
@@ -131,7 +131,7 @@ def part_d(reg, setup: str, args, seed: int) -> dict:
                            train_config=TrainConfig(max_seconds=args.max_seconds))
         routed = r.pop("routed")
         # the baselines proper: the blends beside them hold LOCUS (registry, locus+item, ...)
-        baselines = [m for m in ("knn", "irt_net", "embedllm_mf", "best_single") if m in routed]
+        baselines = [m for m in (*BASELINES, "best_single") if m in routed]
         best = max(baselines, key=lambda m: r["routing_accuracy"][m])
         r["paired_vs_best"] = {"baseline": best, **paired_test(routed["locus"], routed[best])}
         r["paired"] = {m: paired_test(routed["locus"], routed[m]) for m in baselines}

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder.metrics import top_models  # a tied query goes to each tied model alike
 from registry.errors import InputError
 
 __all__ = ["SHARES", "registry_router_predictions", "cost_curve", "pool_curve"]
@@ -49,14 +50,6 @@ def registry_router_predictions(predictions: dict[str, Any]) -> np.ndarray:
         raise InputError(f"the predictions lack the router's components {', '.join(missing)}", field="predictions")
     blend = fit({c: predictions["val"][c] for c in parts}, predictions["val_truth"])
     return np.asarray(blend.predict({c: predictions["test"][c] for c in parts}), np.float64)
-
-
-def _choose(score: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """(M, Q) bool: the models each query goes to, the largest score among the models scored on it (several
-    where they tie: a router breaking the tie at random sends it to each alike, encoder.metrics's rule)."""
-    scored = ~np.isnan(truth)
-    masked = np.where(scored, score, -np.inf)
-    return (masked == masked.max(axis=0)) & scored
 
 
 def _outcome(choice: np.ndarray, truth: np.ndarray, cost: np.ndarray) -> tuple[float, float]:
@@ -93,8 +86,8 @@ def cost_curve(predictions: dict[str, Any], costs: Sequence[float], names: Seque
 
     best_rank = _rank_score(train_mean, -cost)  # models equal in both: the first
     best_row, cheap_row = int(np.argmax(best_rank)), int(np.argmax(_rank_score(-cost, train_mean)))
-    best_acc, best_cost = _outcome(_choose(np.broadcast_to(best_rank[:, None], truth.shape), truth), truth, cost)
-    cheap_acc, cheap_cost = _outcome(_choose(np.broadcast_to(_rank_score(-cost, train_mean)[:, None], truth.shape),
+    best_acc, best_cost = _outcome(top_models(np.broadcast_to(best_rank[:, None], truth.shape), truth), truth, cost)
+    cheap_acc, cheap_cost = _outcome(top_models(np.broadcast_to(_rank_score(-cost, train_mean)[:, None], truth.shape),
                                              truth), truth, cost)
     gap = best_acc - cheap_acc
 
@@ -111,12 +104,12 @@ def cost_curve(predictions: dict[str, Any], costs: Sequence[float], names: Seque
     # the end of the sweep: cheapest scored model per query, the more likely one among equals
     # (equal costs share a rank, 2 apart from the next, so P(correct) in [0, 1] orders only the equals)
     cost_rank = np.unique(cost, return_inverse=True)[1].astype(np.float64)
-    cheapest_choice = _choose(-2.0 * cost_rank[:, None] + p, truth)
+    cheapest_choice = top_models(-2.0 * cost_rank[:, None] + p, truth)
 
     def at(lam: float) -> tuple[float, float]:
         if np.isinf(lam):
             return _outcome(cheapest_choice, truth, cost)
-        return _outcome(_choose(p - lam * cost[:, None], truth), truth, cost)
+        return _outcome(top_models(p - lam * cost[:, None], truth), truth, cost)
 
     def point(lam: float) -> dict[str, Any]:
         acc, c = at(lam)

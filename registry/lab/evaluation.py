@@ -20,7 +20,7 @@ import numpy as np
 
 from encoder.blend import fit_blend, fit_routing_blend
 from encoder.data import EvalData, sample_per_model, split_queries, truth_on
-from encoder.metrics import correctness_accuracy, oracle_accuracy, routing_accuracy
+from encoder.metrics import correctness_accuracy, oracle_accuracy, routed_scores, routing_accuracy
 from encoder.router import ROUTER_PARTS, router_part_predictions
 from registry.errors import InputError
 
@@ -157,22 +157,16 @@ def score_predictions(predictions: dict[str, Any], *, keep_routed: bool = False)
     for method, pred in methods.items():
         out["routing_accuracy"][method] = routing_accuracy(pred, test_truth)
         out["correctness_accuracy"][method] = correctness_accuracy(pred, test_truth)
-        routed[method] = _routed(pred, test_truth)
+        routed[method] = routed_scores(pred, test_truth).tolist()
     train_mean = np.asarray(predictions["train_mean"], np.float64)
     ranking = np.broadcast_to(np.where(np.isnan(train_mean), -np.inf, train_mean)[:, None], test_truth.shape)
     out["routing_accuracy"]["best_single"] = routing_accuracy(ranking, test_truth)
-    routed["best_single"] = _routed(ranking, test_truth)
+    routed["best_single"] = routed_scores(ranking, test_truth).tolist()
     out["routing_accuracy"]["oracle"] = oracle_accuracy(test_truth)
     if keep_routed:
         out["routed"] = routed
         out["routed_queries"] = np.flatnonzero(~np.isnan(test_truth).all(axis=0))  # positions among the test queries
     return out
-
-
-def _routed(pred: np.ndarray, truth: np.ndarray) -> list[float]:
-    from encoder.metrics import routed_scores
-
-    return routed_scores(pred, truth).tolist()
 
 
 def _onboarding(data, held_out, locus, z_trained, trained, split, onboard_evals, seed) -> dict[str, dict[str, float]]:
