@@ -1,12 +1,13 @@
 """The geometry scorecard (issue 16): does the embedding carry identity and behaviour? Per dataset and joint.
 
     nice -n 10 .venv/bin/python scripts/scorecard.py [--parts abc] [--setups mmlu-pro,bfcl,joint]
-        [--work DIR] [--registry SETUP=HOME ...] [--max-seconds 300] [--seeds 0,1,2] [--no-write]
+        [--work DIR] [--registry SETUP=HOME ...] [--seed 0] [--max-seconds S] [--no-write]
 
 Setups: `mmlu-pro` and `bfcl` (a registry holding one dataset) and `joint` (both, one encoder trained
 on the union of 103 models). Each is the registry at `--registry SETUP=HOME` if given (any trained
 registry: its active encoder and stored vectors are what is measured), else `<work>/<setup>`, built
-when missing with `registry train`'s defaults (seed 0, 1024 evaluations per model, --max-seconds cap)
+when missing with `registry train`'s defaults (seed 0, 1024 evaluations per model, epochs and patience
+in epochs: the same encoder on a busy machine; `--max-seconds` adds a wall-clock cap only when asked)
 from ../shared/data with the precomputed query vectors (scripts/_datasets.py). Views: the models of
 one dataset (`--where 'dataset == X'`) and, in the joint registry, all of them.
 
@@ -16,21 +17,20 @@ Parts (letters for --parts):
      base_model siblings, adjusted Rand of the clusters against family
   c  distance vs disagreement on held-out test queries (Pearson/Spearman/Kendall, NN agreement)
   e  portfolio routing (k-medoids, k-center) vs random subsets at k = 3, 5, 10 (per view)
-  d  routing / correctness accuracy of LOCUS vs the baselines per dataset (MMLU-Pro: open-weight
-     pool), one `registry evaluate` protocol run per seed (LOCUS trained fresh, capped by
-     --max-seconds), with a paired test per seed (McNemar's exact test on the test queries)
   f  onboarding: ~10% of a dataset's models held out of training, then embedded from 64/128/1024
-     evaluations (one seed)
+     evaluations (`--seed`)
   i  the index's default likeness vector: the behaviour column as stored in the models table, searched
      through its FAISS index (self-retrieval, NN among the 3 behaviourally nearest, clusters vs family
      against raw disagreement), with the fingerprint rows of (a)-(c) and the held-out folds; no LOCUS
      training or copies, so it can be regenerated alone
-Parts a-c and e read the trained registries; d and f train (slow: --max-seconds per LOCUS run).
+Parts a-c and e read the trained registries; f trains (one LOCUS run per dataset). Routing against the
+baselines is measured in one place, docs/results/router.md (scripts/bench_router.py): the page's (d)
+summarises its stored results (docs/results/router.json) rather than training a second protocol.
 
 To measure another trainer: build fresh registries (`--work NEW_DIR`, trained with the defaults of the
 checked-out code) or point `--registry` at trained ones; `--results`/`--page` write elsewhere so the
-baseline page stays for comparison. On a loaded machine `--max-seconds` is wall time: note the LOCUS
-best epoch printed with each run.
+baseline page stays for comparison. `--max-seconds` is wall time: with it, a loaded machine trains a
+different encoder (note the LOCUS best epoch printed with each run).
 
 Results accumulate in docs/results/scorecard.json (each entry with the command that produced it) and
 the page docs/results/scorecard.md is rewritten from all of it, so parts can be run one at a time.
@@ -49,7 +49,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from encoder.metrics import paired_test  # noqa: E402
 
 OUT = ROOT / "docs" / "results"
 SETUPS = {"mmlu-pro": ("mmlu-pro",), "bfcl": ("bfcl",), "joint": ("mmlu-pro", "bfcl")}
@@ -114,38 +113,8 @@ def part_e(reg, setup: str, args) -> dict:
     return out
 
 
-def part_d(reg, setup: str, args, seed: int) -> dict:
-    """One seed of part (d) for each dataset view of the setup: {view: {"pool", "models", "runs": [run]}}."""
-    from registry.catalog.dataset import load_eval_data
-    from encoder.training import TrainConfig
-    from registry.lab.evaluation import BASELINES, run_evaluation
-
-    out = {}
-    for view, _ in views_of(setup):
-        if view not in EVAL_POOL:
-            continue
-        names = reg.select_models(EVAL_POOL[view])
-        data = load_eval_data(reg.store, reg.query_encoder, models=names)
-        started = time.perf_counter()
-        r = run_evaluation(data, evals_per_model=1024, seed=seed, keep_routed=True,
-                           train_config=TrainConfig(max_seconds=args.max_seconds))
-        routed = r.pop("routed")
-        # the baselines proper: the blends beside them hold LOCUS (registry, locus+item, ...)
-        baselines = [m for m in (*BASELINES, "best_single") if m in routed]
-        best = max(baselines, key=lambda m: r["routing_accuracy"][m])
-        r["paired_vs_best"] = {"baseline": best, **paired_test(routed["locus"], routed[best])}
-        r["paired"] = {m: paired_test(routed["locus"], routed[m]) for m in baselines}
-        r.pop("pool", None)
-        print(f"  {LABEL[view]} seed {seed}: LOCUS {r['routing_accuracy']['locus']:.4f} (best epoch "
-              f"{r['locus_best_epoch']}) vs {best} {r['routing_accuracy'][best]:.4f} (p {r['paired_vs_best']['p']:.3f}) "
-              f"in {time.perf_counter() - started:.0f} s", flush=True)
-        out[view] = {"pool": EVAL_POOL[view], "models": len(names), "runs": [r]}
-    return out
-
-
 def part_f(reg, setup: str, args) -> dict:
     from registry.catalog.dataset import load_eval_data
-    from encoder.training import TrainConfig
     from registry.lab.evaluation import run_evaluation
 
     out = {}
@@ -156,12 +125,24 @@ def part_f(reg, setup: str, args) -> dict:
         data = load_eval_data(reg.store, reg.query_encoder, models=names)
         holdout = max(2, round(0.1 * len(names)))
         started = time.perf_counter()
-        r = run_evaluation(data, evals_per_model=1024, seed=args.seeds[0], holdout_models=holdout,
-                           onboard_evals=ONBOARD, baselines=(), train_config=TrainConfig(max_seconds=args.max_seconds))
+        r = run_evaluation(data, evals_per_model=1024, seed=args.seed, holdout_models=holdout,
+                           onboard_evals=ONBOARD, baselines=(), train_config=_train_config(args))
         out[view] = {"held_out": r["held_out"], "onboarding": r["onboarding"], "models": len(names),
                      "locus_routing_trained_pool": r["routing_accuracy"]["locus"]}
         print(f"  {LABEL[view]}: (f) in {time.perf_counter() - started:.0f} s", flush=True)
     return out
+
+
+def _train_config(args):
+    from encoder.training import TrainConfig
+
+    return TrainConfig() if args.max_seconds is None else TrainConfig(max_seconds=args.max_seconds)
+
+
+def _training(entry: dict) -> str:
+    """How the entry's LOCUS was trained, for the page."""
+    cap = entry.get("max_seconds")
+    return "trained in epochs (no wall-clock cap)" if cap is None else f"capped at {cap:g} s of wall time"
 
 
 def part_i(reg, setup: str, args) -> dict:
@@ -193,7 +174,7 @@ def _num(x, digits=3) -> str:
 
 
 def geometry_table(results: dict) -> list[str]:
-    cols = [(setup, view, results[setup]["abc"]["data"][view])
+    cols = [(setup, view, {**results[setup]["abc"]["data"][view], "max_seconds": results[setup]["abc"].get("max_seconds")})
             for setup in SETUPS if "abc" in results.get(setup, {}) for view, _ in views_of(setup)
             if view in results[setup]["abc"]["data"]]
     if not cols:
@@ -205,7 +186,7 @@ def geometry_table(results: dict) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(fn(c) for _, _, c in cols) + f" | {ref} |")
 
     row("models / test queries", lambda c: f"{c['models']} / {c['test_queries']}")
-    row("encoder", lambda c: f"`{c['encoder_id'][:8]}`")
+    row("encoder", lambda c: f"`{c['encoder_id'][:8]}`" + ("" if c["max_seconds"] is None else f" ({c['max_seconds']:g} s cap)"))
     row("PC variance share (1st, 2nd, 3rd)", lambda c: ", ".join(f"{100 * v:.1f}" for v in c["pc_variance"][:3]))
     row("**(a)** self-retrieval top-1 @512", lambda c: _pct(c["self_top1"]), ">= 90%")
     row("(a) self-retrieval top-3 @512", lambda c: _pct(c["self_top3"]))
@@ -288,33 +269,26 @@ def portfolio_table(results: dict) -> list[str]:
     return lines
 
 
-def routing_table(results: dict) -> list[str]:
-    lines = []
-    for setup in SETUPS:
-        part = results.get(setup, {}).get("d")
-        if not part:
-            continue
-        for view, block in part["data"].items():
-            runs = block["runs"]
-            methods = list(runs[0]["routing_accuracy"])
-            lines += [f"**{LABEL[view]}**, pool `{block['pool']}` ({block['models']} models), LOCUS capped at "
-                      f"{part['max_seconds']} s per run; seeds {', '.join(str(r['seed']) for r in runs)}", "",
-                      "| method | routing mean | routing sd | correctness mean | per seed (routing) |",
-                      "|---|---:|---:|---:|---|"]
-            for m in methods:
-                acc = np.array([r["routing_accuracy"][m] for r in runs])
-                corr = [r["correctness_accuracy"].get(m) for r in runs]
-                corr_s = _num(float(np.mean(corr))) if all(c is not None for c in corr) else "-"
-                lines.append(f"| {m} | {acc.mean():.4f} | {acc.std(ddof=1) if len(acc) > 1 else 0:.4f} | {corr_s} | "
-                             + ", ".join(f"{a:.4f}" for a in acc) + " |")
-            lines += ["", "Paired test per seed, LOCUS vs the best baseline of that seed (McNemar exact, test queries):", "",
-                      "| seed | LOCUS best epoch | baseline | LOCUS - baseline | LOCUS wins / losses | p | test queries |",
-                      "|---:|---:|---|---:|---:|---:|---:|"]
-            for r in runs:
-                p = r["paired_vs_best"]
-                lines.append(f"| {r['seed']} | {r.get('locus_best_epoch', '-')} | {p['baseline']} | {100 * p['diff']:+.2f} pt | "
-                             f"{p['wins']} / {p['losses']} | {p['p']:.3f} | {p['n']} |")
-            lines.append("")
+def routing_table(router: dict | None) -> list[str]:
+    """Part (d): the router page's stored summary (docs/results/router.json), one line per setting."""
+    if not router or not router.get("summary"):
+        return []
+    lines = [f"From [router.md](router.md) (`{router['command']}`, {router['date']}; its stored results, "
+             "docs/results/router.json, are read here, not measured again). The registry's router (LOCUS, the item "
+             "table and kNN blended on validation queries) against the best of kNN, IRT-Net, EmbedLLM-MF and the "
+             "best single model, mean over seeds on the test queries; the router page gives every method, the "
+             "paired tests and what changed since it was scored" + (" (its note)" if router.get("note") else "") + ".",
+             "", "| setting | seeds | registry routing | best baseline | its routing | registry correctness | best "
+             "baseline correctness | ahead on both |", "|---|---|---:|---|---:|---:|---:|:---:|"]
+    for block in router["summary"].values():
+        rows = block["methods"]
+        corr = [m for m in ("embedllm_mf", "irt_net", "knn") if rows.get(m, {}).get("correctness") is not None]
+        best_corr = max(corr, key=lambda m: rows[m]["correctness"])
+        ahead = block["routing_ahead"] and block["correctness_ahead"]
+        lines.append(f"| {block['dataset']} {block['evals_per_model']} | {', '.join(map(str, block['seeds']))} | "
+                     f"{rows['registry']['routing']:.4f} | {block['best_baseline']} | "
+                     f"{rows[block['best_baseline']]['routing']:.4f} | {rows['registry']['correctness']:.4f} | "
+                     f"{rows[best_corr]['correctness']:.4f} ({best_corr}) | {'yes' if ahead else '**no**'} |")
     return lines
 
 
@@ -326,7 +300,7 @@ def onboarding_table(results: dict) -> list[str]:
             continue
         for view, block in part["data"].items():
             lines += [f"**{LABEL[view]}**: {len(block['held_out'])} of {block['models']} models never seen in "
-                      f"training ({', '.join(block['held_out'])}); LOCUS capped at {part['max_seconds']} s", "",
+                      f"training ({', '.join(block['held_out'])}); LOCUS {_training(part)}", "",
                       "| evaluations | held-out models' correctness accuracy | pool routing with them |",
                       "|---:|---:|---:|"]
             for n, row in block["onboarding"].items():
@@ -445,6 +419,16 @@ def targets(results: dict) -> list[str]:
     return lines
 
 
+def _same_registries(results: dict) -> str:
+    """Whether part (i) measured the registries of (a)-(c) (the same encoder id per setup), for the page."""
+    pairs = [(parts["i"]["encoder_id"], parts["abc"]["encoder_id"]) for parts in results.values()
+             if "i" in parts and "abc" in parts]
+    if pairs and all(a == b for a, b in pairs):
+        return "Part (i) measured the registries of (a)-(c) (the same encoders)."
+    return ("Part (i)'s registries are not those of (a)-(c) (other encoder ids: the commands at the top say how "
+            "each was made); its rows read the item table alone.")
+
+
 def write_page(results: dict, path: Path) -> None:
     commands = sorted({c for setup in results.values() for entry in setup.values()
                        for c in entry.get("commands", [entry["command"]])})
@@ -457,7 +441,8 @@ def write_page(results: dict, path: Path) -> None:
               "(scripts/_datasets.py), all-mpnet-base-v2 query vectors (precomputed). \"X alone\": a registry and "
               "encoder on that dataset only; \"joint\": one registry and one encoder trained on all 103 models, seen "
               "per dataset (`--where 'dataset == X'`) and whole. Encoders: `registry train` defaults of the commit "
-              "(seed 0, 1024 evaluations per model), capped at the --max-seconds named in the command. Definitions: "
+              "(seed 0, 1024 evaluations per model, epochs and patience in epochs) unless the command names "
+              "--max-seconds (a wall-clock cap; entries made so say so). Definitions: "
               "the docstring of `registry/lab/geometry.py`. Stored vectors are built from all of a model's evaluations; "
               "(c) uses embeddings built without the test queries and disagreement on them.", "",
               "## (a)-(c) identity, behaviour, distance vs disagreement", ""]
@@ -474,11 +459,7 @@ def write_page(results: dict, path: Path) -> None:
               "nearly all of the queries, so a model's stored vector holds most of its recorded answers and the "
               "index's nearest is close to the raw-disagreement truth by construction; the row \"on test "
               "queries the vectors never saw\" is the out-of-sample check (BFCL has 146 test queries: a noisy "
-              "truth). Registries of part (i): "
-              "built with `registry train` capped at the --max-seconds of its command, then `registry migrate` "
-              "and `registry fit-fingerprints` (the item table of this commit); the item table and the vectors "
-              "do not depend on how long LOCUS trained. Its LOCUS rows were **not** regenerated with this "
-              "part: the LOCUS figures above are the earlier runs listed at the top of the page.", ""]
+              "truth). The item table and the vectors do not depend on LOCUS. " + _same_registries(results), ""]
     lines += index_table(results) or ["(not run yet: `--parts i`)"]
     lines += ["", "Targets (issue 22, \"Done when\"):", ""]
     lines += index_targets(results) or ["(no index results yet)"]
@@ -500,7 +481,7 @@ def write_page(results: dict, path: Path) -> None:
                  " The joint setup was not measured for part (i) (its registry was not built in time)."),
               "- Skill on unseen queries — onboarding (`add-model`'s embedding), `profile`: **LOCUS** (`profile "
               "--by fingerprint` fingerprints the hypothetical set instead; not measured here); `route`'s ranking: "
-              "LOCUS blended with the item table and kNN over the stored queries (below); (d)/(f) measure LOCUS.",
+              "LOCUS blended with the item table and kNN over the stored queries (below); (f) measures LOCUS.",
               "- Portfolio: **the recorded answers** (`--method answers`, the default with `--k`: the greedy cover "
               "of the stored queries outside the test queries); the vector methods compare by LOCUS (`--by "
               "fingerprint` by fingerprints). [portfolio-by.md](portfolio-by.md), `scripts/report_portfolio_by.py`, "
@@ -512,8 +493,10 @@ def write_page(results: dict, path: Path) -> None:
               "validation queries; [router.md](router.md)).", ""]
     lines += ["## Targets of issue 16 (moonshot) against this page", ""]
     lines += targets(results) or ["(no geometry results yet)"]
-    lines += ["", "## (d) routing and correctness: LOCUS vs the baselines", ""]
-    lines += routing_table(results) or ["(not run yet: `--parts d`)"]
+    lines += ["", "## (d) routing and correctness: the registry's router vs the baselines", ""]
+    router_json = path.parent / "router.json"
+    lines += routing_table(json.loads(router_json.read_text("utf-8")) if router_json.is_file() else None) or [
+        "(no router results beside this page: `scripts/bench_router.py` writes them)"]
     lines += ["", "## (e) portfolio routing vs random subsets", ""]
     lines += portfolio_table(results) or ["(not run yet: `--parts e`)"]
     lines += ["", "## (f) onboarding an unseen model", ""]
@@ -539,9 +522,9 @@ def write_page(results: dict, path: Path) -> None:
               "linkage; part (i)'s rows were made with both, as labelled.",
               "- MMLU-Pro's full pool contains Gemini-3.1-Pro, the best single model on every subject: its portfolio "
               "rows saturate at the best single model; part (d) therefore routes on the open-weight pool.",
-              "- Parts (d) and (f) train fresh LOCUS runs under `registry evaluate`'s protocol (80/10/10 query split "
-              "per seed, 1024 training evaluations per model); parts (a)-(c) and (e) measure the registry's own "
-              "trained encoder."]
+              "- Part (f) trains fresh LOCUS runs under `registry evaluate`'s protocol (80/10/10 query split "
+              "by seed, 1024 training evaluations per model); parts (a)-(c), (e) and (i) measure the registry's own "
+              "trained encoder and item table."]
     path.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
 
 
@@ -554,21 +537,22 @@ def main(argv: list[str] | None = None) -> None:
                         help="where registries are built (<work>/<setup>) or reused")
     parser.add_argument("--registry", action="append", default=[], metavar="SETUP=HOME",
                         help="measure this existing registry for SETUP instead of <work>/<setup>")
-    parser.add_argument("--max-seconds", type=float, default=300.0, help="cap on each LOCUS training run")
-    parser.add_argument("--add-seeds", action="store_true",
-                        help="part d: add this run's seeds to the stored ones (same --max-seconds) instead of replacing them")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="wall-clock cap on each LOCUS training run (default none: epochs and patience in epochs, "
+                             "so a busy machine trains the same encoder)")
     parser.add_argument("--holdout-folds", type=int, default=4,
                         help="folds of models left out of the item table's fit for the fingerprint's held-out rows "
                              "(0: skip them)")
-    parser.add_argument("--seeds", default="0,1,2", help="seeds for part d (the first also for f)")
+    parser.add_argument("--seed", type=int, default=0, help="the query split's seed of part f")
     parser.add_argument("--results", type=Path, default=OUT / "scorecard.json")
     parser.add_argument("--page", type=Path, default=OUT / "scorecard.md")
     parser.add_argument("--no-write", action="store_true", help="print only; write neither json nor page")
     args = parser.parse_args(argv)
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    unknown = set(args.parts) - set("abcdefi")
+    if "d" in args.parts:
+        parser.error("--parts: part d is read from docs/results/router.json (scripts/bench_router.py makes it)")
+    unknown = set(args.parts) - set("abcefi")
     if unknown:
-        parser.error(f"--parts: unknown part(s) {''.join(sorted(unknown))}; use letters of abcdefi")
+        parser.error(f"--parts: unknown part(s) {''.join(sorted(unknown))}; use letters of abcefi")
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     bad = [s for s in setups if s not in SETUPS]
     if bad:
@@ -584,19 +568,13 @@ def main(argv: list[str] | None = None) -> None:
     from _datasets import build_registry
     from registry.catalog.embedding import active_encoder
 
-    # the cheap parts first; then (d) one seed at a time over the setups, with (f) after the first
-    # seed, so that a run cut short has saved whole seeds of every dataset
-    jobs = [(setup, part, None) for setup in setups for part in ("abc", "e", "i") if set(part) & set(args.parts)]
-    seeds = args.seeds if "d" in args.parts else []
-    for i, seed in enumerate(seeds):
-        jobs += [(setup, "d", seed) for setup in setups]
-        if i == 0 and "f" in args.parts:
-            jobs += [(setup, "f", None) for setup in setups]
-    if "f" in args.parts and not seeds:
-        jobs += [(setup, "f", None) for setup in setups]
+    # the cheap parts first, the training of (f) last, so that a run cut short has saved them
+    jobs = [(setup, part) for setup in setups for part in ("abc", "e", "i") if set(part) & set(args.parts)]
+    if "f" in args.parts:
+        jobs += [(setup, "f") for setup in setups]
     produced: dict = {}
     registries: dict = {}
-    for setup, part, seed in jobs:
+    for setup, part in jobs:
         if setup not in registries:
             home = homes.get(setup, args.work / setup)
             print(f"{setup}: registry {home}", flush=True)
@@ -604,24 +582,9 @@ def main(argv: list[str] | None = None) -> None:
                                                log=lambda m: print(f"  {m}", flush=True))[0]
         reg = registries[setup]
         encoder_id = active_encoder(reg.store).encoder_id
-        if part == "d":
-            data = part_d(reg, setup, args, seed)
-            previous = produced.get(setup, {}).get("d")
-            stored = results.get(setup, {}).get("d") if args.add_seeds and not previous else None
-            if stored and stored["max_seconds"] != args.max_seconds:
-                sys.exit(f"--add-seeds: the stored part d of {setup} ran with --max-seconds {stored['max_seconds']}")
-            for earlier in (previous, stored):
-                if earlier:  # add this seed's runs to the ones made before (this invocation, or a stored run)
-                    for view, block in data.items():
-                        seeds = {r["seed"] for r in block["runs"]}
-                        block["runs"] = [r for r in earlier["data"].get(view, {}).get("runs", [])
-                                         if r["seed"] not in seeds] + block["runs"]
-        else:
-            data = PARTS[part](reg, setup, args)
+        data = PARTS[part](reg, setup, args)
         entry = {"command": command, "encoder_id": encoder_id, "max_seconds": args.max_seconds, "data": data,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        if part == "d" and stored:
-            entry["commands"] = stored.get("commands", [stored["command"]]) + [command]
         results.setdefault(setup, {})[part] = entry
         produced.setdefault(setup, {})[part] = entry
         if not args.no_write:  # after every job: a long run cut short keeps what it finished
@@ -629,7 +592,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(geometry_table(results)))
     print("\n".join(index_table(results)))
     print("\n".join(targets(results)))
-    for table in (routing_table, portfolio_table, onboarding_table):
+    for table in (portfolio_table, onboarding_table):
         text = table(results)
         if text:
             print("\n".join(text))
@@ -642,6 +605,8 @@ def _save(produced: dict, args) -> dict:
     """Merge this run's parts into the results file as it is now (another run may have added parts
     meanwhile), write it and the page; returns the merged results."""
     results = json.loads(args.results.read_text("utf-8")) if args.results.is_file() else {}
+    for parts in results.values():
+        parts.pop("d", None)  # part (d) is the router page's now (scripts/bench_router.py)
     for setup, parts in produced.items():
         results.setdefault(setup, {}).update(parts)
     args.results.parent.mkdir(parents=True, exist_ok=True)
