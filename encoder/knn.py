@@ -20,7 +20,9 @@ class KNNRouter(Baseline):
 
     For a test query q and model m: take q's k nearest training queries by cosine similarity,
     keep those m was evaluated on (n of them, s correct), and predict
-    P = (s + c * prior_m) / (n + c), prior_m = m's mean training score (P = prior_m where n + c = 0).
+    P = (s + c * prior_m) / (n + c), prior_m = m's mean training score shrunk toward the pool's
+    (`shrunk_means`; P = prior_m where n + c = 0): a model known from a few answers, or whose answers
+    lie far from the query, is not predicted certain because the answers it has were all right.
     Two neighbourhoods: "pooled" takes the k nearest among all training queries that any model was
     evaluated on (a model with N of U training queries then sees about k * N / U of them);
     "per_model" takes the k nearest among m's own evaluated queries (n = min(k, N_m)).
@@ -62,7 +64,8 @@ class KNNRouter(Baseline):
         start = time.perf_counter()
         split = _Split(data, train_evals, val_queries)
         self._data = data
-        self._prior, self._counts, self._sums = split.prior, split.counts, split.sums
+        self._counts, self._sums = split.counts, split.sums
+        self._prior = shrunk_means(self._sums, self._counts)
         # training queries that carry at least one evaluation, as columns
         self._train_q = np.unique(split.query)
         column = np.searchsorted(self._train_q, split.query)
@@ -200,7 +203,7 @@ class KNNRouter(Baseline):
         np.add.at(sums, model, score.astype(np.float64))
         counts = gained.copy()
         counts[kept] += self._counts[source[kept]]
-        grown._sums, grown._counts, grown._prior = sums, counts, (sums / counts).astype(np.float64)
+        grown._sums, grown._counts, grown._prior = sums, counts, shrunk_means(sums, counts)
         grown._own = [self._own[r] if r >= 0 and not gained[i] else np.flatnonzero(grown._O[i])
                       for i, r in enumerate(source)]
         grown._pooled = None  # drawn again by pool_neighbourhoods
@@ -217,13 +220,15 @@ class KNNRouter(Baseline):
         return grown
 
     def pool_neighbourhoods(self, rows: Sequence[int]) -> "KNNRouter":
-        """Draw the pooled neighbourhoods from the queries the models `rows` were evaluated on, so that a
-        model added later (with queries of its own) changes no other model's neighbourhood, hence no other
-        model's prediction. Per-model neighbourhoods are each model's own already."""
+        """Draw the pooled neighbourhoods from the queries the models `rows` were evaluated on, and the
+        priors' pool from those models (`shrunk_means`), so that a model added later (with queries of its
+        own) changes no other model's neighbourhood or prior, hence no other model's prediction.
+        Per-model neighbourhoods are each model's own already."""
         self._check_fitted()
         rows = np.asarray(rows, dtype=np.int64)
         if len(rows):
             self._pooled = np.flatnonzero(self._O[rows].any(axis=0))
+            self._prior = shrunk_means(self._sums, self._counts, rows)
         return self
 
     @property
@@ -269,6 +274,25 @@ class KNNRouter(Baseline):
                     sums[:, m, block] = cs[:, cols].T
                     counts[:, m, block] = (cols + 1)[:, None]
         return sums, counts
+
+
+def shrunk_means(sums: np.ndarray, counts: np.ndarray, rows: Sequence[int] | None = None) -> np.ndarray:
+    """(M,) each model's mean score, (s_m + a * p) / (n_m + a): its n_m scores (sum s_m) with a beta prior
+    fitted to the pool's models (`rows`; None: every model with a score) by the method of moments: p the
+    mean of their means, a = p (1 - p) / v - 1 with v the spread of their means beyond each mean's own
+    sampling noise. Empirical Bayes, nothing tuned: a model with one right answer reads near the pool,
+    one with hundreds reads its own mean, and none reads 0 or 1 (a >= 1). A model without scores reads p."""
+    sums, counts = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
+    pool = np.flatnonzero(counts > 0) if rows is None else np.asarray(rows, np.int64)
+    pool = pool[counts[pool] > 0]
+    if len(pool) == 0:
+        return np.full(len(sums), 0.5)
+    means = sums[pool] / counts[pool]
+    p = float(np.clip(means.mean(), 1e-3, 1 - 1e-3))
+    noise = p * (1 - p) * float(np.mean(1 / counts[pool]))  # at p, not each mean: one right answer has noise too
+    spread = max(float(means.var()) - noise, 1e-6) if len(pool) > 1 else 1e-6
+    a = float(np.clip(p * (1 - p) / spread - 1, 1.0, 1e6))
+    return (sums + a * p) / (counts + a)
 
 
 def _sorted_prefix(similarity: np.ndarray, n: int) -> np.ndarray:

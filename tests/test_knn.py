@@ -258,3 +258,30 @@ def test_a_router_with_a_models_rows_given_anew_is_the_router_fitted_on_them(mod
     assert np.array_equal(got._Y, want._Y) and np.array_equal(got._prior, want._prior)
     assert not np.array_equal(got._Y, knn._Y)  # the replaced scores are in
     assert np.array_equal(got._counts, want._counts)  # m2's rows once, not its old ones beside the new
+
+
+def test_a_model_known_from_a_few_right_answers_is_not_predicted_certain():
+    """A reviewer's finding: kNN read a model without answers near the query at its own training mean, so
+    a model with one right answer (or 64 right answers on one task) read P = 1.0 on any text, and `route`
+    ranked it first at 0.99998. Its prior is now shrunk toward the pool (encoder.knn.shrunk_means)."""
+    from encoder.knn import shrunk_means
+
+    data = _data(seed=3)
+    # model 5 keeps one evaluation, right, on query 0 only; model 4 keeps its 60 lowest queries, all right
+    keep = (data.model_index < 4) | ((data.model_index == 5) & (data.query_index == 0)) \
+        | ((data.model_index == 4) & (data.query_index < 100))
+    rate = np.array([0.2, 0.4, 0.6, 0.8, 1.0, 1.0])[data.model_index]  # models that differ: a prior to learn
+    right = np.random.default_rng(4).random(len(data.scores)) < rate
+    scores = np.where(data.model_index >= 4, 1.0, right)[keep].astype(np.float32)
+    data = EvalData(models=data.models, query_ids=data.query_ids, tasks=data.tasks, query_vectors=data.query_vectors,
+                    model_index=data.model_index[keep], query_index=data.query_index[keep], scores=scores)
+    knn = KNNRouter(k=20, pseudo_count=5.0, mode="pooled", tune=False).fit(data, np.arange(len(data.scores)), [])
+    knn.pool_neighbourhoods([0, 1, 2, 3])
+    far = knn.predict(np.arange(300, 400))  # queries neither model 4 nor model 5 answered
+    pool = np.nanmean(knn.predict(np.arange(300, 400))[:4])
+    assert far[5].max() < 0.9 and abs(float(far[5].mean()) - pool) < 0.15  # one answer: near the pool
+    assert 0.9 < far[4].min() < 0.999  # sixty right answers: high, and not certain
+    # the pool's prior: a model with hundreds of answers keeps its own mean; one with none reads the pool's
+    sums, counts = np.array([30.0, 300.0, 0.0, 1.0]), np.array([100, 400, 0, 1])
+    prior = shrunk_means(sums, counts, rows=[0, 1])
+    assert abs(prior[1] - 0.75) < 0.01 and abs(prior[2] - 0.525) < 1e-9 and 0.0 < prior[3] < 1.0
