@@ -292,3 +292,18 @@ def test_writes_load_the_active_encoder_once_while_the_config_names_it(reg, monk
     with pytest.raises(RegistryError, match="0000000000000000"):
         reg.add_model("third", evals)
     assert len(loads) == 2 and "third" not in [m.name for m in reg.models()]
+
+
+def test_check_names_models_imported_but_never_embedded(reg, tmp_path):
+    """A reviewer's finding: `check` said "consistent" while an imported model had no embedding (search,
+    audit and route leave it out); docs/cli.md says it checks that every model is embedded."""
+    stored = own_evaluations(reg, "syn-synfam0-1b")[:3]
+    path = tmp_path / "more.jsonl"
+    path.write_text("".join(json.dumps({"model": "imported-only", **e}) + "\n" for e in stored))
+    reg.import_path(path)
+    checked = reg.check()
+    assert not checked.ok and any("imported-only" in p and "embed --all" in p for p in checked.problems)
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "check"])
+    assert out.exit_code == 1 and "imported-only" in out.output
+    reg.embed_all()
+    assert reg.check().ok

@@ -756,7 +756,7 @@ def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
     from indexing.store import EVALUATIONS, QUERIES
-    from registry.catalog.embedding import active_predictor, models_on_other_encoders
+    from registry.catalog.embedding import active_predictor, models_on_other_encoders, unembedded_models
 
     problems = []
     if store.config.get("active_encoder"):
@@ -776,6 +776,11 @@ def check_consistency(store: "Store") -> list[str]:
         if stale:
             problems.append(f"{stale} model(s) carry vectors of an encoder other than the active one ({active}): "
                             "run `registry embed --all`")
+        missing = unembedded_models(store)
+        if missing:  # imported, never embedded: search, audit and route cannot see them
+            named = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            problems.append(f"{len(missing)} model(s) have evaluations but no embedding ({named}): search, audit and "
+                            "route leave them out; run `registry embed --all`")
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q

@@ -22,7 +22,7 @@ from registry.errors import InputError, RegistryError
 from registry.results import EmbedReport, TrainReport
 
 __all__ = ["TrainReport", "train_encoder", "embed_all", "active_encoder", "ActiveEncoder", "MIN_TRAIN_MODELS",
-           "embedding_evals", "models_on_other_encoders", "write_embeddings", "progress_printer"]
+           "embedding_evals", "models_on_other_encoders", "unembedded_models", "write_embeddings", "progress_printer"]
 
 MIN_TRAIN_MODELS = 3
 MIN_EVALS_PER_MODEL = 16
@@ -239,6 +239,12 @@ def _load_active(store: Store, encoder_id: str | None, load) -> ActiveEncoder:
     return ActiveEncoder(encoder_id, model, config, info["query_encoder"], directory, load_router_blend(directory),
                          frozenset(info.get("models") or ()))
 
+def unembedded_models(store: Store) -> list[str]:
+    """The models without a vector (imported, not yet embedded: `registry embed --all` embeds them)."""
+    table = store.read(MODELS, ["name", "encoder_id"])
+    return sorted(n for n, e in zip(table.column("name").to_pylist(), table.column("encoder_id").to_pylist()) if not e)
+
+
 def models_on_other_encoders(store: Store, encoder_id: str) -> int:
     """How many models carry vectors of an encoder other than `encoder_id` (after a train, until `embed --all`)."""
     column = store.read(MODELS, ["encoder_id"]).column("encoder_id").to_pylist()
@@ -343,13 +349,14 @@ def write_embeddings(store: Store, encoder_id: str, names: list[str], vectors: n
 
 def _same_embedding(stored: dict, fresh: dict) -> bool:
     """Whether a models-table row already holds `fresh`'s vectors (the same encoder, evaluation count,
-    item table, and vectors equal to float32 rounding: the forward pass is deterministic)."""
+    item table, and vectors equal up to float32 rounding: add-model's forward pass of one model and
+    embed --all's batches differ in the last bits, 2.4e-6 on a vector of norm 10 in a reviewer's run)."""
     if any(stored.get(k) != fresh.get(k) for k in ("encoder_id", "n_evals", "table_id")):
         return False
     for column in ("vector", "fingerprint"):
         a, b = stored.get(column), fresh.get(column)
         if (a is None) != (b is None):
             return False
-        if a is not None and (len(a) != len(b) or not np.allclose(a, b, rtol=0.0, atol=1e-6)):
+        if a is not None and (len(a) != len(b) or not np.allclose(a, b, rtol=1e-5, atol=1e-5)):
             return False
     return True
