@@ -365,6 +365,23 @@ def test_import_warns_when_a_file_gives_a_stored_query_another_task(home, tmp_pa
     assert {q["query_id"]: q["task"] for q in _stored(home)}[first["query_id"]] == first["task"]
 
 
+
+def test_import_refuses_a_padded_model_name_as_add_model_and_http_do(home, tmp_path):
+    """A reviewer's finding: `import` trimmed " sp " to "sp" without a word, where add-model and HTTP refuse
+    the name; an integer model id is still written as text, as query ids are."""
+    queries = _stored(home)
+    evals = tmp_path / "padded.jsonl"
+    rows = [{"model": "fine", "query": queries[0]["text"], "score": 1},
+            {"model": " sp ", "query": queries[1]["text"], "score": 0}]
+    evals.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    before = _cli(home, "stats", "--json").stdout
+    out = _cli(home, "import", str(evals), code=2)
+    assert f"{evals}, line 2, field 'model'" in out.output and "leading or trailing" in out.output
+    assert _cli(home, "stats", "--json").stdout == before  # nothing of the file stored
+    evals.write_text(json.dumps({"model": 123, "query": queries[0]["text"], "score": 1}) + "\n", encoding="utf-8")
+    _cli(home, "import", str(evals))
+    assert "123" in _cli(home, "models", "list").stdout
+
 # ------------------------------------------------------------------ GET /v1/queries pages past its cap
 def test_http_query_list_without_a_limit_refuses_more_than_one_answer_holds(home, monkeypatch):
     from dataclasses import replace

@@ -155,7 +155,11 @@ def _add_each_row(
     tasked: list[tuple[str, str, int]] = []  # (query id, task, line) of every row that gives a task
     score_of = parse_score if kind == "csv" else parse_typed_score
     for line, row in rows:
-        model = check_model_name(required_text(row.get("model"), file=path, line=line, field="model"), file=path,
+        raw = row.get("model")
+        # a name as text is checked as given (add-model and HTTP refuse " sp ", so must an import: the
+        # strip of required_text silently renamed it); an integer id is written as text, as for queries
+        model = check_model_name(raw if isinstance(raw, str) and raw.strip() else
+                                 required_text(raw, file=path, line=line, field="model"), file=path,
                                  line=line, field="model")  # here, where the line is known
         score = score_of(row.get("score"), file=path, line=line, field="score")
         text = _optional_text(row.get("query"), file=path, line=line, field="query")
