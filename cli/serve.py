@@ -83,6 +83,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
 
     from registry.service.app import create_app
     from registry.service.settings import Limits, ServiceSettings, resolve_device
+    from registry import Registry
     from registry.service.state import WarmState
 
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
@@ -90,8 +91,10 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
                                port=port or None, compact_every=compact_every)  # port 0: any, chosen by the OS
     state = WarmState(settings)
     snap = state.snapshot()
-    n_models = len(snap.models.index.names) if snap.models is not None else 0
-    stage.done(f"{n_models} embedded models, encoder {snap.encoder_id or '(none: run `registry train`)'}")
+    n_embedded = len(snap.models.index.names) if snap.models is not None else 0
+    # as GET /v1/health counts them: every model, and those embedded
+    n_models = len(snap.models.records) if snap.models is not None else Registry.open(home).stats().n_models
+    stage.done(f"{n_embedded} embedded models, encoder {snap.encoder_id or '(none: run `registry train`)'}")
     if snap.active is not None:
         name = snap.active.query_encoder
         stage.start(f"warming the query encoder {name} ({query_backend})")
@@ -112,7 +115,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
             import json
 
             click.echo(json.dumps({"url": url, "home": str(home), "device": settings.device,
-                                   "encoder_id": snap.encoder_id, "models": n_models,
+                                   "encoder_id": snap.encoder_id, "models": n_models, "embedded": n_embedded,
                                    "writes": "token" if token else "loopback"}))
 
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False),

@@ -127,7 +127,7 @@ def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, text
         said_json = [json.loads(line) for line in srv.log.read_text().splitlines() if line.startswith("{")]
         assert said_json == [{"url": srv.url, "home": str(home.resolve()), "device": "cpu",
                               "encoder_id": json.loads((home / "config.json").read_text())["active_encoder"],
-                              "models": len(names), "writes": "loopback"}]
+                              "models": len(names), "embedded": len(names), "writes": "loopback"}]
         run = lambda *args: CliRunner().invoke(cli, ["--home", str(home), *args, "--json"],  # noqa: E731
                                                env={"LOCUS_SERVER": ""})
         said = f"answered by the registry service at {srv.url}"
