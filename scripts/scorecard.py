@@ -104,10 +104,11 @@ def part_e(reg, setup: str, args) -> dict:
             if k >= space.size:
                 continue
             for method in ("kmedoids", "kcenter"):
-                r = space.run(method, k=k, seed=0, random_draws=200)
+                r = space.run(method, k=k, seed=0, random_draws=200).model_dump()
                 rows[f"{method}@{k}"] = {key: r[key] for key in (
                     "models", "routing_accuracy", "full_pool_routing_accuracy", "random_routing_accuracy_mean",
-                    "random_routing_accuracy_sd", "random_below_fraction", "test_queries", "coverage")}
+                    "random_routing_accuracy_sd", "random_below_fraction", "coverage")}
+                rows[f"{method}@{k}"]["test_queries"] = r["n_test_queries"]
         out[view] = rows
         print(f"  {column(setup, view)}: (e) done", flush=True)
     return out
