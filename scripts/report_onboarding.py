@@ -26,6 +26,12 @@ With several `--seeds`, each seed is the whole protocol again (its own split, fo
 shows the mean over seeds and judges the target on it, with each seed's gap beside it.
 Every setting is the registry's default, the same for both datasets; but the default criterion and its
 placement at the pool's mean were chosen from this script's output (seed 0, among the seeds it shows).
+
+`--development` is the path for trying a criterion without reading the test queries: the same protocol
+scored on the validation queries, with the validation and test queries both kept out of the item table's
+fit and of the pool's fingerprints (no test score is read: a run gives the same numbers whatever they
+are). It prints its curve and writes nothing unless `--out` is given; the page is only ever made from a
+run on the test queries.
 """
 from __future__ import annotations
 
@@ -50,18 +56,20 @@ STRATEGIES = ("random", "suggested", "adaptive", "v-optimal", "theta")
 DESIGNED = ("suggested", "adaptive", "v-optimal", "theta")
 
 
-def _fold_run(data, split, held, seed, draws, max_held=0):
-    """Per strategy and n: the held-out models' thetas (one array per random draw), and the pool's."""
+def _fold_run(data, split, held, seed, draws, max_held=0, hidden=None):
+    """Per strategy and n: the held-out models' thetas (one array per random draw), and the pool's.
+    `hidden`: the queries kept out of the table's fit and the pool's fingerprints (default the test ones)."""
     from encoder.data import evals_by_model
     from encoder.fingerprint import fit_on_data
     from registry.analytics.suggest import design_for
 
     trained = [m for m in range(data.n_models) if m not in set(held)]
-    test_ids = {data.query_ids[i] for i in split.test}
+    hidden = split.test if hidden is None else hidden
+    test_ids = {data.query_ids[i] for i in hidden}
     sub = data.select_models([data.models[m] for m in trained])
     table = fit_on_data(sub, exclude=test_ids)
     is_test = np.zeros(data.n_queries, bool)
-    is_test[split.test] = True
+    is_test[hidden] = True
     per_model = evals_by_model(data, np.arange(len(data.scores)))
     pool = np.zeros((data.n_models, table.rank + 1))
     for m in trained:
@@ -112,7 +120,7 @@ def _fold_run(data, split, held, seed, draws, max_held=0):
     return table, pool, out, asks
 
 
-def run(name, *, folds, draws, seed, log, max_held=0):
+def run(name, *, folds, draws, seed, log, max_held=0, development=False):
     from encoder.data import load_triple_dir, split_queries
     from encoder.metrics import correctness_accuracy, routing_accuracy
     from registry.lab.evaluation import truth_on
@@ -120,21 +128,25 @@ def run(name, *, folds, draws, seed, log, max_held=0):
     started = time.perf_counter()
     data = load_triple_dir(dataset_dir(name), encoder=ENCODER)
     split = split_queries(data.n_queries, seed=seed)
-    truth = truth_on(data, split.test)  # (M, T)
+    # what is scored, and what the table and the pool never read: the test queries, or in development the
+    # validation queries with the test queries kept out as well
+    scored = split.val if development else split.test
+    hidden = np.concatenate([split.val, split.test]) if development else split.test
+    truth = truth_on(data, scored)  # (M, T)
     order = np.random.default_rng(seed).permutation(data.n_models)
     fold_of = {int(m): i % folds for i, m in enumerate(order)}
     results = {s: {n: {"correctness": [], "routing": []} for n in NS} for s in STRATEGIES}
     full = {"correctness": [], "routing": []}
     per_model = {s: {n: {} for n in NS} for s in STRATEGIES}
-    test_ids = [data.query_ids[i] for i in split.test]
+    test_ids = [data.query_ids[i] for i in scored]
     asks: dict[str, list] = {}
     for k in range(folds):
         held = sorted(m for m, f in fold_of.items() if f == k)
-        table, pool, out, fold_asks = _fold_run(data, split, held, seed, draws, max_held)
+        table, pool, out, fold_asks = _fold_run(data, split, held, seed, draws, max_held, hidden)
         held = held[:max_held or None]  # the pool keeps the others out of the table all the same
         for k_, v in fold_asks.items():
             asks.setdefault(k_, []).extend(v)
-        f_test, b_test = table.item_params(test_ids, data.query_vectors[split.test])
+        f_test, b_test = table.item_params(test_ids, data.query_vectors[scored])
         base = pool.copy()
         # the reference: each held-out model fingerprinted from all its training-query evaluations
         from encoder.data import evals_by_model
@@ -168,7 +180,8 @@ def run(name, *, folds, draws, seed, log, max_held=0):
 
     best_single = best_single_accuracy(truth_on(data, split.train), truth)
     summary = {"dataset": name, "models": data.n_models, "queries": data.n_queries, "best_single_routing": best_single,
-               "train_queries": int(len(split.train)), "test_queries": int(len(split.test)),
+               "train_queries": int(len(split.train)), "test_queries": int(len(scored)),
+               "scored_on": "validation" if development else "test",
                "folds": folds, "draws": draws, "seed": seed, "seconds": round(time.perf_counter() - started, 1),
                "pool_p_correct_of_first_64": {k_: float(np.mean(v)) for k_, v in asks.items()},
                "full_train": {"correctness_accuracy": float(np.mean(full["correctness"])),
@@ -196,6 +209,7 @@ def combine(per_seed: list[dict]) -> dict:
     first = per_seed[0]
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     out = {k: first[k] for k in ("dataset", "models", "queries", "train_queries", "test_queries", "folds", "draws")}
+    out["scored_on"] = first.get("scored_on", "test")
     out["seeds"] = [s["seed"] for s in per_seed]
     out["seconds"] = round(sum(s["seconds"] for s in per_seed), 1)
     out["pool_p_correct_of_first_64"] = {k: mean([s["pool_p_correct_of_first_64"][k] for s in per_seed])
@@ -234,8 +248,11 @@ def verdict(summary, metric):
 
 def page(summaries, command) -> str:
     lines = ["# Adaptive onboarding: suggested queries against random ones", "",
-             "Generated by (every number below is printed by it):", "", f"    {command}", "",
-             "What `registry suggest-queries` is for: a new model is evaluated first on the stored queries whose "
+             "Generated by (every number below is printed by it):", "", f"    {command}", ""]
+    if any(s.get("scored_on") == "validation" for s in summaries):
+        lines += ["**Development run (`--development`): scored on the validation queries, not the test queries; "
+                  "\"test\" below reads \"validation\".**", ""]
+    lines += ["What `registry suggest-queries` is for: a new model is evaluated first on the stored queries whose "
              "answers tell the most about it. Here models are held out of the pool (the item table is fitted "
              "without them), onboarded from n of their real evaluations on training queries chosen in one of the ways below, "
              "and scored on the test queries, which neither the table nor any onboarding ever sees:", "",
@@ -379,23 +396,27 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--seeds", default="0", help="Comma-separated; each seed is a whole run (split, folds, draws).")
     parser.add_argument("--datasets", default=",".join(DATASETS))
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help="Where the page goes (default docs/results).")
     parser.add_argument("--max-held", type=int, default=0,
                         help="Onboard only the first N held-out models of each fold (0: all); for development.")
+    parser.add_argument("--development", action="store_true",
+                        help="Score on the validation queries, never reading the test ones; print only, unless --out.")
     parser.add_argument("--page-only", action="store_true",
                         help="Rewrite the page from the saved onboarding.json (its own command), running nothing.")
     args = parser.parse_args()
+    out = args.out or OUT
     if args.page_only:
-        saved = json.loads((args.out / "onboarding.json").read_text())
-        (args.out / "onboarding.md").write_text(page(saved["results"], saved["command"]))
+        saved = json.loads((out / "onboarding.json").read_text())
+        (out / "onboarding.md").write_text(page(saved["results"], saved["command"]))
         return
     command = ".venv/bin/python scripts/report_onboarding.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     seeds = [int(x) for x in args.seeds.split(",")]
-    summaries = [combine([run(name, folds=args.folds, draws=args.draws, seed=seed, log=print, max_held=args.max_held)
-                          for seed in seeds]) for name in args.datasets.split(",")]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "onboarding.json").write_text(json.dumps({"command": command.strip(), "results": summaries}, indent=1))
-    (args.out / "onboarding.md").write_text(page(summaries, command.strip()))
+    summaries = [combine([run(name, folds=args.folds, draws=args.draws, seed=seed, log=print, max_held=args.max_held,
+                              development=args.development) for seed in seeds]) for name in args.datasets.split(",")]
+    if not args.development or args.out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "onboarding.json").write_text(json.dumps({"command": command.strip(), "results": summaries}, indent=1))
+        (out / "onboarding.md").write_text(page(summaries, command.strip()))
     for s in summaries:
         for metric in ("correctness_accuracy", "routing_accuracy"):
             print(s["dataset"], metric, " ".join(f"{st}@{n}={s['curve'][st][str(n)][metric]:.4f}"
