@@ -13,7 +13,7 @@ read for any query.
 
 Implemented: `EmbedLLMMF` (matrix factorisation, Zhuang et al. 2025), `IRTNet` (item response
 theory with query-predicted item parameters), `KNNRouter` (nearest training queries, shrunk toward
-each model's training mean), `BestSingle` (always the model with the best training accuracy) and
+each model's training mean, itself shrunk toward the pool's), `BestSingle` (always the model with the best training accuracy) and
 `oracle` (some model in the pool was right). All are seeded and deterministic on a fixed thread count.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The kNN router: nearest training queries by cosine, each model's neighbour scores shrunk toward its
-training mean. A baseline of the evaluation (encoder/baselines.py) and one of the registry's router
+training mean (itself shrunk toward the pool's). A baseline of the evaluation (encoder/baselines.py) and one of the registry's router
 components (`predict_vectors` for a new text); numpy only."""
 from __future__ import annotations
 
