@@ -21,8 +21,9 @@ class KNNRouter(Baseline):
     For a test query q and model m: take q's k nearest training queries by cosine similarity,
     keep those m was evaluated on (n of them, s correct), and predict
     P = (s + c * prior_m) / (n + c), prior_m = m's mean training score shrunk toward the pool's
-    (`shrunk_means`; P = prior_m where n + c = 0): a model known from a few answers, or whose answers
-    lie far from the query, is not predicted certain because the answers it has were all right.
+    (`shrunk_means`; P = prior_m where n + c = 0): where a model has no answers near the query, it reads
+    its mean shrunk toward the pool's, not 1 because its few answers were right (with c = 0 and answers
+    near the query, their mean alone).
     Two neighbourhoods: "pooled" takes the k nearest among all training queries that any model was
     evaluated on (a model with N of U training queries then sees about k * N / U of them);
     "per_model" takes the k nearest among m's own evaluated queries (n = min(k, N_m)).
@@ -278,20 +279,33 @@ class KNNRouter(Baseline):
 
 def shrunk_means(sums: np.ndarray, counts: np.ndarray, rows: Sequence[int] | None = None) -> np.ndarray:
     """(M,) each model's mean score, (s_m + a * p) / (n_m + a): its n_m scores (sum s_m) with a beta prior
-    fitted to the pool's models (`rows`; None: every model with a score) by the method of moments: p the
-    mean of their means, a = p (1 - p) / v - 1 with v the spread of their means beyond each mean's own
-    sampling noise. Empirical Bayes, nothing tuned: a model with one right answer reads near the pool,
-    one with hundreds reads its own mean, and none reads 0 or 1 (a >= 1). A model without scores reads p."""
+    fitted to the pool's models (`rows`; None, or none of them scored: every model with a score) by the
+    method of moments: p the mean of their means, a = p (1 - p) / t - 1 with t the variance of their true
+    means (the variance of their means less what sampling adds: (var - p (1 - p) h) / (1 - h), h the mean
+    of 1 / n). Empirical Bayes, nothing tuned: a model with one right answer reads near the pool, one with
+    hundreds reads its own mean. Bounds: a >= 1, so none reads 0 or 1; a <= the pool's median count, so the
+    prior never weighs more than a typical model's own answers (a few pool models that happen to agree
+    must not pin a well-evidenced newcomer to their mean); under 3 pool models fix no spread: a = 1. A
+    model without scores reads p."""
     sums, counts = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
-    pool = np.flatnonzero(counts > 0) if rows is None else np.asarray(rows, np.int64)
+    scored = np.flatnonzero(counts > 0)
+    pool = scored if rows is None else np.asarray(rows, np.int64)
     pool = pool[counts[pool] > 0]
+    if len(pool) == 0:
+        pool = scored
     if len(pool) == 0:
         return np.full(len(sums), 0.5)
     means = sums[pool] / counts[pool]
     p = float(np.clip(means.mean(), 1e-3, 1 - 1e-3))
-    noise = p * (1 - p) * float(np.mean(1 / counts[pool]))  # at p, not each mean: one right answer has noise too
-    spread = max(float(means.var()) - noise, 1e-6) if len(pool) > 1 else 1e-6
-    a = float(np.clip(p * (1 - p) / spread - 1, 1.0, 1e6))
+    cap = max(1.0, float(np.median(counts[pool])))
+    h = float(np.mean(1 / counts[pool]))
+    true_var = (float(means.var()) - p * (1 - p) * h) / (1 - h) if h < 1 else 0.0
+    if len(pool) < 3:
+        a = 1.0
+    elif true_var <= 0:  # the means differ no more than sampling makes them: as much prior as allowed
+        a = cap
+    else:
+        a = float(np.clip(p * (1 - p) / true_var - 1, 1.0, cap))
     return (sums + a * p) / (counts + a)
 
 
