@@ -307,3 +307,18 @@ def test_check_names_models_imported_but_never_embedded(reg, tmp_path):
     assert out.exit_code == 1 and "imported-only" in out.output
     reg.embed_all()
     assert reg.check().ok
+    # a model whose every evaluated query lacks a vector: embed --all cannot embed it, and check says why
+    fresh = tmp_path / "unvectored.jsonl"
+    fresh.write_text(json.dumps({"model": "no-vector", "query": "A text never encoded?", "score": 1, "task": "law"}) + "\n")
+    reg.import_path(fresh, encode=False)
+    reg.embed_all()
+    problems = reg.check().problems
+    assert [p for p in problems if "no-vector" in p] == [
+        "1 model(s) have no embedding and no evaluation on a query with a vector of the query encoder (no-vector): "
+        "`embed --all` cannot embed them; a query gets its vector when its text is imported again without "
+        "--no-encode, or when a model is added or refined with an evaluation on it"]
+    # a model a triple import's models.csv names without a row in evals.csv: nothing to embed it from
+    triple = write_triple(tmp_path / "triple", models=[("0", "scored", "f", "7", "open"), ("1", "listed-only", "f", "7", "open")],
+                          evals=[("0", "q1", 1)])
+    reg.import_path(triple, encode=False)
+    assert any(p.startswith("1 model(s) have no evaluations (listed-only)") for p in reg.check().problems)

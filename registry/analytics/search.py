@@ -752,6 +752,41 @@ def unvectored_evaluated_queries(store: "Store") -> str | None:
             f"read; {GETS_A_VECTOR}")
 
 
+def _unembedded_problems(store: "Store", names: list[str]) -> list[str]:
+    """Models without a vector (search, audit and route leave them out), by what would embed them: `embed
+    --all` where some evaluation is on a query with a vector; a vector for their queries first where none
+    is; evaluations first where they have none (a triple import's models.csv can name such a model)."""
+    import pyarrow.compute as pc
+
+    from indexing.store import EVALUATIONS, QUERIES
+    from registry.catalog.dataset import GETS_A_VECTOR
+
+    if not names:
+        return []
+    evals = store.read_in(EVALUATIONS, ["model", "query_id"], "model", names)
+    queries = store.read(QUERIES, ["query_id", "text_hash"])
+    queries = queries.filter(pc.is_in(queries.column("query_id"), value_set=pc.unique(evals.column("query_id"))))
+    rows, _ = store.vector_rows(store.query_encoder, queries.column("text_hash"))
+    vectored = {q for q, r in zip(queries.column("query_id").to_pylist(), rows) if r >= 0}
+    evaluated, embeddable = set(), set()
+    for model, query in zip(evals.column("model").to_pylist(), evals.column("query_id").to_pylist()):
+        evaluated.add(model)
+        if query in vectored:
+            embeddable.add(model)
+    groups = ([n for n in names if n in embeddable], [n for n in names if n in evaluated and n not in embeddable],
+              [n for n in names if n not in evaluated])
+    advice = ("have evaluations but no embedding{}: search, audit and route leave them out; run `registry embed --all`",
+              "have no embedding and no evaluation on a query with a vector of the query encoder{}: `embed --all` "
+              f"cannot embed them; {GETS_A_VECTOR}",
+              "have no evaluations{}: nothing to embed them from (import evaluations for them, or `registry remove` them)")
+    out = []
+    for group, words in zip(groups, advice):
+        if group:
+            named = ", ".join(group[:5]) + (f" and {len(group) - 5} more" if len(group) > 5 else "")
+            out.append(f"{len(group)} model(s) " + words.format(f" ({named})"))
+    return out
+
+
 def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
@@ -776,11 +811,7 @@ def check_consistency(store: "Store") -> list[str]:
         if stale:
             problems.append(f"{stale} model(s) carry vectors of an encoder other than the active one ({active}): "
                             "run `registry embed --all`")
-        missing = unembedded_models(store)
-        if missing:  # imported, never embedded: search, audit and route cannot see them
-            named = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            problems.append(f"{len(missing)} model(s) have evaluations but no embedding ({named}): search, audit and "
-                            "route leave them out; run `registry embed --all`")
+        problems += _unembedded_problems(store, unembedded_models(store))
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q
