@@ -84,6 +84,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
     from registry.service.app import create_app
     from registry.service.settings import Limits, ServiceSettings, resolve_device
     from registry import Registry
+    from registry.service.routes.health import model_counts
     from registry.service.state import WarmState
 
     settings = ServiceSettings(home=home, token=token, device=resolve_device(device), query_backend=query_backend,
@@ -91,9 +92,7 @@ def serve(ctx, host, port, device, token_file, query_backend, max_body_mb, threa
                                port=port or None, compact_every=compact_every)  # port 0: any, chosen by the OS
     state = WarmState(settings)
     snap = state.snapshot()
-    n_embedded = len(snap.models.index.names) if snap.models is not None else 0
-    # as GET /v1/health counts them: every model, and those embedded
-    n_models = len(snap.models.records) if snap.models is not None else Registry.open(home).stats().n_models
+    n_models, n_embedded = model_counts(snap, lambda: Registry.open(home).stats().n_models)  # as /v1/health
     stage.done(f"{n_embedded} embedded models, encoder {snap.encoder_id or '(none: run `registry train`)'}")
     if snap.active is not None:
         name = snap.active.query_encoder

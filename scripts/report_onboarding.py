@@ -138,7 +138,7 @@ def run(name, *, folds, draws, seed, log, max_held=0, development=False):
     results = {s: {n: {"correctness": [], "routing": []} for n in NS} for s in STRATEGIES}
     full = {"correctness": [], "routing": []}
     per_model = {s: {n: {} for n in NS} for s in STRATEGIES}
-    test_ids = [data.query_ids[i] for i in scored]
+    scored_ids = [data.query_ids[i] for i in scored]
     asks: dict[str, list] = {}
     for k in range(folds):
         held = sorted(m for m, f in fold_of.items() if f == k)
@@ -146,7 +146,7 @@ def run(name, *, folds, draws, seed, log, max_held=0, development=False):
         held = held[:max_held or None]  # the pool keeps the others out of the table all the same
         for k_, v in fold_asks.items():
             asks.setdefault(k_, []).extend(v)
-        f_test, b_test = table.item_params(test_ids, data.query_vectors[scored])
+        f_scored, b_scored = table.item_params(scored_ids, data.query_vectors[scored])
         base = pool.copy()
         # the reference: each held-out model fingerprinted from all its training-query evaluations
         from encoder.data import evals_by_model
@@ -159,7 +159,7 @@ def run(name, *, folds, draws, seed, log, max_held=0, development=False):
             e = per[m][is_train[data.query_index[per[m]]]]
             f, b = table.item_params([data.query_ids[q] for q in data.query_index[e]])
             everything[m] = table.fingerprint(f, b, data.scores[e])
-        pred = table.probabilities(everything, f_test, b_test)
+        pred = table.probabilities(everything, f_scored, b_scored)
         full["correctness"].append(correctness_accuracy(pred[held], truth[held]))
         full["routing"].append(routing_accuracy(pred, truth))
         for s in STRATEGIES:
@@ -168,7 +168,7 @@ def run(name, *, folds, draws, seed, log, max_held=0, development=False):
                     thetas = base.copy()
                     for m, theta in draw.items():
                         thetas[m] = theta
-                    pred = table.probabilities(thetas, f_test, b_test)
+                    pred = table.probabilities(thetas, f_scored, b_scored)
                     results[s][n]["routing"].append(routing_accuracy(pred, truth))
                     for m in held:
                         acc = correctness_accuracy(pred[[m]], truth[[m]])
@@ -405,6 +405,8 @@ def main() -> None:
                         help="Rewrite the page from the saved onboarding.json (its own command), running nothing.")
     args = parser.parse_args()
     out = args.out or OUT
+    if args.development and args.out and args.out.resolve() == OUT.resolve():
+        parser.error(f"--development scores the validation queries: its page does not go to {OUT} (the test run's)")
     if args.page_only:
         saved = json.loads((out / "onboarding.json").read_text())
         (out / "onboarding.md").write_text(page(saved["results"], saved["command"]))

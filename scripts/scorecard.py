@@ -274,7 +274,7 @@ def routing_table(router: dict | None) -> list[str]:
     """Part (d): the router page's stored summary (docs/results/router.json), one line per setting."""
     if not router or not router.get("summary"):
         return []
-    lines = [f"From [router.md](router.md) (`{router['command']}`, {router['date']}; its stored results, "
+    lines = [f"From [router.md](router.md) ({router['date']}; its command is on that page, and its stored results, "
              "docs/results/router.json, are read here, not measured again). The registry's router (LOCUS, the item "
              "table and kNN blended on validation queries) against the best of kNN, IRT-Net, EmbedLLM-MF and the "
              "best single model, mean over seeds on the test queries; the router page gives every method, the "
@@ -430,7 +430,7 @@ def _same_registries(results: dict) -> str:
             "each was made); its rows read the item table alone.")
 
 
-def write_page(results: dict, path: Path) -> None:
+def write_page(results: dict, path: Path, router_json: Path = OUT / "router.json") -> None:
     commands = sorted({c for setup in results.values() for entry in setup.values()
                        for c in entry.get("commands", [entry["command"]])})
     lines = ["# Geometry scorecard (issue 16)", "",
@@ -495,9 +495,8 @@ def write_page(results: dict, path: Path) -> None:
     lines += ["## Targets of issue 16 (moonshot) against this page", ""]
     lines += targets(results) or ["(no geometry results yet)"]
     lines += ["", "## (d) routing and correctness: the registry's router vs the baselines", ""]
-    router_json = path.parent / "router.json"
     lines += routing_table(json.loads(router_json.read_text("utf-8")) if router_json.is_file() else None) or [
-        "(no router results beside this page: `scripts/bench_router.py` writes them)"]
+        f"(no router results at {router_json}: `scripts/bench_router.py` writes them)"]
     lines += ["", "## (e) portfolio routing vs random subsets", ""]
     lines += portfolio_table(results) or ["(not run yet: `--parts e`)"]
     lines += ["", "## (f) onboarding an unseen model", ""]
@@ -532,7 +531,8 @@ def write_page(results: dict, path: Path) -> None:
 # ----------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="abc", help="letters of the parts to run: abc, d, e, f, i (default abc)")
+    parser.add_argument("--parts", default="abc", help="letters of the parts to run: abc, e, f, i (default abc; "
+                        "part d is read from --router)")
     parser.add_argument("--setups", default="mmlu-pro,bfcl,joint", help="comma-separated: mmlu-pro, bfcl, joint")
     parser.add_argument("--work", type=Path, default=Path("/tmp/locus-scorecard"),
                         help="where registries are built (<work>/<setup>) or reused")
@@ -547,6 +547,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the query split's seed of part f")
     parser.add_argument("--results", type=Path, default=OUT / "scorecard.json")
     parser.add_argument("--page", type=Path, default=OUT / "scorecard.md")
+    parser.add_argument("--router", type=Path, default=OUT / "router.json",
+                        help="the router page's stored results, part (d) (scripts/bench_router.py writes them)")
     parser.add_argument("--no-write", action="store_true", help="print only; write neither json nor page")
     args = parser.parse_args(argv)
     if "d" in args.parts:
@@ -612,7 +614,7 @@ def _save(produced: dict, args) -> dict:
         results.setdefault(setup, {}).update(parts)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1, default=float), encoding="utf-8")
-    write_page(results, args.page)
+    write_page(results, args.page, args.router)
     return results
 
 

@@ -82,3 +82,7 @@ def test_a_development_run_writes_no_page_unless_told_where(script, tmp_path, mo
                                      "--max-held", "1", "--datasets", "synthetic", "--out", str(tmp_path / "dev")])
     module.main()
     assert "Development run (`--development`)" in (tmp_path / "dev" / "onboarding.md").read_text()
+    monkeypatch.setattr("sys.argv", ["report_onboarding.py", "--development", "--out", str(tmp_path / "results")])
+    with pytest.raises(SystemExit):  # never over the test run's page
+        module.main()
+    assert not (tmp_path / "results").exists()

@@ -41,16 +41,16 @@ def test_part_d_is_one_line_per_setting_of_the_router_page():
         "| bfcl 256 | 0, 1, 2 | 0.8995 | best_single | 0.9007 | 0.8005 | 0.8014 (irt_net) | **no** |"]
 
 
-def test_a_stale_part_d_entry_is_dropped_and_the_page_reads_router_json_beside_it(tmp_path):
+def test_a_stale_part_d_entry_is_dropped_and_the_page_reads_the_router_results(tmp_path):
     scorecard = _script()
     results, page = tmp_path / "scorecard.json", tmp_path / "scorecard.md"
     stale = {"command": "scorecard.py --parts d --max-seconds 150", "encoder_id": "e", "max_seconds": 150.0,
              "data": {}, "date": "2026-12-03"}
     results.write_text(json.dumps({"bfcl": {"d": stale}}))
-    args = argparse.Namespace(results=results, page=page)
+    args = argparse.Namespace(results=results, page=page, router=tmp_path / "router.json")
     scorecard._save({}, args)
     assert json.loads(results.read_text()) == {"bfcl": {}}
-    assert "--parts d" not in page.read_text() and "no router results beside this page" in page.read_text()
+    assert "--parts d" not in page.read_text() and "no router results at" in page.read_text()
     (tmp_path / "router.json").write_text(json.dumps(ROUTER))
     scorecard._save({}, args)
     assert "| bfcl 256 | 0, 1, 2 | 0.8995 | best_single |" in page.read_text()

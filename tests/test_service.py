@@ -119,6 +119,9 @@ def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, text
     home = copy_home(base_home, tmp_path / "home")
     names = [r.name for r in Registry.open(home).models()]
     Registry.open(home).set_alias("prod", names[0])
+    imported = tmp_path / "imported.jsonl"  # a model without a vector: counted in models, not in embedded
+    imported.write_text(json.dumps({"model": "imported-only", "query": texts[0][0], "score": 1}) + "\n")
+    Registry.open(home).import_path(imported)
     srv = Server(home, token=None, extra=("--json",))
     endpoint = home / "service" / "endpoint.json"
     try:
@@ -127,7 +130,7 @@ def test_the_cli_asks_a_service_running_for_its_home_and_says_so(base_home, text
         said_json = [json.loads(line) for line in srv.log.read_text().splitlines() if line.startswith("{")]
         assert said_json == [{"url": srv.url, "home": str(home.resolve()), "device": "cpu",
                               "encoder_id": json.loads((home / "config.json").read_text())["active_encoder"],
-                              "models": len(names), "embedded": len(names), "writes": "loopback"}]
+                              "models": len(names) + 1, "embedded": len(names), "writes": "loopback"}]
         run = lambda *args: CliRunner().invoke(cli, ["--home", str(home), *args, "--json"],  # noqa: E731
                                                env={"LOCUS_SERVER": ""})
         said = f"answered by the registry service at {srv.url}"

@@ -29,11 +29,18 @@ def prometheus(metrics: Metrics) -> PlainTextResponse:
     return PlainTextResponse(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+def model_counts(snap, count_all) -> tuple[int, int]:
+    """(every model, the embedded ones) of a state snapshot, as /v1/health and `serve --json` report them;
+    `count_all()` counts the models where nothing is embedded (the snapshot then holds no model table)."""
+    if snap.models is None:
+        return count_all(), 0
+    return len(snap.models.records), len(snap.models.index.names)
+
+
 def _health(settings, state, queue, reader) -> dict:
     snap = state.snapshot()
     models = snap.models
-    n_models = len(models.records) if models is not None else reader.stats().n_models
-    embedded = len(models.index.names) if models is not None else 0
+    n_models, embedded = model_counts(snap, lambda: reader.stats().n_models)
     return {"status": "ok" if snap.problem is None else "degraded", "problem": snap.problem,
             "home": str(settings.home), "device": settings.device, "query_backend": _backend(state, snap),
             "models": n_models, "embedded": embedded,
