@@ -107,3 +107,10 @@ class NotFoundError(RegistryError):
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.4) if isinstance(name, str) else []
         return cls(f"no model named {name!r} in the registry" + (f"; closest: {', '.join(close)}" if close else ""),
                    field=field)
+
+    @classmethod
+    def removed(cls, name: str, *, field: str | None = None) -> "NotFoundError":
+        """`name` was a model and was removed: the message says how to bring it back."""
+        import shlex
+
+        return cls(f"model {name!r} was removed (`registry restore {shlex.quote(name)}` brings it back)", field=field)

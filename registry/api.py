@@ -642,7 +642,9 @@ class Registry:
         name = self.resolve(name)
         rows = model_rows(self.store, light=True)
         if name not in rows:
-            raise NotFoundError.model(name, list(rows))
+            from registry.catalog.models import not_live
+
+            raise not_live(self.store, name, list(rows))
         from registry.catalog.rows import info_of_row
 
         return info_of_row(record_of(rows[name]), rows[name])

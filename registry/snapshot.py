@@ -126,6 +126,8 @@ def model_info(home, name: str):
     for row in rows:
         if row["record"]["name"] == target:
             return ModelInfo.model_validate(row)
+    if target in load(home)["history"]:  # a removed model keeps its history
+        raise NotFoundError.removed(target)
     raise NotFoundError.model(name, list(live))
 
 

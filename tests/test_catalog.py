@@ -322,3 +322,22 @@ def test_check_names_models_imported_but_never_embedded(reg, tmp_path):
                           evals=[("0", "q1", 1)])
     reg.import_path(triple, encode=False)
     assert any(p.startswith("1 model(s) have no evaluations (listed-only)") for p in reg.check().problems)
+
+
+def test_a_removed_model_is_named_as_removed_not_as_unknown(reg):
+    """A reviewer's finding: show and refine of a removed model said "no model named ..." with other names,
+    as if it had never been there; they say it was removed and how to bring it back, as the audit did."""
+    name = "syn-synfam1-7b"
+    some = own_evaluations(reg, name)[:3]
+    reg.remove(name)
+    said = f"model {name!r} was removed (`registry restore {name}` brings it back)"
+    for attempt in (lambda: reg.show(name), lambda: reg.refine(name, some), lambda: reg.remove(name)):
+        with pytest.raises(NotFoundError) as err:
+            attempt()
+        assert str(err.value) == said
+    out = CliRunner().invoke(cli, ["--home", str(reg.home), "show", name])  # the snapshot's path
+    assert out.exit_code == 2 and said in out.output
+    with pytest.raises(NotFoundError, match="no model named 'never-there'"):
+        reg.show("never-there")
+    reg.restore(name)
+    assert reg.show(name).record.name == name

@@ -202,6 +202,11 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
                 f"{change.name!r} is an alias (of {aliases[change.name]['name']}); a model must not take an "
                 f"alias's name: `registry alias delete {change.name}` first, or name the model otherwise")
             continue
+        if change.kind == "refine" and change.name not in stored_models:  # removed, or never there
+            from registry.catalog.models import not_live
+
+            outcomes[change.id] = not_live(store, change.name, list(stored_models))
+            continue
         try:
             job = _prepare(change, stored_models, by_id, by_hash, claimed, stored_tasks)
         except RegistryError as err:

@@ -93,7 +93,7 @@ def remove(store: Store, name: str) -> RemoveResult:
     with store.transaction():
         rows = model_rows(store)  # under the lock: a concurrent writer's change is seen
         if name not in rows:
-            raise NotFoundError.model(name, list(rows))
+            raise not_live(store, name, list(rows))
         store.append(VERSIONS, [version_row(rows[name], "remove", now_utc())], VERSION_SCHEMA)
         store.delete_in(MODELS, "name", [name])
     from registry.catalog.aliases import read_aliases
@@ -135,7 +135,7 @@ def not_live(store: Store, name: str, live: list[str]) -> NotFoundError:
     """The error for `name`, not among the `live` models: a removed model says how to bring it back, any
     other name the closest live ones."""
     if isinstance(name, str) and store.read_in(VERSIONS, ["name"], "name", [name]).num_rows:
-        return NotFoundError(f"model {name!r} was removed (`registry restore {shlex.quote(name)}` brings it back)")
+        return NotFoundError.removed(name)
     return NotFoundError.model(name, live)
 
 
