@@ -536,12 +536,13 @@ class Registry:
 
     def check(self) -> CheckResult:
         """Consistency problems (none when the table, the index and the evaluations agree)."""
-        from registry.analytics.search import check_consistency, unvectored_evaluated_queries
+        from registry.analytics.search import check_consistency, unembedded_notes, unvectored_evaluated_queries
 
         from registry.defaults import FRAGMENTS_TO_COMPACT
 
         problems = check_consistency(self.store)
         notes = [note] if (note := unvectored_evaluated_queries(self.store)) else []
+        notes += unembedded_notes(self.store)
         piled = [t for t in self.store.storage(sizes=False) if t["fragments"] >= FRAGMENTS_TO_COMPACT]
         if piled:
             notes.append("; ".join(f"{t['table']} holds {t['fragments']:,} fragments and {t['versions']:,} versions"

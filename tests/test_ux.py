@@ -304,7 +304,7 @@ def test_the_snapshot_follows_every_write(home, tmp_path):
     assert name not in listed
     assert all(r.name in listed for r in reg.models())  # every other model still listed
     assert "remove" in _run(home, "history", name)
-    assert "no model named" in _run(home, "show", name, code=2)
+    assert f"model {name!r} was removed" in _run(home, "show", name, code=2)
 
 
 # ------------------------------------------------------------------------------------------- set-up

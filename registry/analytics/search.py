@@ -752,15 +752,19 @@ def unvectored_evaluated_queries(store: "Store") -> str | None:
             f"read; {GETS_A_VECTOR}")
 
 
-def _unembedded_problems(store: "Store", names: list[str]) -> list[str]:
-    """Models without a vector (search, audit and route leave them out), by what would embed them: `embed
-    --all` where some evaluation is on a query with a vector; a vector for their queries first where none
-    is; evaluations first where they have none (a triple import's models.csv can name such a model)."""
+def unembedded_notes(store: "Store") -> list[str]:
+    """Notes on the models without a vector (search, audit and route leave them out), by what would embed
+    them: `embed --all` where some evaluation is on a query with a vector; a vector for their queries first
+    where none is; evaluations first where they have none (a triple import's models.csv can name one).
+    Notes, not problems: an import before its `embed --all` is a state the tables agree on."""
     import pyarrow.compute as pc
 
     from indexing.store import EVALUATIONS, QUERIES
     from registry.catalog.dataset import GETS_A_VECTOR
 
+    from registry.catalog.embedding import unembedded_models
+
+    names = unembedded_models(store) if store.config.get("active_encoder") else []
     if not names:
         return []
     evals = store.read_in(EVALUATIONS, ["model", "query_id"], "model", names)
@@ -775,7 +779,7 @@ def _unembedded_problems(store: "Store", names: list[str]) -> list[str]:
             embeddable.add(model)
     groups = ([n for n in names if n in embeddable], [n for n in names if n in evaluated and n not in embeddable],
               [n for n in names if n not in evaluated])
-    advice = ("have evaluations but no embedding{}: search, audit and route leave them out; run `registry embed --all`",
+    advice = ("have evaluations but no embedding{}: search, audit and route leave them out until `registry embed --all`",
               "have no embedding and no evaluation on a query with a vector of the query encoder{}: `embed --all` "
               f"cannot embed them; {GETS_A_VECTOR}",
               "have no evaluations{}: nothing to embed them from (import evaluations for them, or `registry remove` them)")
@@ -791,7 +795,7 @@ def check_consistency(store: "Store") -> list[str]:
     """Problems found (empty when all is well): the index agrees with the table, every evaluation
     names a stored query."""
     from indexing.store import EVALUATIONS, QUERIES
-    from registry.catalog.embedding import active_predictor, models_on_other_encoders, unembedded_models
+    from registry.catalog.embedding import active_predictor, models_on_other_encoders
 
     problems = []
     if store.config.get("active_encoder"):
@@ -811,7 +815,6 @@ def check_consistency(store: "Store") -> list[str]:
         if stale:
             problems.append(f"{stale} model(s) carry vectors of an encoder other than the active one ({active}): "
                             "run `registry embed --all`")
-        problems += _unembedded_problems(store, unembedded_models(store))
     evals = store.read(EVALUATIONS, ["model", "query_id"])
     known_q = set(store.read(QUERIES, ["query_id"]).column("query_id").to_pylist())
     orphans = set(evals.column("query_id").to_pylist()) - known_q
