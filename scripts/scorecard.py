@@ -550,7 +550,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--router", type=Path, default=OUT / "router.json",
                         help="the router page's stored results, part (d) (scripts/bench_router.py writes them)")
     parser.add_argument("--no-write", action="store_true", help="print only; write neither json nor page")
+    parser.add_argument("--page-only", action="store_true",
+                        help="rewrite the page from --results (and --router) as they are, running no part")
     args = parser.parse_args(argv)
+    if args.page_only:
+        _save({}, args)
+        print(f"wrote {args.page}")
+        return
     if "d" in args.parts:
         parser.error("--parts: part d is read from docs/results/router.json (scripts/bench_router.py makes it)")
     unknown = set(args.parts) - set("abcefi")

@@ -64,3 +64,11 @@ def test_part_d_is_not_run_and_training_has_no_wall_clock_cap_unless_asked(capsy
     assert scorecard._train_config(argparse.Namespace(max_seconds=None)).max_seconds is None
     assert scorecard._training({"max_seconds": None}) == "trained in epochs (no wall-clock cap)"
     assert scorecard._training({"max_seconds": 150.0}) == "capped at 150 s of wall time"
+
+
+def test_page_only_rewrites_the_page_from_the_stored_results(tmp_path):
+    results, page, router = tmp_path / "scorecard.json", tmp_path / "scorecard.md", tmp_path / "router.json"
+    results.write_text(json.dumps({"bfcl": {}}))
+    router.write_text(json.dumps(ROUTER))
+    _script().main(["--page-only", "--results", str(results), "--page", str(page), "--router", str(router)])
+    assert "| mmlu-pro 256 | 0, 1, 2 | 0.6600 | knn |" in page.read_text()
