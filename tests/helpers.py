@@ -153,3 +153,13 @@ def need_openvino(*, module_level: bool = False) -> None:
 
     if find_spec("openvino") is None:
         pytest.skip("openvino is not installed (a dependency: pip install -e .)", allow_module_level=module_level)
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module (the scripts are not a package), for tests of a script's functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

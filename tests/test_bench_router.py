@@ -3,21 +3,18 @@ On synthetic dumps of two seeds whose test sets overlap: every seed's queries to
 query once, and a tie at the top is shared, so best single does not depend on the order of the models."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import load_script
+
 COMPONENTS = ("locus", "item", "knn", "irt_net", "embedllm_mf")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_router", ROOT / "scripts" / "bench_router.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_router")
 
 
 def _dump(directory: Path, seed: int, n_queries: int = 100, models: int = 4) -> np.ndarray:

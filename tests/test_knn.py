@@ -114,13 +114,9 @@ def test_neighbour_sums_of_soft_scores_accumulate_in_float64(mode, k):
 
 
 def test_the_knn_benchmark_prints_its_table(capsys):
-    import importlib.util
-    from pathlib import Path
+    from helpers import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_knn.py"
-    spec = importlib.util.spec_from_file_location("bench_knn", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("bench_knn")
     module.main(["--queries", "1100", "--models", "3", "--repeat", "1"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [row[:2] for row in rows] == [["3", "per_model"], ["3", "pooled"]]

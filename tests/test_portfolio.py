@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from cli.portfolio import parse_budget
-from helpers import POOL_TRAINED
+from helpers import POOL_TRAINED, load_script
 from registry import InputError, Registry, RegistryError
 from registry.analytics.portfolio import (PortfolioSpace, coverage, greedy_budget, kcenter, kmedoids, pairwise_distances,
                                 random_feasible, rbf_kernel)
@@ -120,13 +120,7 @@ def test_answer_greedy_covers_the_most_answers_then_the_most_accurate():
 def _plain_answer_greedy():
     """The greedy as first written (every column's gain recomputed at every step), kept in the benchmark
     that compares the two."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_portfolio.py"
-    spec = importlib.util.spec_from_file_location("bench_portfolio", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.plain_greedy
+    return load_script("bench_portfolio").plain_greedy
 
 
 @pytest.mark.parametrize("seed", range(12))

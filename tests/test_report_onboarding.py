@@ -3,20 +3,18 @@ reading no test score (a criterion can be tried without spending the test querie
 registry's default criterion chosen on the page's own test output). Synthetic data, two folds."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("report_onboarding", ROOT / "scripts" / "report_onboarding.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("report_onboarding")
 
 
 def _data(flip_test: bool, seed: int = 0):

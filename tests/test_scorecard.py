@@ -3,20 +3,15 @@ not a second routing protocol trained under a wall-clock cap, and a stale part (
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("scorecard", ROOT / "scripts" / "scorecard.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scorecard")
 
 
 def _setting(dataset: str, registry: tuple[float, float], baselines: dict[str, tuple[float, float | None]],

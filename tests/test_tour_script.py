@@ -3,20 +3,14 @@ followed by what they printed, directives left off the page, variables filled in
 commands that need no registry (the real run takes minutes on MMLU-Pro)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def tour():
-    spec = importlib.util.spec_from_file_location("tour_mmlu_pro", ROOT / "scripts" / "tour_mmlu_pro.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tour_mmlu_pro")
 
 
 def test_commands_join_continuation_lines_and_skip_output(tour):
