@@ -761,7 +761,6 @@ def unembedded_notes(store: "Store") -> list[str]:
 
     from indexing.store import EVALUATIONS, QUERIES
     from registry.catalog.dataset import GETS_A_VECTOR
-
     from registry.catalog.embedding import unembedded_models
 
     names = unembedded_models(store) if store.config.get("active_encoder") else []

@@ -124,7 +124,10 @@ def land(view, changes: list[Change], *,
 
 
 def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict[str, str],
-             claimed: dict[str, str], stored_tasks: dict[str, str] | None = None) -> _Prepared:
+             claimed: dict[str, str], stored_tasks: dict[str, str] | None = None, *,
+             missing: Callable[[str], NotFoundError] | None = None) -> _Prepared:
+    """`missing(name)`: the error for a refine of a model not stored (`models.not_live`: a removed model says
+    so); without it, the closest stored names."""
     from registry.catalog.rows import record_of
 
     existing = stored_models.get(change.name)
@@ -136,7 +139,7 @@ def _prepare(change: Change, stored_models, by_id: dict[str, str], by_hash: dict
         record = change.record if change.record is not None else ModelRecord(name=change.name)
     elif change.kind == "refine":
         if existing is None:
-            raise NotFoundError.model(change.name, list(stored_models))
+            raise missing(change.name) if missing else NotFoundError.model(change.name, list(stored_models))
         record = record_of(existing)
     else:
         raise InputError(f"unknown change kind {change.kind!r}", field="kind")
@@ -175,6 +178,7 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
     from encoder.inference import embed_models
     from registry.catalog.ingest import model_row
     from registry.catalog.evaluation_log import EVALUATION_LOG, EVALUATION_LOG_SCHEMA, log_rows
+    from registry.catalog.models import not_live
     from registry.catalog.rows import next_versions, version_row
 
     store = view.store
@@ -202,13 +206,9 @@ def _land(view, changes: list[Change], outcomes, on_commit, encoded_before: set[
                 f"{change.name!r} is an alias (of {aliases[change.name]['name']}); a model must not take an "
                 f"alias's name: `registry alias delete {change.name}` first, or name the model otherwise")
             continue
-        if change.kind == "refine" and change.name not in stored_models:  # removed, or never there
-            from registry.catalog.models import not_live
-
-            outcomes[change.id] = not_live(store, change.name, list(stored_models))
-            continue
         try:
-            job = _prepare(change, stored_models, by_id, by_hash, claimed, stored_tasks)
+            job = _prepare(change, stored_models, by_id, by_hash, claimed, stored_tasks,
+                           missing=lambda name: not_live(store, name, list(stored_models)))
         except RegistryError as err:
             outcomes[change.id] = err
             continue
